@@ -1,0 +1,16 @@
+//! The pure core: agent JSONL in, pane state out.
+//!
+//! **Invariant:** nothing under `core` performs I/O, calls the OS or reads a
+//! clock. Time arrives as a [`time::Timestamp`] argument, bytes arrive as
+//! slices. That is what lets `colibri fold` replay a recording offline and
+//! get exactly the states the daemon saw live.
+
+pub mod ingest;
+pub mod pane;
+pub mod signal;
+pub mod state;
+pub mod supervisor;
+pub mod taxonomy;
+pub mod time;
+pub mod tool;
+pub mod usage;

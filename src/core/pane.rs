@@ -1,0 +1,395 @@
+//! One supervised agent: its state, what it has said, and what it cost.
+//!
+//! A [`Pane`] owns the framing of its byte stream, the harness adapter (or
+//! the detector that will pick one), and every derived fact the snapshots
+//! report. It is fed bytes with a time and returns state transitions; it
+//! never reads a clock.
+
+use std::time::Duration;
+
+use crate::core::ingest::{is_blank, Frame, LineFramer};
+use crate::core::signal::{Observation, Signal, ToolCall};
+use crate::core::state::{self, AgentState};
+use crate::core::taxonomy::detect::{detect, Detection};
+use crate::core::taxonomy::{Adapter, Runtime};
+use crate::core::time::Timestamp;
+use crate::core::tool;
+use crate::core::usage::Usage;
+
+/// The daemon-assigned pane id (equal to the agent id, a UUIDv4 string).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PaneId(pub String);
+
+impl PaneId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for PaneId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How an agent process ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+    /// The process was gone before its status could be read (reaped
+    /// elsewhere, or the daemon restarted).
+    Unknown,
+}
+
+impl ExitStatus {
+    pub fn success(self) -> bool {
+        self == ExitStatus::Code(0)
+    }
+}
+
+/// Line and byte counts. `events + malformed + oversize` equals the number
+/// of non-blank lines seen (held lines of an undetected stream excepted).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub bytes: u64,
+    pub events: u64,
+    pub malformed: u64,
+    pub oversize: u64,
+    /// Events of a type the adapter does not know (included in `events`).
+    pub unknown: u64,
+}
+
+/// The last tool call, kept short.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolRecord {
+    pub name: String,
+    pub summary: String,
+    pub at: Timestamp,
+}
+
+/// A state change, with the line count at which it happened.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub from: AgentState,
+    pub to: AgentState,
+    pub at: Timestamp,
+    /// Non-blank lines seen so far when it happened (0: not caused by a line).
+    pub line: u64,
+}
+
+/// Held lines of a stream whose runtime is not known yet.
+const DETECT_MAX_LINES: usize = 64;
+const DETECT_MAX_BYTES: usize = 256 * 1024;
+
+#[derive(Debug)]
+enum Dialect {
+    Known(Adapter),
+    Detecting { held: Vec<(Vec<u8>, Timestamp)>, bytes: usize },
+}
+
+#[derive(Debug)]
+pub struct Pane {
+    pub id: PaneId,
+    /// The agent binary's name (`pi`, `claude`, …), as the v1 snapshot shows.
+    pub agent: String,
+    pub name: Option<String>,
+    pub started_at: Timestamp,
+    /// Per-pane stall threshold; the supervisor's default when `None`.
+    pub stall_after: Option<Duration>,
+    /// Paused panes (SIGSTOP) are never stalled.
+    pub paused: bool,
+    dialect: Dialect,
+    framer: LineFramer,
+    state: AgentState,
+    state_since: Timestamp,
+    last_event_at: Option<Timestamp>,
+    /// Silence is measured from here: the later of start, the last line of
+    /// any kind, a resume, and a re-base after suspend.
+    quiet_since: Timestamp,
+    session_id: Option<String>,
+    cwd: Option<String>,
+    counters: Counters,
+    lines: u64,
+    usage: Usage,
+    last_tool: Option<ToolRecord>,
+    last_error: Option<String>,
+    blocked_reason: Option<String>,
+    exit: Option<ExitStatus>,
+}
+
+impl Pane {
+    pub fn new(id: PaneId, agent: String, runtime: Option<Runtime>, max_line: usize, now: Timestamp) -> Pane {
+        let dialect = match runtime {
+            Some(rt) => Dialect::Known(Adapter::new(rt)),
+            None => Dialect::Detecting { held: Vec::new(), bytes: 0 },
+        };
+        Pane {
+            id,
+            agent,
+            name: None,
+            started_at: now,
+            stall_after: None,
+            paused: false,
+            dialect,
+            framer: LineFramer::new(max_line),
+            state: AgentState::Idle,
+            state_since: now,
+            last_event_at: None,
+            quiet_since: now,
+            session_id: None,
+            cwd: None,
+            counters: Counters::default(),
+            lines: 0,
+            usage: Usage::default(),
+            last_tool: None,
+            last_error: None,
+            blocked_reason: None,
+            exit: None,
+        }
+    }
+
+    pub fn state(&self) -> AgentState {
+        self.state
+    }
+    pub fn state_since(&self) -> Timestamp {
+        self.state_since
+    }
+    pub fn last_event_at(&self) -> Option<Timestamp> {
+        self.last_event_at
+    }
+    pub fn quiet_since(&self) -> Timestamp {
+        self.quiet_since
+    }
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+    pub fn cwd(&self) -> Option<&str> {
+        self.cwd.as_deref()
+    }
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    pub fn usage(&self) -> &Usage {
+        &self.usage
+    }
+    pub fn last_tool(&self) -> Option<&ToolRecord> {
+        self.last_tool.as_ref()
+    }
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+    pub fn blocked_reason(&self) -> Option<&str> {
+        self.blocked_reason.as_deref()
+    }
+    pub fn exit(&self) -> Option<ExitStatus> {
+        self.exit
+    }
+    pub fn runtime(&self) -> Option<Runtime> {
+        match &self.dialect {
+            Dialect::Known(a) => Some(a.runtime()),
+            Dialect::Detecting { .. } => None,
+        }
+    }
+
+    /// Sets the working directory the daemon started the agent in; a session
+    /// header's `cwd` replaces it.
+    pub fn set_cwd(&mut self, cwd: Option<String>) {
+        self.cwd = cwd;
+    }
+
+    /// Whether the pane has been silent for `stall_after` while it should be
+    /// making progress.
+    pub fn is_stalled(&self, now: Timestamp, default_stall_after: Duration) -> bool {
+        match self.stall_deadline(default_stall_after) {
+            Some(deadline) => now >= deadline,
+            None => false,
+        }
+    }
+
+    /// When the pane will count as stalled if nothing more arrives.
+    pub fn stall_deadline(&self, default_stall_after: Duration) -> Option<Timestamp> {
+        if !self.state.can_stall() || self.paused {
+            return None;
+        }
+        Some(self.quiet_since.plus(self.stall_after.unwrap_or(default_stall_after)))
+    }
+
+    /// Restarts the silence clock (on resume, or after the host slept).
+    pub fn rebase_quiet(&mut self, now: Timestamp) {
+        self.quiet_since = self.quiet_since.max(now);
+    }
+
+    /// Feeds a chunk of the agent's output.
+    pub fn ingest(&mut self, chunk: &[u8], now: Timestamp, out: &mut Vec<Transition>) {
+        self.counters.bytes += chunk.len() as u64;
+        let mut framer = std::mem::replace(&mut self.framer, LineFramer::new(1));
+        framer.feed(chunk, |frame| self.on_frame(frame, now, out));
+        self.framer = framer;
+    }
+
+    /// Feeds one complete line (without its newline).
+    pub fn ingest_line(&mut self, line: &[u8], now: Timestamp, out: &mut Vec<Transition>) {
+        self.counters.bytes += line.len() as u64 + 1;
+        if line.len() > self.framer.max_line() {
+            self.on_frame(Frame::Oversize, now, out);
+        } else {
+            self.on_frame(Frame::Line(line), now, out);
+        }
+    }
+
+    /// The stream ended: a last line without a newline still counts, and
+    /// lines held for detection are interpreted with the default dialect.
+    pub fn finish_stream(&mut self, now: Timestamp, out: &mut Vec<Transition>) {
+        let mut framer = std::mem::replace(&mut self.framer, LineFramer::new(1));
+        framer.finish(|frame| self.on_frame(frame, now, out));
+        self.framer = framer;
+        if matches!(self.dialect, Dialect::Detecting { .. }) {
+            self.settle_dialect(Runtime::Pi, out);
+        }
+    }
+
+    /// The agent process ended: the stream is finished, then the exit is
+    /// folded in as the contract's `agent_end` (success) or `error`.
+    pub fn exited(&mut self, status: ExitStatus, now: Timestamp, out: &mut Vec<Transition>) {
+        self.finish_stream(now, out);
+        self.exit = Some(status);
+        let signal = match &mut self.dialect {
+            Dialect::Known(a) => a.on_exit(status.success()),
+            Dialect::Detecting { .. } => Signal::Exited { success: status.success() },
+        };
+        if !status.success() && self.last_error.is_none() {
+            self.last_error = Some(match status {
+                ExitStatus::Code(c) => format!("exited with status {c}"),
+                ExitStatus::Signal(s) => format!("killed by signal {s}"),
+                ExitStatus::Unknown => "exit status unknown".to_string(),
+            });
+        }
+        self.transition(&signal, now, 0, out);
+    }
+
+    /// Records a failure that did not come from the agent (a failed spawn,
+    /// a daemon restart that lost the agent).
+    pub fn fail(&mut self, reason: String, now: Timestamp, out: &mut Vec<Transition>) {
+        self.last_error = Some(reason);
+        self.transition(&Signal::Failed, now, 0, out);
+    }
+
+    fn on_frame(&mut self, frame: Frame<'_>, now: Timestamp, out: &mut Vec<Transition>) {
+        let line = match frame {
+            Frame::Oversize => {
+                self.lines += 1;
+                self.counters.oversize += 1;
+                self.quiet_since = self.quiet_since.max(now);
+                return;
+            }
+            Frame::Line(l) => l,
+        };
+        if is_blank(line) {
+            return;
+        }
+        self.lines += 1;
+        self.quiet_since = self.quiet_since.max(now);
+        match &mut self.dialect {
+            Dialect::Known(adapter) => match adapter.observe(line) {
+                Ok(obs) => self.apply(obs, now, out),
+                Err(_) => self.counters.malformed += 1,
+            },
+            Dialect::Detecting { held, bytes } => match detect(line) {
+                Detection::Malformed => self.counters.malformed += 1,
+                Detection::Found(rt) => {
+                    self.settle_dialect(rt, out);
+                    self.observe_known(line, now, out);
+                }
+                Detection::Undecided => {
+                    held.push((line.to_vec(), now));
+                    *bytes += line.len();
+                    if held.len() >= DETECT_MAX_LINES || *bytes >= DETECT_MAX_BYTES {
+                        // The seed contract's taxonomy is Pi's.
+                        self.settle_dialect(Runtime::Pi, out);
+                    }
+                }
+            },
+        }
+    }
+
+    fn observe_known(&mut self, line: &[u8], now: Timestamp, out: &mut Vec<Transition>) {
+        let Dialect::Known(adapter) = &mut self.dialect else {
+            return;
+        };
+        match adapter.observe(line) {
+            Ok(obs) => self.apply(obs, now, out),
+            Err(_) => self.counters.malformed += 1,
+        }
+    }
+
+    fn settle_dialect(&mut self, rt: Runtime, out: &mut Vec<Transition>) {
+        let held = match std::mem::replace(&mut self.dialect, Dialect::Known(Adapter::new(rt))) {
+            Dialect::Detecting { held, .. } => held,
+            Dialect::Known(a) => {
+                self.dialect = Dialect::Known(a);
+                return;
+            }
+        };
+        // Held lines were counted in `lines` already; replay without recount.
+        let lines_now = self.lines;
+        for (i, (line, at)) in held.iter().enumerate() {
+            self.lines = lines_now - (held.len() as u64) + i as u64;
+            self.observe_known(line, *at, out);
+        }
+        self.lines = lines_now;
+    }
+
+    fn apply(&mut self, obs: Observation<'_>, now: Timestamp, out: &mut Vec<Transition>) {
+        self.counters.events += 1;
+        self.last_event_at = Some(now);
+        if obs.signal == Signal::Unknown {
+            self.counters.unknown += 1;
+        }
+        obs.usage.apply_to(&mut self.usage);
+        if let Some(t) = &obs.tool {
+            self.last_tool = Some(tool_record(t, now));
+        }
+        if let Some(e) = &obs.error {
+            self.last_error = Some(tool::truncate(e));
+        }
+        if obs.subagent {
+            return;
+        }
+        if let Signal::Session { id, cwd, .. } = &obs.signal {
+            self.session_id = id.as_ref().map(|s| s.to_string());
+            if let Some(c) = cwd {
+                self.cwd = Some(c.to_string());
+            }
+            self.last_error = None;
+            self.exit = None;
+        }
+        if obs.signal == Signal::Blocked {
+            self.blocked_reason = obs.reason.as_ref().map(|r| tool::truncate(r));
+        }
+        let line = self.lines;
+        self.transition(&obs.signal, now, line, out);
+    }
+
+    fn transition(&mut self, signal: &Signal<'_>, now: Timestamp, line: u64, out: &mut Vec<Transition>) {
+        let next = state::apply(self.state, signal);
+        if next == self.state {
+            return;
+        }
+        if self.state == AgentState::Blocked {
+            self.blocked_reason = None;
+        }
+        out.push(Transition { from: self.state, to: next, at: now, line });
+        self.state = next;
+        self.state_since = now;
+    }
+}
+
+fn tool_record(t: &ToolCall<'_>, now: Timestamp) -> ToolRecord {
+    let summary = match (&t.command, t.args) {
+        (Some(cmd), _) => tool::summarize_command(cmd),
+        (None, Some(args)) => tool::summarize_args(args),
+        (None, None) => String::new(),
+    };
+    ToolRecord { name: tool::truncate(&t.name), summary, at: now }
+}

@@ -1,0 +1,107 @@
+//! The normalised signal set every harness adapter produces.
+//!
+//! An adapter reads one JSONL line of its agent and returns one
+//! [`Observation`]: the [`Signal`] that drives the state machine plus the
+//! metadata the pane records (usage, the tool call, an error message). Fields
+//! borrow from the line so that nothing is copied unless the pane keeps it.
+
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
+
+use crate::core::usage::UsageUpdate;
+
+/// What one line means for the pane's state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Signal<'a> {
+    /// A session header. `running` is true for harnesses whose header is
+    /// printed after a prompt is already in flight (Claude, Codex, Gemini).
+    Session {
+        id: Option<Cow<'a, str>>,
+        cwd: Option<Cow<'a, str>>,
+        running: bool,
+    },
+    /// Active work: streaming, tools, compaction, retries.
+    Working,
+    /// A human must answer before the agent can go on.
+    Blocked,
+    /// A long-lived agent is waiting for its next prompt.
+    Idle,
+    /// The task finished cleanly.
+    Finished,
+    /// The task failed.
+    Failed,
+    /// The agent process exited; injected by the daemon, never parsed.
+    Exited { success: bool },
+    /// A recognised line that does not change state (metadata only).
+    Meta,
+    /// A line whose type this adapter does not know. Never changes state.
+    Unknown,
+}
+
+/// A tool invocation as the agent reported it.
+#[derive(Clone, Debug)]
+pub struct ToolCall<'a> {
+    pub name: Cow<'a, str>,
+    /// The arguments as raw JSON, summarised only if the pane keeps them.
+    pub args: Option<&'a RawValue>,
+    /// Codex reports a shell command as a bare string rather than an object.
+    pub command: Option<Cow<'a, str>>,
+}
+
+/// Everything the pane learns from one line.
+#[derive(Clone, Debug)]
+pub struct Observation<'a> {
+    pub signal: Signal<'a>,
+    /// The line belongs to a sub-agent (Claude `parent_tool_use_id`); its
+    /// signal must not drive the pane's own state. Usage still counts.
+    pub subagent: bool,
+    pub usage: UsageUpdate,
+    pub tool: Option<ToolCall<'a>>,
+    /// A failure message worth showing an operator.
+    pub error: Option<Cow<'a, str>>,
+    /// Why the agent is blocked (dialog title, tool awaiting permission).
+    pub reason: Option<Cow<'a, str>>,
+}
+
+impl<'a> Observation<'a> {
+    pub fn new(signal: Signal<'a>) -> Self {
+        Observation {
+            signal,
+            subagent: false,
+            usage: UsageUpdate::None,
+            tool: None,
+            error: None,
+            reason: None,
+        }
+    }
+
+    pub fn unknown() -> Self {
+        Observation::new(Signal::Unknown)
+    }
+
+    pub fn with_usage(mut self, usage: UsageUpdate) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    pub fn with_tool(mut self, tool: ToolCall<'a>) -> Self {
+        self.tool = Some(tool);
+        self
+    }
+
+    pub fn with_error(mut self, error: Option<Cow<'a, str>>) -> Self {
+        self.error = error;
+        self
+    }
+
+    pub fn with_reason(mut self, reason: Option<Cow<'a, str>>) -> Self {
+        self.reason = reason;
+        self
+    }
+
+    pub fn subagent(mut self, yes: bool) -> Self {
+        self.subagent = yes;
+        self
+    }
+}

@@ -1,0 +1,293 @@
+//! Pi (`pi --mode json` and `pi --mode rpc`), current and older wire.
+//!
+//! Deviations from the seed contract's table, each for a reason recorded in
+//! `docs/TAXONOMY.md`: `turn_end` is mid-run (working), `queue_update` is
+//! operator input already queued (no change), Pi has no `error` event (a
+//! failure is `stopReason:"error"` on the last assistant message), and
+//! `agent_end` is final only on older Pi, which has no `willRetry` field.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::core::signal::{Observation, Signal, ToolCall};
+use crate::core::taxonomy::Malformed;
+use crate::core::usage::{Usage, UsageUpdate};
+
+/// Whether the stream is one-shot JSON mode or a long-lived RPC session.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum PiMode {
+    #[default]
+    Json,
+    Rpc,
+}
+
+#[derive(Debug, Default)]
+pub struct PiState {
+    mode: PiMode,
+    /// Stop reason of the last assistant `message_end`.
+    last_stop: Option<StopReason>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum StopReason {
+    Error,
+    Aborted,
+    Other,
+}
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    cwd: Option<Cow<'a, str>>,
+    /// An object on `message_*`/`turn_end`, a string on UI requests.
+    #[serde(borrow, default)]
+    message: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "toolName")]
+    tool_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    args: Option<&'a RawValue>,
+    #[serde(default, rename = "willRetry")]
+    will_retry: Option<bool>,
+    #[serde(default)]
+    success: Option<bool>,
+    #[serde(borrow, default, rename = "finalError")]
+    final_error: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "errorMessage")]
+    error_message: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    title: Option<Cow<'a, str>>,
+    /// `compaction_end.result` carries the summariser's usage.
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<PiUsage>,
+    #[serde(borrow, default, rename = "stopReason")]
+    stop_reason: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "errorMessage")]
+    error_message: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct CompactionResult {
+    #[serde(default)]
+    usage: Option<PiUsage>,
+}
+
+#[derive(Deserialize, Default)]
+struct PiUsage {
+    #[serde(default)]
+    input: u64,
+    #[serde(default)]
+    output: u64,
+    #[serde(default, rename = "cacheRead")]
+    cache_read: u64,
+    #[serde(default, rename = "cacheWrite")]
+    cache_write: u64,
+    #[serde(default)]
+    cost: Option<PiCost>,
+}
+
+#[derive(Deserialize, Default)]
+struct PiCost {
+    #[serde(default)]
+    total: f64,
+}
+
+impl PiUsage {
+    fn to_usage(&self) -> Usage {
+        Usage {
+            input_tokens: self.input,
+            output_tokens: self.output,
+            cache_read_tokens: self.cache_read,
+            cache_write_tokens: self.cache_write,
+            cost_usd: self.cost.as_ref().map_or(0.0, |c| c.total),
+        }
+    }
+}
+
+/// The dialog methods of an RPC `extension_ui_request` that wait for an answer.
+const DIALOG_METHODS: [&str; 4] = ["select", "confirm", "input", "editor"];
+
+impl PiState {
+    pub fn mode(&self) -> PiMode {
+        self.mode
+    }
+
+    pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
+        let l: Line<'a> = serde_json::from_slice(line).map_err(|_| Malformed)?;
+        let obs = match l.kind.as_ref() {
+            "session" | "session_started" => {
+                self.mode = PiMode::Json;
+                self.last_stop = None;
+                Observation::new(Signal::Session { id: l.id, cwd: l.cwd, running: false })
+            }
+            "agent_start" | "turn_start" | "message_start" | "message_update"
+            | "tool_execution_update" | "tool_execution_end" | "turn_end"
+            | "compaction_start" | "auto_compaction_start" | "auto_retry_start"
+            | "summarization_retry_scheduled" | "summarization_retry_attempt_start"
+            | "summarization_retry_finished" => Observation::new(Signal::Working),
+            "tool_execution_start" => {
+                let mut obs = Observation::new(Signal::Working);
+                if let Some(name) = l.tool_name {
+                    obs = obs.with_tool(ToolCall { name, args: l.args, command: None });
+                }
+                obs
+            }
+            "message_end" => self.message_end(l.message),
+            "compaction_end" | "auto_compaction_end" => {
+                let usage = l
+                    .result
+                    .and_then(|r| serde_json::from_str::<CompactionResult>(r.get()).ok())
+                    .and_then(|r| r.usage)
+                    .map_or(UsageUpdate::None, |u| UsageUpdate::Add(u.to_usage()));
+                let err = l.error_message;
+                Observation::new(Signal::Working).with_usage(usage).with_error(err)
+            }
+            "auto_retry_end" => {
+                if l.success == Some(false) {
+                    Observation::new(Signal::Failed).with_error(l.final_error)
+                } else {
+                    Observation::new(Signal::Working)
+                }
+            }
+            "agent_end" => self.agent_end(l.will_retry),
+            "agent_settled" => self.settled(),
+            "extension_ui_request" => {
+                self.mode = PiMode::Rpc;
+                let method = l.method.as_deref().unwrap_or("");
+                if DIALOG_METHODS.contains(&method) {
+                    let reason = l.title.or_else(|| l.message.and_then(raw_string));
+                    Observation::new(Signal::Blocked).with_reason(reason)
+                } else {
+                    Observation::new(Signal::Meta)
+                }
+            }
+            "response" => {
+                self.mode = PiMode::Rpc;
+                Observation::new(Signal::Meta)
+            }
+            "queue_update" | "entry_appended" | "session_info_changed"
+            | "thinking_level_changed" | "bash_execution_update" | "extension_error" => {
+                Observation::new(Signal::Meta)
+            }
+            // Not a Pi event: the seed contract's daemon-injected failure, and
+            // what a generic agent speaking the seed taxonomy may print.
+            "error" => {
+                let msg = l.error_message.or_else(|| l.message.and_then(raw_string));
+                Observation::new(Signal::Failed).with_error(msg)
+            }
+            _ => Observation::unknown(),
+        };
+        Ok(obs)
+    }
+
+    fn message_end<'a>(&mut self, message: Option<&'a RawValue>) -> Observation<'a> {
+        let Some(m) = message.and_then(|raw| serde_json::from_str::<Message<'a>>(raw.get()).ok()) else {
+            return Observation::new(Signal::Working);
+        };
+        if m.role.as_deref() != Some("assistant") {
+            return Observation::new(Signal::Working);
+        }
+        self.last_stop = Some(match m.stop_reason.as_deref() {
+            Some("error") => StopReason::Error,
+            Some("aborted") => StopReason::Aborted,
+            _ => StopReason::Other,
+        });
+        // Usage is counted here, once per assistant message; `turn_end` and
+        // `agent_end` repeat the same message and are not counted again.
+        let usage = m.usage.map_or(UsageUpdate::None, |u| UsageUpdate::Add(u.to_usage()));
+        let error = if self.last_stop == Some(StopReason::Error) { m.error_message } else { None };
+        Observation::new(Signal::Working).with_usage(usage).with_error(error)
+    }
+
+    fn agent_end(&mut self, will_retry: Option<bool>) -> Observation<'static> {
+        match will_retry {
+            // Newer Pi: more may follow (a retry, an overflow compaction, a
+            // queued follow-up); `agent_settled` is the final word.
+            Some(_) => Observation::new(Signal::Working),
+            // Older Pi has neither `willRetry` nor `agent_settled`.
+            None => self.settled(),
+        }
+    }
+
+    fn settled(&mut self) -> Observation<'static> {
+        if self.mode == PiMode::Rpc {
+            // A long-lived RPC agent waits for its next prompt.
+            return Observation::new(Signal::Idle);
+        }
+        match self.last_stop {
+            Some(StopReason::Error) => Observation::new(Signal::Failed),
+            _ => Observation::new(Signal::Finished),
+        }
+    }
+
+    pub fn on_exit(&mut self, success: bool) -> Signal<'static> {
+        if success && self.mode == PiMode::Json && self.last_stop == Some(StopReason::Error) {
+            // JSON mode exits 0 after an errored final message.
+            return Signal::Failed;
+        }
+        Signal::Exited { success }
+    }
+}
+
+fn raw_string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(st: &mut PiState, line: &str) -> Signal<'static> {
+        match st.observe(line.as_bytes()).expect("valid line").signal {
+            Signal::Session { running, .. } => Signal::Session { id: None, cwd: None, running },
+            Signal::Working => Signal::Working,
+            Signal::Blocked => Signal::Blocked,
+            Signal::Idle => Signal::Idle,
+            Signal::Finished => Signal::Finished,
+            Signal::Failed => Signal::Failed,
+            Signal::Exited { success } => Signal::Exited { success },
+            Signal::Meta => Signal::Meta,
+            Signal::Unknown => Signal::Unknown,
+        }
+    }
+
+    #[test]
+    fn turn_end_is_mid_run_and_queue_update_is_meta() {
+        let mut st = PiState::default();
+        assert_eq!(sig(&mut st, r#"{"type":"turn_end","message":{"role":"assistant","stopReason":"toolUse"}}"#), Signal::Working);
+        assert_eq!(sig(&mut st, r#"{"type":"queue_update","steering":[],"followUp":[]}"#), Signal::Meta);
+    }
+
+    #[test]
+    fn error_stop_reason_fails_at_settle_and_exit() {
+        let mut st = PiState::default();
+        sig(&mut st, r#"{"type":"message_end","message":{"role":"assistant","stopReason":"error","errorMessage":"529"}}"#);
+        assert_eq!(sig(&mut st, r#"{"type":"agent_end","messages":[],"willRetry":false}"#), Signal::Working);
+        assert_eq!(st.on_exit(true), Signal::Failed);
+        assert_eq!(sig(&mut st, r#"{"type":"agent_settled"}"#), Signal::Failed);
+    }
+
+    #[test]
+    fn non_objects_are_malformed() {
+        let mut st = PiState::default();
+        assert!(st.observe(b"[1,2]").is_err());
+        assert!(st.observe(b"{\"type\":").is_err());
+        assert!(st.observe(b"{\"no_type\":1}").is_err());
+        assert!(st.observe(b"\xff\xfe").is_err());
+    }
+}

@@ -1,0 +1,14 @@
+//! Zot adapter (to be completed).
+
+use crate::core::signal::Observation;
+use crate::core::taxonomy::Malformed;
+
+#[derive(Debug, Default)]
+pub struct ZotState {}
+
+impl ZotState {
+    pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
+        let _: serde::de::IgnoredAny = serde_json::from_slice(line).map_err(|_| Malformed)?;
+        Ok(Observation::unknown())
+    }
+}

@@ -1,0 +1,61 @@
+//! Offline folding of a recorded stream: what `colibri fold` prints and
+//! what the fixture tests assert.
+//!
+//! A recording has no clock, so every line is stamped with one fixed time;
+//! the timeline is reported by line number instead.
+
+use std::time::Duration;
+
+use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
+use crate::core::state::AgentState;
+use crate::core::taxonomy::Runtime;
+use crate::core::time::Timestamp;
+use crate::protocol::{FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage};
+
+/// Folds `chunks` (a stream cut anywhere) into a report. `exit`, when given,
+/// is folded in after the stream as the daemon would on process exit;
+/// without it the stream's end is still flushed (a last line without `\n`).
+pub fn fold_chunks<'a>(
+    runtime: Option<Runtime>,
+    max_line: usize,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+    exit: Option<ExitStatus>,
+) -> (Pane, FoldReport) {
+    let t0 = Timestamp::from_millis(0);
+    let mut pane = Pane::new(PaneId("fold".into()), "fold".into(), runtime, max_line, t0);
+    let mut transitions: Vec<Transition> = Vec::new();
+    for c in chunks {
+        pane.ingest(c, t0, &mut transitions);
+    }
+    match exit {
+        Some(status) => pane.exited(status, t0, &mut transitions),
+        None => pane.finish_stream(t0, &mut transitions),
+    }
+    let report = report(&pane, &transitions);
+    (pane, report)
+}
+
+/// Folds one whole buffer.
+pub fn fold_bytes(runtime: Option<Runtime>, max_line: usize, bytes: &[u8], exit: Option<ExitStatus>) -> FoldReport {
+    fold_chunks(runtime, max_line, [bytes], exit).1
+}
+
+fn report(pane: &Pane, transitions: &[Transition]) -> FoldReport {
+    let mut timeline = vec![FoldStep { line: 0, state: AgentState::Idle }];
+    timeline.extend(transitions.iter().map(|t| FoldStep { line: t.line, state: t.to }));
+    FoldReport {
+        state: pane.state(),
+        // Stall is silence on a live stream; a recording is never stalled.
+        stalled: pane.is_stalled(Timestamp::from_millis(0), Duration::MAX),
+        runtime: pane.runtime(),
+        session_id: pane.session_id().map(str::to_string),
+        cwd: pane.cwd().map(str::to_string),
+        usage: WireUsage::from(pane.usage()),
+        counters: WireCounters::from(pane.counters()),
+        timeline,
+        last_tool: pane.last_tool().map(WireTool::from),
+        last_error: pane.last_error().map(str::to_string),
+        blocked_reason: pane.blocked_reason().map(str::to_string),
+        exit: pane.exit().map(WireExit::from),
+    }
+}

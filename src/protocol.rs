@@ -1,0 +1,695 @@
+//! Every type that crosses the socket or is printed as JSON.
+//!
+//! **Invariant:** wire names are decided here and nowhere else. The v1
+//! snapshot follows `clawdie.glasspane.snapshot.v1` field for field
+//! (optionals omitted when absent, `stalled` omitted when false, RFC 3339
+//! UTC with milliseconds); everything else is colibri's own and documented
+//! in `docs/PROTOCOL.md`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::core::pane::{Counters, ExitStatus, Pane, ToolRecord};
+use crate::core::state::AgentState;
+use crate::core::taxonomy::Runtime;
+use crate::core::time::Timestamp;
+use crate::core::usage::Usage;
+
+pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
+pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
+
+impl Serialize for AgentState {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        AgentState::parse(&s).ok_or_else(|| D::Error::custom(format!("unknown state {s:?}")))
+    }
+}
+
+impl Serialize for Runtime {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Runtime {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Runtime::parse(&s).ok_or_else(|| {
+            D::Error::custom(format!("unknown runtime {s:?} (pi, zot, claude, codex, gemini, opencode)"))
+        })
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn rfc3339(t: Timestamp) -> String {
+    t.to_rfc3339()
+}
+
+// ---------------------------------------------------------------------------
+// Snapshots
+
+/// `clawdie.glasspane.snapshot.v1`, exactly as the contract gives it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotV1 {
+    pub schema: String,
+    pub host: String,
+    pub observed_at: String,
+    pub panes: Vec<PaneV1>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PaneV1 {
+    pub id: String,
+    pub agent: String,
+    pub state: AgentState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pi_session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stalled: bool,
+}
+
+impl PaneV1 {
+    pub fn from_pane(p: &Pane, now: Timestamp, default_stall_after: Duration) -> PaneV1 {
+        PaneV1 {
+            id: p.id.0.clone(),
+            agent: p.agent.clone(),
+            state: p.state(),
+            pi_session_id: p.session_id().map(str::to_string),
+            last_event_at: p.last_event_at().map(rfc3339),
+            cwd: p.cwd().map(str::to_string),
+            stalled: p.is_stalled(now, default_stall_after),
+        }
+    }
+}
+
+/// colibri's richer snapshot: everything a pane records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotV2 {
+    pub schema: String,
+    pub host: String,
+    pub observed_at: String,
+    pub panes: Vec<PaneV2>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PaneV2 {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    pub state: AgentState,
+    pub stalled: bool,
+    pub paused: bool,
+    pub state_since: String,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event_at: Option<String>,
+    pub stall_after_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_session: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    pub generation: u32,
+    pub counters: WireCounters,
+    pub usage: WireUsage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_tool: Option<WireTool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<WireExit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<WireRestart>,
+}
+
+impl PaneV2 {
+    /// The core's view of a pane; daemon-only fields (pid, jail, restart)
+    /// are left for the daemon to fill.
+    pub fn from_pane(p: &Pane, now: Timestamp, default_stall_after: Duration) -> PaneV2 {
+        PaneV2 {
+            id: p.id.0.clone(),
+            name: p.name.clone(),
+            agent: p.agent.clone(),
+            runtime: p.runtime(),
+            state: p.state(),
+            stalled: p.is_stalled(now, default_stall_after),
+            paused: p.paused,
+            state_since: rfc3339(p.state_since()),
+            started_at: rfc3339(p.started_at),
+            last_event_at: p.last_event_at().map(rfc3339),
+            stall_after_ms: p.stall_after.unwrap_or(default_stall_after).as_millis() as u64,
+            session_id: p.session_id().map(str::to_string),
+            daemon_session: None,
+            cwd: p.cwd().map(str::to_string),
+            jail: None,
+            pid: None,
+            generation: 0,
+            counters: WireCounters::from(p.counters()),
+            usage: WireUsage::from(p.usage()),
+            last_tool: p.last_tool().map(WireTool::from),
+            last_error: p.last_error().map(str::to_string),
+            blocked_reason: p.blocked_reason().map(str::to_string),
+            exit: p.exit().map(WireExit::from),
+            restart: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireCounters {
+    pub events: u64,
+    pub malformed: u64,
+    pub oversize: u64,
+    pub unknown: u64,
+    pub bytes: u64,
+}
+
+impl From<&Counters> for WireCounters {
+    fn from(c: &Counters) -> Self {
+        WireCounters { events: c.events, malformed: c.malformed, oversize: c.oversize, unknown: c.unknown, bytes: c.bytes }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cost_usd: f64,
+}
+
+impl From<&Usage> for WireUsage {
+    fn from(u: &Usage) -> Self {
+        WireUsage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+            cost_usd: u.cost_usd,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireTool {
+    pub name: String,
+    pub summary: String,
+    pub at: String,
+}
+
+impl From<&ToolRecord> for WireTool {
+    fn from(t: &ToolRecord) -> Self {
+        WireTool { name: t.name.clone(), summary: t.summary.clone(), at: rfc3339(t.at) }
+    }
+}
+
+/// An exit status: `code` for a normal exit, `signal` for a kill.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireExit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+}
+
+impl From<ExitStatus> for WireExit {
+    fn from(e: ExitStatus) -> Self {
+        match e {
+            ExitStatus::Code(c) => WireExit { code: Some(c), signal: None },
+            ExitStatus::Signal(s) => WireExit { code: None, signal: Some(s) },
+            ExitStatus::Unknown => WireExit::default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireRestart {
+    pub policy: String,
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_at: Option<String>,
+}
+
+// ---------------------------------------------------------------------------
+// `colibri fold --json`
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FoldReport {
+    pub state: AgentState,
+    pub stalled: bool,
+    #[serde(default)]
+    pub runtime: Option<Runtime>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    pub usage: WireUsage,
+    pub counters: WireCounters,
+    pub timeline: Vec<FoldStep>,
+    #[serde(default)]
+    pub last_tool: Option<WireTool>,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    #[serde(default)]
+    pub blocked_reason: Option<String>,
+    #[serde(default)]
+    pub exit: Option<WireExit>,
+}
+
+/// One state change in a fold; `line` is the 1-based non-blank line that
+/// caused it (0: caused by the end of the stream or the exit).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FoldStep {
+    pub line: u64,
+    pub state: AgentState,
+}
+
+// ---------------------------------------------------------------------------
+// Requests
+
+/// One request line. `id`, when present, is echoed in the reply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub id: Option<Value>,
+    pub command: Command,
+}
+
+/// Every socket command. Unknown fields are ignored so that newer clients
+/// can talk to older daemons.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+pub enum Command {
+    Status,
+    GlasspaneSnapshot,
+    Snapshot(SnapshotArgs),
+    ListSessions,
+    SpawnAgent(Box<SpawnArgs>),
+    KillAgent(AgentArgs),
+    GetSession(SessionArgs),
+    CompactSession(SessionArgs),
+    Watch(WatchArgs),
+    PauseAgent(AgentArgs),
+    ResumeAgent(AgentArgs),
+    SignalAgent(SignalArgs),
+    SendInput(InputArgs),
+    Emit(EmitArgs),
+    Whoami,
+    Hint(HintArgs),
+}
+
+impl Command {
+    /// The wire name, for errors and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Status => "status",
+            Command::GlasspaneSnapshot => "glasspane-snapshot",
+            Command::Snapshot(_) => "snapshot",
+            Command::ListSessions => "list-sessions",
+            Command::SpawnAgent(_) => "spawn-agent",
+            Command::KillAgent(_) => "kill-agent",
+            Command::GetSession(_) => "get-session",
+            Command::CompactSession(_) => "compact-session",
+            Command::Watch(_) => "watch",
+            Command::PauseAgent(_) => "pause-agent",
+            Command::ResumeAgent(_) => "resume-agent",
+            Command::SignalAgent(_) => "signal-agent",
+            Command::SendInput(_) => "send-input",
+            Command::Emit(_) => "emit",
+            Command::Whoami => "whoami",
+            Command::Hint(_) => "hint",
+        }
+    }
+}
+
+pub const COMMAND_NAMES: [&str; 16] = [
+    "status",
+    "glasspane-snapshot",
+    "snapshot",
+    "list-sessions",
+    "spawn-agent",
+    "kill-agent",
+    "get-session",
+    "compact-session",
+    "watch",
+    "pause-agent",
+    "resume-agent",
+    "signal-agent",
+    "send-input",
+    "emit",
+    "whoami",
+    "hint",
+];
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct SnapshotArgs {
+    /// `v1` (default) or `v2`.
+    #[serde(default)]
+    pub schema: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct SpawnArgs {
+    /// Contract: `local` runs `model` as the executable; other providers
+    /// run the argv template configured for them.
+    #[serde(default)]
+    pub provider: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// colibri: the full command line (overrides provider/model).
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub runtime: Option<Runtime>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A humantime duration (`90s`, `10m`) or milliseconds as a number.
+    #[serde(default)]
+    pub stall_after: Option<DurationArg>,
+    /// `never` (default), `on-failure`, `always`.
+    #[serde(default)]
+    pub restart: Option<String>,
+    #[serde(default)]
+    pub max_restarts: Option<u32>,
+    /// Run inside this running jail (FreeBSD).
+    #[serde(default)]
+    pub jail: Option<String>,
+    /// Switch to this user (inside the jail, when one is named).
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub cols: Option<u16>,
+    #[serde(default)]
+    pub rows: Option<u16>,
+}
+
+/// A duration given as `"90s"` or as milliseconds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DurationArg(pub Duration);
+
+impl<'de> Deserialize<'de> for DurationArg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::Number(n) => n
+                .as_u64()
+                .map(|ms| DurationArg(Duration::from_millis(ms)))
+                .ok_or_else(|| D::Error::custom("duration in milliseconds must be a non-negative integer")),
+            Value::String(s) => humantime::parse_duration(&s)
+                .map(DurationArg)
+                .map_err(|e| D::Error::custom(format!("bad duration {s:?}: {e}"))),
+            _ => Err(D::Error::custom("duration must be a string like \"90s\" or milliseconds")),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct AgentArgs {
+    /// The pane id, or a pane name.
+    pub agent_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct SignalArgs {
+    pub agent_id: String,
+    /// A name (`TERM`, `SIGINT`) or a number.
+    pub signal: Value,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct InputArgs {
+    pub agent_id: String,
+    pub text: String,
+    /// Append a newline (default true).
+    #[serde(default)]
+    pub newline: Option<bool>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct EmitArgs {
+    pub agent_id: String,
+    /// The event as a JSON object, in the pane's dialect (or Claude hook
+    /// input, which the Claude adapter reads).
+    pub event: Value,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct SessionArgs {
+    pub session_id: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct WatchArgs {
+    /// Only these panes (ids or names); all when absent.
+    #[serde(default)]
+    pub panes: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct HintArgs {
+    /// `resume`: the host slept; re-base every stall deadline.
+    pub kind: String,
+}
+
+/// Why a request line could not be used.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RequestError {
+    #[error("malformed JSON: {0}")]
+    Json(String),
+    #[error("a request must be a JSON object")]
+    NotObject,
+    #[error("missing \"cmd\"")]
+    MissingCmd,
+    #[error("unknown command {0:?}")]
+    UnknownCommand(String),
+    #[error("bad arguments for {cmd}: {msg}")]
+    BadArgs { cmd: String, msg: String },
+}
+
+impl Request {
+    /// Parses one request line. On error, the `id` (if one could be read)
+    /// is returned too so the error reply can echo it.
+    pub fn parse(line: &[u8]) -> Result<Request, (Option<Value>, RequestError)> {
+        let value: Value = serde_json::from_slice(line).map_err(|e| (None, RequestError::Json(e.to_string())))?;
+        let Value::Object(mut map) = value else {
+            return Err((None, RequestError::NotObject));
+        };
+        let id = map.remove("id");
+        let cmd = match map.get("cmd") {
+            Some(Value::String(s)) => s.clone(),
+            Some(_) | None => return Err((id, RequestError::MissingCmd)),
+        };
+        if !COMMAND_NAMES.contains(&cmd.as_str()) {
+            return Err((id, RequestError::UnknownCommand(cmd)));
+        }
+        match serde_json::from_value::<Command>(Value::Object(map)) {
+            Ok(command) => Ok(Request { id, command }),
+            Err(e) => Err((id, RequestError::BadArgs { cmd, msg: e.to_string() })),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Replies
+
+/// The contract's envelope: `{"ok","error","data"}`, plus `id` when the
+/// request had one. `data` is null when `ok` is false.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Response<T> {
+    pub ok: bool,
+    pub error: Option<String>,
+    pub data: Option<T>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
+}
+
+/// Serialises a success reply as one line (with its `\n`).
+pub fn ok_line<T: Serialize>(id: Option<&Value>, data: &T) -> Vec<u8> {
+    let resp = Response { ok: true, error: None, data: Some(data), id: id.cloned() };
+    let mut v = serde_json::to_vec(&resp).unwrap_or_else(|e| err_line(id, &format!("cannot encode reply: {e}")));
+    if v.last() != Some(&b'\n') {
+        v.push(b'\n');
+    }
+    v
+}
+
+/// Serialises an error reply as one line (with its `\n`).
+pub fn err_line(id: Option<&Value>, error: &str) -> Vec<u8> {
+    let resp: Response<()> = Response { ok: false, error: Some(error.to_string()), data: None, id: id.cloned() };
+    let mut v = serde_json::to_vec(&resp).unwrap_or_else(|_| br#"{"ok":false,"error":"internal","data":null}"#.to_vec());
+    v.push(b'\n');
+    v
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusData {
+    pub host: String,
+    pub version: String,
+    pub pid: u32,
+    pub started_at: String,
+    pub agents: usize,
+    pub running: usize,
+    pub sessions: usize,
+    pub connections: usize,
+    pub watchers: usize,
+    pub states: BTreeMap<String, usize>,
+    pub stalled: usize,
+    pub stall_after_ms: u64,
+    pub scope: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpawnData {
+    pub agent_id: String,
+    pub status: String,
+    pub session_id: String,
+    pub pid: i32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionSummary {
+    pub id: String,
+    pub turn_count: u64,
+    pub bytes: u64,
+    pub panes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<AgentState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<WireExit>,
+}
+
+// ---------------------------------------------------------------------------
+// `watch` events
+
+/// One line of a `watch` stream. `seq` increases by one per event across the
+/// whole daemon, so a gap tells a watcher it missed something.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WatchEvent {
+    pub seq: u64,
+    pub at: String,
+    #[serde(flatten)]
+    pub kind: WatchKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WatchKind {
+    Attached { pane: String, agent: String, #[serde(default, skip_serializing_if = "Option::is_none")] name: Option<String>, #[serde(default, skip_serializing_if = "Option::is_none")] pid: Option<i32> },
+    State { pane: String, from: AgentState, to: AgentState, #[serde(default, skip_serializing_if = "Option::is_none")] reason: Option<String> },
+    Stalled { pane: String, silent_ms: u64 },
+    Unstalled { pane: String },
+    Paused { pane: String },
+    Resumed { pane: String },
+    Exited { pane: String, #[serde(default, skip_serializing_if = "Option::is_none")] code: Option<i32>, #[serde(default, skip_serializing_if = "Option::is_none")] signal: Option<i32> },
+    RestartScheduled { pane: String, attempt: u32, next_at: String },
+    Restarted { pane: String, generation: u32, pid: i32 },
+    Heartbeat { panes: usize },
+}
+
+impl WatchKind {
+    pub fn pane(&self) -> Option<&str> {
+        match self {
+            WatchKind::Attached { pane, .. }
+            | WatchKind::State { pane, .. }
+            | WatchKind::Stalled { pane, .. }
+            | WatchKind::Unstalled { pane }
+            | WatchKind::Paused { pane }
+            | WatchKind::Resumed { pane }
+            | WatchKind::Exited { pane, .. }
+            | WatchKind::RestartScheduled { pane, .. }
+            | WatchKind::Restarted { pane, .. } => Some(pane),
+            WatchKind::Heartbeat { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_omits_optionals_and_false_stalled() {
+        let p = PaneV1 {
+            id: "a".into(),
+            agent: "pi".into(),
+            state: AgentState::Working,
+            pi_session_id: None,
+            last_event_at: None,
+            cwd: None,
+            stalled: false,
+        };
+        assert_eq!(serde_json::to_string(&p).ok().as_deref(), Some(r#"{"id":"a","agent":"pi","state":"working"}"#));
+        let p = PaneV1 { stalled: true, cwd: Some("/r".into()), ..p };
+        assert_eq!(
+            serde_json::to_string(&p).ok().as_deref(),
+            Some(r#"{"id":"a","agent":"pi","state":"working","cwd":"/r","stalled":true}"#)
+        );
+    }
+
+    #[test]
+    fn parses_contract_lines_verbatim() {
+        let r = Request::parse(br#"{"cmd":"glasspane-snapshot"}"#).expect("parses");
+        assert_eq!(r.command, Command::GlasspaneSnapshot);
+        let r = Request::parse(br#"{"cmd":"spawn-agent","provider":"deepseek","model":"deepseek-chat","session_id":"sess-1","system_prompt":"You are a helpful assistant."}"#).expect("parses");
+        let Command::SpawnAgent(a) = r.command else { panic!("not spawn") };
+        assert_eq!(a.provider.as_deref(), Some("deepseek"));
+        assert_eq!(a.session_id.as_deref(), Some("sess-1"));
+        let r = Request::parse(br#"{"cmd":"kill-agent","agent_id":"x","id":7}"#).expect("parses");
+        assert_eq!(r.id, Some(Value::from(7)));
+    }
+
+    #[test]
+    fn request_errors_are_specific() {
+        assert!(matches!(Request::parse(b"{nope"), Err((None, RequestError::Json(_)))));
+        assert!(matches!(Request::parse(b"[1]"), Err((None, RequestError::NotObject))));
+        assert!(matches!(Request::parse(br#"{"cmd":"fly","id":"q"}"#), Err((Some(_), RequestError::UnknownCommand(_)))));
+        assert!(matches!(Request::parse(br#"{"cmd":"kill-agent"}"#), Err((None, RequestError::BadArgs { .. }))));
+    }
+
+    #[test]
+    fn envelope_has_all_three_fields() {
+        let line = err_line(None, "boom");
+        assert_eq!(line, b"{\"ok\":false,\"error\":\"boom\",\"data\":null}\n".to_vec());
+        let line = ok_line(Some(&Value::from("r1")), &serde_json::json!({"x":1}));
+        assert_eq!(line, b"{\"ok\":true,\"error\":null,\"data\":{\"x\":1},\"id\":\"r1\"}\n".to_vec());
+    }
+}
