@@ -5,9 +5,14 @@
 //!   no OS calls, no clock reads (every time is passed in).
 //! - [`protocol`] holds every type that crosses the socket or is printed as
 //!   JSON, so wire compatibility is decided in one file.
-//! - `daemon` and `platform` do the I/O; `platform` is the only module with
-//!   `cfg(target_os)` code.
+//! - [`daemon`] and [`platform`] do the I/O; `platform` is the only module
+//!   with `cfg(target_os)` code.
 
+pub mod cli;
+pub mod client;
+pub mod config;
 pub mod core;
+pub mod daemon;
 pub mod fold;
+pub mod platform;
 pub mod protocol;

@@ -68,6 +68,19 @@ pub struct ToolRecord {
     pub at: Timestamp,
 }
 
+/// What one framed line turned out to be.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LineKind {
+    /// A JSON object the adapter read (or held for runtime detection).
+    Event,
+    /// Not JSON, not an object, or not UTF-8.
+    Malformed,
+    /// Longer than the cap; its bytes were dropped.
+    Oversize,
+    /// Only white space.
+    Blank,
+}
+
 /// A state change, with the line count at which it happened.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
@@ -111,6 +124,7 @@ pub struct Pane {
     cwd: Option<String>,
     counters: Counters,
     lines: u64,
+    turns: u64,
     usage: Usage,
     last_tool: Option<ToolRecord>,
     last_error: Option<String>,
@@ -141,6 +155,7 @@ impl Pane {
             cwd: None,
             counters: Counters::default(),
             lines: 0,
+            turns: 0,
             usage: Usage::default(),
             last_tool: None,
             last_error: None,
@@ -169,6 +184,10 @@ impl Pane {
     }
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+    /// Turns started (model calls or prompt rounds, per the dialect).
+    pub fn turns(&self) -> u64 {
+        self.turns
     }
     pub fn usage(&self) -> &Usage {
         &self.usage
@@ -224,25 +243,41 @@ impl Pane {
     pub fn ingest(&mut self, chunk: &[u8], now: Timestamp, out: &mut Vec<Transition>) {
         self.counters.bytes += chunk.len() as u64;
         let mut framer = std::mem::replace(&mut self.framer, LineFramer::new(1));
-        framer.feed(chunk, |frame| self.on_frame(frame, now, out));
+        framer.feed(chunk, |frame| {
+            self.on_frame(frame, now, out);
+        });
         self.framer = framer;
     }
 
     /// Feeds one complete line (without its newline).
-    pub fn ingest_line(&mut self, line: &[u8], now: Timestamp, out: &mut Vec<Transition>) {
+    pub fn ingest_line(&mut self, line: &[u8], now: Timestamp, out: &mut Vec<Transition>) -> LineKind {
         self.counters.bytes += line.len() as u64 + 1;
         if line.len() > self.framer.max_line() {
-            self.on_frame(Frame::Oversize, now, out);
+            self.on_frame(Frame::Oversize, now, out)
         } else {
-            self.on_frame(Frame::Line(line), now, out);
+            self.on_frame(Frame::Line(line), now, out)
         }
+    }
+
+    /// Feeds one frame produced by a caller's own [`LineFramer`] (the daemon
+    /// frames itself so it can log each line with its kind). `bytes` is not
+    /// counted here; see [`Pane::count_bytes`].
+    pub fn ingest_frame(&mut self, frame: Frame<'_>, now: Timestamp, out: &mut Vec<Transition>) -> LineKind {
+        self.on_frame(frame, now, out)
+    }
+
+    /// Counts raw bytes read from the agent (framing done by the caller).
+    pub fn count_bytes(&mut self, n: usize) {
+        self.counters.bytes += n as u64;
     }
 
     /// The stream ended: a last line without a newline still counts, and
     /// lines held for detection are interpreted with the default dialect.
     pub fn finish_stream(&mut self, now: Timestamp, out: &mut Vec<Transition>) {
         let mut framer = std::mem::replace(&mut self.framer, LineFramer::new(1));
-        framer.finish(|frame| self.on_frame(frame, now, out));
+        framer.finish(|frame| {
+            self.on_frame(frame, now, out);
+        });
         self.framer = framer;
         if matches!(self.dialect, Dialect::Detecting { .. }) {
             self.settle_dialect(Runtime::Pi, out);
@@ -275,31 +310,31 @@ impl Pane {
         self.transition(&Signal::Failed, now, 0, out);
     }
 
-    fn on_frame(&mut self, frame: Frame<'_>, now: Timestamp, out: &mut Vec<Transition>) {
+    fn on_frame(&mut self, frame: Frame<'_>, now: Timestamp, out: &mut Vec<Transition>) -> LineKind {
         let line = match frame {
             Frame::Oversize => {
                 self.lines += 1;
                 self.counters.oversize += 1;
                 self.quiet_since = self.quiet_since.max(now);
-                return;
+                return LineKind::Oversize;
             }
             Frame::Line(l) => l,
         };
         if is_blank(line) {
-            return;
+            return LineKind::Blank;
         }
         self.lines += 1;
         self.quiet_since = self.quiet_since.max(now);
         match &mut self.dialect {
-            Dialect::Known(adapter) => match adapter.observe(line) {
-                Ok(obs) => self.apply(obs, now, out),
-                Err(_) => self.counters.malformed += 1,
-            },
+            Dialect::Known(_) => self.observe_known(line, now, out),
             Dialect::Detecting { held, bytes } => match detect(line) {
-                Detection::Malformed => self.counters.malformed += 1,
+                Detection::Malformed => {
+                    self.counters.malformed += 1;
+                    LineKind::Malformed
+                }
                 Detection::Found(rt) => {
                     self.settle_dialect(rt, out);
-                    self.observe_known(line, now, out);
+                    self.observe_known(line, now, out)
                 }
                 Detection::Undecided => {
                     held.push((line.to_vec(), now));
@@ -308,18 +343,25 @@ impl Pane {
                         // The seed contract's taxonomy is Pi's.
                         self.settle_dialect(Runtime::Pi, out);
                     }
+                    LineKind::Event
                 }
             },
         }
     }
 
-    fn observe_known(&mut self, line: &[u8], now: Timestamp, out: &mut Vec<Transition>) {
+    fn observe_known(&mut self, line: &[u8], now: Timestamp, out: &mut Vec<Transition>) -> LineKind {
         let Dialect::Known(adapter) = &mut self.dialect else {
-            return;
+            return LineKind::Event;
         };
         match adapter.observe(line) {
-            Ok(obs) => self.apply(obs, now, out),
-            Err(_) => self.counters.malformed += 1,
+            Ok(obs) => {
+                self.apply(obs, now, out);
+                LineKind::Event
+            }
+            Err(_) => {
+                self.counters.malformed += 1;
+                LineKind::Malformed
+            }
         }
     }
 
@@ -335,7 +377,7 @@ impl Pane {
         let lines_now = self.lines;
         for (i, (line, at)) in held.iter().enumerate() {
             self.lines = lines_now - (held.len() as u64) + i as u64;
-            self.observe_known(line, *at, out);
+            let _ = self.observe_known(line, *at, out);
         }
         self.lines = lines_now;
     }
@@ -345,6 +387,9 @@ impl Pane {
         self.last_event_at = Some(now);
         if obs.signal == Signal::Unknown {
             self.counters.unknown += 1;
+        }
+        if obs.turn {
+            self.turns += 1;
         }
         obs.usage.apply_to(&mut self.usage);
         if let Some(t) = &obs.tool {

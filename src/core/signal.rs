@@ -62,6 +62,9 @@ pub struct Observation<'a> {
     pub error: Option<Cow<'a, str>>,
     /// Why the agent is blocked (dialog title, tool awaiting permission).
     pub reason: Option<Cow<'a, str>>,
+    /// The line starts a new turn (one model call or prompt round); the
+    /// session index counts these.
+    pub turn: bool,
 }
 
 impl<'a> Observation<'a> {
@@ -73,6 +76,7 @@ impl<'a> Observation<'a> {
             tool: None,
             error: None,
             reason: None,
+            turn: false,
         }
     }
 
@@ -97,6 +101,11 @@ impl<'a> Observation<'a> {
 
     pub fn with_reason(mut self, reason: Option<Cow<'a, str>>) -> Self {
         self.reason = reason;
+        self
+    }
+
+    pub fn turn(mut self, yes: bool) -> Self {
+        self.turn = yes;
         self
     }
 

@@ -98,7 +98,7 @@ impl Supervisor {
     /// Feeds one line, as the contract's `ingest_line_at`.
     pub fn ingest_line_at(&mut self, key: PaneKey, line: &str, now: Timestamp, out: &mut Vec<Transition>) {
         if let Some(p) = self.get_mut(key) {
-            p.ingest_line(line.as_bytes(), now, out);
+            let _ = p.ingest_line(line.as_bytes(), now, out);
         }
     }
 

@@ -135,7 +135,8 @@ impl PiState {
                 self.last_stop = None;
                 Observation::new(Signal::Session { id: l.id, cwd: l.cwd, running: false })
             }
-            "agent_start" | "turn_start" | "message_start" | "message_update"
+            "turn_start" => Observation::new(Signal::Working).turn(true),
+            "agent_start" | "message_start" | "message_update"
             | "tool_execution_update" | "tool_execution_end" | "turn_end"
             | "compaction_start" | "auto_compaction_start" | "auto_retry_start"
             | "summarization_retry_scheduled" | "summarization_retry_attempt_start"

@@ -1,0 +1,1 @@
+//! The operator CLI (to be written).

@@ -1,0 +1,1 @@
+//! A blocking NDJSON client for the daemon socket (to be written).

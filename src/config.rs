@@ -1,0 +1,1 @@
+//! Daemon configuration (to be written).

@@ -1,0 +1,1 @@
+//! syslog alerts (to be written).

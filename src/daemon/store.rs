@@ -1,0 +1,1 @@
+//! Durable session logs (to be written).

@@ -1,0 +1,1 @@
+//! OS-specific code behind one interface (to be written).
