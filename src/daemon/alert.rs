@@ -1,1 +1,1051 @@
-//! syslog alerts (to be written).
+//! Syslog alerts for pane transitions, sent without ever blocking the loop.
+//!
+//! colibrid sends one datagram when a pane becomes blocked, stalled, un-stalled
+//! or error, and when its agent exits. [`Alerter`] owns the one datagram socket
+//! to the system log (an unbound `UnixDatagram`, `connect`ed and non-blocking)
+//! and a per-pane token bucket. The invariants are: `alert` never blocks and
+//! never panics; a full log socket drops the message and counts it; a vanished
+//! syslogd (restart, missing socket) drops the socket and reconnects on a later
+//! alert, at most once per second; no pane can flood the log.
+//!
+//! Messages are RFC 5424 (`<PRI>1 TIMESTAMP HOST colibri PID MSGID - body`)
+//! because FreeBSD syslogd reads an RFC 3164 timestamp as local time while
+//! every formatter stamps UTC (see notes/freebsd.md §7). The header is written
+//! here, not by `syslog::Formatter5424`: that formatter takes MSGID as a `u32`
+//! and reads the clock itself, and colibri needs a word as MSGID and the
+//! caller's time. The `syslog` crate still supplies [`Facility`].
+
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+use std::io;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+pub use syslog::Facility;
+
+use crate::core::time::Timestamp;
+
+/// The syslog APP-NAME of every alert; syslog.d routes on it.
+pub const APP_NAME: &str = "colibri";
+
+/// Where the system log listens, tried in this order when no socket is
+/// configured: FreeBSD, Linux, macOS.
+pub const SYSTEM_LOG_SOCKETS: [&str; 3] = ["/var/run/log", "/dev/log", "/var/run/syslog"];
+
+/// The least time between two connection attempts, so a dead syslogd costs
+/// one failed `connect` per second at most, not one per alert.
+pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The longest value kept in a message body; longer ones are cut (at a char
+/// boundary) so a message stays under FreeBSD syslogd's 8 KiB line limit.
+pub const MAX_VALUE_BYTES: usize = 512;
+
+/// The transition an alert reports; its name is the RFC 5424 MSGID.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AlertKind {
+    Blocked,
+    Stalled,
+    Unstalled,
+    Error,
+    Exited,
+}
+
+impl AlertKind {
+    /// The MSGID written into the message.
+    pub fn msgid(self) -> &'static str {
+        match self {
+            AlertKind::Blocked => "blocked",
+            AlertKind::Stalled => "stalled",
+            AlertKind::Unstalled => "unstalled",
+            AlertKind::Error => "error",
+            AlertKind::Exited => "exited",
+        }
+    }
+}
+
+/// Syslog severities, most severe first, so `a < b` means `a` is more severe.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Emerg = 0,
+    Alert = 1,
+    Crit = 2,
+    Err = 3,
+    Warning = 4,
+    Notice = 5,
+    Info = 6,
+    Debug = 7,
+}
+
+impl Severity {
+    /// The canonical syslog.conf name, as accepted by `FromStr`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Emerg => "emerg",
+            Severity::Alert => "alert",
+            Severity::Crit => "crit",
+            Severity::Err => "err",
+            Severity::Warning => "warning",
+            Severity::Notice => "notice",
+            Severity::Info => "info",
+            Severity::Debug => "debug",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The error for a name that is not a syslog severity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown syslog level {0:?} (expected emerg, alert, crit, err, warning, notice, info or debug)"
+)]
+pub struct UnknownSeverity(pub String);
+
+impl FromStr for Severity {
+    type Err = UnknownSeverity;
+
+    /// Accepts the syslog.conf(5) names and their common aliases.
+    fn from_str(s: &str) -> Result<Severity, UnknownSeverity> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "emerg" | "panic" => Severity::Emerg,
+            "alert" => Severity::Alert,
+            "crit" => Severity::Crit,
+            "err" | "error" => Severity::Err,
+            "warning" | "warn" => Severity::Warning,
+            "notice" => Severity::Notice,
+            "info" => Severity::Info,
+            "debug" => Severity::Debug,
+            _ => return Err(UnknownSeverity(s.to_owned())),
+        })
+    }
+}
+
+/// Parses a facility name (`daemon`, `user`, `local0`..`local7`, ...).
+pub fn parse_facility(name: &str) -> Option<Facility> {
+    Facility::from_str(name).ok()
+}
+
+/// The syslog.conf name of a facility (the inverse of [`parse_facility`]).
+pub fn facility_name(facility: Facility) -> &'static str {
+    match facility {
+        Facility::LOG_KERN => "kern",
+        Facility::LOG_USER => "user",
+        Facility::LOG_MAIL => "mail",
+        Facility::LOG_DAEMON => "daemon",
+        Facility::LOG_AUTH => "auth",
+        Facility::LOG_SYSLOG => "syslog",
+        Facility::LOG_LPR => "lpr",
+        Facility::LOG_NEWS => "news",
+        Facility::LOG_UUCP => "uucp",
+        Facility::LOG_CRON => "cron",
+        Facility::LOG_AUTHPRIV => "authpriv",
+        Facility::LOG_FTP => "ftp",
+        Facility::LOG_NTP => "ntp",
+        Facility::LOG_AUDIT => "audit",
+        Facility::LOG_ALERT => "alert",
+        Facility::LOG_CLOCK_DAEMON => "clock_daemon",
+        Facility::LOG_LOCAL0 => "local0",
+        Facility::LOG_LOCAL1 => "local1",
+        Facility::LOG_LOCAL2 => "local2",
+        Facility::LOG_LOCAL3 => "local3",
+        Facility::LOG_LOCAL4 => "local4",
+        Facility::LOG_LOCAL5 => "local5",
+        Facility::LOG_LOCAL6 => "local6",
+        Facility::LOG_LOCAL7 => "local7",
+    }
+}
+
+/// What one alert says about its pane; absent keys are left out of the body.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct AlertFields<'a> {
+    pub pane: &'a str,
+    pub name: Option<&'a str>,
+    pub runtime: Option<&'a str>,
+    pub state: &'a str,
+    pub session: Option<&'a str>,
+    pub cwd: Option<&'a str>,
+    pub jail: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+}
+
+/// Alert settings; built from `[syslog]` and the flags, replaced on SIGHUP.
+#[derive(Clone, Debug)]
+pub struct AlertConfig {
+    pub enabled: bool,
+    /// The datagram socket to send to; `None` means the system log, the first
+    /// of [`SYSTEM_LOG_SOCKETS`] that exists.
+    pub socket: Option<PathBuf>,
+    pub facility: Facility,
+    /// The least severe level still sent (`Info` sends everything but debug).
+    pub min_level: Severity,
+    /// Alerts a pane may send in a burst; 0 is treated as 1.
+    pub rate_burst: u32,
+    /// Time for an empty bucket to refill completely; zero disables the limit.
+    pub rate_window: Duration,
+}
+
+impl Default for AlertConfig {
+    /// The defaults of SPEC.md: enabled, system log, daemon, info, 5 per 1m.
+    fn default() -> Self {
+        AlertConfig {
+            enabled: true,
+            socket: None,
+            facility: Facility::LOG_DAEMON,
+            min_level: Severity::Info,
+            rate_burst: 5,
+            rate_window: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why a message that passed the filters was not delivered.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// No log socket exists or connecting failed; a later alert retries.
+    NoSocket,
+    /// The receiver's buffer is full (EAGAIN/ENOBUFS).
+    Full,
+    /// syslogd went away (ECONNREFUSED/ENOENT/ENOTCONN/...); reconnecting later.
+    Disconnected,
+    /// The datagram is larger than the socket accepts (EMSGSIZE).
+    TooLarge,
+    /// Any other send error.
+    Other(io::ErrorKind),
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DropReason::NoSocket => f.write_str("no syslog socket"),
+            DropReason::Full => f.write_str("syslog socket full"),
+            DropReason::Disconnected => f.write_str("syslog socket disconnected"),
+            DropReason::TooLarge => f.write_str("message too large"),
+            DropReason::Other(kind) => write!(f, "send failed: {kind}"),
+        }
+    }
+}
+
+/// What [`Alerter::alert`] did with one alert.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AlertOutcome {
+    Sent,
+    RateLimited,
+    BelowLevel,
+    Disabled,
+    Dropped(DropReason),
+}
+
+/// Counters since the Alerter was created (they survive `reconfigure`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct AlertStats {
+    pub sent: u64,
+    pub rate_limited: u64,
+    pub dropped: u64,
+}
+
+/// One pane's token bucket. `level` is in units of "token × ms / burst" so
+/// refill is integer arithmetic: each ms adds `burst` units, one alert costs
+/// `window_ms` units, and a full bucket holds `burst × window_ms`.
+#[derive(Debug)]
+struct Bucket {
+    level: u128,
+    refilled_at: Timestamp,
+    suppressed: u64,
+}
+
+/// Sends pane alerts to syslog; see the module documentation.
+#[derive(Debug)]
+pub struct Alerter {
+    cfg: AlertConfig,
+    hostname: String,
+    pid: u32,
+    socket: Option<UnixDatagram>,
+    /// When the last connection attempt was made by an alert; `None` lets the
+    /// next alert try at once (after start, a reconfigure or a lost socket).
+    last_connect_attempt: Option<Timestamp>,
+    buckets: HashMap<String, Bucket>,
+    stats: AlertStats,
+    /// Reused message buffer, so a steady stream of alerts does not allocate.
+    message: String,
+}
+
+impl Alerter {
+    /// Creates the alerter and tries to connect once. Never fails: a missing
+    /// socket is retried lazily by later alerts.
+    pub fn new(cfg: AlertConfig) -> Alerter {
+        let mut alerter = Alerter {
+            cfg,
+            hostname: local_hostname(),
+            pid: std::process::id(),
+            socket: None,
+            last_connect_attempt: None,
+            buckets: HashMap::new(),
+            stats: AlertStats::default(),
+            message: String::new(),
+        };
+        if alerter.cfg.enabled {
+            alerter.socket = connect(alerter.cfg.socket.as_deref()).ok();
+        }
+        alerter
+    }
+
+    /// Applies new settings (SIGHUP). A changed socket or a disable closes the
+    /// current socket; a changed rate refills every bucket under the new rule.
+    pub fn reconfigure(&mut self, cfg: AlertConfig) {
+        if cfg.socket != self.cfg.socket || !cfg.enabled {
+            self.socket = None;
+            self.last_connect_attempt = None;
+        }
+        let rate_changed =
+            cfg.rate_burst != self.cfg.rate_burst || cfg.rate_window != self.cfg.rate_window;
+        self.cfg = cfg;
+        if rate_changed {
+            let capacity = self.capacity();
+            for bucket in self.buckets.values_mut() {
+                bucket.level = capacity;
+            }
+        }
+    }
+
+    /// Sends (or rate-limits, or drops) one alert; never blocks, never panics.
+    /// `now` drives the timestamp, the rate limit and the reconnect throttle.
+    pub fn alert(&mut self, kind: AlertKind, f: &AlertFields<'_>, now: Timestamp) -> AlertOutcome {
+        if !self.cfg.enabled {
+            return AlertOutcome::Disabled;
+        }
+        let severity = severity_of(kind, f);
+        if severity > self.cfg.min_level {
+            return AlertOutcome::BelowLevel;
+        }
+        let suppressed = match self.take_token(f.pane, now) {
+            Some(suppressed) => suppressed,
+            None => {
+                self.stats.rate_limited += 1;
+                return AlertOutcome::RateLimited;
+            }
+        };
+
+        let mut message = std::mem::take(&mut self.message);
+        message.clear();
+        let pri = self.cfg.facility as u8 | severity as u8;
+        write_message(
+            &mut message,
+            pri,
+            now,
+            &self.hostname,
+            self.pid,
+            kind,
+            f,
+            suppressed,
+        );
+        let outcome = self.send(message.as_bytes(), now);
+        self.message = message;
+
+        match outcome {
+            AlertOutcome::Sent => {
+                self.stats.sent += 1;
+                if let Some(bucket) = self.buckets.get_mut(f.pane) {
+                    bucket.suppressed = 0;
+                }
+            }
+            _ => self.stats.dropped += 1,
+        }
+        outcome
+    }
+
+    pub fn stats(&self) -> AlertStats {
+        self.stats
+    }
+
+    /// Frees a pane's rate-limit state (call when the pane is removed).
+    pub fn forget_pane(&mut self, pane: &str) {
+        self.buckets.remove(pane);
+    }
+
+    /// The current settings.
+    pub fn config(&self) -> &AlertConfig {
+        &self.cfg
+    }
+
+    fn capacity(&self) -> u128 {
+        u128::from(self.cfg.rate_burst.max(1)) * self.cfg.rate_window.as_millis()
+    }
+
+    /// Takes one token from the pane's bucket. Returns the pane's suppressed
+    /// count if the alert may go out, `None` (and counts it) if it may not.
+    fn take_token(&mut self, pane: &str, now: Timestamp) -> Option<u64> {
+        let window_ms = self.cfg.rate_window.as_millis();
+        if window_ms == 0 {
+            return Some(0);
+        }
+        let burst = u128::from(self.cfg.rate_burst.max(1));
+        let capacity = self.capacity();
+        let bucket = match self.buckets.get_mut(pane) {
+            Some(bucket) => bucket,
+            None => self.buckets.entry(pane.to_owned()).or_insert(Bucket {
+                level: capacity,
+                refilled_at: now,
+                suppressed: 0,
+            }),
+        };
+        // A clock that stepped back refills nothing and restarts from `now`.
+        let elapsed = u128::from(now.since(bucket.refilled_at).as_millis() as u64);
+        bucket.level = bucket
+            .level
+            .saturating_add(elapsed.saturating_mul(burst))
+            .min(capacity);
+        bucket.refilled_at = now;
+        if bucket.level >= window_ms {
+            bucket.level -= window_ms;
+            Some(bucket.suppressed)
+        } else {
+            bucket.suppressed += 1;
+            None
+        }
+    }
+
+    /// Sends one datagram, connecting first if needed.
+    fn send(&mut self, bytes: &[u8], now: Timestamp) -> AlertOutcome {
+        if self.socket.is_none() {
+            let may_try = match self.last_connect_attempt {
+                None => true,
+                Some(at) => now < at || now.since(at) >= RECONNECT_INTERVAL,
+            };
+            if !may_try {
+                return AlertOutcome::Dropped(DropReason::NoSocket);
+            }
+            self.last_connect_attempt = Some(now);
+            match connect(self.cfg.socket.as_deref()) {
+                Ok(socket) => self.socket = Some(socket),
+                Err(_) => return AlertOutcome::Dropped(DropReason::NoSocket),
+            }
+        }
+        let Some(socket) = self.socket.as_ref() else {
+            return AlertOutcome::Dropped(DropReason::NoSocket);
+        };
+        // EINTR cannot really happen on a non-blocking send; retry a little
+        // anyway rather than lose the message.
+        let mut attempts = 0;
+        let error = loop {
+            match socket.send(bytes) {
+                Ok(_) => return AlertOutcome::Sent,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted && attempts < 3 => attempts += 1,
+                Err(e) => break e,
+            }
+        };
+        let reason = classify_send_error(&error);
+        if reason == DropReason::Disconnected {
+            // syslogd restarted or its socket vanished: the connected socket
+            // is dead for good, so connect afresh on a later alert.
+            self.socket = None;
+            self.last_connect_attempt = Some(now);
+        }
+        AlertOutcome::Dropped(reason)
+    }
+}
+
+/// The severity an alert is sent at.
+pub fn severity_of(kind: AlertKind, f: &AlertFields<'_>) -> Severity {
+    match kind {
+        AlertKind::Blocked | AlertKind::Stalled => Severity::Warning,
+        AlertKind::Unstalled => Severity::Notice,
+        AlertKind::Error => Severity::Err,
+        AlertKind::Exited => {
+            let failed = f.exit_code.is_some_and(|code| code != 0) || f.exit_signal.is_some();
+            if failed {
+                Severity::Err
+            } else {
+                Severity::Notice
+            }
+        }
+    }
+}
+
+fn classify_send_error(error: &io::Error) -> DropReason {
+    if error.kind() == io::ErrorKind::WouldBlock {
+        return DropReason::Full;
+    }
+    match error.raw_os_error() {
+        Some(libc::ENOBUFS) | Some(libc::EAGAIN) => DropReason::Full,
+        Some(libc::ECONNREFUSED)
+        | Some(libc::ENOENT)
+        | Some(libc::ENOTCONN)
+        | Some(libc::ECONNRESET)
+        | Some(libc::EPIPE)
+        | Some(libc::EDESTADDRREQ) => DropReason::Disconnected,
+        Some(libc::EMSGSIZE) => DropReason::TooLarge,
+        _ => DropReason::Other(error.kind()),
+    }
+}
+
+/// Opens a non-blocking datagram socket connected to the log socket. On a
+/// Unix datagram socket `connect` only records the peer, so it never waits.
+fn connect(configured: Option<&Path>) -> io::Result<UnixDatagram> {
+    let path = match configured {
+        Some(path) => path,
+        None => SYSTEM_LOG_SOCKETS
+            .iter()
+            .map(Path::new)
+            .find(|path| path.exists())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?,
+    };
+    let socket = UnixDatagram::unbound()?;
+    socket.connect(path)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+/// The RFC 5424 HOSTNAME: printable ASCII without spaces, or `-` if unknown.
+fn local_hostname() -> String {
+    let raw = nix::unistd::gethostname()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let clean: String = raw
+        .chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(255)
+        .collect();
+    if clean.is_empty() {
+        "-".to_owned()
+    } else {
+        clean
+    }
+}
+
+/// Writes `<PRI>1 TIMESTAMP HOST colibri PID MSGID - body`.
+#[allow(clippy::too_many_arguments)]
+fn write_message(
+    out: &mut String,
+    pri: u8,
+    now: Timestamp,
+    hostname: &str,
+    pid: u32,
+    kind: AlertKind,
+    f: &AlertFields<'_>,
+    suppressed: u64,
+) {
+    // Writing to a String cannot fail; the results are ignored for that reason.
+    let _ = write!(
+        out,
+        "<{pri}>1 {} {hostname} {APP_NAME} {pid} {} - ",
+        now.to_rfc3339(),
+        kind.msgid()
+    );
+    push_pair(out, "pane", f.pane);
+    let optional = [
+        ("name", f.name),
+        ("runtime", f.runtime),
+        ("state", Some(f.state)),
+        ("session", f.session),
+        ("cwd", f.cwd),
+        ("jail", f.jail),
+        ("reason", f.reason),
+    ];
+    for (key, value) in optional {
+        if let Some(value) = value {
+            push_pair(out, key, value);
+        }
+    }
+    if let Some(code) = f.exit_code {
+        let _ = write!(out, " exit_code={code}");
+    }
+    if let Some(signal) = f.exit_signal {
+        let _ = write!(out, " exit_signal={signal}");
+    }
+    if suppressed > 0 {
+        let _ = write!(out, " suppressed={suppressed}");
+    }
+}
+
+/// Appends ` key=value` (no leading space for the first pair), quoting the
+/// value when it is empty or holds a space, quote, backslash, `=` or control
+/// character, so the body always splits back into its pairs.
+fn push_pair(out: &mut String, key: &str, value: &str) {
+    if !out.ends_with(' ') {
+        out.push(' ');
+    }
+    out.push_str(key);
+    out.push('=');
+    let value = truncate(value, MAX_VALUE_BYTES);
+    let needs_quotes = value.is_empty()
+        || value
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\' | '='));
+    if !needs_quotes {
+        out.push_str(value);
+        return;
+    }
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn truncate(value: &str, max: usize) -> &str {
+    if value.len() <= max {
+        return value;
+    }
+    let mut end = max;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    const T0: u64 = 1_779_883_200_123; // 2026-05-27T12:00:00.123Z
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_millis(T0 + ms)
+    }
+
+    struct Receiver {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+        socket: UnixDatagram,
+    }
+
+    impl Receiver {
+        fn bind() -> Receiver {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("log");
+            let socket = UnixDatagram::bind(&path).expect("bind receiver");
+            socket
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("read timeout");
+            Receiver {
+                _dir: dir,
+                path,
+                socket,
+            }
+        }
+
+        fn recv(&self) -> String {
+            let mut buf = vec![0u8; 16 * 1024];
+            let n = self.socket.recv(&mut buf).expect("a datagram");
+            String::from_utf8(buf[..n].to_vec()).expect("utf-8 datagram")
+        }
+
+        fn assert_empty(&self) {
+            self.socket.set_nonblocking(true).expect("nonblocking");
+            let mut buf = [0u8; 1024];
+            let got = self.socket.recv(&mut buf);
+            assert!(
+                matches!(&got, Err(e) if e.kind() == io::ErrorKind::WouldBlock),
+                "unexpected datagram: {got:?}"
+            );
+            self.socket.set_nonblocking(false).expect("blocking");
+        }
+    }
+
+    fn config(path: &Path) -> AlertConfig {
+        AlertConfig {
+            socket: Some(path.to_owned()),
+            ..AlertConfig::default()
+        }
+    }
+
+    fn fields(pane: &str) -> AlertFields<'_> {
+        AlertFields {
+            pane,
+            state: "blocked",
+            ..AlertFields::default()
+        }
+    }
+
+    /// Splits an RFC 5424 message into its seven header fields and the body.
+    fn split(message: &str) -> (Vec<&str>, &str) {
+        let parts: Vec<&str> = message.splitn(8, ' ').collect();
+        assert_eq!(parts.len(), 8, "too few fields in {message:?}");
+        (parts[..7].to_vec(), parts[7])
+    }
+
+    #[test]
+    fn message_is_rfc5424_with_key_value_body() {
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(config(&rx.path));
+        let f = AlertFields {
+            pane: "p1",
+            name: Some("fixer"),
+            runtime: Some("pi"),
+            state: "blocked",
+            session: Some("s-42"),
+            cwd: Some("/home/dev/my project"),
+            jail: Some("agents1"),
+            reason: Some("waiting for \"approval\""),
+            exit_code: None,
+            exit_signal: None,
+        };
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &f, at(0)),
+            AlertOutcome::Sent
+        );
+        let message = rx.recv();
+        let (header, body) = split(&message);
+        // daemon (3) * 8 + warning (4) = 28.
+        assert_eq!(header[0], "<28>1");
+        assert_eq!(header[1], "2026-05-27T12:00:00.123Z");
+        assert_eq!(header[2], local_hostname());
+        assert_eq!(header[3], "colibri");
+        assert_eq!(header[4], std::process::id().to_string());
+        assert_eq!(header[5], "blocked");
+        assert_eq!(header[6], "-");
+        assert_eq!(
+            body,
+            r#"pane=p1 name=fixer runtime=pi state=blocked session=s-42 cwd="/home/dev/my project" jail=agents1 reason="waiting for \"approval\"""#
+        );
+        assert_eq!(
+            alerter.stats(),
+            AlertStats {
+                sent: 1,
+                rate_limited: 0,
+                dropped: 0
+            }
+        );
+    }
+
+    #[test]
+    fn severities_and_msgids_follow_the_kind() {
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(AlertConfig {
+            facility: Facility::LOG_LOCAL3,
+            min_level: Severity::Debug,
+            rate_window: Duration::ZERO,
+            ..config(&rx.path)
+        });
+        let clean = AlertFields {
+            exit_code: Some(0),
+            ..fields("p1")
+        };
+        let failed = AlertFields {
+            exit_code: Some(2),
+            ..fields("p1")
+        };
+        let killed = AlertFields {
+            exit_signal: Some(9),
+            ..fields("p1")
+        };
+        let local3 = 19 * 8;
+        let cases = [
+            (AlertKind::Blocked, fields("p1"), local3 + 4, "blocked"),
+            (AlertKind::Stalled, fields("p1"), local3 + 4, "stalled"),
+            (AlertKind::Unstalled, fields("p1"), local3 + 5, "unstalled"),
+            (AlertKind::Error, fields("p1"), local3 + 3, "error"),
+            (AlertKind::Exited, clean, local3 + 5, "exited"),
+            (AlertKind::Exited, failed, local3 + 3, "exited"),
+            (AlertKind::Exited, killed, local3 + 3, "exited"),
+        ];
+        for (kind, f, pri, msgid) in cases {
+            assert_eq!(alerter.alert(kind, &f, at(0)), AlertOutcome::Sent);
+            let message = rx.recv();
+            let (header, _) = split(&message);
+            assert_eq!(header[0], format!("<{pri}>1"), "{kind:?} {f:?}");
+            assert_eq!(header[5], msgid);
+        }
+        let last = AlertFields {
+            exit_code: Some(1),
+            exit_signal: Some(15),
+            ..fields("p1")
+        };
+        alerter.alert(AlertKind::Exited, &last, at(0));
+        assert!(rx
+            .recv()
+            .ends_with(" - pane=p1 state=blocked exit_code=1 exit_signal=15"));
+    }
+
+    #[test]
+    fn values_are_quoted_only_when_needed() {
+        let mut out = String::new();
+        push_pair(&mut out, "a", "plain/path-1.2");
+        push_pair(&mut out, "b", "");
+        push_pair(&mut out, "c", "x=y");
+        push_pair(&mut out, "d", "back\\slash");
+        push_pair(&mut out, "e", "two\nlines");
+        assert_eq!(
+            out,
+            r#" a=plain/path-1.2 b="" c="x=y" d="back\\slash" e="two\nlines""#
+        );
+        let long = "é".repeat(MAX_VALUE_BYTES);
+        let cut = truncate(&long, MAX_VALUE_BYTES);
+        assert_eq!(cut.len(), MAX_VALUE_BYTES);
+        assert!(cut.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn rate_limit_suppresses_per_pane_and_reports_the_count() {
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(AlertConfig {
+            rate_burst: 2,
+            rate_window: Duration::from_secs(60),
+            ..config(&rx.path)
+        });
+        let p1 = fields("p1");
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &p1, at(0)),
+            AlertOutcome::Sent
+        );
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &p1, at(1)),
+            AlertOutcome::Sent
+        );
+        for i in 0..3 {
+            assert_eq!(
+                alerter.alert(AlertKind::Blocked, &p1, at(2 + i)),
+                AlertOutcome::RateLimited
+            );
+        }
+        // Another pane has its own bucket.
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &fields("p2"), at(3)),
+            AlertOutcome::Sent
+        );
+        // One token comes back after window / burst = 30 s, not before.
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &p1, at(29_000)),
+            AlertOutcome::RateLimited
+        );
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &p1, at(31_000)),
+            AlertOutcome::Sent
+        );
+        let bodies: Vec<String> = (0..4).map(|_| split(&rx.recv()).1.to_owned()).collect();
+        assert_eq!(
+            bodies,
+            [
+                "pane=p1 state=blocked",
+                "pane=p1 state=blocked",
+                "pane=p2 state=blocked",
+                "pane=p1 state=blocked suppressed=4",
+            ]
+        );
+        // The count resets once reported.
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &p1, at(200_000)),
+            AlertOutcome::Sent
+        );
+        assert_eq!(split(&rx.recv()).1, "pane=p1 state=blocked");
+        assert_eq!(
+            alerter.stats(),
+            AlertStats {
+                sent: 5,
+                rate_limited: 4,
+                dropped: 0
+            }
+        );
+    }
+
+    #[test]
+    fn forget_pane_frees_its_bucket() {
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(AlertConfig {
+            rate_burst: 1,
+            ..config(&rx.path)
+        });
+        let p1 = fields("p1");
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &p1, at(0)),
+            AlertOutcome::Sent
+        );
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &p1, at(1)),
+            AlertOutcome::RateLimited
+        );
+        alerter.forget_pane("p1");
+        assert!(alerter.buckets.is_empty());
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &p1, at(2)),
+            AlertOutcome::Sent
+        );
+    }
+
+    #[test]
+    fn min_level_and_disabled_filter_before_sending() {
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(AlertConfig {
+            min_level: Severity::Warning,
+            ..config(&rx.path)
+        });
+        let f = fields("p1");
+        assert_eq!(
+            alerter.alert(AlertKind::Unstalled, &f, at(0)),
+            AlertOutcome::BelowLevel
+        );
+        assert_eq!(
+            alerter.alert(AlertKind::Stalled, &f, at(0)),
+            AlertOutcome::Sent
+        );
+        assert_eq!(split(&rx.recv()).0[5], "stalled");
+        rx.assert_empty();
+
+        alerter.reconfigure(AlertConfig {
+            enabled: false,
+            ..config(&rx.path)
+        });
+        assert_eq!(
+            alerter.alert(AlertKind::Error, &f, at(0)),
+            AlertOutcome::Disabled
+        );
+        rx.assert_empty();
+        alerter.reconfigure(config(&rx.path));
+        assert_eq!(
+            alerter.alert(AlertKind::Error, &f, at(0)),
+            AlertOutcome::Sent
+        );
+        assert_eq!(split(&rx.recv()).0[5], "error");
+        assert_eq!(alerter.stats().sent, 2);
+    }
+
+    #[test]
+    fn missing_socket_recovers_once_it_appears() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log");
+        let mut alerter = Alerter::new(config(&path));
+        let f = fields("p1");
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &f, at(0)),
+            AlertOutcome::Dropped(DropReason::NoSocket)
+        );
+        let rx = UnixDatagram::bind(&path).expect("bind");
+        rx.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        // Within a second of the failed attempt, no new connect is tried.
+        assert_eq!(
+            alerter.alert(AlertKind::Stalled, &f, at(500)),
+            AlertOutcome::Dropped(DropReason::NoSocket)
+        );
+        assert_eq!(
+            alerter.alert(AlertKind::Error, &f, at(1_000)),
+            AlertOutcome::Sent
+        );
+        let mut buf = [0u8; 2048];
+        let n = rx.recv(&mut buf).expect("datagram");
+        let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert_eq!(split(&message).0[5], "error");
+        assert_eq!(
+            alerter.stats(),
+            AlertStats {
+                sent: 1,
+                rate_limited: 0,
+                dropped: 2
+            }
+        );
+    }
+
+    #[test]
+    fn restarted_syslogd_is_reconnected() {
+        let first = Receiver::bind();
+        let path = first.path.clone();
+        let mut alerter = Alerter::new(config(&path));
+        let f = fields("p1");
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &f, at(0)),
+            AlertOutcome::Sent
+        );
+        assert_eq!(split(&first.recv()).0[5], "blocked");
+
+        // syslogd exits and a new one binds the same path.
+        drop(first.socket);
+        std::fs::remove_file(&path).expect("remove old socket");
+        let outcome = alerter.alert(AlertKind::Stalled, &f, at(10));
+        assert_eq!(outcome, AlertOutcome::Dropped(DropReason::Disconnected));
+        let second = UnixDatagram::bind(&path).expect("rebind");
+        second
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        assert_eq!(
+            alerter.alert(AlertKind::Error, &f, at(1_010)),
+            AlertOutcome::Sent
+        );
+        let mut buf = [0u8; 2048];
+        let n = second.recv(&mut buf).expect("datagram");
+        assert_eq!(split(&String::from_utf8_lossy(&buf[..n])).0[5], "error");
+    }
+
+    #[test]
+    fn full_socket_drops_without_blocking() {
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(AlertConfig {
+            rate_window: Duration::ZERO,
+            ..config(&rx.path)
+        });
+        let reason = "r".repeat(MAX_VALUE_BYTES);
+        let f = AlertFields {
+            reason: Some(&reason),
+            ..fields("p1")
+        };
+        let started = Instant::now();
+        let mut first_drop = None;
+        for i in 0..100_000u64 {
+            match alerter.alert(AlertKind::Blocked, &f, at(i)) {
+                AlertOutcome::Sent => {}
+                AlertOutcome::Dropped(reason) => {
+                    first_drop = Some((i, reason));
+                    break;
+                }
+                other => panic!("unexpected outcome {other:?}"),
+            }
+        }
+        let (sent, reason) = first_drop.expect("the receiver's buffer never filled");
+        assert_eq!(reason, DropReason::Full);
+        // Still full: further alerts drop too, and the socket is kept.
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &f, at(200_000)),
+            AlertOutcome::Dropped(DropReason::Full)
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(alerter.stats().sent, sent);
+        assert_eq!(alerter.stats().dropped, 2);
+        // Reading makes room again.
+        let _ = rx.recv();
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &f, at(200_001)),
+            AlertOutcome::Sent
+        );
+    }
+
+    #[test]
+    fn severity_and_facility_names_round_trip() {
+        for s in [
+            Severity::Emerg,
+            Severity::Alert,
+            Severity::Crit,
+            Severity::Err,
+            Severity::Warning,
+            Severity::Notice,
+            Severity::Info,
+            Severity::Debug,
+        ] {
+            assert_eq!(s.name().parse::<Severity>(), Ok(s));
+        }
+        assert_eq!("warn".parse::<Severity>(), Ok(Severity::Warning));
+        assert!("loud".parse::<Severity>().is_err());
+        for name in ["daemon", "user", "local0", "local7"] {
+            let facility = parse_facility(name).expect("known facility");
+            assert_eq!(facility_name(facility), name);
+        }
+        assert!(parse_facility("daemons").is_none());
+    }
+}
