@@ -715,7 +715,10 @@ mod tests {
         assert_eq!(header[6], "-");
         assert_eq!(
             body,
-            r#"pane=p1 name=fixer runtime=pi state=blocked session=s-42 cwd="/home/dev/my project" jail=agents1 reason="waiting for \"approval\"""#
+            concat!(
+                r#"pane=p1 name=fixer runtime=pi state=blocked session=s-42 "#,
+                r#"cwd="/home/dev/my project" jail=agents1 reason="waiting for \"approval\"""#,
+            )
         );
         assert_eq!(
             alerter.stats(),
