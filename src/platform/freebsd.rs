@@ -588,22 +588,18 @@ pub fn resolve_jail(name: &str) -> Result<JailTarget, SpawnError> {
     let mut jid_bytes = jid.to_ne_bytes();
     let mut path_buf = [0u8; JAIL_PATH_BUF];
     let mut errmsg = [0u8; 256];
-    let mut keys: [[u8; 8]; 4] = [
-        *b"name\0\0\0\0",
-        *b"jid\0\0\0\0\0",
-        *b"path\0\0\0\0",
-        *b"errmsg\0\0",
-    ];
-    let key_lens = [5usize, 4, 5, 7];
-    let [name_key, jid_key, path_key, errmsg_key] = &mut keys;
+    // Parameter names, NUL-terminated (the kernel may not write to these,
+    // but iovec wants a mutable pointer, so they are mutable copies).
+    let (mut name_key, mut jid_key) = (*b"name\0", *b"jid\0");
+    let (mut path_key, mut errmsg_key) = (*b"path\0", *b"errmsg\0");
     let mut iov = [
-        iovec_of(&mut name_key[..key_lens[0]]),
+        iovec_of(&mut name_key),
         iovec_of(&mut name_buf),
-        iovec_of(&mut jid_key[..key_lens[1]]),
+        iovec_of(&mut jid_key),
         iovec_of(&mut jid_bytes),
-        iovec_of(&mut path_key[..key_lens[2]]),
+        iovec_of(&mut path_key),
         iovec_of(&mut path_buf),
-        iovec_of(&mut errmsg_key[..key_lens[3]]),
+        iovec_of(&mut errmsg_key),
         iovec_of(&mut errmsg),
     ];
     // SAFETY: every iovec points into a live, writable buffer of its stated
@@ -611,9 +607,7 @@ pub fn resolve_jail(name: &str) -> Result<JailTarget, SpawnError> {
     let rc = unsafe { libc::jail_get(iov.as_mut_ptr(), iov.len() as libc::c_uint, 0) };
     if rc == -1 {
         let err = io::Error::last_os_error();
-        let detail = CStr::from_bytes_until_nul(&errmsg)
-            .map(|m| m.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let detail = String::from_utf8_lossy(c_str_bytes(&errmsg)).into_owned();
         let message = if detail.is_empty() {
             format!("jail {name:?}: {err}")
         } else {
@@ -621,13 +615,9 @@ pub fn resolve_jail(name: &str) -> Result<JailTarget, SpawnError> {
         };
         return Err(SpawnError::Io(io::Error::new(err.kind(), message)));
     }
-    let read_str = |buf: &[u8]| {
-        CStr::from_bytes_until_nul(buf)
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    let jail_name = read_str(&name_buf);
-    let root = PathBuf::from(std::ffi::OsStr::from_bytes(read_str_bytes(&path_buf)));
+    // The kernel wrote the jail's name (useful when looked up by jid) and path back.
+    let jail_name = String::from_utf8_lossy(c_str_bytes(&name_buf)).into_owned();
+    let root = PathBuf::from(std::ffi::OsStr::from_bytes(c_str_bytes(&path_buf)));
     Ok(JailTarget {
         name: if jail_name.is_empty() {
             name.to_owned()
@@ -639,7 +629,8 @@ pub fn resolve_jail(name: &str) -> Result<JailTarget, SpawnError> {
     })
 }
 
-fn read_str_bytes(buf: &[u8]) -> &[u8] {
+/// The bytes before the first NUL in `buf` (empty if there is none).
+fn c_str_bytes(buf: &[u8]) -> &[u8] {
     CStr::from_bytes_until_nul(buf)
         .map(CStr::to_bytes)
         .unwrap_or(&[])

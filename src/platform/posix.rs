@@ -8,6 +8,7 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -351,6 +352,13 @@ pub(super) fn spawn_with(
     {
         return Err(SpawnError::Nul("env"));
     }
+    if spec
+        .cwd
+        .as_ref()
+        .is_some_and(|c| c.as_os_str().as_bytes().contains(&0))
+    {
+        return Err(SpawnError::Nul("cwd"));
+    }
     if let Some(bad) = spec
         .env
         .iter()
@@ -402,10 +410,17 @@ pub(super) fn spawn_with(
 }
 
 fn child_creds(user: &UserIds) -> ChildCreds {
+    // An empty list would mean setgroups(0, ..), which FreeBSD releases
+    // before 14.3 treat differently (groups[0] is the egid there).
+    let groups = if user.groups.is_empty() {
+        vec![user.gid]
+    } else {
+        user.groups.clone()
+    };
     ChildCreds {
         uid: user.uid,
         gid: user.gid,
-        groups: user.groups.clone(),
+        groups,
     }
 }
 

@@ -302,6 +302,15 @@ fn spawn_rejects_bad_specs() {
         spawn_on_pty(&nul, &pair.slave),
         Err(SpawnError::Nul("argv"))
     ));
+    let nul_cwd = SpawnSpec {
+        argv: argv(&["/bin/sh"]),
+        cwd: Some("/tmp/a\0b".into()),
+        ..SpawnSpec::default()
+    };
+    assert!(matches!(
+        spawn_on_pty(&nul_cwd, &pair.slave),
+        Err(SpawnError::Nul("cwd"))
+    ));
     let missing = SpawnSpec {
         argv: argv(&["/nonexistent/colibri-test-program"]),
         ..SpawnSpec::default()
