@@ -1,1 +1,171 @@
-//! OS-specific code behind one interface (to be written).
+//! Every OS-specific line of colibri, behind one interface.
+//!
+//! This module owns the kernel-facing edge of the daemon: PTY pairs, spawning
+//! an agent on its PTY (optionally inside a FreeBSD jail), child-exit notices,
+//! kernel timers and signals delivered through the one mio poll, reaping,
+//! killing a process tree, peer credentials and a few host facts.
+//!
+//! **Invariant:** this is the only module in the crate with `cfg(target_os)`.
+//! The shared types live here; `posix.rs` holds the code that is identical on
+//! both systems; `linux.rs` and `freebsd.rs` implement the rest with the same
+//! signatures, and the re-export lists below are the whole interface (a name
+//! missing from one back end fails to compile on that target).
+//!
+//! Event sources (`ExitWatch`, `KernelTimer`, `SignalSource`) register in the
+//! caller's `mio::Registry` under the caller's `mio::Token`: on Linux as file
+//! descriptors (pidfd, timerfd, signalfd), on FreeBSD as kevents added to the
+//! kqueue mio owns, with `udata` = the token. mio's `Event` predicates mean
+//! nothing for those kevents: dispatch on the token alone.
+//!
+//! `freebsd.rs` is compiled (`cargo check --target x86_64-unknown-freebsd`)
+//! but has never run; its module comment lists what to verify on a 14.x host.
+
+#[cfg(not(any(target_os = "linux", target_os = "freebsd")))]
+compile_error!("colibri's platform layer supports Linux and FreeBSD only");
+
+mod posix;
+
+#[cfg(target_os = "linux")]
+#[path = "linux.rs"]
+mod os;
+
+#[cfg(target_os = "freebsd")]
+#[path = "freebsd.rs"]
+mod os;
+
+#[cfg(test)]
+mod tests;
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+pub use crate::core::pane::ExitStatus;
+
+pub use os::{
+    become_subreaper, open_pty, peer_cred, pid_jail, resolve_jail, self_rss_bytes, signal_tree,
+    spawn_on_pty, ExitWatch, KernelTimer, SignalSource,
+};
+pub use posix::{
+    hostname, lookup_user, raise_fd_limit, read_master, reap, reap_any, set_window_size,
+    write_nonblocking,
+};
+
+/// A process id, as the kernel and `libc::pid_t` spell it.
+pub type Pid = i32;
+
+/// A PTY pair. The master is non-blocking and close-on-exec; the slave is
+/// close-on-exec, in raw mode (`cfmakeraw`) and has its window size set.
+///
+/// The caller hands `slave` to [`spawn_on_pty`] and must drop it right after:
+/// the master reports EOF only once every slave descriptor is closed.
+#[derive(Debug)]
+pub struct PtyPair {
+    pub master: OwnedFd,
+    pub slave: OwnedFd,
+}
+
+/// The result of one [`read_master`] call.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// This many bytes were read into the front of the buffer.
+    Data(usize),
+    /// Nothing to read now (edge-triggered: wait for the next readiness event).
+    WouldBlock,
+    /// Every slave descriptor is closed and the buffered output is drained.
+    Eof,
+}
+
+/// What to start on a PTY, and as whom.
+#[derive(Clone, Debug, Default)]
+pub struct SpawnSpec {
+    /// Program and arguments; `argv[0]` is looked up in `PATH` (inside the
+    /// jail when `jail` is set, since the lookup happens after the attach).
+    pub argv: Vec<String>,
+    /// Variables set on top of the inherited (or cleared) environment.
+    pub env: Vec<(String, String)>,
+    /// Start from an empty environment instead of the daemon's.
+    pub clear_env: bool,
+    /// Working directory; with `jail` it is a path inside the jail (default `/`).
+    pub cwd: Option<PathBuf>,
+    /// Attach the child to this running jail before exec (FreeBSD only).
+    pub jail: Option<JailTarget>,
+    /// Drop to these ids before exec (resolved by the caller, before fork).
+    pub user: Option<UserIds>,
+}
+
+/// A running jail, resolved by name at spawn time (jail ids change on every
+/// jail start, names do not).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JailTarget {
+    pub name: String,
+    pub jid: i32,
+    /// The jail's root directory as seen from the host.
+    pub root: PathBuf,
+}
+
+/// Numeric credentials for a child, looked up before fork (a child between
+/// fork and exec may not allocate or read files).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserIds {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups, primary group first.
+    pub groups: Vec<u32>,
+    /// Home directory as the passwd file says (inside the jail for a jail's
+    /// passwd file).
+    pub home: Option<PathBuf>,
+}
+
+/// Why [`spawn_on_pty`] or [`resolve_jail`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("empty argv: nothing to execute")]
+    EmptyArgv,
+    /// The named part of the spec contains a NUL byte, which no C string can hold.
+    #[error("{0} contains a NUL byte")]
+    Nul(&'static str),
+    /// A system call failed: in the daemon, in the child before exec (std
+    /// reports pre_exec and exec failures through its CLOEXEC pipe), or the
+    /// jail lookup.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("unsupported on this system: {0}")]
+    Unsupported(&'static str),
+}
+
+/// The signals the daemon acts on, delivered through the poll by [`SignalSource`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DaemonSignal {
+    Terminate,
+    Interrupt,
+    Hangup,
+    Child,
+}
+
+impl DaemonSignal {
+    /// The signal numbers [`SignalSource`] watches, in one place for both back ends.
+    const ALL: [(libc::c_int, DaemonSignal); 4] = [
+        (libc::SIGTERM, DaemonSignal::Terminate),
+        (libc::SIGINT, DaemonSignal::Interrupt),
+        (libc::SIGHUP, DaemonSignal::Hangup),
+        (libc::SIGCHLD, DaemonSignal::Child),
+    ];
+
+    fn from_signo(signo: libc::c_int) -> Option<DaemonSignal> {
+        DaemonSignal::ALL
+            .iter()
+            .find(|(n, _)| *n == signo)
+            .map(|(_, s)| *s)
+    }
+}
+
+/// Credentials of the process at the other end of a connected Unix stream,
+/// as of its `connect()`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    /// `None` when the kernel did not report one (FreeBSD before 13).
+    pub pid: Option<i32>,
+    /// Effective uid. Jail-local on FreeBSD: authorize by jail, not by uid.
+    pub uid: u32,
+    pub gid: u32,
+}

@@ -1,0 +1,726 @@
+//! FreeBSD back end: kevents on mio's own kqueue, procctl reaping, jails.
+//!
+//! **Compiled, never run.** colibri is developed on Linux; this file is only
+//! type-checked there (`cargo check --target x86_64-unknown-freebsd`) and
+//! written from the FreeBSD 14 sources and man pages summarised in
+//! `notes/freebsd.md`. The portable tests in `platform/tests.rs` are the
+//! first thing to run on a 14.x host; beyond them, verify:
+//! - `ExitWatch`: EVFILT_PROC/NOTE_EXIT added to mio's kqueue comes out of
+//!   `Poll::poll` with our token (mio decodes `Token(udata)`), including the
+//!   immediate note when the child is already a zombie at registration.
+//! - `KernelTimer`: EV_ADD on a live EVFILT_TIMER re-arms it (drops the old
+//!   deadline) and EV_DELETE after a delivered EV_ONESHOT gives ENOENT.
+//! - `SignalSource`: a private kqueue nested in mio's kqueue becomes readable
+//!   when one of its EVFILT_SIGNAL notes fires (see the type's comment).
+//! - `signal_tree`: PROC_REAP_KILL with REAPER_KILL_SUBTREE reaches setsid'ed
+//!   and jailed descendants.
+//! - `resolve_jail` (jail_get by name), `pid_jail`/`self_rss_bytes`
+//!   (kinfo_proc size checks) and `peer_cred` (xucred `cr_pid`).
+//!
+//! Every kevent is applied with `nevents = 0`, so an error comes back as
+//! -1/errno and no pending event of mio's is consumed. mio's `Event`
+//! predicates are meaningless for these kevents (a process exit even reads
+//! as `is_error()`): dispatch on the token alone.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::mem;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::{Interest, Registry, Token};
+use nix::errno::Errno;
+use nix::pty::PtyMaster;
+
+use super::posix::{self, JailEntry};
+use super::{DaemonSignal, JailTarget, PeerCred, Pid, PtyPair, SpawnError, SpawnSpec};
+
+/// Opens a PTY pair (see [`PtyPair`]).
+pub fn open_pty(cols: u16, rows: u16) -> io::Result<PtyPair> {
+    posix::open_pty_with(cols, rows, pts_name)
+}
+
+/// The slave's path via libc's ptsname_r (nix binds it on Linux only).
+fn pts_name(master: &PtyMaster) -> io::Result<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for buf.len() bytes; ptsname_r writes a
+    // NUL-terminated name into it or fails (0 or -1 with errno on FreeBSD).
+    let rc = unsafe {
+        libc::ptsname_r(
+            master.as_raw_fd(),
+            buf.as_mut_ptr().cast::<libc::c_char>(),
+            buf.len(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let name = CStr::from_bytes_until_nul(&buf)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "unterminated pts name"))?;
+    name.to_str()
+        .map(str::to_owned)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "non-UTF-8 pts name"))
+}
+
+/// Starts `spec.argv` on the PTY slave as a session leader whose controlling
+/// terminal is the PTY, inside `spec.jail` if set; returns its pid without
+/// waiting for it.
+///
+/// With a jail the child runs: setsid, TIOCSCTTY, jail_attach(jid), chdir to
+/// `spec.cwd` inside the jail (default `/`), setgroups/setgid/setuid, exec
+/// (PATH resolved inside the jail). std's own chdir and set*id are not used
+/// there: they run before pre_exec, i.e. on the host and before the attach
+/// (which then fails EPERM once root is dropped).
+pub fn spawn_on_pty(spec: &SpawnSpec, slave: &OwnedFd) -> Result<Pid, SpawnError> {
+    let jail = match &spec.jail {
+        None => None,
+        Some(target) => {
+            let cwd = spec.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
+            Some(JailEntry {
+                jid: target.jid,
+                cwd: path_cstring(&cwd, "cwd")?,
+                attach: jail_attach,
+            })
+        }
+    };
+    posix::spawn_with(spec, slave, jail, cloexec_inherited)
+}
+
+fn path_cstring(path: &Path, what: &'static str) -> Result<CString, SpawnError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| SpawnError::Nul(what))
+}
+
+/// Runs in the child: moves it into the jail (chroot to the jail root,
+/// prison credential, cwd = jail root). Root only.
+fn jail_attach(jid: i32) -> io::Result<()> {
+    // SAFETY: jail_attach takes an integer.
+    if unsafe { libc::jail_attach(jid) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// close_range(3, ~0, CLOSE_RANGE_CLOEXEC), else the fcntl loop. Runs in
+/// the child between fork and exec.
+fn cloexec_inherited() -> io::Result<()> {
+    // SAFETY: close_range takes integers and only changes descriptor flags here.
+    let rc = unsafe { libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) };
+    if rc == 0 {
+        return Ok(());
+    }
+    posix::cloexec_fds_from_3_by_loop()
+}
+
+/// One kevent change record; `udata` carries the mio token.
+fn kevent_change(
+    ident: usize,
+    filter: i16,
+    flags: u16,
+    fflags: u32,
+    data: i64,
+    udata: usize,
+) -> libc::kevent {
+    // SAFETY: kevent is plain data (integers, a raw pointer, an array of
+    // integers); all-zero is a valid value.
+    let mut kev: libc::kevent = unsafe { mem::zeroed() };
+    kev.ident = ident;
+    kev.filter = filter;
+    kev.flags = flags;
+    kev.fflags = fflags;
+    kev.data = data;
+    kev.udata = udata as *mut libc::c_void;
+    kev
+}
+
+/// Applies one change to a kqueue without collecting events.
+fn apply_change(kq: RawFd, change: &libc::kevent) -> io::Result<()> {
+    // SAFETY: change points to one initialised kevent; the event list is
+    // null with nevents 0, so nothing is written and errors come back as -1.
+    let rc = unsafe { libc::kevent(kq, change, 1, ptr::null_mut(), 0, ptr::null()) };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn is_errno(err: &io::Error, errno: Errno) -> bool {
+    err.raw_os_error() == Some(errno as i32)
+}
+
+/// EVFILT_PROC/NOTE_EXIT for one child, added to mio's kqueue with
+/// `udata` = the token. The note only observes (reap with `reap`) and is
+/// EV_ONESHOT: it is gone once delivered.
+#[derive(Debug)]
+pub struct ExitWatch {
+    pid: Pid,
+    already_exited: bool,
+}
+
+impl ExitWatch {
+    pub fn register(registry: &Registry, pid: Pid, token: Token) -> io::Result<ExitWatch> {
+        let ident = usize::try_from(pid).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("invalid pid {pid}"))
+        })?;
+        let change = kevent_change(
+            ident,
+            libc::EVFILT_PROC,
+            libc::EV_ADD,
+            libc::NOTE_EXIT,
+            0,
+            token.0,
+        );
+        match apply_change(registry.as_raw_fd(), &change) {
+            Ok(()) => Ok(ExitWatch {
+                pid,
+                already_exited: false,
+            }),
+            // An unreaped zombie still attaches (and fires at once), so ESRCH
+            // means the pid was already reaped: no event will come.
+            Err(e) if is_errno(&e, Errno::ESRCH) => Ok(ExitWatch {
+                pid,
+                already_exited: true,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn already_exited(&self) -> bool {
+        self.already_exited
+    }
+
+    /// Removes the note only while the pid is provably still ours: once the
+    /// child is reaped its pid can be reused, and an EV_DELETE on
+    /// (pid, EVFILT_PROC) would then remove another pane's watch. After
+    /// delivery the ONESHOT note is gone anyway; a note left behind (child
+    /// reaped by a `reap_any` sweep before it was delivered) fires at most
+    /// once more with a stale token, which the daemon ignores.
+    pub fn deregister(self, registry: &Registry) {
+        if self.already_exited || !still_our_child(self.pid) {
+            return;
+        }
+        let Ok(ident) = usize::try_from(self.pid) else {
+            return;
+        };
+        let change = kevent_change(ident, libc::EVFILT_PROC, libc::EV_DELETE, 0, 0, 0);
+        // ENOENT: already delivered. Nothing else to do about other errors.
+        let _ = apply_change(registry.as_raw_fd(), &change);
+    }
+}
+
+/// True while `pid` is our child and not yet reaped (running or zombie):
+/// waitid with WNOWAIT looks without reaping.
+fn still_our_child(pid: Pid) -> bool {
+    let id = libc::id_t::from(pid);
+    // SAFETY: siginfo_t is plain data; all-zero is valid.
+    let mut info: libc::siginfo_t = unsafe { mem::zeroed() };
+    // SAFETY: info is a valid out-pointer for the call.
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            id,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    rc == 0
+}
+
+/// Longest timer accepted: longer requests are clamped (a year is "never"
+/// for a stall or heartbeat deadline, and stays far from kernel limits).
+const MAX_TIMER: Duration = Duration::from_secs(365 * 24 * 3600);
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum TimerMode {
+    Oneshot,
+    Periodic,
+}
+
+/// EVFILT_TIMER on mio's kqueue, `ident` = the token's number (timer idents
+/// live in their own namespace: (ident, filter) keys a note, so timer 7 does
+/// not collide with fd 7 or pid 7), `udata` = the token, NOTE_USECONDS.
+///
+/// Re-arming is EV_ADD on the same ident: the kernel drops the old deadline
+/// and its undelivered expirations. Switching between oneshot and periodic
+/// deletes first (EV_ADD does not change the EV_ONESHOT flag of a live note).
+#[derive(Debug)]
+pub struct KernelTimer {
+    token: Token,
+    /// What the timer is armed as, for `acknowledge`; `None` when disarmed
+    /// or after a oneshot was acknowledged.
+    armed: Option<TimerMode>,
+    /// What the kernel note was last added as (it may since be gone: a fired
+    /// oneshot deletes itself).
+    note: Option<TimerMode>,
+}
+
+impl KernelTimer {
+    /// Nothing is registered until the first arm.
+    pub fn new(_registry: &Registry, token: Token) -> io::Result<KernelTimer> {
+        Ok(KernelTimer {
+            token,
+            armed: None,
+            note: None,
+        })
+    }
+
+    pub fn arm_oneshot(&mut self, registry: &Registry, after: Duration) -> io::Result<()> {
+        self.arm(registry, after, TimerMode::Oneshot)
+    }
+
+    pub fn arm_periodic(&mut self, registry: &Registry, every: Duration) -> io::Result<()> {
+        self.arm(registry, every, TimerMode::Periodic)
+    }
+
+    fn arm(&mut self, registry: &Registry, period: Duration, mode: TimerMode) -> io::Result<()> {
+        if self.note.is_some_and(|m| m != mode) {
+            self.delete(registry)?;
+        }
+        // A zero oneshot would fire at once anyway; a zero period is treated
+        // as one unit by the kernel. Clamp both to 1 µs for clarity.
+        let micros = period.min(MAX_TIMER).as_micros().max(1);
+        let data = i64::try_from(micros).unwrap_or(i64::MAX);
+        let flags = match mode {
+            TimerMode::Oneshot => libc::EV_ADD | libc::EV_ONESHOT,
+            TimerMode::Periodic => libc::EV_ADD,
+        };
+        let change = kevent_change(
+            self.token.0,
+            libc::EVFILT_TIMER,
+            flags,
+            libc::NOTE_USECONDS,
+            data,
+            self.token.0,
+        );
+        apply_change(registry.as_raw_fd(), &change)?;
+        self.note = Some(mode);
+        self.armed = Some(mode);
+        Ok(())
+    }
+
+    fn delete(&mut self, registry: &Registry) -> io::Result<()> {
+        let change = kevent_change(
+            self.token.0,
+            libc::EVFILT_TIMER,
+            libc::EV_DELETE,
+            0,
+            0,
+            self.token.0,
+        );
+        self.note = None;
+        match apply_change(registry.as_raw_fd(), &change) {
+            // ENOENT: a oneshot that already fired removed itself.
+            Err(e) if !is_errno(&e, Errno::ENOENT) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn disarm(&mut self, registry: &Registry) -> io::Result<()> {
+        self.armed = None;
+        if self.note.is_some() {
+            self.delete(registry)?;
+        }
+        Ok(())
+    }
+
+    /// mio does not expose the kevent's `data` (the expiration count), so
+    /// this reports 1 for an armed timer and 0 for a disarmed one. A oneshot
+    /// counts as disarmed once acknowledged. Limitation: an event already
+    /// fetched in the same `poll` batch before a re-arm still reads as 1;
+    /// handlers should compare their own deadline with the clock.
+    pub fn acknowledge(&mut self) -> u64 {
+        match self.armed {
+            None => 0,
+            Some(TimerMode::Periodic) => 1,
+            Some(TimerMode::Oneshot) => {
+                self.armed = None;
+                1
+            }
+        }
+    }
+
+    pub fn deregister(mut self, registry: &Registry) {
+        let _ = self.disarm(registry);
+    }
+}
+
+/// TERM, INT, HUP and CHLD through a private kqueue nested in mio's.
+///
+/// Design: mio hides a kevent's `ident`, so signals registered directly on
+/// mio's kqueue with one token could not be told apart. Instead a private
+/// kqueue holds one EVFILT_SIGNAL note per signal, and that kqueue's
+/// descriptor is registered READABLE in mio (a kqueue is readable while it
+/// has pending events). `drain` then reads the private kqueue, whose events
+/// do carry the signal number. EVFILT_SIGNAL notes are EV_CLEAR and record
+/// every delivery attempt even for SIG_IGN, so TERM/INT/HUP are set to
+/// SIG_IGN (nothing runs in a handler) and SIGCHLD stays at SIG_DFL
+/// (SIG_IGN would auto-reap children, and then the note does not fire).
+/// Children get default dispositions back in `spawn_on_pty`.
+#[derive(Debug)]
+pub struct SignalSource {
+    kq: OwnedFd,
+}
+
+impl SignalSource {
+    pub fn register(registry: &Registry, token: Token) -> io::Result<SignalSource> {
+        // SAFETY: kqueue takes no arguments and returns a new descriptor or -1.
+        let raw = unsafe { libc::kqueue() };
+        if raw == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: raw is a fresh descriptor that nothing else owns.
+        let kq = unsafe { OwnedFd::from_raw_fd(raw) };
+        // Kqueues are not inherited by fork; CLOEXEC keeps the rule "every daemon fd is CLOEXEC".
+        nix::fcntl::fcntl(
+            &kq,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )?;
+        for (signo, _) in DaemonSignal::ALL {
+            let ident =
+                usize::try_from(signo).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            apply_change(
+                kq.as_raw_fd(),
+                &kevent_change(ident, libc::EVFILT_SIGNAL, libc::EV_ADD, 0, 0, 0),
+            )?;
+        }
+        // Notes first, dispositions second: a TERM in between still stops
+        // the daemon (default action) instead of being lost.
+        for signo in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            // SAFETY: SIG_IGN is a valid disposition for these catchable signals.
+            if unsafe { libc::signal(signo, libc::SIG_IGN) } == libc::SIG_ERR {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        registry.register(&mut SourceFd(&kq.as_raw_fd()), token, Interest::READABLE)?;
+        Ok(SignalSource { kq })
+    }
+
+    /// Reads every pending note of the private kqueue (zero timeout) and
+    /// appends one entry per signal that arrived since the last drain.
+    pub fn drain(&mut self, out: &mut Vec<DaemonSignal>) {
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: kevent is plain data; all-zero is valid.
+        let mut events: [libc::kevent; 8] = unsafe { mem::zeroed() };
+        loop {
+            // SAFETY: events is writable for its length; no changes are passed;
+            // the zero timeout makes the call non-blocking.
+            let n = unsafe {
+                libc::kevent(
+                    self.kq.as_raw_fd(),
+                    ptr::null(),
+                    0,
+                    events.as_mut_ptr(),
+                    events.len() as libc::c_int,
+                    &zero,
+                )
+            };
+            let Ok(n) = usize::try_from(n) else {
+                if Errno::last() == Errno::EINTR {
+                    continue;
+                }
+                return;
+            };
+            for event in events.iter().take(n) {
+                if event.filter == libc::EVFILT_SIGNAL {
+                    out.extend(
+                        libc::c_int::try_from(event.ident)
+                            .ok()
+                            .and_then(DaemonSignal::from_signo),
+                    );
+                }
+            }
+            if n < events.len() {
+                return;
+            }
+        }
+    }
+
+    /// Removes the private kqueue from the poll and closes it (dispositions stay).
+    pub fn deregister(self, registry: &Registry) {
+        let _ = registry.deregister(&mut SourceFd(&self.kq.as_raw_fd()));
+    }
+}
+
+/// `struct procctl_reaper_kill` from sys/sys/procctl.h (not in the libc crate).
+#[repr(C)]
+struct ProcctlReaperKill {
+    rk_sig: libc::c_int,
+    rk_flags: libc::c_uint,
+    rk_subtree: libc::pid_t,
+    rk_killed: libc::c_uint,
+    rk_fpid: libc::pid_t,
+    rk_pad0: [libc::c_uint; 15],
+}
+
+/// `struct procctl_reaper_status` from sys/sys/procctl.h.
+#[repr(C)]
+struct ProcctlReaperStatus {
+    rs_flags: libc::c_uint,
+    rs_children: libc::c_uint,
+    rs_descendants: libc::c_uint,
+    rs_reaper: libc::pid_t,
+    rs_pid: libc::pid_t,
+    rs_pad0: [libc::c_uint; 15],
+}
+
+const REAPER_KILL_SUBTREE: libc::c_uint = 0x2;
+const REAPER_STATUS_OWNED: libc::c_uint = 0x1;
+const PROC_REAP_STATUS: libc::c_int = 4;
+
+fn own_pid_id() -> libc::id_t {
+    // SAFETY: getpid has no preconditions.
+    libc::id_t::from(unsafe { libc::getpid() })
+}
+
+/// PROC_REAP_ACQUIRE: descendants forked from now on are re-parented to us
+/// when orphaned (call before the first spawn); they must be reaped with
+/// `reap_any`. Already being a reaper (EBUSY) is fine.
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: PROC_REAP_ACQUIRE takes no data.
+    let rc = unsafe {
+        libc::procctl(
+            libc::P_PID,
+            own_pid_id(),
+            libc::PROC_REAP_ACQUIRE,
+            ptr::null_mut(),
+        )
+    };
+    if rc == -1 && Errno::last() != Errno::EBUSY {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn we_are_reaper() -> bool {
+    // SAFETY: plain-data struct; all-zero is valid.
+    let mut status: ProcctlReaperStatus = unsafe { mem::zeroed() };
+    // SAFETY: PROC_REAP_STATUS fills the struct the pointer refers to.
+    let rc = unsafe {
+        libc::procctl(
+            libc::P_PID,
+            own_pid_id(),
+            PROC_REAP_STATUS,
+            (&mut status as *mut ProcctlReaperStatus).cast(),
+        )
+    };
+    rc == 0 && status.rs_flags & REAPER_STATUS_OWNED != 0
+}
+
+/// Signals an agent's whole tree: PROC_REAP_KILL with REAPER_KILL_SUBTREE
+/// (every descendant of that direct child, including ones that changed
+/// session or entered a jail, and orphans after the agent itself exited),
+/// then killpg + kill for good measure. The reaper kill is used only while we
+/// are a reaper: otherwise the kernel would apply it to our reaper's tree.
+/// ESRCH is not an error.
+pub fn signal_tree(pid: Pid, sig: i32) -> io::Result<()> {
+    posix::check_tree_pid(pid)?;
+    let mut reaper_error = None;
+    // rk_sig 0 is invalid for PROC_REAP_KILL; the group kill covers sig 0.
+    if sig != 0 && we_are_reaper() {
+        let mut request = ProcctlReaperKill {
+            rk_sig: sig,
+            rk_flags: REAPER_KILL_SUBTREE,
+            rk_subtree: pid,
+            rk_killed: 0,
+            rk_fpid: -1,
+            rk_pad0: [0; 15],
+        };
+        // SAFETY: PROC_REAP_KILL reads and updates the struct the pointer refers to.
+        let rc = unsafe {
+            libc::procctl(
+                libc::P_PID,
+                own_pid_id(),
+                libc::PROC_REAP_KILL,
+                (&mut request as *mut ProcctlReaperKill).cast(),
+            )
+        };
+        if rc == -1 && Errno::last() != Errno::ESRCH {
+            reaper_error = Some(io::Error::last_os_error());
+        }
+    }
+    let group_result = posix::signal_group_and_leader(pid, sig);
+    match reaper_error {
+        Some(e) => Err(e),
+        None => group_result,
+    }
+}
+
+/// MAXHOSTNAMELEN: the longest jail name the kernel accepts, with its NUL.
+const JAIL_NAME_BUF: usize = 256;
+/// MAXPATHLEN.
+const JAIL_PATH_BUF: usize = 1024;
+
+/// An iovec over a mutable buffer (jail_get may write to any parameter).
+fn iovec_of(buf: &mut [u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    }
+}
+
+/// Resolves a running jail by name with jail_get(2): "name" in, "jid" and
+/// "path" out (what libjail's jail_getid does, without linking libjail).
+/// A name of digits is taken as a jid.
+pub fn resolve_jail(name: &str) -> Result<JailTarget, SpawnError> {
+    if name.contains('\0') {
+        return Err(SpawnError::Nul("jail name"));
+    }
+    let mut name_buf = [0u8; JAIL_NAME_BUF];
+    // jid 0 means "look up by name"; a non-zero jid takes precedence over the name.
+    let mut jid: libc::c_int = 0;
+    if let Ok(n) = name.parse::<libc::c_int>() {
+        jid = n;
+    } else {
+        if name.is_empty() || name.len() >= JAIL_NAME_BUF {
+            return Err(SpawnError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("invalid jail name {name:?}"),
+            )));
+        }
+        name_buf[..name.len()].copy_from_slice(name.as_bytes());
+    }
+    let mut jid_bytes = jid.to_ne_bytes();
+    let mut path_buf = [0u8; JAIL_PATH_BUF];
+    let mut errmsg = [0u8; 256];
+    // Parameter names, NUL-terminated (the kernel may not write to these,
+    // but iovec wants a mutable pointer, so they are mutable copies).
+    let (mut name_key, mut jid_key) = (*b"name\0", *b"jid\0");
+    let (mut path_key, mut errmsg_key) = (*b"path\0", *b"errmsg\0");
+    let mut iov = [
+        iovec_of(&mut name_key),
+        iovec_of(&mut name_buf),
+        iovec_of(&mut jid_key),
+        iovec_of(&mut jid_bytes),
+        iovec_of(&mut path_key),
+        iovec_of(&mut path_buf),
+        iovec_of(&mut errmsg_key),
+        iovec_of(&mut errmsg),
+    ];
+    // SAFETY: every iovec points into a live, writable buffer of its stated
+    // length; keys are NUL-terminated; the count matches the array.
+    let rc = unsafe { libc::jail_get(iov.as_mut_ptr(), iov.len() as libc::c_uint, 0) };
+    if rc == -1 {
+        let err = io::Error::last_os_error();
+        let detail = String::from_utf8_lossy(c_str_bytes(&errmsg)).into_owned();
+        let message = if detail.is_empty() {
+            format!("jail {name:?}: {err}")
+        } else {
+            format!("jail {name:?}: {detail}")
+        };
+        return Err(SpawnError::Io(io::Error::new(err.kind(), message)));
+    }
+    // The kernel wrote the jail's name (useful when looked up by jid) and path back.
+    let jail_name = String::from_utf8_lossy(c_str_bytes(&name_buf)).into_owned();
+    let root = PathBuf::from(std::ffi::OsStr::from_bytes(c_str_bytes(&path_buf)));
+    Ok(JailTarget {
+        name: if jail_name.is_empty() {
+            name.to_owned()
+        } else {
+            jail_name
+        },
+        jid: rc,
+        root,
+    })
+}
+
+/// The bytes before the first NUL in `buf` (empty if there is none).
+fn c_str_bytes(buf: &[u8]) -> &[u8] {
+    CStr::from_bytes_until_nul(buf)
+        .map(CStr::to_bytes)
+        .unwrap_or(&[])
+}
+
+/// LOCAL_PEERCRED: the peer's effective uid, groups and (FreeBSD 13+) pid as
+/// of its connect(). The uid is jail-local: authorize by jail, not by uid.
+pub fn peer_cred(fd: BorrowedFd<'_>) -> io::Result<PeerCred> {
+    // SAFETY: xucred is plain data (integers and a union of a pointer and a pid); all-zero is valid.
+    let mut cred: libc::xucred = unsafe { mem::zeroed() };
+    let mut len = libc::socklen_t::try_from(mem::size_of::<libc::xucred>())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    // SAFETY: cred/len describe a writable xucred; fd is a live socket.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_LOCAL,
+            libc::LOCAL_PEERCRED,
+            (&mut cred as *mut libc::xucred).cast(),
+            &mut len,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if cred.cr_version != libc::XUCRED_VERSION || cred.cr_ngroups < 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unexpected xucred version {}", cred.cr_version),
+        ));
+    }
+    // SAFETY: since FreeBSD 13 the kernel fills the union's cr_pid member
+    // (an integer, so any bit pattern is a valid read); 0 means "not set".
+    let pid = unsafe { cred.cr_pid__c_anonymous_union.cr_pid };
+    Ok(PeerCred {
+        pid: (pid > 0).then_some(pid),
+        uid: cred.cr_uid,
+        gid: cred.cr_groups[0],
+    })
+}
+
+/// kinfo_proc for one pid via sysctl {CTL_KERN, KERN_PROC, KERN_PROC_PID, pid}
+/// (the name "kern.proc.pid.N" does not resolve). Sizes are checked, never
+/// assumed: a libc/kernel ABI mismatch is an error, not a misread.
+fn kinfo_proc(pid: i32) -> io::Result<libc::kinfo_proc> {
+    let mib = [libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_PID, pid];
+    // SAFETY: kinfo_proc is plain data (integers, arrays, raw pointers); all-zero is valid.
+    let mut info: libc::kinfo_proc = unsafe { mem::zeroed() };
+    let mut len = mem::size_of::<libc::kinfo_proc>();
+    // SAFETY: mib has 4 entries; info/len describe a writable buffer of len bytes.
+    let rc = unsafe {
+        libc::sysctl(
+            mib.as_ptr(),
+            4,
+            (&mut info as *mut libc::kinfo_proc).cast(),
+            &mut len,
+            ptr::null(),
+            0,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if len == 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    let expected = mem::size_of::<libc::kinfo_proc>();
+    if len != expected || usize::try_from(info.ki_structsize).ok() != Some(expected) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "kinfo_proc size mismatch: kernel {len} (ki_structsize {}), libc {expected}",
+                info.ki_structsize
+            ),
+        ));
+    }
+    Ok(info)
+}
+
+/// The jail id `pid` runs in (0 = the host).
+pub fn pid_jail(pid: i32) -> io::Result<i32> {
+    Ok(kinfo_proc(pid)?.ki_jid)
+}
+
+/// Resident set size: kinfo_proc.ki_rssize (pages) × the page size.
+pub fn self_rss_bytes() -> io::Result<u64> {
+    // SAFETY: getpid has no preconditions.
+    let info = kinfo_proc(unsafe { libc::getpid() })?;
+    let pages = u64::try_from(info.ki_rssize).unwrap_or(0);
+    // SAFETY: getpagesize has no preconditions.
+    let page_size = u64::try_from(unsafe { libc::getpagesize() }).unwrap_or(4096);
+    Ok(pages * page_size)
+}

@@ -1,0 +1,344 @@
+//! Linux back end: pidfd, timerfd and signalfd registered in mio's epoll.
+//!
+//! Linux is the development system, not the shipping one; these functions
+//! mirror `freebsd.rs` so the daemon can run and be tested here. Each event
+//! source owns its descriptor and registers it with `SourceFd` (mio does not
+//! own it); `deregister` removes it from the poll and closes it. Jails do not
+//! exist here: `resolve_jail` and a spec with `jail` fail with `Unsupported`.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::{Interest, Registry, Token};
+use nix::errno::Errno;
+use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+
+use super::posix;
+use super::{DaemonSignal, PeerCred, Pid, PtyPair, SpawnError, SpawnSpec};
+
+/// Opens a PTY pair (see [`PtyPair`]).
+pub fn open_pty(cols: u16, rows: u16) -> io::Result<PtyPair> {
+    posix::open_pty_with(cols, rows, |master| Ok(nix::pty::ptsname_r(master)?))
+}
+
+/// Starts `spec.argv` on the PTY slave as a session leader whose controlling
+/// terminal is the PTY; returns its pid without waiting for it.
+pub fn spawn_on_pty(spec: &SpawnSpec, slave: &OwnedFd) -> Result<Pid, SpawnError> {
+    if spec.jail.is_some() {
+        return Err(SpawnError::Unsupported("jails are FreeBSD-only"));
+    }
+    posix::spawn_with(spec, slave, None, cloexec_inherited)
+}
+
+/// close_range(3, ~0, CLOSE_RANGE_CLOEXEC) (Linux 5.11), else the fcntl loop.
+/// Runs in the child between fork and exec.
+fn cloexec_inherited() -> io::Result<()> {
+    // SAFETY: close_range takes three integers and only changes descriptor flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    posix::cloexec_fds_from_3_by_loop()
+}
+
+/// A pidfd for one child, registered READABLE: it becomes readable when the
+/// child terminates and stays so until it is reaped. It does not reap.
+#[derive(Debug)]
+pub struct ExitWatch {
+    /// `None` when the child was already gone at registration.
+    pidfd: Option<OwnedFd>,
+}
+
+impl ExitWatch {
+    pub fn register(registry: &Registry, pid: Pid, token: Token) -> io::Result<ExitWatch> {
+        // SAFETY: pidfd_open takes two integers (pid, flags) and returns a new
+        // descriptor or -1.
+        let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if rc == -1 {
+            return match Errno::last() {
+                // No such process: already reaped (or never ours). The caller
+                // reaps at once and gets the status or Unknown.
+                Errno::ESRCH => Ok(ExitWatch { pidfd: None }),
+                e => Err(e.into()),
+            };
+        }
+        let raw = RawFd::try_from(rc)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "pidfd out of range"))?;
+        // SAFETY: raw is a fresh descriptor returned to us alone by pidfd_open
+        // (always CLOEXEC); the OwnedFd becomes its only owner.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(raw) };
+        registry.register(&mut SourceFd(&pidfd.as_raw_fd()), token, Interest::READABLE)?;
+        Ok(ExitWatch { pidfd: Some(pidfd) })
+    }
+
+    /// True when the child was gone before the watch existed: no event will
+    /// come, reap now.
+    pub fn already_exited(&self) -> bool {
+        self.pidfd.is_none()
+    }
+
+    /// Removes the pidfd from the poll and closes it.
+    pub fn deregister(self, registry: &Registry) {
+        if let Some(pidfd) = self.pidfd {
+            // Closing the fd drops it from the epoll set anyway; the explicit
+            // call only keeps mio's view tidy, so its error is not interesting.
+            let _ = registry.deregister(&mut SourceFd(&pidfd.as_raw_fd()));
+        }
+    }
+}
+
+/// A CLOCK_MONOTONIC timerfd registered READABLE. Re-arming replaces the
+/// previous deadline and clears the unread expiration count.
+#[derive(Debug)]
+pub struct KernelTimer {
+    timer: TimerFd,
+}
+
+impl KernelTimer {
+    pub fn new(registry: &Registry, token: Token) -> io::Result<KernelTimer> {
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        registry.register(&mut SourceFd(&timer.as_fd_raw()), token, Interest::READABLE)?;
+        Ok(KernelTimer { timer })
+    }
+
+    /// Fires once, `after` from now (a zero duration fires at once).
+    pub fn arm_oneshot(&mut self, _registry: &Registry, after: Duration) -> io::Result<()> {
+        self.timer.set(
+            Expiration::OneShot(nonzero_timespec(after)),
+            TimerSetTimeFlags::empty(),
+        )?;
+        Ok(())
+    }
+
+    /// Fires every `every`, first after one period.
+    pub fn arm_periodic(&mut self, _registry: &Registry, every: Duration) -> io::Result<()> {
+        self.timer.set(
+            Expiration::Interval(nonzero_timespec(every)),
+            TimerSetTimeFlags::empty(),
+        )?;
+        Ok(())
+    }
+
+    pub fn disarm(&mut self, _registry: &Registry) -> io::Result<()> {
+        self.timer.unset()?;
+        Ok(())
+    }
+
+    /// Reads the expiration count: ≥1 if the timer fired since the last call,
+    /// 0 for a spurious event (e.g. one queued just before a disarm).
+    pub fn acknowledge(&mut self) -> u64 {
+        let mut count = [0u8; 8];
+        loop {
+            return match nix::unistd::read(&self.timer, &mut count) {
+                Ok(8) => u64::from_ne_bytes(count),
+                Err(Errno::EINTR) => continue,
+                // EAGAIN: nothing expired. A short read cannot happen on a timerfd.
+                _ => 0,
+            };
+        }
+    }
+
+    pub fn deregister(self, registry: &Registry) {
+        // As for ExitWatch: the close that follows is what really matters.
+        let _ = registry.deregister(&mut SourceFd(&self.timer.as_fd_raw()));
+    }
+}
+
+/// The raw descriptor of a TimerFd (nix implements only `AsFd` for it).
+trait AsFdRaw {
+    fn as_fd_raw(&self) -> RawFd;
+}
+
+impl AsFdRaw for TimerFd {
+    fn as_fd_raw(&self) -> RawFd {
+        use std::os::fd::AsFd;
+        self.as_fd().as_raw_fd()
+    }
+}
+
+/// timerfd_settime treats an all-zero value as "disarm": clamp to 1 ns.
+fn nonzero_timespec(d: Duration) -> TimeSpec {
+    TimeSpec::from_duration(d.max(Duration::from_nanos(1)))
+}
+
+/// TERM, INT, HUP and CHLD through a signalfd.
+///
+/// `register` blocks the four signals with sigprocmask (they then stay
+/// pending for the signalfd instead of running a disposition). In a
+/// multi-threaded process the mask is per thread, and a process-directed
+/// signal goes to any thread that does not block it: register before any
+/// thread exists (the daemon has one). The child gets an empty mask back in
+/// `spawn_on_pty`.
+#[derive(Debug)]
+pub struct SignalSource {
+    fd: SignalFd,
+}
+
+impl SignalSource {
+    pub fn register(registry: &Registry, token: Token) -> io::Result<SignalSource> {
+        let mut mask = SigSet::empty();
+        for (signo, _) in DaemonSignal::ALL {
+            mask.add(Signal::try_from(signo)?);
+        }
+        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
+        let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        registry.register(&mut SourceFd(&fd.as_raw_fd()), token, Interest::READABLE)?;
+        Ok(SignalSource { fd })
+    }
+
+    /// Reads the signalfd until it would block and appends one entry per
+    /// pending signal (the kernel merges repeats of one standard signal).
+    pub fn drain(&mut self, out: &mut Vec<DaemonSignal>) {
+        loop {
+            match self.fd.read_signal() {
+                Ok(Some(info)) => {
+                    let signo = libc::c_int::try_from(info.ssi_signo).unwrap_or(0);
+                    out.extend(DaemonSignal::from_signo(signo));
+                }
+                Err(Errno::EINTR) => continue,
+                // Ok(None) is EAGAIN: drained. Any other error leaves nothing
+                // readable either; the next signal raises a new event.
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+
+    /// Removes the signalfd from the poll and closes it (the mask stays).
+    pub fn deregister(self, registry: &Registry) {
+        let _ = registry.deregister(&mut SourceFd(&self.fd.as_raw_fd()));
+    }
+}
+
+/// PR_SET_CHILD_SUBREAPER: orphaned descendants are re-parented to us, so
+/// they raise SIGCHLD here and must be reaped with `reap_any`.
+pub fn become_subreaper() -> io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true)?;
+    Ok(())
+}
+
+/// Signals an agent's tree: its process group (the agent is a session and
+/// group leader) and the agent itself. Descendants that started their own
+/// group or session are out of reach on Linux. ESRCH is not an error.
+pub fn signal_tree(pid: Pid, sig: i32) -> io::Result<()> {
+    posix::signal_group_and_leader(pid, sig)
+}
+
+pub fn resolve_jail(_name: &str) -> Result<super::JailTarget, SpawnError> {
+    Err(SpawnError::Unsupported("jails are FreeBSD-only"))
+}
+
+/// SO_PEERCRED: pid, effective uid and gid of the peer as of its connect().
+pub fn peer_cred(fd: BorrowedFd<'_>) -> io::Result<PeerCred> {
+    let cred = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::PeerCredentials)?;
+    let pid = (cred.pid() > 0).then_some(cred.pid());
+    Ok(PeerCred {
+        pid,
+        uid: cred.uid(),
+        gid: cred.gid(),
+    })
+}
+
+/// Linux has no jails: every process is on the host (jail id 0).
+pub fn pid_jail(_pid: i32) -> io::Result<i32> {
+    Ok(0)
+}
+
+/// Resident set size from /proc/self/statm (second field, in pages).
+pub fn self_rss_bytes() -> io::Result<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("unexpected /proc/self/statm: {statm:?}"),
+            )
+        })?;
+    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)?
+        .and_then(|p| u64::try_from(p).ok())
+        .ok_or_else(|| io::Error::other("no page size"))?;
+    Ok(pages * page_size)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Linux-only checks; the portable ones are in `platform/tests.rs`.
+
+    use crate::platform::tests::run_on_pty;
+    use crate::platform::ExitStatus;
+
+    /// The child holds only the PTY as 0, 1, 2 (plus the directory fd `ls`
+    /// opens to list /proc/self/fd): no daemon descriptor leaks across exec.
+    #[test]
+    fn child_inherits_only_stdio() {
+        let (output, status) = run_on_pty(&["/bin/sh", "-c", "exec ls -1 /proc/self/fd"]);
+        assert_eq!(status, ExitStatus::Code(0));
+        let text = String::from_utf8(output).expect("utf-8 listing");
+        let mut fds: Vec<u32> = text
+            .lines()
+            .map(|l| l.trim().parse().expect("numeric fd"))
+            .collect();
+        fds.sort_unstable();
+        assert!(
+            fds.len() <= 4,
+            "unexpected descriptors in the child: {fds:?}"
+        );
+        assert_eq!(&fds[..3], &[0, 1, 2], "stdio missing: {fds:?}");
+    }
+
+    /// Linux does not clamp silently (FreeBSD may, to kern.maxfilesperproc).
+    #[test]
+    fn raise_fd_limit_reaches_the_hard_limit() {
+        let soft = super::super::raise_fd_limit().expect("raise");
+        let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .expect("getrlimit");
+        assert_eq!(soft, hard);
+    }
+
+    #[test]
+    fn jails_are_unsupported() {
+        let pair = super::open_pty(80, 24).expect("open_pty");
+        let jail = super::super::JailTarget {
+            name: "j".into(),
+            jid: 1,
+            root: "/".into(),
+        };
+        let spec = super::SpawnSpec {
+            argv: vec!["/bin/true".into()],
+            jail: Some(jail),
+            ..Default::default()
+        };
+        assert!(matches!(
+            super::spawn_on_pty(&spec, &pair.slave),
+            Err(super::SpawnError::Unsupported(_))
+        ));
+        assert!(matches!(
+            super::resolve_jail("j"),
+            Err(super::SpawnError::Unsupported(_))
+        ));
+        assert_eq!(super::pid_jail(1).expect("pid_jail"), 0);
+    }
+
+    #[test]
+    fn rss_is_reported() {
+        let rss = super::self_rss_bytes().expect("statm");
+        assert!(rss > 1024 * 1024, "implausible rss {rss}");
+    }
+}

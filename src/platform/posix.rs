@@ -1,0 +1,539 @@
+//! POSIX code that is the same on Linux and FreeBSD.
+//!
+//! PTY set-up (raw mode, window size), master reads and writes, the spawn
+//! recipe (std `Command` plus an async-signal-safe `pre_exec`), reaping,
+//! `killpg`, resource limits and passwd/group parsing. The OS files call in
+//! here for the common part and keep only what really differs.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::pty::PtyMaster;
+use nix::sys::stat::Mode;
+use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
+
+use super::{ExitStatus, Pid, PtyPair, ReadOutcome, SpawnError, SpawnSpec, UserIds};
+
+/// Opens a PTY pair; `pts_name` is the one OS-specific step (the slave's path).
+pub(super) fn open_pty_with(
+    cols: u16,
+    rows: u16,
+    pts_name: fn(&PtyMaster) -> io::Result<String>,
+) -> io::Result<PtyPair> {
+    // O_NONBLOCK is set afterwards: FreeBSD's posix_openpt rejects it (EINVAL).
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    nix::pty::grantpt(&master)?;
+    nix::pty::unlockpt(&master)?;
+    let slave_path = pts_name(&master)?;
+    let master = OwnedFd::from(master);
+    set_nonblocking(master.as_fd())?;
+    let slave = nix::fcntl::open(
+        slave_path.as_str(),
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // Raw mode: no ONLCR (`\n` stays `\n`), no echo of what the daemon writes
+    // (it would come back as agent output), no canonical line limit, no IXON.
+    let mut termios = tcgetattr(&slave)?;
+    cfmakeraw(&mut termios);
+    tcsetattr(&slave, SetArg::TCSANOW, &termios)?;
+    set_window_size(slave.as_fd(), cols, rows)?;
+    Ok(PtyPair { master, slave })
+}
+
+fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Sets the terminal size (TIOCSWINSZ) on a master or slave. Set it before
+/// spawning: TUIs read it at start; later changes SIGWINCH the foreground group.
+pub fn set_window_size(fd: BorrowedFd<'_>, cols: u16, rows: u16) -> io::Result<()> {
+    let size = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: fd is a live descriptor; TIOCSWINSZ reads one winsize from the pointer.
+    let rc = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TIOCSWINSZ,
+            &size as *const libc::winsize,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads the PTY master once. EINTR is retried; EAGAIN is `WouldBlock`. EOF
+/// is `read() == 0` (FreeBSD) or EIO (Linux: the slave side is closed and the
+/// queued output has been drained). An empty `buf` gives `Data(0)`, never a
+/// false EOF.
+pub fn read_master(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<ReadOutcome> {
+    if buf.is_empty() {
+        return Ok(ReadOutcome::Data(0));
+    }
+    loop {
+        return match nix::unistd::read(fd, buf) {
+            Ok(0) => Ok(ReadOutcome::Eof),
+            Ok(n) => Ok(ReadOutcome::Data(n)),
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => Ok(ReadOutcome::WouldBlock),
+            Err(Errno::EIO) => Ok(ReadOutcome::Eof),
+            Err(e) => Err(e.into()),
+        };
+    }
+}
+
+/// Writes once to a non-blocking descriptor: `Ok(Some(n))` bytes written,
+/// `Ok(None)` if it would block. EINTR is retried.
+pub fn write_nonblocking(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<Option<usize>> {
+    loop {
+        return match nix::unistd::write(fd, buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => Ok(None),
+            Err(e) => Err(e.into()),
+        };
+    }
+}
+
+/// Decodes a wait(2) status word. `None` for stop/continue reports, which the
+/// daemon never asks for (no WUNTRACED/WCONTINUED).
+fn decode_wait_status(status: libc::c_int) -> Option<ExitStatus> {
+    if libc::WIFEXITED(status) {
+        Some(ExitStatus::Code(libc::WEXITSTATUS(status)))
+    } else if libc::WIFSIGNALED(status) {
+        Some(ExitStatus::Signal(libc::WTERMSIG(status)))
+    } else {
+        None
+    }
+}
+
+/// `waitpid(pid, WNOHANG)`: `Ok(None)` while it runs, `Ok(Some(status))` once
+/// reaped, `Ok(Some(Unknown))` on ECHILD (already reaped elsewhere, e.g. by a
+/// `reap_any` sweep that ran first).
+pub fn reap(pid: Pid) -> io::Result<Option<ExitStatus>> {
+    if pid <= 0 {
+        // waitpid(0 or negative) would reap any child of a group.
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("reap: invalid pid {pid}"),
+        ));
+    }
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: status is a valid out-pointer for the duration of the call.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if rc == 0 {
+            return Ok(None);
+        }
+        if rc == -1 {
+            return match Errno::last() {
+                Errno::EINTR => continue,
+                Errno::ECHILD => Ok(Some(ExitStatus::Unknown)),
+                e => Err(e.into()),
+            };
+        }
+        return Ok(decode_wait_status(status));
+    }
+}
+
+/// `waitpid(-1, WNOHANG)` once: the next exited child (an agent, or an orphan
+/// inherited as subreaper), or `None` when nothing is waiting to be reaped.
+pub fn reap_any() -> Option<(Pid, ExitStatus)> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: status is a valid out-pointer for the duration of the call.
+        let rc = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if rc > 0 {
+            return Some((
+                rc,
+                decode_wait_status(status).unwrap_or(ExitStatus::Unknown),
+            ));
+        }
+        if rc == -1 && Errno::last() == Errno::EINTR {
+            continue;
+        }
+        return None;
+    }
+}
+
+/// `killpg(pid, sig)` then `kill(pid, sig)`: the agent is a session and group
+/// leader (setsid in the child), so its group holds its ordinary descendants;
+/// the direct kill covers an agent that moved itself to another group. ESRCH
+/// from either is not an error (the target is already gone).
+pub(super) fn signal_group_and_leader(pid: Pid, sig: i32) -> io::Result<()> {
+    check_tree_pid(pid)?;
+    // SAFETY: killpg and kill take plain integers; pid > 1 was checked, so
+    // neither names our own group nor "every process".
+    let group_rc = unsafe { libc::killpg(pid, sig) };
+    let group_err = (group_rc == -1).then(Errno::last);
+    // SAFETY: as above.
+    let leader_rc = unsafe { libc::kill(pid, sig) };
+    let leader_err = (leader_rc == -1).then(Errno::last);
+    for err in [group_err, leader_err].into_iter().flatten() {
+        if err != Errno::ESRCH {
+            return Err(err.into());
+        }
+    }
+    Ok(())
+}
+
+/// Refuses pids that would turn a tree kill into a group-wide or system-wide
+/// one (0 = our own group, -1 = everything, 1 = init).
+pub(super) fn check_tree_pid(pid: Pid) -> io::Result<()> {
+    if pid <= 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("refusing to signal the tree of pid {pid}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Raises the RLIMIT_NOFILE soft limit to the hard limit and returns the
+/// soft limit now in force (the kernel may clamp it, e.g. FreeBSD's
+/// kern.maxfilesperproc).
+pub fn raise_fd_limit() -> io::Result<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    }
+    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    Ok(rlim_to_u64(soft))
+}
+
+/// rlim_t is u64 on Linux and i64 on FreeBSD (never negative in practice).
+#[allow(clippy::useless_conversion, clippy::unnecessary_fallible_conversions)]
+pub(super) fn rlim_to_u64(value: libc::rlim_t) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// This host's name (gethostname), or `"localhost"` if the kernel will not say.
+pub fn hostname() -> String {
+    match nix::unistd::gethostname() {
+        Ok(name) if !name.is_empty() => name.to_string_lossy().into_owned(),
+        _ => String::from("localhost"),
+    }
+}
+
+/// Looks `user` up in `<root>/etc/passwd` and `<root>/etc/group` by parsing
+/// the files (no NSS, so a jail's own files can be read from the host; root
+/// `/` is the host). `user` is a login name, or a numeric uid when no name
+/// matches. Groups are the primary group followed by every group that lists
+/// the user as a member. The files are read before fork: a child may not.
+pub fn lookup_user(root: &Path, user: &str) -> io::Result<UserIds> {
+    let passwd_path = root.join("etc/passwd");
+    let passwd = std::fs::read(&passwd_path)?;
+    let passwd = String::from_utf8_lossy(&passwd);
+    let entry = find_passwd_entry(&passwd, user).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no user {user:?} in {}", passwd_path.display()),
+        )
+    })?;
+    let fields: Vec<&str> = entry.split(':').collect();
+    let malformed = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("malformed entry for {user:?} in {}", passwd_path.display()),
+        )
+    };
+    if fields.len() < 7 {
+        return Err(malformed());
+    }
+    let name = fields[0];
+    let uid: u32 = fields[2].parse().map_err(|_| malformed())?;
+    let gid: u32 = fields[3].parse().map_err(|_| malformed())?;
+    let home = (!fields[5].is_empty()).then(|| fields[5].into());
+
+    let mut groups = vec![gid];
+    let group_path = root.join("etc/group");
+    match std::fs::read(&group_path) {
+        Ok(bytes) => {
+            for gid in supplementary_groups(&String::from_utf8_lossy(&bytes), name) {
+                if !groups.contains(&gid) {
+                    groups.push(gid);
+                }
+            }
+        }
+        // A root without /etc/group still has a usable primary group.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    Ok(UserIds {
+        uid,
+        gid,
+        groups,
+        home,
+    })
+}
+
+/// Lines of a passwd/group file that carry entries: no blanks, no comments,
+/// no NIS `+`/`-` lines.
+fn entry_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().map(str::trim_end).filter(|l| {
+        !l.is_empty() && !l.starts_with('#') && !l.starts_with('+') && !l.starts_with('-')
+    })
+}
+
+fn find_passwd_entry<'a>(passwd: &'a str, user: &str) -> Option<&'a str> {
+    let by_name = entry_lines(passwd).find(|l| l.split(':').next() == Some(user));
+    by_name.or_else(|| {
+        let uid: u32 = user.parse().ok()?;
+        entry_lines(passwd)
+            .find(|l| l.split(':').nth(2).and_then(|f| f.parse::<u32>().ok()) == Some(uid))
+    })
+}
+
+fn supplementary_groups<'a>(group: &'a str, user: &'a str) -> impl Iterator<Item = u32> + 'a {
+    entry_lines(group).filter_map(move |line| {
+        let mut fields = line.split(':');
+        let (_name, _pw, gid, members) = (
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+        );
+        let gid: u32 = gid.parse().ok()?;
+        members.split(',').any(|m| m.trim() == user).then_some(gid)
+    })
+}
+
+/// What the child must do to enter a jail; `attach` is the OS's jail_attach
+/// and runs between fork and exec, so it must be async-signal-safe.
+pub(super) struct JailEntry {
+    pub jid: i32,
+    /// Working directory inside the jail, chdir'ed to after the attach.
+    pub cwd: CString,
+    pub attach: fn(i32) -> io::Result<()>,
+}
+
+/// Numeric credentials in the form the child's system calls take.
+struct ChildCreds {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+/// Starts `spec.argv` on the PTY slave. Everything that allocates happens
+/// here, before fork; the `pre_exec` closure only makes system calls.
+///
+/// `cloexec_inherited` is the OS's way to mark every descriptor from 3 up
+/// close-on-exec in the child (see [`cloexec_fds_from_3_by_loop`]).
+pub(super) fn spawn_with(
+    spec: &SpawnSpec,
+    slave: &OwnedFd,
+    jail: Option<JailEntry>,
+    cloexec_inherited: fn() -> io::Result<()>,
+) -> Result<Pid, SpawnError> {
+    let (program, args) = spec.argv.split_first().ok_or(SpawnError::EmptyArgv)?;
+    if spec.argv.iter().any(|a| a.contains('\0')) {
+        return Err(SpawnError::Nul("argv"));
+    }
+    if spec
+        .env
+        .iter()
+        .any(|(k, v)| k.contains('\0') || v.contains('\0'))
+    {
+        return Err(SpawnError::Nul("env"));
+    }
+    if spec
+        .cwd
+        .as_ref()
+        .is_some_and(|c| c.as_os_str().as_bytes().contains(&0))
+    {
+        return Err(SpawnError::Nul("cwd"));
+    }
+    if let Some(bad) = spec
+        .env
+        .iter()
+        .find(|(k, _)| k.is_empty() || k.contains('='))
+    {
+        return Err(SpawnError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("invalid environment variable name {:?}", bad.0),
+        )));
+    }
+
+    let mut command = Command::new(program);
+    command.args(args);
+    if spec.clear_env {
+        command.env_clear();
+    }
+    command.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    // Each dup is CLOEXEC; std dup2()s it onto 0, 1 and 2, which clears the flag there.
+    command.stdin(Stdio::from(slave.try_clone()?));
+    command.stdout(Stdio::from(slave.try_clone()?));
+    command.stderr(Stdio::from(slave.try_clone()?));
+    if jail.is_none() {
+        // Without a jail std's chdir (before pre_exec) is right. With one it
+        // would chdir on the host and jail_attach would reset it anyway.
+        if let Some(cwd) = &spec.cwd {
+            command.current_dir(cwd);
+        }
+    }
+    let creds = spec.user.as_ref().map(child_creds);
+    // SAFETY: the closure only calls async-signal-safe functions (sigprocmask,
+    // signal, close_range/fcntl, setsid, ioctl, jail_attach, chdir, set*id,
+    // geteuid) on data
+    // prepared before fork; it allocates nothing (io::Error::last_os_error
+    // does not allocate).
+    unsafe {
+        command.pre_exec(move || child_setup(cloexec_inherited, jail.as_ref(), creds.as_ref()));
+    }
+    let child = command.spawn()?;
+    let pid = Pid::try_from(child.id()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("pid {} out of range", child.id()),
+        )
+    })?;
+    // Dropping a Child neither waits nor kills: the daemon reaps through
+    // ExitWatch + reap(), never through std (which would reap behind its back).
+    drop(child);
+    Ok(pid)
+}
+
+fn child_creds(user: &UserIds) -> ChildCreds {
+    // An empty list would mean setgroups(0, ..), which FreeBSD releases
+    // before 14.3 treat differently (groups[0] is the egid there).
+    let groups = if user.groups.is_empty() {
+        vec![user.gid]
+    } else {
+        user.groups.clone()
+    };
+    ChildCreds {
+        uid: user.uid,
+        gid: user.gid,
+        groups,
+    }
+}
+
+/// Runs in the child between fork and exec. Async-signal-safe calls only.
+fn child_setup(
+    cloexec_inherited: fn() -> io::Result<()>,
+    jail: Option<&JailEntry>,
+    creds: Option<&ChildCreds>,
+) -> io::Result<()> {
+    reset_signals()?;
+    // Our own descriptors are all CLOEXEC, but the daemon may have inherited
+    // some that are not (seen in practice: a supervisor's pipe at fd 251).
+    // Marking, not closing: std reports exec failure through a CLOEXEC pipe
+    // that must stay open until exec. Done before jail_attach, so no host
+    // descriptor can follow the agent into a jail.
+    cloexec_inherited()?;
+    // A new session without a controlling terminal, so TIOCSCTTY can take the
+    // PTY. (Never combine with Command::process_group: setsid fails EPERM for
+    // a group leader.)
+    // SAFETY: setsid has no pointer arguments.
+    if unsafe { libc::setsid() } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // fd 0 is the slave (std dup2()ed it before pre_exec). Linux: 0 = do not
+    // steal it from another session; FreeBSD ignores the argument.
+    // SAFETY: TIOCSCTTY takes an integer argument, no pointer.
+    if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if let Some(jail) = jail {
+        (jail.attach)(jail.jid)?;
+        // SAFETY: cwd is a NUL-terminated string owned by the closure.
+        if unsafe { libc::chdir(jail.cwd.as_ptr()) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    if let Some(creds) = creds {
+        drop_privileges(creds)?;
+    }
+    Ok(())
+}
+
+/// Gives the child the signal state of a fresh process: an empty mask (the
+/// Linux daemon blocks TERM/INT/HUP/CHLD for its signalfd, and masks survive
+/// exec) and default dispositions (the FreeBSD daemon sets TERM/INT/HUP to
+/// SIG_IGN, and ignored dispositions survive exec).
+fn reset_signals() -> io::Result<()> {
+    for signo in [
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGCHLD,
+        libc::SIGPIPE,
+    ] {
+        // SAFETY: SIG_DFL is a valid disposition for these catchable signals.
+        if unsafe { libc::signal(signo, libc::SIG_DFL) } == libc::SIG_ERR {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set it is given; sigprocmask then
+    // reads that initialised set and takes a null old-set pointer.
+    let rc = unsafe {
+        libc::sigemptyset(empty.as_mut_ptr());
+        libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut())
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// setgroups, setgid, setuid, in that order (setuid last: afterwards the
+/// others are no longer permitted). A non-root daemon asked to run a child as
+/// itself skips the calls it could not make anyway.
+fn drop_privileges(creds: &ChildCreds) -> io::Result<()> {
+    // SAFETY: geteuid/getegid have no arguments and cannot fail.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if euid != 0 && creds.uid == euid && creds.gid == egid {
+        return Ok(());
+    }
+    // SAFETY: the pointer and length describe the Vec prepared before fork.
+    if unsafe { libc::setgroups(creds.groups.len() as _, creds.groups.as_ptr()) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: setgid/setuid take plain integers.
+    if unsafe { libc::setgid(creds.gid) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::setuid(creds.uid) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Marks descriptors 3.. close-on-exec one by one, up to the RLIMIT_NOFILE
+/// soft limit (capped at 65536). The fallback for kernels whose close_range
+/// lacks CLOSE_RANGE_CLOEXEC; runs in the child, async-signal-safe.
+pub(super) fn cloexec_fds_from_3_by_loop() -> io::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: limit is a valid out-pointer.
+    let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        libc::c_int::try_from(rlim_to_u64(limit.rlim_cur).min(65_536)).unwrap_or(1024)
+    } else {
+        1024
+    };
+    for fd in 3..top {
+        // SAFETY: F_SETFD on a descriptor number; EBADF for unused numbers is expected.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
+}

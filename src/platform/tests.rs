@@ -1,0 +1,625 @@
+//! Tests of the platform interface against the real kernel, written only in
+//! terms of the public functions so they compile for both back ends (they
+//! run on Linux here; on FreeBSD they are the first thing to run).
+//!
+//! Every wait is a poll on a condition with a deadline. Tests run in parallel
+//! threads of one process, so process-wide state is handled with care: the
+//! signal test sends thread-directed signals to its own thread (see there),
+//! and the tree-kill test makes the test process a subreaper, which only
+//! means orphans of other tests become (harmless) zombies here.
+
+use std::io::Write as _;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+use super::*;
+
+const DEADLINE: Duration = Duration::from_secs(10);
+const PTY: Token = Token(1);
+const EXIT: Token = Token(2);
+const TIMER: Token = Token(3);
+const SIGNALS: Token = Token(4);
+
+fn argv(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| (*a).to_owned()).collect()
+}
+
+/// Polls once with the time left before `deadline`, retrying EINTR.
+fn poll_until(poll: &mut Poll, events: &mut Events, deadline: Instant) {
+    let left = deadline
+        .checked_duration_since(Instant::now())
+        .expect("deadline passed while waiting for an event");
+    loop {
+        match poll.poll(events, Some(left)) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other.expect("poll"),
+        }
+    }
+}
+
+/// Reads the master until it would block; returns true at EOF.
+fn drain_master(master: &OwnedFd, out: &mut Vec<u8>) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        match read_master(master.as_fd(), &mut buf).expect("read master") {
+            ReadOutcome::Data(n) => out.extend_from_slice(&buf[..n]),
+            ReadOutcome::WouldBlock => return false,
+            ReadOutcome::Eof => return true,
+        }
+    }
+}
+
+/// A child running on a PTY, watched through a real mio poll the way the
+/// daemon watches it.
+struct PtyChild {
+    poll: Poll,
+    events: Events,
+    master: OwnedFd,
+    pid: Pid,
+    watch: Option<ExitWatch>,
+    output: Vec<u8>,
+    exited: bool,
+    eof: bool,
+}
+
+impl PtyChild {
+    fn spawn(spec: &SpawnSpec) -> PtyChild {
+        let poll = Poll::new().expect("poll");
+        let pair = open_pty(80, 24).expect("open_pty");
+        let pid = spawn_on_pty(spec, &pair.slave).expect("spawn_on_pty");
+        // The master reports EOF only once every slave descriptor is closed.
+        drop(pair.slave);
+        poll.registry()
+            .register(
+                &mut SourceFd(&pair.master.as_raw_fd()),
+                PTY,
+                Interest::READABLE,
+            )
+            .expect("register pty");
+        let watch = ExitWatch::register(poll.registry(), pid, EXIT).expect("exit watch");
+        let exited = watch.already_exited();
+        PtyChild {
+            poll,
+            events: Events::with_capacity(16),
+            master: pair.master,
+            pid,
+            watch: Some(watch),
+            output: Vec::new(),
+            exited,
+            eof: false,
+        }
+    }
+
+    /// Runs the loop until `done` holds (checked after each wakeup).
+    fn run_until(&mut self, done: impl Fn(&PtyChild) -> bool) {
+        let deadline = Instant::now() + DEADLINE;
+        while !done(self) {
+            poll_until(&mut self.poll, &mut self.events, deadline);
+            let mut readable = false;
+            for event in self.events.iter() {
+                match event.token() {
+                    PTY => readable = true,
+                    EXIT => self.exited = true,
+                    other => panic!("unexpected token {other:?}"),
+                }
+            }
+            if readable && !self.eof {
+                self.eof = drain_master(&self.master, &mut self.output);
+            }
+        }
+    }
+
+    /// Waits for exit and EOF (two events: a pane is finished when both
+    /// happened), reaps, and returns the output and status.
+    fn finish(mut self) -> (Vec<u8>, ExitStatus) {
+        self.run_until(|c| c.exited && c.eof);
+        let status = reap(self.pid)
+            .expect("reap")
+            .expect("an exited child is reapable at once");
+        if let Some(watch) = self.watch.take() {
+            watch.deregister(self.poll.registry());
+        }
+        (self.output, status)
+    }
+}
+
+/// Runs `argv` on a PTY to completion: (output, status).
+pub(crate) fn run_on_pty(args: &[&str]) -> (Vec<u8>, ExitStatus) {
+    PtyChild::spawn(&SpawnSpec {
+        argv: argv(args),
+        ..SpawnSpec::default()
+    })
+    .finish()
+}
+
+fn fd_flags(fd: &OwnedFd) -> (bool, bool) {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+    let status = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL).expect("F_GETFL"));
+    let descriptor = FdFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFD).expect("F_GETFD"));
+    (
+        status.contains(OFlag::O_NONBLOCK),
+        descriptor.contains(FdFlag::FD_CLOEXEC),
+    )
+}
+
+#[test]
+fn open_pty_sets_flags_and_window_size() {
+    let pair = open_pty(132, 43).expect("open_pty");
+    assert_eq!(
+        fd_flags(&pair.master),
+        (true, true),
+        "master must be O_NONBLOCK and FD_CLOEXEC"
+    );
+    assert!(fd_flags(&pair.slave).1, "slave must be FD_CLOEXEC");
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize through the pointer; the fd is live.
+    let rc = unsafe {
+        libc::ioctl(
+            pair.master.as_raw_fd(),
+            libc::TIOCGWINSZ,
+            &mut size as *mut libc::winsize,
+        )
+    };
+    assert_eq!(rc, 0, "TIOCGWINSZ: {}", std::io::Error::last_os_error());
+    assert_eq!((size.ws_col, size.ws_row), (132, 43));
+}
+
+#[test]
+fn child_output_is_raw_and_exit_code_is_reported() {
+    let (output, status) = run_on_pty(&["/bin/sh", "-c", r#"printf '{"a":1}\n'; exit 3"#]);
+    // Exactly the bytes written: no "\r\n" from ONLCR, no echo.
+    assert_eq!(String::from_utf8_lossy(&output), "{\"a\":1}\n");
+    assert_eq!(status, ExitStatus::Code(3));
+}
+
+#[test]
+fn child_killed_by_signal_is_reported() {
+    let (_, status) = run_on_pty(&["/bin/sh", "-c", "kill -KILL $$"]);
+    assert_eq!(status, ExitStatus::Signal(libc::SIGKILL));
+}
+
+#[test]
+fn child_is_session_leader_with_the_pty_as_controlling_terminal() {
+    let spec = SpawnSpec {
+        argv: argv(&[
+            "/bin/sh",
+            "-c",
+            "ps -o sid= -p $$; echo via-dev-tty > /dev/tty",
+        ]),
+        ..SpawnSpec::default()
+    };
+    let child = PtyChild::spawn(&spec);
+    let pid = child.pid;
+    let (output, status) = child.finish();
+    let text = String::from_utf8_lossy(&output);
+    assert_eq!(status, ExitStatus::Code(0), "output: {text}");
+    let sid: Pid = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("sid line");
+    assert_eq!(sid, pid, "the child must lead its own session");
+    // /dev/tty opens only with a controlling terminal, and the line arrives
+    // on our master, so that terminal is our PTY.
+    assert!(text.lines().any(|l| l == "via-dev-tty"), "output: {text}");
+}
+
+#[test]
+fn spawn_applies_env_cwd_and_clear_env() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cwd = dir.path().canonicalize().expect("canonical tempdir");
+    let spec = SpawnSpec {
+        argv: argv(&[
+            "/bin/sh",
+            "-c",
+            r#"printf '%s|%s|%s' "$FOO" "${HOME:-unset}" "$(pwd)""#,
+        ]),
+        env: vec![("FOO".into(), "bar".into())],
+        clear_env: true,
+        cwd: Some(cwd.clone()),
+        ..SpawnSpec::default()
+    };
+    let (output, status) = PtyChild::spawn(&spec).finish();
+    assert_eq!(status, ExitStatus::Code(0));
+    assert_eq!(
+        String::from_utf8_lossy(&output),
+        format!("bar|unset|{}", cwd.display())
+    );
+}
+
+#[test]
+fn spawn_switches_user_when_root() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let (uid, gid, groups) = if root {
+        (65534, 65533, vec![65533, 4242])
+    } else {
+        // SAFETY: getuid/getgid have no preconditions.
+        let (u, g) = unsafe { (libc::getuid(), libc::getgid()) };
+        (u, g, vec![g])
+    };
+    let user = UserIds {
+        uid,
+        gid,
+        groups: groups.clone(),
+        home: None,
+    };
+    let spec = SpawnSpec {
+        argv: argv(&["/bin/sh", "-c", "id -u; id -g; id -G"]),
+        user: Some(user),
+        ..SpawnSpec::default()
+    };
+    let (output, status) = PtyChild::spawn(&spec).finish();
+    let text = String::from_utf8_lossy(&output);
+    assert_eq!(status, ExitStatus::Code(0), "output: {text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some(uid.to_string().as_str()),
+        "output: {text}"
+    );
+    assert_eq!(
+        lines.get(1).copied(),
+        Some(gid.to_string().as_str()),
+        "output: {text}"
+    );
+    if root {
+        let mut seen: Vec<u32> = lines
+            .get(2)
+            .unwrap_or(&"")
+            .split_whitespace()
+            .filter_map(|g| g.parse().ok())
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            vec![4242, 65533],
+            "supplementary groups, output: {text}"
+        );
+    }
+}
+
+#[test]
+fn spawn_rejects_bad_specs() {
+    let pair = open_pty(80, 24).expect("open_pty");
+    assert!(matches!(
+        spawn_on_pty(&SpawnSpec::default(), &pair.slave),
+        Err(SpawnError::EmptyArgv)
+    ));
+    let nul = SpawnSpec {
+        argv: argv(&["/bin/sh", "a\0b"]),
+        ..SpawnSpec::default()
+    };
+    assert!(matches!(
+        spawn_on_pty(&nul, &pair.slave),
+        Err(SpawnError::Nul("argv"))
+    ));
+    let nul_cwd = SpawnSpec {
+        argv: argv(&["/bin/sh"]),
+        cwd: Some("/tmp/a\0b".into()),
+        ..SpawnSpec::default()
+    };
+    assert!(matches!(
+        spawn_on_pty(&nul_cwd, &pair.slave),
+        Err(SpawnError::Nul("cwd"))
+    ));
+    let missing = SpawnSpec {
+        argv: argv(&["/nonexistent/colibri-test-program"]),
+        ..SpawnSpec::default()
+    };
+    match spawn_on_pty(&missing, &pair.slave) {
+        Err(SpawnError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),
+        other => panic!("expected an exec failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn exit_watch_on_a_reaped_child_reports_already_exited() {
+    let pair = open_pty(80, 24).expect("open_pty");
+    let pid = spawn_on_pty(
+        &SpawnSpec {
+            argv: argv(&["/bin/sh", "-c", "exit 0"]),
+            ..SpawnSpec::default()
+        },
+        &pair.slave,
+    )
+    .expect("spawn");
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = reap(pid).expect("reap") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "child {pid} did not exit");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(status, ExitStatus::Code(0));
+    assert_eq!(
+        reap(pid).expect("second reap"),
+        Some(ExitStatus::Unknown),
+        "ECHILD means Unknown"
+    );
+    let poll = Poll::new().expect("poll");
+    let watch = ExitWatch::register(poll.registry(), pid, EXIT).expect("register on a reaped pid");
+    assert!(watch.already_exited());
+    watch.deregister(poll.registry());
+}
+
+/// Collects the total expiration count for TIMER over `window`.
+fn timer_fires_within(poll: &mut Poll, timer: &mut KernelTimer, window: Duration) -> u64 {
+    let mut events = Events::with_capacity(8);
+    let end = Instant::now() + window;
+    let mut total = 0;
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        match poll.poll(&mut events, Some(left)) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => other.expect("poll"),
+        }
+        for event in events.iter() {
+            assert_eq!(event.token(), TIMER);
+            total += timer.acknowledge();
+        }
+    }
+    total
+}
+
+/// Waits until TIMER has fired `at_least` times; returns the count seen.
+fn wait_for_timer(poll: &mut Poll, timer: &mut KernelTimer, at_least: u64) -> u64 {
+    let mut events = Events::with_capacity(8);
+    let deadline = Instant::now() + DEADLINE;
+    let mut total = 0;
+    while total < at_least {
+        poll_until(poll, &mut events, deadline);
+        for event in events.iter() {
+            assert_eq!(event.token(), TIMER);
+            total += timer.acknowledge();
+        }
+    }
+    total
+}
+
+#[test]
+fn oneshot_timer_fires_once() {
+    let mut poll = Poll::new().expect("poll");
+    let mut timer = KernelTimer::new(poll.registry(), TIMER).expect("timer");
+    let armed = Instant::now();
+    timer
+        .arm_oneshot(poll.registry(), Duration::from_millis(20))
+        .expect("arm");
+    assert_eq!(wait_for_timer(&mut poll, &mut timer, 1), 1);
+    assert!(
+        armed.elapsed() >= Duration::from_millis(20),
+        "fired early: {:?}",
+        armed.elapsed()
+    );
+    assert_eq!(
+        timer_fires_within(&mut poll, &mut timer, Duration::from_millis(150)),
+        0,
+        "a oneshot fires once"
+    );
+    timer.deregister(poll.registry());
+}
+
+#[test]
+fn zero_oneshot_still_fires() {
+    let mut poll = Poll::new().expect("poll");
+    let mut timer = KernelTimer::new(poll.registry(), TIMER).expect("timer");
+    timer
+        .arm_oneshot(poll.registry(), Duration::ZERO)
+        .expect("arm");
+    assert_eq!(wait_for_timer(&mut poll, &mut timer, 1), 1);
+    timer.deregister(poll.registry());
+}
+
+#[test]
+fn rearming_a_oneshot_moves_its_deadline() {
+    let mut poll = Poll::new().expect("poll");
+    let mut timer = KernelTimer::new(poll.registry(), TIMER).expect("timer");
+    timer
+        .arm_oneshot(poll.registry(), Duration::from_secs(3600))
+        .expect("arm far");
+    let kicked = Instant::now();
+    timer
+        .arm_oneshot(poll.registry(), Duration::from_millis(30))
+        .expect("re-arm near");
+    assert_eq!(wait_for_timer(&mut poll, &mut timer, 1), 1);
+    assert!(kicked.elapsed() < Duration::from_secs(5));
+    timer.deregister(poll.registry());
+}
+
+#[test]
+fn periodic_timer_repeats_until_disarmed() {
+    let mut poll = Poll::new().expect("poll");
+    let mut timer = KernelTimer::new(poll.registry(), TIMER).expect("timer");
+    timer
+        .arm_periodic(poll.registry(), Duration::from_millis(10))
+        .expect("arm");
+    assert!(wait_for_timer(&mut poll, &mut timer, 3) >= 3);
+    timer.disarm(poll.registry()).expect("disarm");
+    // An event queued just before the disarm may still arrive; it must
+    // acknowledge as 0 (spurious).
+    assert_eq!(
+        timer_fires_within(&mut poll, &mut timer, Duration::from_millis(100)),
+        0,
+        "disarmed timer fired"
+    );
+    // And it can be armed again after a disarm.
+    timer
+        .arm_oneshot(poll.registry(), Duration::from_millis(5))
+        .expect("re-arm");
+    assert_eq!(wait_for_timer(&mut poll, &mut timer, 1), 1);
+    timer.deregister(poll.registry());
+}
+
+/// The signal source tells HUP and TERM apart.
+///
+/// Registering changes process-wide state (Linux: the blocked mask of this
+/// thread; FreeBSD: SIG_IGN dispositions), and a process-directed SIGHUP
+/// would be delivered to some other test thread that does not block it and
+/// kill the test binary. So the signals are sent with pthread_kill to this
+/// thread only, where they stay pending for the signalfd (Linux) or are
+/// recorded by EVFILT_SIGNAL (FreeBSD, which records thread-directed
+/// signals too). The mask dies with the test thread.
+#[test]
+fn signal_source_reports_each_signal() {
+    let mut poll = Poll::new().expect("poll");
+    let mut signals = SignalSource::register(poll.registry(), SIGNALS).expect("register signals");
+    for sig in [libc::SIGHUP, libc::SIGTERM] {
+        // SAFETY: pthread_self is this live thread; the signal is blocked
+        // (Linux) or ignored (FreeBSD) here, so nothing runs on delivery.
+        let rc = unsafe { libc::pthread_kill(libc::pthread_self(), sig) };
+        assert_eq!(rc, 0, "pthread_kill");
+    }
+    let mut events = Events::with_capacity(8);
+    let deadline = Instant::now() + DEADLINE;
+    let mut seen = Vec::new();
+    while !(seen.contains(&DaemonSignal::Hangup) && seen.contains(&DaemonSignal::Terminate)) {
+        poll_until(&mut poll, &mut events, deadline);
+        for event in events.iter() {
+            assert_eq!(event.token(), SIGNALS);
+            signals.drain(&mut seen);
+        }
+    }
+    assert!(
+        !seen.contains(&DaemonSignal::Interrupt),
+        "no SIGINT was sent: {seen:?}"
+    );
+    signals.deregister(poll.registry());
+}
+
+#[test]
+fn signal_tree_kills_a_background_grandchild() {
+    // As subreaper we inherit the grandchild once its shell dies, so we can
+    // reap it and read how it died.
+    become_subreaper().expect("become subreaper");
+    let spec = SpawnSpec {
+        argv: argv(&["/bin/sh", "-c", "sleep 100 & echo $!; wait"]),
+        ..SpawnSpec::default()
+    };
+    let mut child = PtyChild::spawn(&spec);
+    child.run_until(|c| c.output.contains(&b'\n'));
+    let text = String::from_utf8_lossy(&child.output).into_owned();
+    let grandchild: Pid = text.trim().parse().expect("grandchild pid");
+    signal_tree(child.pid, libc::SIGKILL).expect("signal_tree");
+    let (_, status) = child.finish();
+    assert_eq!(status, ExitStatus::Signal(libc::SIGKILL));
+    // The shell is reaped, so its orphan has been re-parented to us; it may
+    // still be dying, hence the poll.
+    let deadline = Instant::now() + DEADLINE;
+    let grandchild_status = loop {
+        match reap(grandchild).expect("reap grandchild") {
+            Some(ExitStatus::Unknown) | None => {}
+            Some(status) => break status,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "grandchild {grandchild} survived signal_tree"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(grandchild_status, ExitStatus::Signal(libc::SIGKILL));
+    assert!(
+        signal_tree(child_pid_gone(), libc::SIGTERM).is_ok(),
+        "ESRCH is not an error"
+    );
+    assert!(
+        signal_tree(0, libc::SIGTERM).is_err(),
+        "pid 0 would be our own group"
+    );
+    assert!(
+        signal_tree(-1, libc::SIGTERM).is_err(),
+        "pid -1 would be every process"
+    );
+}
+
+/// A pid that is very unlikely to exist (above the default pid_max of both systems).
+fn child_pid_gone() -> Pid {
+    99_999_999
+}
+
+#[test]
+fn write_nonblocking_reports_would_block() {
+    let pair = open_pty(80, 24).expect("open_pty");
+    let chunk = [b'x'; 4096];
+    // Nobody reads the slave, so its input queue fills up.
+    let blocked = (0..10_000).any(|_| {
+        write_nonblocking(pair.master.as_fd(), &chunk)
+            .expect("write")
+            .is_none()
+    });
+    assert!(blocked, "a full PTY input queue must report WouldBlock");
+}
+
+#[test]
+fn raise_fd_limit_does_not_lower_and_reports_the_limit_in_force() {
+    use nix::sys::resource::{getrlimit, Resource};
+    let (before, _) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    let soft = raise_fd_limit().expect("raise");
+    let (now, _) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    assert_eq!(Some(soft), Some(posix::rlim_to_u64(now)));
+    assert!(
+        Some(soft) >= Some(posix::rlim_to_u64(before)),
+        "lowered from {before} to {soft}"
+    );
+}
+
+#[test]
+fn lookup_user_parses_passwd_and_group() {
+    let root = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(root.path().join("etc")).expect("mkdir etc");
+    let mut passwd = std::fs::File::create(root.path().join("etc/passwd")).expect("passwd");
+    writeln!(
+        passwd,
+        "# comment\nroot:*:0:0:Charlie &:/root:/bin/sh\n\nagent:*:1001:1001:Agent:/home/agent:/bin/sh\n+:::::::"
+    )
+    .expect("write passwd");
+    let mut group = std::fs::File::create(root.path().join("etc/group")).expect("group");
+    writeln!(group, "wheel:*:0:root\nagent:*:1001:\nbuild:*:2000:other,agent\nagentx:*:3000:agentx\nvideo:*:44:agent").expect("write group");
+
+    let agent = lookup_user(root.path(), "agent").expect("agent");
+    assert_eq!(
+        agent,
+        UserIds {
+            uid: 1001,
+            gid: 1001,
+            groups: vec![1001, 2000, 44],
+            home: Some("/home/agent".into())
+        }
+    );
+    let by_uid = lookup_user(root.path(), "1001").expect("by uid");
+    assert_eq!(by_uid, agent);
+    let root_user = lookup_user(root.path(), "root").expect("root");
+    assert_eq!(root_user.groups, vec![0]);
+    let missing = lookup_user(root.path(), "nobody").expect_err("no such user");
+    assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+}
+
+#[test]
+fn peer_cred_reports_our_own_process() {
+    let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let cred = peer_cred(a.as_fd()).expect("peer_cred");
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    assert_eq!(
+        cred,
+        PeerCred {
+            pid: Some(std::process::id() as i32),
+            uid,
+            gid
+        }
+    );
+}
+
+#[test]
+fn host_facts_are_available() {
+    assert!(!hostname().is_empty());
+    assert!(self_rss_bytes().expect("rss") > 0);
+    assert!(pid_jail(std::process::id() as i32).expect("pid_jail") >= 0);
+}
