@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{de_count, raw_str, Malformed};
+use crate::core::taxonomy::{de_count, raw_str, from_object, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 /// How many recent `message.id`s are remembered for usage deduplication.
@@ -142,7 +142,7 @@ const BLOCKING_NOTIFICATIONS: [&str; 3] = [
 
 impl ClaudeState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let l: Line<'a> = serde_json::from_slice(line).map_err(|_| Malformed)?;
+        let l: Line<'a> = from_object(line)?;
         if let Some(hook) = &l.hook_event_name {
             return Ok(hook_observation(hook, &l));
         }

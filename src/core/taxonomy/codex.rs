@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{de_count, raw_str, Malformed};
+use crate::core::taxonomy::{de_count, raw_str, from_object, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 #[derive(Debug, Default)]
@@ -87,7 +87,7 @@ struct CodexUsage {
 
 impl CodexState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let l: Line<'a> = serde_json::from_slice(line).map_err(|_| Malformed)?;
+        let l: Line<'a> = from_object(line)?;
         let obs = match l.kind.as_ref() {
             "thread.started" => Observation::new(Signal::Session {
                 id: l.thread_id,

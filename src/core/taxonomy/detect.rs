@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::core::taxonomy::Runtime;
+use crate::core::taxonomy::{from_object, Runtime};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Detection {
@@ -40,7 +40,7 @@ struct Probe<'a> {
 }
 
 pub fn detect(line: &[u8]) -> Detection {
-    let Ok(p) = serde_json::from_slice::<Probe<'_>>(line) else {
+    let Ok(p) = from_object::<Probe<'_>>(line) else {
         return Detection::Malformed;
     };
     if p.hook_event_name.is_some() {
@@ -97,6 +97,7 @@ mod tests {
         assert_eq!(detect(br#"{"type":"step_start","timestamp":1,"sessionID":"s"}"#), Detection::Found(Runtime::OpenCode));
         assert_eq!(detect(br#"{"hook_event_name":"Notification"}"#), Detection::Found(Runtime::Claude));
         assert_eq!(detect(b"nope"), Detection::Malformed);
+        assert_eq!(detect(br#"["session","x"]"#), Detection::Malformed);
         assert_eq!(detect(br#"{"type":"tool_result","timestamp":"2026-01-01T00:00:00Z","tool_id":"t"}"#), Detection::Found(Runtime::Gemini));
         assert_eq!(detect(br#"{"type":"tool_result","id":"t","is_error":false}"#), Detection::Found(Runtime::Zot));
         assert_eq!(detect(br#"{"type":"result","timestamp":"2026-01-01T00:00:00Z","status":"success"}"#), Detection::Found(Runtime::Gemini));

@@ -149,7 +149,7 @@ struct KindProbe<'a> {
 }
 
 fn probe(line: &[u8]) -> Option<KindProbe<'_>> {
-    serde_json::from_slice(line).ok()
+    from_object(line).ok()
 }
 
 /// True for a streaming-delta line: one that only repeats or extends what a
@@ -198,6 +198,17 @@ pub fn is_turn_boundary(runtime: Runtime, line: &[u8]) -> bool {
         },
         Runtime::OpenCode => matches!(kind, "step_start" | "step_finish"),
     }
+}
+
+/// Parses a line that must be one JSON object. serde's derived structs also
+/// accept a JSON array (fields by position), which no harness prints, so the
+/// first byte is checked before parsing.
+pub(crate) fn from_object<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Result<T, Malformed> {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(Malformed);
+    }
+    serde_json::from_slice(line).map_err(|_| Malformed)
 }
 
 /// A JSON string as text; `None` for any other JSON value.

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{de_cost, de_count, Malformed};
+use crate::core::taxonomy::{de_cost, de_count, from_object, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 #[derive(Debug, Default)]
@@ -92,7 +92,7 @@ struct ErrorData<'a> {
 
 impl OpenCodeState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let l: Line<'a> = serde_json::from_slice(line).map_err(|_| Malformed)?;
+        let l: Line<'a> = from_object(line)?;
         let obs = match l.kind.as_ref() {
             "step_start" => Observation::new(Signal::Working).turn(true),
             "text" | "reasoning" => Observation::new(Signal::Working),

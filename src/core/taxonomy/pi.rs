@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::Malformed;
+use crate::core::taxonomy::{from_object, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 /// Whether the stream is one-shot JSON mode or a long-lived RPC session.
@@ -128,7 +128,7 @@ impl PiState {
     }
 
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let l: Line<'a> = serde_json::from_slice(line).map_err(|_| Malformed)?;
+        let l: Line<'a> = from_object(line)?;
         let obs = match l.kind.as_ref() {
             "session" | "session_started" => {
                 self.mode = PiMode::Json;
@@ -287,6 +287,7 @@ mod tests {
     fn non_objects_are_malformed() {
         let mut st = PiState::default();
         assert!(st.observe(b"[1,2]").is_err());
+        assert!(st.observe(br#"["turn_start"]"#).is_err());
         assert!(st.observe(b"{\"type\":").is_err());
         assert!(st.observe(b"{\"no_type\":1}").is_err());
         assert!(st.observe(b"\xff\xfe").is_err());

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{de_cost, de_count, raw_str, Malformed};
+use crate::core::taxonomy::{de_cost, de_count, raw_str, from_object, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 /// Whether the stream is one-shot JSON mode or a long-lived RPC session.
@@ -88,7 +88,7 @@ impl ZotState {
     }
 
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let l: Line<'a> = serde_json::from_slice(line).map_err(|_| Malformed)?;
+        let l: Line<'a> = from_object(line)?;
         let obs = match l.kind.as_ref() {
             "turn_start" => Observation::new(Signal::Working).turn(true),
             "user_message" | "assistant_start" | "text_delta" | "tool_use_start"
