@@ -26,7 +26,9 @@ use colibri::protocol::FoldReport;
 use serde_json::Value;
 
 fn fixture_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("fixtures")
 }
 
 /// Every `*.jsonl` under the fixture root, sorted, with its expect file.
@@ -67,7 +69,9 @@ impl SplitMix {
 
 fn seed_of(name: &str) -> u64 {
     // FNV-1a: stable across runs and platforms, unlike `DefaultHasher`.
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Cuts `bytes` into chunks of 1..=`max_chunk` bytes.
@@ -86,9 +90,14 @@ fn random_chunks<'a>(bytes: &'a [u8], rng: &mut SplitMix, max_chunk: u64) -> Vec
 fn parse_exit(v: &Value) -> Option<ExitStatus> {
     match v {
         Value::Null => None,
-        Value::Number(n) => Some(ExitStatus::Code(n.as_i64().expect("integer exit code") as i32)),
+        Value::Number(n) => Some(ExitStatus::Code(
+            n.as_i64().expect("integer exit code") as i32
+        )),
         Value::Object(o) => {
-            let sig = o.get("signal").and_then(Value::as_i64).expect("exit object has a signal");
+            let sig = o
+                .get("signal")
+                .and_then(Value::as_i64)
+                .expect("exit object has a signal");
             Some(ExitStatus::Signal(sig as i32))
         }
         other => panic!("bad exit value {other}"),
@@ -101,7 +110,11 @@ fn state_name(s: AgentState) -> &'static str {
 
 /// Asserts every field `expect` names. Returns nothing; panics name the fixture.
 fn check_expect(name: &str, expect: &Value, report: &FoldReport, turns: u64) {
-    let timeline: Vec<&str> = report.timeline.iter().map(|s| state_name(s.state)).collect();
+    let timeline: Vec<&str> = report
+        .timeline
+        .iter()
+        .map(|s| state_name(s.state))
+        .collect();
     let want: Vec<&str> = expect["timeline"]
         .as_array()
         .expect("timeline is a list")
@@ -109,18 +122,33 @@ fn check_expect(name: &str, expect: &Value, report: &FoldReport, turns: u64) {
         .map(|s| s.as_str().expect("timeline entries are strings"))
         .collect();
     assert_eq!(timeline, want, "{name}: timeline");
-    assert_eq!(state_name(report.state), expect["state"].as_str().expect("state"), "{name}: state");
+    assert_eq!(
+        state_name(report.state),
+        expect["state"].as_str().expect("state"),
+        "{name}: state"
+    );
     if let Some(rt) = expect.get("runtime") {
-        assert_eq!(report.runtime.map(Runtime::as_str), rt.as_str(), "{name}: runtime");
+        assert_eq!(
+            report.runtime.map(Runtime::as_str),
+            rt.as_str(),
+            "{name}: runtime"
+        );
     }
     if let Some(sid) = expect.get("session_id") {
-        assert_eq!(report.session_id.as_deref(), sid.as_str(), "{name}: session_id");
+        assert_eq!(
+            report.session_id.as_deref(),
+            sid.as_str(),
+            "{name}: session_id"
+        );
     }
     if let Some(usage) = expect.get("usage") {
         let got = serde_json::to_value(&report.usage).expect("usage serialises");
         for (key, want) in usage.as_object().expect("usage is an object") {
             if key == "cost_usd" {
-                let (g, w) = (got[key].as_f64().expect("cost"), want.as_f64().expect("cost"));
+                let (g, w) = (
+                    got[key].as_f64().expect("cost"),
+                    want.as_f64().expect("cost"),
+                );
                 assert!((g - w).abs() < 1e-9, "{name}: cost_usd {g} != {w}");
             } else {
                 assert_eq!(&got[key], want, "{name}: usage.{key}");
@@ -138,21 +166,40 @@ fn check_expect(name: &str, expect: &Value, report: &FoldReport, turns: u64) {
     }
     if let Some(tool) = expect.get("last_tool") {
         let got = report.last_tool.as_ref();
-        assert_eq!(got.map(|t| t.name.as_str()), tool["name"].as_str(), "{name}: last_tool.name");
+        assert_eq!(
+            got.map(|t| t.name.as_str()),
+            tool["name"].as_str(),
+            "{name}: last_tool.name"
+        );
         if let Some(summary) = tool.get("summary") {
-            assert_eq!(got.map(|t| t.summary.as_str()), summary.as_str(), "{name}: last_tool.summary");
+            assert_eq!(
+                got.map(|t| t.summary.as_str()),
+                summary.as_str(),
+                "{name}: last_tool.summary"
+            );
         }
     }
     if let Some(part) = expect.get("last_error_contains") {
         let part = part.as_str().expect("last_error_contains is a string");
         let got = report.last_error.as_deref().unwrap_or("");
-        assert!(got.contains(part), "{name}: last_error {got:?} lacks {part:?}");
+        assert!(
+            got.contains(part),
+            "{name}: last_error {got:?} lacks {part:?}"
+        );
     }
     if let Some(want) = expect.get("last_error") {
-        assert_eq!(report.last_error.as_deref(), want.as_str(), "{name}: last_error");
+        assert_eq!(
+            report.last_error.as_deref(),
+            want.as_str(),
+            "{name}: last_error"
+        );
     }
     if let Some(reason) = expect.get("blocked_reason") {
-        assert_eq!(report.blocked_reason.as_deref(), reason.as_str(), "{name}: blocked_reason");
+        assert_eq!(
+            report.blocked_reason.as_deref(),
+            reason.as_str(),
+            "{name}: blocked_reason"
+        );
     }
 }
 
@@ -161,14 +208,23 @@ fn every_fixture_folds_as_expected() {
     let all = fixtures();
     let count = all.len();
     for (jsonl, expect_path) in all {
-        let name = jsonl.strip_prefix(fixture_root()).unwrap_or(&jsonl).display().to_string();
+        let name = jsonl
+            .strip_prefix(fixture_root())
+            .unwrap_or(&jsonl)
+            .display()
+            .to_string();
         let bytes = std::fs::read(&jsonl).expect("fixture readable");
         let expect: Value =
-            serde_json::from_slice(&std::fs::read(&expect_path).expect("expect readable")).expect("expect is JSON");
-        let max_line = expect.get("max_line").and_then(Value::as_u64).map_or(DEFAULT_MAX_LINE, |m| m as usize);
-        let exit = expect.get("exit").map_or(None, parse_exit);
+            serde_json::from_slice(&std::fs::read(&expect_path).expect("expect readable"))
+                .expect("expect is JSON");
+        let max_line = expect
+            .get("max_line")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_MAX_LINE, |m| m as usize);
+        let exit = expect.get("exit").and_then(parse_exit);
         let runtime = expect.get("runtime").map(|r| {
-            Runtime::parse(r.as_str().expect("runtime is a string")).expect("runtime is a known harness")
+            Runtime::parse(r.as_str().expect("runtime is a string"))
+                .expect("runtime is a known harness")
         });
 
         let (pane, report) = fold_chunks(runtime, max_line, [bytes.as_slice()], exit);
@@ -176,7 +232,11 @@ fn every_fixture_folds_as_expected() {
 
         // Any cut of the stream gives the same report.
         let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
-        assert_eq!(fold_chunks(runtime, max_line, bytewise, exit).1, report, "{name}: byte by byte");
+        assert_eq!(
+            fold_chunks(runtime, max_line, bytewise, exit).1,
+            report,
+            "{name}: byte by byte"
+        );
         let mut rng = SplitMix(seed_of(&name));
         for round in 0..16 {
             let max_chunk = [3, 17, 64, 512][round % 4];
@@ -208,7 +268,9 @@ fn stream_with_huge_line() -> Vec<u8> {
     s.push(b'\n');
     s.extend_from_slice(br#"{"type":"message_end","message":{"role":"assistant","usage":{"input":100,"output":20,"cacheRead":0,"cacheWrite":0,"cost":{"total":0.01}},"stopReason":"stop"}}"#);
     s.push(b'\n');
-    s.extend_from_slice(b"{\"type\":\"turn_end\",\"message\":{\"role\":\"assistant\",\"stopReason\":\"stop\"}}\n");
+    s.extend_from_slice(
+        b"{\"type\":\"turn_end\",\"message\":{\"role\":\"assistant\",\"stopReason\":\"stop\"}}\n",
+    );
     s.extend_from_slice(b"{\"type\":\"agent_end\",\"messages\":[],\"willRetry\":false}\n");
     s.extend_from_slice(b"{\"type\":\"agent_settled\"}\n");
     s
@@ -227,7 +289,10 @@ fn multi_megabyte_line_is_skipped_under_the_cap_and_parsed_above_it() {
     assert_eq!(capped.state, AgentState::Done);
     assert_eq!(capped.usage.input_tokens, 100);
     let states: Vec<AgentState> = capped.timeline.iter().map(|s| s.state).collect();
-    assert_eq!(states, [AgentState::Idle, AgentState::Working, AgentState::Done]);
+    assert_eq!(
+        states,
+        [AgentState::Idle, AgentState::Working, AgentState::Done]
+    );
     // The skipped line still counts: `agent_settled` is line 8.
     assert_eq!(capped.timeline[2].line, 8);
 

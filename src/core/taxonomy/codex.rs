@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{de_count, raw_str, from_object, Malformed};
+use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 #[derive(Debug, Default)]

@@ -189,7 +189,9 @@ pub fn is_turn_boundary(runtime: Runtime, line: &[u8]) -> bool {
     };
     match runtime {
         Runtime::Pi | Runtime::Zot => matches!(kind, "turn_start" | "turn_end"),
-        Runtime::Claude => kind == "result" || (kind == "system" && p.subtype.as_deref() == Some("init")),
+        Runtime::Claude => {
+            kind == "result" || (kind == "system" && p.subtype.as_deref() == Some("init"))
+        }
         Runtime::Codex => matches!(kind, "turn.started" | "turn.completed" | "turn.failed"),
         Runtime::Gemini => match kind {
             "init" | "result" => true,
@@ -261,27 +263,72 @@ mod tests {
 
     #[test]
     fn stream_deltas_by_dialect() {
-        assert!(is_stream_delta(Runtime::Pi, br#"{"type":"message_update","usage":{}}"#));
+        assert!(is_stream_delta(
+            Runtime::Pi,
+            br#"{"type":"message_update","usage":{}}"#
+        ));
         assert!(!is_stream_delta(Runtime::Pi, br#"{"type":"message_end"}"#));
-        assert!(is_stream_delta(Runtime::Zot, br#"{"type":"text_delta","delta":"hi"}"#));
-        assert!(is_stream_delta(Runtime::Claude, br#"{"type":"stream_event","event":{}}"#));
-        assert!(is_stream_delta(Runtime::Codex, br#"{"type":"item.plan.delta","delta":"x"}"#));
-        assert!(is_stream_delta(Runtime::Gemini, br#"{"type":"message","role":"assistant","delta":true}"#));
-        assert!(!is_stream_delta(Runtime::Gemini, br#"{"type":"message","role":"assistant","delta":false}"#));
-        assert!(!is_stream_delta(Runtime::Gemini, br#"{"type":"message","role":"assistant"}"#));
+        assert!(is_stream_delta(
+            Runtime::Zot,
+            br#"{"type":"text_delta","delta":"hi"}"#
+        ));
+        assert!(is_stream_delta(
+            Runtime::Claude,
+            br#"{"type":"stream_event","event":{}}"#
+        ));
+        assert!(is_stream_delta(
+            Runtime::Codex,
+            br#"{"type":"item.plan.delta","delta":"x"}"#
+        ));
+        assert!(is_stream_delta(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"assistant","delta":true}"#
+        ));
+        assert!(!is_stream_delta(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"assistant","delta":false}"#
+        ));
+        assert!(!is_stream_delta(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"assistant"}"#
+        ));
         assert!(!is_stream_delta(Runtime::Pi, b"not json"));
     }
 
     #[test]
     fn turn_boundaries_by_dialect() {
-        assert!(is_turn_boundary(Runtime::Pi, br#"{"type":"turn_end","message":{}}"#));
-        assert!(is_turn_boundary(Runtime::Claude, br#"{"type":"result","is_error":false}"#));
-        assert!(is_turn_boundary(Runtime::Claude, br#"{"hook_event_name":"Stop"}"#));
-        assert!(!is_turn_boundary(Runtime::Claude, br#"{"type":"assistant"}"#));
-        assert!(is_turn_boundary(Runtime::Codex, br#"{"type":"turn.started"}"#));
-        assert!(is_turn_boundary(Runtime::Gemini, br#"{"type":"message","role":"user","content":"x"}"#));
-        assert!(!is_turn_boundary(Runtime::Gemini, br#"{"type":"message","role":"assistant"}"#));
-        assert!(is_turn_boundary(Runtime::OpenCode, br#"{"type":"step_start","sessionID":"s"}"#));
+        assert!(is_turn_boundary(
+            Runtime::Pi,
+            br#"{"type":"turn_end","message":{}}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::Claude,
+            br#"{"type":"result","is_error":false}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::Claude,
+            br#"{"hook_event_name":"Stop"}"#
+        ));
+        assert!(!is_turn_boundary(
+            Runtime::Claude,
+            br#"{"type":"assistant"}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::Codex,
+            br#"{"type":"turn.started"}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"user","content":"x"}"#
+        ));
+        assert!(!is_turn_boundary(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"assistant"}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::OpenCode,
+            br#"{"type":"step_start","sessionID":"s"}"#
+        ));
         assert!(!is_turn_boundary(Runtime::Zot, b"[]"));
     }
 

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{de_cost, de_count, raw_str, from_object, Malformed};
+use crate::core::taxonomy::{de_cost, de_count, from_object, raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 /// Whether the stream is one-shot JSON mode or a long-lived RPC session.
