@@ -251,7 +251,7 @@ pub(crate) fn de_count<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error>
     d.deserialize_any(CountVisitor)
 }
 
-/// Reads a USD amount leniently (`null` and non-numbers' absence are 0).
+/// Reads a USD amount leniently: `null` and non-finite values are 0.
 pub(crate) fn de_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let v = Option::<f64>::deserialize(d)?;
     Ok(v.filter(|c| c.is_finite()).unwrap_or(0.0))
