@@ -1,14 +1,404 @@
-//! Claude adapter (to be completed).
+//! Claude Code: `claude -p --output-format stream-json --verbose` lines and
+//! the JSON objects its hooks receive on stdin (forwarded by `colibri hook`).
+//!
+//! Stream-json: `system/init` is the session header, printed with a prompt
+//! already in flight (working). `result` ends one query and is classified on
+//! `is_error`, never on `subtype` (an API error arrives as `subtype:"success"`
+//! with `is_error:true`); each `result` counts as one turn. One API response
+//! is split over several `assistant` lines that share `message.id` and repeat
+//! its usage, so usage is added once per id, remembered in a small ring; the
+//! `result` totals then replace the sum. Lines with a non-null
+//! `parent_tool_use_id` belong to a sub-agent: their usage counts, their
+//! state does not. Hook objects carry `hook_event_name` and no `type`.
 
-use crate::core::signal::Observation;
-use crate::core::taxonomy::Malformed;
+use std::borrow::Cow;
+use std::collections::VecDeque;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::core::signal::{Observation, Signal, ToolCall};
+use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
+use crate::core::usage::{Usage, UsageUpdate};
+
+/// How many recent `message.id`s are remembered for usage deduplication.
+/// Lines of one API response are adjacent (sub-agents may interleave a few),
+/// so a short window is enough and memory stays bounded.
+pub const SEEN_MESSAGE_IDS: usize = 16;
 
 #[derive(Debug, Default)]
-pub struct ClaudeState {}
+pub struct ClaudeState {
+    /// Recently counted `message.id`s, oldest first.
+    seen: VecDeque<Box<str>>,
+}
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    subtype: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    hook_event_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    session_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    cwd: Option<Cow<'a, str>>,
+    /// An object on `assistant`/`user`, a string on hook `Notification`.
+    #[serde(borrow, default)]
+    message: Option<&'a RawValue>,
+    /// `null` on the main agent's lines (and then `None` here).
+    #[serde(borrow, default)]
+    parent_tool_use_id: Option<&'a RawValue>,
+    #[serde(default)]
+    is_error: Option<bool>,
+    /// `result.result`: the final text, or the error text.
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    errors: Option<&'a RawValue>,
+    #[serde(default)]
+    total_cost_usd: Option<f64>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+    /// `session_state_changed.state`.
+    #[serde(borrow, default)]
+    state: Option<Cow<'a, str>>,
+    /// `control_request.request`.
+    #[serde(borrow, default)]
+    request: Option<&'a RawValue>,
+    /// `assistant.error` (a category string); hook `StopFailure.error`.
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    // Hook fields.
+    #[serde(borrow, default)]
+    tool_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    notification_type: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ControlRequest<'a> {
+    #[serde(borrow, default)]
+    subtype: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_name: Option<Cow<'a, str>>,
+}
+
+/// Anthropic usage: `input_tokens` excludes cache reads and writes.
+#[derive(Deserialize)]
+struct ClaudeUsage {
+    #[serde(default, deserialize_with = "de_count")]
+    input_tokens: u64,
+    #[serde(default, deserialize_with = "de_count")]
+    output_tokens: u64,
+    #[serde(default, deserialize_with = "de_count")]
+    cache_read_input_tokens: u64,
+    #[serde(default, deserialize_with = "de_count")]
+    cache_creation_input_tokens: u64,
+}
+
+impl ClaudeUsage {
+    fn parse(raw: &RawValue) -> Option<Usage> {
+        let u = serde_json::from_str::<ClaudeUsage>(raw.get()).ok()?;
+        Some(Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_input_tokens,
+            cache_write_tokens: u.cache_creation_input_tokens,
+            cost_usd: 0.0,
+        })
+    }
+}
+
+/// Notification kinds that mean a human must answer.
+const BLOCKING_NOTIFICATIONS: [&str; 3] = [
+    "permission_prompt",
+    "elicitation_dialog",
+    "agent_needs_input",
+];
 
 impl ClaudeState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let _: serde::de::IgnoredAny = serde_json::from_slice(line).map_err(|_| Malformed)?;
-        Ok(Observation::unknown())
+        let l: Line<'a> = from_object(line)?;
+        if let Some(hook) = &l.hook_event_name {
+            return Ok(hook_observation(hook, &l));
+        }
+        let Some(kind) = l.kind.as_deref() else {
+            return Err(Malformed);
+        };
+        let subagent = l.parent_tool_use_id.is_some();
+        let obs = match kind {
+            "system" => system_observation(&l),
+            "assistant" => self.assistant(&l),
+            "user" | "stream_event" => Observation::new(Signal::Working),
+            "result" => result_observation(&l).turn(true),
+            "control_request" => {
+                let req = l
+                    .request
+                    .and_then(|r| serde_json::from_str::<ControlRequest<'a>>(r.get()).ok());
+                match req {
+                    Some(ControlRequest {
+                        subtype: Some(s),
+                        tool_name,
+                    }) if s == "can_use_tool" => {
+                        let tool = tool_name.as_deref().unwrap_or("tool");
+                        Observation::new(Signal::Blocked)
+                            .with_reason(Some(Cow::Owned(format!("permission: {tool}"))))
+                    }
+                    _ => Observation::new(Signal::Meta),
+                }
+            }
+            // The SDK withdrew a pending permission request: work goes on.
+            "control_cancel_request" => Observation::new(Signal::Working),
+            "rate_limit_event" | "control_response" => Observation::new(Signal::Meta),
+            _ => Observation::unknown(),
+        };
+        Ok(obs.subagent(subagent))
+    }
+
+    fn assistant<'a>(&mut self, l: &Line<'a>) -> Observation<'a> {
+        let mut obs = Observation::new(Signal::Working).with_error(l.error.and_then(raw_str));
+        let Some(m) = l
+            .message
+            .and_then(|raw| serde_json::from_str::<Message<'a>>(raw.get()).ok())
+        else {
+            return obs;
+        };
+        if let Some(tool) = m.content.and_then(last_tool_use) {
+            obs = obs.with_tool(tool);
+        }
+        if let Some(usage) = m.usage.and_then(ClaudeUsage::parse) {
+            if self.first_sight(m.id.as_deref()) {
+                obs = obs.with_usage(UsageUpdate::Add(usage));
+            }
+        }
+        obs
+    }
+
+    /// Whether this message's usage has not been counted yet; remembers it.
+    /// A message without an id cannot be deduplicated and is counted.
+    fn first_sight(&mut self, id: Option<&str>) -> bool {
+        let Some(id) = id else {
+            return true;
+        };
+        if self.seen.iter().any(|s| s.as_ref() == id) {
+            return false;
+        }
+        if self.seen.len() == SEEN_MESSAGE_IDS {
+            self.seen.pop_front();
+        }
+        self.seen.push_back(id.into());
+        true
+    }
+}
+
+fn system_observation<'a>(l: &Line<'a>) -> Observation<'a> {
+    match l.subtype.as_deref() {
+        Some("init") => Observation::new(Signal::Session {
+            id: l.session_id.clone(),
+            cwd: l.cwd.clone(),
+            running: true,
+        }),
+        Some("compact_boundary" | "api_retry") => Observation::new(Signal::Working),
+        Some("session_state_changed") => match l.state.as_deref() {
+            Some("idle") => Observation::new(Signal::Idle),
+            _ => Observation::new(Signal::Meta),
+        },
+        Some(
+            "status" | "hook_started" | "hook_progress" | "hook_response" | "task_started"
+            | "task_progress" | "task_notification" | "task_updated",
+        ) => Observation::new(Signal::Meta),
+        _ => Observation::unknown(),
+    }
+}
+
+fn result_observation<'a>(l: &Line<'a>) -> Observation<'a> {
+    let failed = l
+        .is_error
+        .unwrap_or_else(|| l.subtype.as_deref().is_some_and(|s| s.starts_with("error")));
+    let mut obs = if failed {
+        let msg = l
+            .errors
+            .and_then(first_string)
+            .or_else(|| l.result.and_then(raw_str));
+        Observation::new(Signal::Failed).with_error(msg)
+    } else {
+        Observation::new(Signal::Finished)
+    };
+    // The query's totals replace whatever the assistant lines added up to.
+    let usage = l.usage.and_then(ClaudeUsage::parse);
+    if usage.is_some() || l.total_cost_usd.is_some() {
+        let mut usage = usage.unwrap_or_default();
+        usage.cost_usd = l.total_cost_usd.filter(|c| c.is_finite()).unwrap_or(0.0);
+        obs = obs.with_usage(UsageUpdate::Set {
+            usage,
+            has_cost: l.total_cost_usd.is_some(),
+        });
+    }
+    obs
+}
+
+fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
+    let tool = || {
+        l.tool_name.clone().map(|name| ToolCall {
+            name,
+            args: l.tool_input,
+            command: None,
+        })
+    };
+    match hook {
+        "SessionStart" => Observation::new(Signal::Session {
+            id: l.session_id.clone(),
+            cwd: l.cwd.clone(),
+            running: false,
+        }),
+        "UserPromptSubmit" => Observation::new(Signal::Working).turn(true),
+        "PreToolUse" => {
+            let obs = Observation::new(Signal::Working);
+            match tool() {
+                Some(t) => obs.with_tool(t),
+                None => obs,
+            }
+        }
+        "PostToolUse" | "PostToolUseFailure" | "PreCompact" => Observation::new(Signal::Working),
+        "PermissionRequest" => {
+            let name = l.tool_name.as_deref().unwrap_or("tool");
+            let obs = Observation::new(Signal::Blocked)
+                .with_reason(Some(Cow::Owned(format!("permission: {name}"))));
+            match tool() {
+                Some(t) => obs.with_tool(t),
+                None => obs,
+            }
+        }
+        "Notification" => match l.notification_type.as_deref() {
+            Some(kind) if BLOCKING_NOTIFICATIONS.contains(&kind) => {
+                let reason = l
+                    .message
+                    .and_then(raw_str)
+                    .or_else(|| Some(Cow::Owned(kind.to_string())));
+                Observation::new(Signal::Blocked).with_reason(reason)
+            }
+            Some("idle_prompt") => Observation::new(Signal::Idle),
+            _ => Observation::new(Signal::Meta),
+        },
+        "Stop" => Observation::new(Signal::Idle),
+        "StopFailure" => {
+            let msg = l
+                .error
+                .and_then(raw_str)
+                .or_else(|| l.message.and_then(raw_str));
+            Observation::new(Signal::Failed).with_error(msg)
+        }
+        "SessionEnd" => Observation::new(Signal::Finished),
+        "SubagentStart" | "SubagentStop" => Observation::new(Signal::Meta),
+        _ => Observation::unknown(),
+    }
+}
+
+/// The last `tool_use` block of an assistant message's content.
+fn last_tool_use(content: &RawValue) -> Option<ToolCall<'_>> {
+    let blocks = serde_json::from_str::<Vec<Block<'_>>>(content.get()).ok()?;
+    let block = blocks
+        .into_iter()
+        .rev()
+        .find(|b| b.kind.as_deref() == Some("tool_use"))?;
+    Some(ToolCall {
+        name: block.name?,
+        args: block.input,
+        command: None,
+    })
+}
+
+/// The first string of a JSON array of strings (`result.errors`).
+fn first_string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<Vec<Cow<'_, str>>>(raw.get())
+        .ok()?
+        .into_iter()
+        .find(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_is_counted_once_per_message_id_in_a_bounded_ring() {
+        let mut st = ClaudeState::default();
+        let line = |id: usize| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"msg_{id}","content":[],"usage":{{"input_tokens":1,"output_tokens":2}}}},"parent_tool_use_id":null}}"#
+            )
+        };
+        let counted = |st: &mut ClaudeState, id: usize| {
+            let l = line(id);
+            matches!(
+                st.observe(l.as_bytes()).expect("valid").usage,
+                UsageUpdate::Add(_)
+            )
+        };
+        assert!(counted(&mut st, 1));
+        assert!(!counted(&mut st, 1));
+        for id in 2..=SEEN_MESSAGE_IDS + 1 {
+            assert!(counted(&mut st, id));
+        }
+        assert_eq!(st.seen.len(), SEEN_MESSAGE_IDS);
+        // Id 1 fell out of the window; id 2 is still remembered.
+        assert!(!counted(&mut st, 2));
+        assert!(counted(&mut st, 1));
+    }
+
+    #[test]
+    fn last_tool_use_block_wins_and_subagents_are_marked() {
+        let mut st = ClaudeState::default();
+        let obs = st
+            .observe(br#"{"type":"assistant","message":{"id":"m","content":[{"type":"tool_use","name":"Read","input":{}},{"type":"text","text":"x"},{"type":"tool_use","name":"Bash","input":{"command":"ls"}}]},"parent_tool_use_id":"toolu_1"}"#)
+            .expect("valid");
+        assert!(obs.subagent);
+        assert_eq!(
+            obs.tool.map(|t| t.name.into_owned()).as_deref(),
+            Some("Bash")
+        );
+    }
+
+    #[test]
+    fn result_classified_on_is_error() {
+        let mut st = ClaudeState::default();
+        let obs = st
+            .observe(br#"{"type":"result","subtype":"success","is_error":true,"result":"API Error: 500","total_cost_usd":0.5}"#)
+            .expect("valid");
+        assert_eq!(obs.signal, Signal::Failed);
+        assert_eq!(obs.error.as_deref(), Some("API Error: 500"));
+        assert!(obs.turn);
+        assert!(matches!(obs.usage, UsageUpdate::Set { has_cost: true, .. }));
+        assert!(st.observe(br#"{"session_id":"s"}"#).is_err());
+        assert_eq!(
+            st.observe(br#"{"hook_event_name":"Stop"}"#)
+                .expect("hook")
+                .signal,
+            Signal::Idle
+        );
     }
 }

@@ -6,6 +6,12 @@
 //! stop reason, usage already counted), and returns an [`Observation`].
 //! The state machine in `core::state` never sees a harness-specific name.
 
+use std::borrow::Cow;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
 use crate::core::signal::{Observation, Signal};
 
 pub mod claude;
@@ -123,5 +129,221 @@ impl Adapter {
     /// A new session header starts the dialect's memory over.
     pub fn reset(&mut self) {
         *self = Adapter::new(self.runtime());
+    }
+}
+
+/// The few fields [`is_stream_delta`] and [`is_turn_boundary`] look at.
+#[derive(Deserialize)]
+struct KindProbe<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    subtype: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    /// A bool on Gemini `message`, a string on zot `text_delta`.
+    #[serde(borrow, default)]
+    delta: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    hook_event_name: Option<Cow<'a, str>>,
+}
+
+fn probe(line: &[u8]) -> Option<KindProbe<'_>> {
+    from_object(line).ok()
+}
+
+/// True for a streaming-delta line: one that only repeats or extends what a
+/// later line states in full, so a log compactor may drop it without losing
+/// state, usage or tool records.
+pub fn is_stream_delta(runtime: Runtime, line: &[u8]) -> bool {
+    let Some(p) = probe(line) else {
+        return false;
+    };
+    let Some(kind) = p.kind.as_deref() else {
+        return false;
+    };
+    match runtime {
+        Runtime::Pi => matches!(kind, "message_update" | "tool_execution_update"),
+        Runtime::Zot => matches!(kind, "text_delta" | "tool_use_args" | "tool_progress"),
+        Runtime::Claude => kind == "stream_event",
+        Runtime::Codex => matches!(kind, "item.updated" | "item.plan.delta"),
+        Runtime::Gemini => kind == "message" && p.delta.is_some_and(|d| d.get() == "true"),
+        // OpenCode prints finished parts only.
+        Runtime::OpenCode => false,
+    }
+}
+
+/// True for a line that starts or ends a turn (one model call or prompt
+/// round, per the dialect); the session store cuts and counts logs there.
+pub fn is_turn_boundary(runtime: Runtime, line: &[u8]) -> bool {
+    let Some(p) = probe(line) else {
+        return false;
+    };
+    if runtime == Runtime::Claude {
+        if let Some(hook) = p.hook_event_name.as_deref() {
+            return matches!(hook, "UserPromptSubmit" | "Stop" | "StopFailure");
+        }
+    }
+    let Some(kind) = p.kind.as_deref() else {
+        return false;
+    };
+    match runtime {
+        Runtime::Pi | Runtime::Zot => matches!(kind, "turn_start" | "turn_end"),
+        Runtime::Claude => {
+            kind == "result" || (kind == "system" && p.subtype.as_deref() == Some("init"))
+        }
+        Runtime::Codex => matches!(kind, "turn.started" | "turn.completed" | "turn.failed"),
+        Runtime::Gemini => match kind {
+            "init" | "result" => true,
+            "message" => p.role.as_deref() == Some("user"),
+            _ => false,
+        },
+        Runtime::OpenCode => matches!(kind, "step_start" | "step_finish"),
+    }
+}
+
+/// Parses a line that must be one JSON object. serde's derived structs also
+/// accept a JSON array (fields by position), which no harness prints, so the
+/// first byte is checked before parsing.
+pub(crate) fn from_object<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Result<T, Malformed> {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(Malformed);
+    }
+    serde_json::from_slice(line).map_err(|_| Malformed)
+}
+
+/// A JSON string as text; `None` for any other JSON value.
+pub(crate) fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+}
+
+/// Reads a token count leniently: harnesses written in JavaScript may print
+/// `12.0` or `null` where a count belongs, and one odd number must not cost
+/// the whole line. Negative and non-finite values count as 0.
+pub(crate) fn de_count<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    struct CountVisitor;
+
+    impl<'de> Visitor<'de> for CountVisitor {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a token count")
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            Ok(u64::try_from(v).unwrap_or(0))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+            // `as` saturates at u64::MAX and maps NaN to 0.
+            Ok(if v > 0.0 { v as u64 } else { 0 })
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<u64, E> {
+            Ok(0)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<u64, E> {
+            Ok(0)
+        }
+    }
+
+    d.deserialize_any(CountVisitor)
+}
+
+/// Reads a USD amount leniently: `null` and non-finite values are 0.
+pub(crate) fn de_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = Option::<f64>::deserialize(d)?;
+    Ok(v.filter(|c| c.is_finite()).unwrap_or(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_deltas_by_dialect() {
+        assert!(is_stream_delta(
+            Runtime::Pi,
+            br#"{"type":"message_update","usage":{}}"#
+        ));
+        assert!(!is_stream_delta(Runtime::Pi, br#"{"type":"message_end"}"#));
+        assert!(is_stream_delta(
+            Runtime::Zot,
+            br#"{"type":"text_delta","delta":"hi"}"#
+        ));
+        assert!(is_stream_delta(
+            Runtime::Claude,
+            br#"{"type":"stream_event","event":{}}"#
+        ));
+        assert!(is_stream_delta(
+            Runtime::Codex,
+            br#"{"type":"item.plan.delta","delta":"x"}"#
+        ));
+        assert!(is_stream_delta(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"assistant","delta":true}"#
+        ));
+        assert!(!is_stream_delta(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"assistant","delta":false}"#
+        ));
+        assert!(!is_stream_delta(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"assistant"}"#
+        ));
+        assert!(!is_stream_delta(Runtime::Pi, b"not json"));
+    }
+
+    #[test]
+    fn turn_boundaries_by_dialect() {
+        assert!(is_turn_boundary(
+            Runtime::Pi,
+            br#"{"type":"turn_end","message":{}}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::Claude,
+            br#"{"type":"result","is_error":false}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::Claude,
+            br#"{"hook_event_name":"Stop"}"#
+        ));
+        assert!(!is_turn_boundary(
+            Runtime::Claude,
+            br#"{"type":"assistant"}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::Codex,
+            br#"{"type":"turn.started"}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"user","content":"x"}"#
+        ));
+        assert!(!is_turn_boundary(
+            Runtime::Gemini,
+            br#"{"type":"message","role":"assistant"}"#
+        ));
+        assert!(is_turn_boundary(
+            Runtime::OpenCode,
+            br#"{"type":"step_start","sessionID":"s"}"#
+        ));
+        assert!(!is_turn_boundary(Runtime::Zot, b"[]"));
+    }
+
+    #[test]
+    fn lenient_counts() {
+        #[derive(Deserialize)]
+        struct C {
+            #[serde(deserialize_with = "de_count")]
+            n: u64,
+        }
+        let n = |s: &str| serde_json::from_str::<C>(s).map(|c| c.n).ok();
+        assert_eq!(n(r#"{"n":12}"#), Some(12));
+        assert_eq!(n(r#"{"n":12.9}"#), Some(12));
+        assert_eq!(n(r#"{"n":-3}"#), Some(0));
+        assert_eq!(n(r#"{"n":null}"#), Some(0));
+        assert_eq!(n(r#"{"n":"12"}"#), None);
     }
 }

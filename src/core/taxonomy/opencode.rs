@@ -1,14 +1,227 @@
-//! OpenCode adapter (to be completed).
+//! OpenCode (`opencode run --format json`).
+//!
+//! Every line is `{type, timestamp, sessionID, part|error}`; there is no
+//! header. The first line that says work is going on becomes the session
+//! start (its `sessionID` is the pane's session, running); its own usage,
+//! tool and turn mark are kept. Later lines of another `sessionID` belong to
+//! a child session (a sub-agent) and do not drive the pane's state. Usage is
+//! per step (`step_finish.part.tokens` and `part.cost`, USD) and added up;
+//! reasoning tokens are reported apart from output and are not counted as
+//! output. A tool line arrives once the tool has completed or failed.
 
-use crate::core::signal::Observation;
-use crate::core::taxonomy::Malformed;
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::core::signal::{Observation, Signal, ToolCall};
+use crate::core::taxonomy::{de_cost, de_count, from_object, Malformed};
+use crate::core::usage::{Usage, UsageUpdate};
 
 #[derive(Debug, Default)]
-pub struct OpenCodeState {}
+pub struct OpenCodeState {
+    /// The pane's own session, from the first line.
+    session: Option<Box<str>>,
+}
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default, rename = "sessionID")]
+    session_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    part: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ToolPart<'a> {
+    #[serde(borrow, default)]
+    tool: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    state: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ToolState<'a> {
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct StepPart<'a> {
+    #[serde(default, deserialize_with = "de_cost")]
+    cost: f64,
+    #[serde(borrow, default)]
+    tokens: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Tokens {
+    #[serde(default, deserialize_with = "de_count")]
+    input: u64,
+    #[serde(default, deserialize_with = "de_count")]
+    output: u64,
+    #[serde(default)]
+    cache: Option<Cache>,
+}
+
+#[derive(Deserialize)]
+struct Cache {
+    #[serde(default, deserialize_with = "de_count")]
+    read: u64,
+    #[serde(default, deserialize_with = "de_count")]
+    write: u64,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ErrorData<'a> {
+    #[serde(borrow, default)]
+    message: Option<Cow<'a, str>>,
+}
 
 impl OpenCodeState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let _: serde::de::IgnoredAny = serde_json::from_slice(line).map_err(|_| Malformed)?;
-        Ok(Observation::unknown())
+        let l: Line<'a> = from_object(line)?;
+        let obs = match l.kind.as_ref() {
+            "step_start" => Observation::new(Signal::Working).turn(true),
+            "text" | "reasoning" => Observation::new(Signal::Working),
+            "tool_use" => {
+                let obs = Observation::new(Signal::Working);
+                match l.part.and_then(part_tool) {
+                    Some(tool) => obs.with_tool(tool),
+                    None => obs,
+                }
+            }
+            "step_finish" => {
+                let usage = l.part.map_or(UsageUpdate::None, step_usage);
+                Observation::new(Signal::Working).with_usage(usage)
+            }
+            "error" => Observation::new(Signal::Failed).with_error(l.error.and_then(error_text)),
+            "done" => Observation::new(Signal::Finished),
+            _ => Observation::unknown(),
+        };
+        let Some(sid) = l.session_id else {
+            return Ok(obs);
+        };
+        match &self.session {
+            Some(own) => Ok(obs.subagent(own.as_ref() != sid.as_ref())),
+            // A first line that ends the run keeps its meaning; the session
+            // is then taken from the next line, if any.
+            None if matches!(obs.signal, Signal::Failed | Signal::Finished) => Ok(obs),
+            None => {
+                self.session = Some(sid.as_ref().into());
+                Ok(Observation {
+                    signal: Signal::Session {
+                        id: Some(sid),
+                        cwd: None,
+                        running: true,
+                    },
+                    ..obs
+                })
+            }
+        }
+    }
+}
+
+fn part_tool(raw: &RawValue) -> Option<ToolCall<'_>> {
+    let part = serde_json::from_str::<ToolPart<'_>>(raw.get()).ok()?;
+    let args = part
+        .state
+        .and_then(|s| serde_json::from_str::<ToolState<'_>>(s.get()).ok())
+        .and_then(|s| s.input);
+    Some(ToolCall {
+        name: part.tool?,
+        args,
+        command: None,
+    })
+}
+
+fn step_usage(raw: &RawValue) -> UsageUpdate {
+    let Ok(part) = serde_json::from_str::<StepPart<'_>>(raw.get()) else {
+        return UsageUpdate::None;
+    };
+    let tokens = part
+        .tokens
+        .and_then(|t| serde_json::from_str::<Tokens>(t.get()).ok());
+    let mut usage = Usage {
+        cost_usd: part.cost,
+        ..Usage::default()
+    };
+    if let Some(t) = tokens {
+        usage.input_tokens = t.input;
+        usage.output_tokens = t.output;
+        if let Some(c) = t.cache {
+            usage.cache_read_tokens = c.read;
+            usage.cache_write_tokens = c.write;
+        }
+    }
+    UsageUpdate::Add(usage)
+}
+
+fn error_text(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let body = serde_json::from_str::<ErrorBody<'_>>(raw.get()).ok()?;
+    body.data
+        .and_then(|d| serde_json::from_str::<ErrorData<'_>>(d.get()).ok())
+        .and_then(|d| d.message)
+        .or(body.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_line_is_the_session_and_children_are_subagents() {
+        let mut st = OpenCodeState::default();
+        let obs = st
+            .observe(br#"{"type":"step_start","timestamp":1,"sessionID":"ses_a","part":{}}"#)
+            .expect("valid");
+        assert!(matches!(obs.signal, Signal::Session { running: true, .. }));
+        assert!(obs.turn);
+        let obs = st
+            .observe(br#"{"type":"text","timestamp":2,"sessionID":"ses_child","part":{}}"#)
+            .expect("valid");
+        assert!(obs.subagent);
+        let obs = st
+            .observe(br#"{"type":"text","timestamp":3,"sessionID":"ses_a","part":{}}"#)
+            .expect("valid");
+        assert!(!obs.subagent);
+        assert_eq!(obs.signal, Signal::Working);
+    }
+
+    #[test]
+    fn step_usage_and_errors() {
+        let mut st = OpenCodeState::default();
+        let obs = st
+            .observe(br#"{"type":"step_finish","part":{"cost":0.5,"tokens":{"input":9,"output":2,"reasoning":1,"cache":{"read":8,"write":1}}}}"#)
+            .expect("valid");
+        let want = Usage {
+            input_tokens: 9,
+            output_tokens: 2,
+            cache_read_tokens: 8,
+            cache_write_tokens: 1,
+            cost_usd: 0.5,
+        };
+        assert_eq!(obs.usage, UsageUpdate::Add(want));
+        let obs = st
+            .observe(br#"{"type":"error","sessionID":"s","error":{"name":"APIError","data":{"message":"overloaded"}}}"#)
+            .expect("valid");
+        assert_eq!(obs.signal, Signal::Failed);
+        assert_eq!(obs.error.as_deref(), Some("overloaded"));
+        let obs = st
+            .observe(br#"{"type":"error","error":{"name":"UnknownError"}}"#)
+            .expect("valid");
+        assert_eq!(obs.error.as_deref(), Some("UnknownError"));
     }
 }

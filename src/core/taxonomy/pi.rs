@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::Malformed;
+use crate::core::taxonomy::{from_object, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 /// Whether the stream is one-shot JSON mode or a long-lived RPC session.
@@ -128,23 +128,38 @@ impl PiState {
     }
 
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let l: Line<'a> = serde_json::from_slice(line).map_err(|_| Malformed)?;
+        let l: Line<'a> = from_object(line)?;
         let obs = match l.kind.as_ref() {
             "session" | "session_started" => {
                 self.mode = PiMode::Json;
                 self.last_stop = None;
-                Observation::new(Signal::Session { id: l.id, cwd: l.cwd, running: false })
+                Observation::new(Signal::Session {
+                    id: l.id,
+                    cwd: l.cwd,
+                    running: false,
+                })
             }
             "turn_start" => Observation::new(Signal::Working).turn(true),
-            "agent_start" | "message_start" | "message_update"
-            | "tool_execution_update" | "tool_execution_end" | "turn_end"
-            | "compaction_start" | "auto_compaction_start" | "auto_retry_start"
-            | "summarization_retry_scheduled" | "summarization_retry_attempt_start"
+            "agent_start"
+            | "message_start"
+            | "message_update"
+            | "tool_execution_update"
+            | "tool_execution_end"
+            | "turn_end"
+            | "compaction_start"
+            | "auto_compaction_start"
+            | "auto_retry_start"
+            | "summarization_retry_scheduled"
+            | "summarization_retry_attempt_start"
             | "summarization_retry_finished" => Observation::new(Signal::Working),
             "tool_execution_start" => {
                 let mut obs = Observation::new(Signal::Working);
                 if let Some(name) = l.tool_name {
-                    obs = obs.with_tool(ToolCall { name, args: l.args, command: None });
+                    obs = obs.with_tool(ToolCall {
+                        name,
+                        args: l.args,
+                        command: None,
+                    });
                 }
                 obs
             }
@@ -156,7 +171,9 @@ impl PiState {
                     .and_then(|r| r.usage)
                     .map_or(UsageUpdate::None, |u| UsageUpdate::Add(u.to_usage()));
                 let err = l.error_message;
-                Observation::new(Signal::Working).with_usage(usage).with_error(err)
+                Observation::new(Signal::Working)
+                    .with_usage(usage)
+                    .with_error(err)
             }
             "auto_retry_end" => {
                 if l.success == Some(false) {
@@ -181,10 +198,12 @@ impl PiState {
                 self.mode = PiMode::Rpc;
                 Observation::new(Signal::Meta)
             }
-            "queue_update" | "entry_appended" | "session_info_changed"
-            | "thinking_level_changed" | "bash_execution_update" | "extension_error" => {
-                Observation::new(Signal::Meta)
-            }
+            "queue_update"
+            | "entry_appended"
+            | "session_info_changed"
+            | "thinking_level_changed"
+            | "bash_execution_update"
+            | "extension_error" => Observation::new(Signal::Meta),
             // Not a Pi event: the seed contract's daemon-injected failure, and
             // what a generic agent speaking the seed taxonomy may print.
             "error" => {
@@ -197,7 +216,8 @@ impl PiState {
     }
 
     fn message_end<'a>(&mut self, message: Option<&'a RawValue>) -> Observation<'a> {
-        let Some(m) = message.and_then(|raw| serde_json::from_str::<Message<'a>>(raw.get()).ok()) else {
+        let Some(m) = message.and_then(|raw| serde_json::from_str::<Message<'a>>(raw.get()).ok())
+        else {
             return Observation::new(Signal::Working);
         };
         if m.role.as_deref() != Some("assistant") {
@@ -210,9 +230,17 @@ impl PiState {
         });
         // Usage is counted here, once per assistant message; `turn_end` and
         // `agent_end` repeat the same message and are not counted again.
-        let usage = m.usage.map_or(UsageUpdate::None, |u| UsageUpdate::Add(u.to_usage()));
-        let error = if self.last_stop == Some(StopReason::Error) { m.error_message } else { None };
-        Observation::new(Signal::Working).with_usage(usage).with_error(error)
+        let usage = m
+            .usage
+            .map_or(UsageUpdate::None, |u| UsageUpdate::Add(u.to_usage()));
+        let error = if self.last_stop == Some(StopReason::Error) {
+            m.error_message
+        } else {
+            None
+        };
+        Observation::new(Signal::Working)
+            .with_usage(usage)
+            .with_error(error)
     }
 
     fn agent_end(&mut self, will_retry: Option<bool>) -> Observation<'static> {
@@ -255,7 +283,11 @@ mod tests {
 
     fn sig(st: &mut PiState, line: &str) -> Signal<'static> {
         match st.observe(line.as_bytes()).expect("valid line").signal {
-            Signal::Session { running, .. } => Signal::Session { id: None, cwd: None, running },
+            Signal::Session { running, .. } => Signal::Session {
+                id: None,
+                cwd: None,
+                running,
+            },
             Signal::Working => Signal::Working,
             Signal::Blocked => Signal::Blocked,
             Signal::Idle => Signal::Idle,
@@ -270,15 +302,36 @@ mod tests {
     #[test]
     fn turn_end_is_mid_run_and_queue_update_is_meta() {
         let mut st = PiState::default();
-        assert_eq!(sig(&mut st, r#"{"type":"turn_end","message":{"role":"assistant","stopReason":"toolUse"}}"#), Signal::Working);
-        assert_eq!(sig(&mut st, r#"{"type":"queue_update","steering":[],"followUp":[]}"#), Signal::Meta);
+        assert_eq!(
+            sig(
+                &mut st,
+                r#"{"type":"turn_end","message":{"role":"assistant","stopReason":"toolUse"}}"#
+            ),
+            Signal::Working
+        );
+        assert_eq!(
+            sig(
+                &mut st,
+                r#"{"type":"queue_update","steering":[],"followUp":[]}"#
+            ),
+            Signal::Meta
+        );
     }
 
     #[test]
     fn error_stop_reason_fails_at_settle_and_exit() {
         let mut st = PiState::default();
-        sig(&mut st, r#"{"type":"message_end","message":{"role":"assistant","stopReason":"error","errorMessage":"529"}}"#);
-        assert_eq!(sig(&mut st, r#"{"type":"agent_end","messages":[],"willRetry":false}"#), Signal::Working);
+        sig(
+            &mut st,
+            r#"{"type":"message_end","message":{"role":"assistant","stopReason":"error","errorMessage":"529"}}"#,
+        );
+        assert_eq!(
+            sig(
+                &mut st,
+                r#"{"type":"agent_end","messages":[],"willRetry":false}"#
+            ),
+            Signal::Working
+        );
         assert_eq!(st.on_exit(true), Signal::Failed);
         assert_eq!(sig(&mut st, r#"{"type":"agent_settled"}"#), Signal::Failed);
     }
@@ -287,6 +340,7 @@ mod tests {
     fn non_objects_are_malformed() {
         let mut st = PiState::default();
         assert!(st.observe(b"[1,2]").is_err());
+        assert!(st.observe(br#"["turn_start"]"#).is_err());
         assert!(st.observe(b"{\"type\":").is_err());
         assert!(st.observe(b"{\"no_type\":1}").is_err());
         assert!(st.observe(b"\xff\xfe").is_err());

@@ -1,0 +1,308 @@
+//! Data-driven checks of every harness adapter against hand-written streams.
+//!
+//! Each `tests/fixtures/<harness>/<case>.jsonl` is folded with the real fold
+//! API and compared with `<case>.expect.json`. Every fixture is folded whole,
+//! byte by byte, and cut into seeded random chunks, and all foldings must give
+//! the same report; a fixture naming its `runtime` is also folded with
+//! detection and must give the same report again. The fixtures were written
+//! from `agent-formats.md`, not copied from agent output.
+//!
+//! Expect fields (all but `timeline` and `state` optional): `timeline` (the
+//! states from `idle` on), `state`, `runtime`, `session_id`, `usage`
+//! (`input_tokens`, `output_tokens`, `cache_read_tokens`,
+//! `cache_write_tokens`, `cost_usd` within 1e-9), `counters` (`events`,
+//! `malformed`, `oversize`, `unknown`), `turns`, `last_tool` (`name`,
+//! `summary`), `last_error_contains`, `last_error` (`null` for none),
+//! `blocked_reason`, `max_line`, and `exit` (a code, or `{"signal":N}`).
+
+use std::path::{Path, PathBuf};
+
+use colibri::core::ingest::DEFAULT_MAX_LINE;
+use colibri::core::pane::ExitStatus;
+use colibri::core::state::AgentState;
+use colibri::core::taxonomy::Runtime;
+use colibri::fold::{fold_bytes, fold_chunks};
+use colibri::protocol::FoldReport;
+use serde_json::Value;
+
+fn fixture_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("fixtures")
+}
+
+/// Every `*.jsonl` under the fixture root, sorted, with its expect file.
+fn fixtures() -> Vec<(PathBuf, PathBuf)> {
+    let mut out = Vec::new();
+    let harnesses = std::fs::read_dir(fixture_root()).expect("tests/fixtures exists");
+    for dir in harnesses {
+        let dir = dir.expect("readable fixture dir").path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for entry in std::fs::read_dir(&dir).expect("readable harness dir") {
+            let path = entry.expect("readable entry").path();
+            if path.extension().is_some_and(|e| e == "jsonl") {
+                let expect = path.with_extension("expect.json");
+                assert!(expect.exists(), "{} has no expect file", path.display());
+                out.push((path, expect));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A small deterministic generator (SplitMix64), so chunkings are the same
+/// on every run and a failure can be replayed.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+fn seed_of(name: &str) -> u64 {
+    // FNV-1a: stable across runs and platforms, unlike `DefaultHasher`.
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Cuts `bytes` into chunks of 1..=`max_chunk` bytes.
+fn random_chunks<'a>(bytes: &'a [u8], rng: &mut SplitMix, max_chunk: u64) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let n = (1 + rng.next() % max_chunk) as usize;
+        let (head, tail) = rest.split_at(n.min(rest.len()));
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+fn parse_exit(v: &Value) -> Option<ExitStatus> {
+    match v {
+        Value::Null => None,
+        Value::Number(n) => Some(ExitStatus::Code(
+            n.as_i64().expect("integer exit code") as i32
+        )),
+        Value::Object(o) => {
+            let sig = o
+                .get("signal")
+                .and_then(Value::as_i64)
+                .expect("exit object has a signal");
+            Some(ExitStatus::Signal(sig as i32))
+        }
+        other => panic!("bad exit value {other}"),
+    }
+}
+
+fn state_name(s: AgentState) -> &'static str {
+    s.as_str()
+}
+
+/// Asserts every field `expect` names. Returns nothing; panics name the fixture.
+fn check_expect(name: &str, expect: &Value, report: &FoldReport, turns: u64) {
+    let timeline: Vec<&str> = report
+        .timeline
+        .iter()
+        .map(|s| state_name(s.state))
+        .collect();
+    let want: Vec<&str> = expect["timeline"]
+        .as_array()
+        .expect("timeline is a list")
+        .iter()
+        .map(|s| s.as_str().expect("timeline entries are strings"))
+        .collect();
+    assert_eq!(timeline, want, "{name}: timeline");
+    assert_eq!(
+        state_name(report.state),
+        expect["state"].as_str().expect("state"),
+        "{name}: state"
+    );
+    if let Some(rt) = expect.get("runtime") {
+        assert_eq!(
+            report.runtime.map(Runtime::as_str),
+            rt.as_str(),
+            "{name}: runtime"
+        );
+    }
+    if let Some(sid) = expect.get("session_id") {
+        assert_eq!(
+            report.session_id.as_deref(),
+            sid.as_str(),
+            "{name}: session_id"
+        );
+    }
+    if let Some(usage) = expect.get("usage") {
+        let got = serde_json::to_value(&report.usage).expect("usage serialises");
+        for (key, want) in usage.as_object().expect("usage is an object") {
+            if key == "cost_usd" {
+                let (g, w) = (
+                    got[key].as_f64().expect("cost"),
+                    want.as_f64().expect("cost"),
+                );
+                assert!((g - w).abs() < 1e-9, "{name}: cost_usd {g} != {w}");
+            } else {
+                assert_eq!(&got[key], want, "{name}: usage.{key}");
+            }
+        }
+    }
+    if let Some(counters) = expect.get("counters") {
+        let got = serde_json::to_value(&report.counters).expect("counters serialise");
+        for (key, want) in counters.as_object().expect("counters is an object") {
+            assert_eq!(&got[key], want, "{name}: counters.{key}");
+        }
+    }
+    if let Some(want) = expect.get("turns") {
+        assert_eq!(Some(turns), want.as_u64(), "{name}: turns");
+    }
+    if let Some(tool) = expect.get("last_tool") {
+        let got = report.last_tool.as_ref();
+        assert_eq!(
+            got.map(|t| t.name.as_str()),
+            tool["name"].as_str(),
+            "{name}: last_tool.name"
+        );
+        if let Some(summary) = tool.get("summary") {
+            assert_eq!(
+                got.map(|t| t.summary.as_str()),
+                summary.as_str(),
+                "{name}: last_tool.summary"
+            );
+        }
+    }
+    if let Some(part) = expect.get("last_error_contains") {
+        let part = part.as_str().expect("last_error_contains is a string");
+        let got = report.last_error.as_deref().unwrap_or("");
+        assert!(
+            got.contains(part),
+            "{name}: last_error {got:?} lacks {part:?}"
+        );
+    }
+    if let Some(want) = expect.get("last_error") {
+        assert_eq!(
+            report.last_error.as_deref(),
+            want.as_str(),
+            "{name}: last_error"
+        );
+    }
+    if let Some(reason) = expect.get("blocked_reason") {
+        assert_eq!(
+            report.blocked_reason.as_deref(),
+            reason.as_str(),
+            "{name}: blocked_reason"
+        );
+    }
+}
+
+#[test]
+fn every_fixture_folds_as_expected() {
+    let all = fixtures();
+    let count = all.len();
+    for (jsonl, expect_path) in all {
+        let name = jsonl
+            .strip_prefix(fixture_root())
+            .unwrap_or(&jsonl)
+            .display()
+            .to_string();
+        let bytes = std::fs::read(&jsonl).expect("fixture readable");
+        let expect: Value =
+            serde_json::from_slice(&std::fs::read(&expect_path).expect("expect readable"))
+                .expect("expect is JSON");
+        let max_line = expect
+            .get("max_line")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_MAX_LINE, |m| m as usize);
+        let exit = expect.get("exit").and_then(parse_exit);
+        let runtime = expect.get("runtime").map(|r| {
+            Runtime::parse(r.as_str().expect("runtime is a string"))
+                .expect("runtime is a known harness")
+        });
+
+        let (pane, report) = fold_chunks(runtime, max_line, [bytes.as_slice()], exit);
+        check_expect(&name, &expect, &report, pane.turns());
+
+        // Any cut of the stream gives the same report.
+        let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(
+            fold_chunks(runtime, max_line, bytewise, exit).1,
+            report,
+            "{name}: byte by byte"
+        );
+        let mut rng = SplitMix(seed_of(&name));
+        for round in 0..16 {
+            let max_chunk = [3, 17, 64, 512][round % 4];
+            let chunks = random_chunks(&bytes, &mut rng, max_chunk);
+            let (p, r) = fold_chunks(runtime, max_line, chunks, exit);
+            assert_eq!(r, report, "{name}: random chunks, round {round}");
+            assert_eq!(p.turns(), pane.turns(), "{name}: turns, round {round}");
+        }
+
+        // Detection reaches the same report as a named runtime.
+        if runtime.is_some() {
+            let detected = fold_bytes(None, max_line, &bytes, exit);
+            assert_eq!(detected, report, "{name}: with runtime detection");
+        }
+    }
+    assert!(count >= 40, "expected about 40 fixtures, found {count}");
+}
+
+/// A Pi stream with one 3 MiB `message_update` line in the middle.
+fn stream_with_huge_line() -> Vec<u8> {
+    let mut s = Vec::new();
+    s.extend_from_slice(br#"{"type":"session","version":3,"id":"019e6a10-0000-7000-8000-00000000b16e","timestamp":"2026-07-21T09:14:03.512Z","cwd":"/srv"}"#);
+    s.push(b'\n');
+    s.extend_from_slice(b"{\"type\":\"agent_start\"}\n");
+    s.extend_from_slice(b"{\"type\":\"turn_start\"}\n");
+    s.extend_from_slice(br#"{"type":"message_update","message":{"role":"assistant","content":[{"type":"text","text":""#);
+    s.extend(std::iter::repeat(b'x').take(3 << 20));
+    s.extend_from_slice(br#""}]},"assistantMessageEvent":{"type":"text_delta","delta":"x"}}"#);
+    s.push(b'\n');
+    s.extend_from_slice(br#"{"type":"message_end","message":{"role":"assistant","usage":{"input":100,"output":20,"cacheRead":0,"cacheWrite":0,"cost":{"total":0.01}},"stopReason":"stop"}}"#);
+    s.push(b'\n');
+    s.extend_from_slice(
+        b"{\"type\":\"turn_end\",\"message\":{\"role\":\"assistant\",\"stopReason\":\"stop\"}}\n",
+    );
+    s.extend_from_slice(b"{\"type\":\"agent_end\",\"messages\":[],\"willRetry\":false}\n");
+    s.extend_from_slice(b"{\"type\":\"agent_settled\"}\n");
+    s
+}
+
+#[test]
+fn multi_megabyte_line_is_skipped_under_the_cap_and_parsed_above_it() {
+    let bytes = stream_with_huge_line();
+    // PTY-sized reads, as the daemon sees them.
+    let chunks: Vec<&[u8]> = bytes.chunks(64 * 1024).collect();
+
+    let (_, capped) = fold_chunks(Some(Runtime::Pi), 1 << 20, chunks.clone(), None);
+    assert_eq!(capped.counters.oversize, 1);
+    assert_eq!(capped.counters.events, 7);
+    assert_eq!(capped.counters.malformed, 0);
+    assert_eq!(capped.state, AgentState::Done);
+    assert_eq!(capped.usage.input_tokens, 100);
+    let states: Vec<AgentState> = capped.timeline.iter().map(|s| s.state).collect();
+    assert_eq!(
+        states,
+        [AgentState::Idle, AgentState::Working, AgentState::Done]
+    );
+    // The skipped line still counts: `agent_settled` is line 8.
+    assert_eq!(capped.timeline[2].line, 8);
+
+    let (_, roomy) = fold_chunks(Some(Runtime::Pi), 8 << 20, chunks, None);
+    assert_eq!(roomy.counters.oversize, 0);
+    assert_eq!(roomy.counters.events, 8);
+    assert_eq!(roomy.state, AgentState::Done);
+    assert_eq!(roomy.usage, capped.usage);
+
+    // Detection copes with a huge line before the runtime is known.
+    let detected = fold_bytes(None, 1 << 20, &bytes, None);
+    assert_eq!(detected, capped);
+}
