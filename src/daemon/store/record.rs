@@ -141,11 +141,14 @@ pub(super) fn trim_json_ws(line: &[u8]) -> &[u8] {
 }
 
 /// Whether an event line can be embedded verbatim without breaking the log:
-/// it must look like one object and hold no newline (a record is one line).
+/// it must look like one object, hold no newline (a record is one line) and
+/// be UTF-8 (JSON text is). The daemon's taxonomy already parsed the line,
+/// so this is a cheap guard, not validation.
 pub(super) fn embeddable_event(line: &[u8]) -> bool {
     line.first() == Some(&b'{')
         && line.last() == Some(&b'}')
         && memchr::memchr(b'\n', line).is_none()
+        && std::str::from_utf8(line).is_ok()
 }
 
 /// `{"ts":…,"pane":…,"ev":<line>}\n`; `line` must satisfy [`embeddable_event`].
@@ -359,5 +362,6 @@ mod tests {
         assert!(!embeddable_event(b"{\n}"));
         assert!(!embeddable_event(b"[1]"));
         assert!(!embeddable_event(b""));
+        assert!(!embeddable_event(b"{\"a\":\"\xff\"}"));
     }
 }

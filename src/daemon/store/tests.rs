@@ -808,3 +808,28 @@ fn recovery_caps_event_bytes_releasing_finished_panes_first() {
     assert!(live.events_truncated);
     assert_eq!(rec.events_dropped_bytes, 4 * 28);
 }
+
+#[test]
+fn a_corrupt_middle_line_is_skipped_counted_and_compacted_away() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    fs::create_dir_all(&cfg.dir).expect("mkdir");
+    let path = log_path(&cfg, "s1");
+    let mut log = Vec::new();
+    log.extend_from_slice(b"{\"ts\":\"2026-05-27T12:00:00.001Z\",\"pane\":\"p\",\"ev\":{\"type\":\"delta\",\"n\":1}}\n");
+    log.extend_from_slice(b"garbage {\n");
+    log.extend_from_slice(b"{\"ts\":\"2026-05-27T12:00:00.002Z\",\"pane\":\"p\",\"ev\":{\"type\":\"turn_end\",\"n\":1}}\n");
+    fs::write(&path, &log).expect("write log");
+    let (mut store, rec) = open(&cfg);
+    assert_eq!(rec.corrupt_lines, 1);
+    assert_eq!(rec.panes[0].events.len(), 2);
+    assert_eq!(store.dump("s1").expect("dump")["corrupt_lines"], 1);
+    let report = store.compact("s1", &classify).expect("compacts");
+    assert_eq!(
+        report.dropped_lines, 2,
+        "the finished delta and the corrupt line"
+    );
+    let lines = parsed_lines(&path);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["ev"]["type"], "turn_end");
+}
