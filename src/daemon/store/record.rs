@@ -1,0 +1,367 @@
+//! Encoding of session-log records: values in, JSONL bytes out, no I/O.
+//!
+//! Every record is appended to a caller-owned `Vec<u8>` so that, once that
+//! buffer has grown to its working size, encoding allocates nothing. An
+//! agent's event line is embedded verbatim as `"ev"`; it is never parsed and
+//! re-serialised, so what the agent wrote is what the log keeps.
+
+use std::io::Write as _;
+
+use crate::core::time::Timestamp;
+
+use super::{AttachRecord, ExitRecord};
+
+/// The latest instant `humantime` can print (9999-12-31T23:59:59.999Z).
+/// Later timestamps are clamped: a log line must never fail to encode.
+const MAX_PRINTABLE_MS: u64 = 253_402_300_799_999;
+
+/// Length of `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+const TS_LEN: usize = 24;
+
+/// Caches the RFC 3339 text of the last timestamp encoded, because a burst
+/// of lines usually shares one arrival millisecond.
+#[derive(Debug, Default)]
+pub(super) struct TsText {
+    ms: Option<u64>,
+    text: [u8; TS_LEN],
+}
+
+impl TsText {
+    /// The same text as [`Timestamp::to_rfc3339`], written without allocating.
+    pub(super) fn get(&mut self, ts: Timestamp) -> &[u8] {
+        let ms = ts.as_millis().min(MAX_PRINTABLE_MS);
+        if self.ms != Some(ms) {
+            let t = Timestamp::from_millis(ms).to_system();
+            let mut cursor = std::io::Cursor::new(&mut self.text[..]);
+            // Every instant from 1970 to 9999 prints as exactly 24 bytes, so
+            // the write fits the array and cannot fail.
+            if write!(cursor, "{}", humantime::format_rfc3339_millis(t)).is_err() {
+                self.text = *b"1970-01-01T00:00:00.000Z";
+            }
+            self.ms = Some(ms);
+        }
+        &self.text
+    }
+}
+
+/// RFC 3339 text of `ts` for values built outside the hot path; unlike
+/// [`Timestamp::to_rfc3339`] it cannot panic on an absurd timestamp.
+pub(super) fn rfc3339(ts: Timestamp) -> String {
+    String::from_utf8_lossy(TsText::default().get(ts)).into_owned()
+}
+
+/// Appends `s` as a JSON string (with quotes). `s` may hold any bytes:
+/// invalid UTF-8 sequences become U+FFFD, as `String::from_utf8_lossy` does.
+pub(super) fn push_str_lossy(out: &mut Vec<u8>, s: &[u8]) {
+    out.push(b'"');
+    for chunk in s.utf8_chunks() {
+        push_escaped(out, chunk.valid().as_bytes());
+        if !chunk.invalid().is_empty() {
+            out.extend_from_slice("\u{FFFD}".as_bytes());
+        }
+    }
+    out.push(b'"');
+}
+
+/// Appends a Rust string as a JSON string (with quotes).
+pub(super) fn push_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    push_escaped(out, s.as_bytes());
+    out.push(b'"');
+}
+
+fn push_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => push_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// Escapes valid UTF-8: quote, backslash and C0 controls; everything else
+/// (including U+2028/U+2029, which JSON allows raw) is copied.
+fn push_escaped(out: &mut Vec<u8>, valid: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut start = 0;
+    for (i, &b) in valid.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&valid[start..i]);
+        if esc.is_empty() {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 0xf)]);
+        } else {
+            out.extend_from_slice(esc);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&valid[start..]);
+}
+
+fn push_int(out: &mut Vec<u8>, n: impl std::fmt::Display) {
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "{n}");
+}
+
+/// `{"ts":"…","pane":"…"` — the common head of every record.
+fn push_head(out: &mut Vec<u8>, ts: &mut TsText, now: Timestamp, pane: &str) {
+    out.extend_from_slice(b"{\"ts\":\"");
+    out.extend_from_slice(ts.get(now));
+    out.extend_from_slice(b"\",\"pane\":");
+    push_str(out, pane);
+}
+
+/// JSON whitespace, which may surround a value without changing it.
+fn is_json_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+/// Trims JSON whitespace at both ends. The log stores the trimmed event
+/// because a parser hands back a value without its surrounding blanks; this
+/// is what makes recovery byte-exact.
+pub(super) fn trim_json_ws(line: &[u8]) -> &[u8] {
+    let start = line
+        .iter()
+        .position(|&b| !is_json_ws(b))
+        .unwrap_or(line.len());
+    let end = line
+        .iter()
+        .rposition(|&b| !is_json_ws(b))
+        .map_or(start, |i| i + 1);
+    &line[start..end]
+}
+
+/// Whether an event line can be embedded verbatim without breaking the log:
+/// it must look like one object, hold no newline (a record is one line) and
+/// be UTF-8 (JSON text is). The daemon's taxonomy already parsed the line,
+/// so this is a cheap guard, not validation.
+pub(super) fn embeddable_event(line: &[u8]) -> bool {
+    line.first() == Some(&b'{')
+        && line.last() == Some(&b'}')
+        && memchr::memchr(b'\n', line).is_none()
+        && std::str::from_utf8(line).is_ok()
+}
+
+/// `{"ts":…,"pane":…,"ev":<line>}\n`; `line` must satisfy [`embeddable_event`].
+pub(super) fn encode_event(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    pane: &str,
+    line: &[u8],
+) {
+    push_head(out, ts, now, pane);
+    out.extend_from_slice(b",\"ev\":");
+    out.extend_from_slice(line);
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":…,"raw":"<lossy text>"}\n`.
+pub(super) fn encode_raw(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    pane: &str,
+    line: &[u8],
+) {
+    push_head(out, ts, now, pane);
+    out.extend_from_slice(b",\"raw\":");
+    push_str_lossy(out, line);
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":…,"oversize":n}\n`.
+pub(super) fn encode_oversize(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    pane: &str,
+    dropped: u64,
+) {
+    push_head(out, ts, now, pane);
+    out.extend_from_slice(b",\"oversize\":");
+    push_int(out, dropped);
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":…,"colibri":"attach","agent":…,"runtime":…,"name":…,
+/// "cwd":…,"argv":[…],"generation":n[,"jail":…]}\n`.
+pub(super) fn encode_attach(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    rec: &AttachRecord<'_>,
+) {
+    push_head(out, ts, now, rec.pane);
+    out.extend_from_slice(b",\"colibri\":\"attach\",\"agent\":");
+    push_str(out, rec.agent);
+    out.extend_from_slice(b",\"runtime\":");
+    push_opt_str(out, rec.runtime);
+    out.extend_from_slice(b",\"name\":");
+    push_opt_str(out, rec.name);
+    out.extend_from_slice(b",\"cwd\":");
+    push_opt_str(out, rec.cwd);
+    out.extend_from_slice(b",\"argv\":[");
+    for (i, a) in rec.argv.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_str(out, a);
+    }
+    out.extend_from_slice(b"],\"generation\":");
+    push_int(out, rec.generation);
+    if let Some(jail) = rec.jail {
+        out.extend_from_slice(b",\"jail\":");
+        push_str(out, jail);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":…,"colibri":"exit","state":…[,"code":n][,"signal":n][,"reason":…]}\n`.
+pub(super) fn encode_exit(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    rec: &ExitRecord<'_>,
+) {
+    push_head(out, ts, now, rec.pane);
+    out.extend_from_slice(b",\"colibri\":\"exit\",\"state\":");
+    push_str(out, rec.state);
+    if let Some(code) = rec.code {
+        out.extend_from_slice(b",\"code\":");
+        push_int(out, code);
+    }
+    if let Some(signal) = rec.signal {
+        out.extend_from_slice(b",\"signal\":");
+        push_int(out, signal);
+    }
+    if let Some(reason) = rec.reason {
+        out.extend_from_slice(b",\"reason\":");
+        push_str(out, reason);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":"","colibri":"compacted","dropped":n}\n`, the first line
+/// of a compacted log. It belongs to no pane, hence the empty pane id.
+pub(super) fn encode_compacted(out: &mut Vec<u8>, ts: &mut TsText, now: Timestamp, dropped: u64) {
+    push_head(out, ts, now, "");
+    out.extend_from_slice(b",\"colibri\":\"compacted\",\"dropped\":");
+    push_int(out, dropped);
+    out.extend_from_slice(b"}\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ts_text_matches_to_rfc3339_and_clamps() {
+        let mut ts = TsText::default();
+        for ms in [0, 1_779_883_200_123, 1_779_883_200_124, 1_779_883_200_124] {
+            let t = Timestamp::from_millis(ms);
+            assert_eq!(ts.get(t), t.to_rfc3339().as_bytes());
+        }
+        assert_eq!(
+            ts.get(Timestamp::from_millis(u64::MAX)),
+            b"9999-12-31T23:59:59.999Z"
+        );
+    }
+
+    #[test]
+    fn strings_escape_like_serde_json() {
+        let cases: [&[u8]; 5] = [
+            b"plain",
+            b"q\"b\\s/",
+            b"\n\r\t\x08\x0c\x01\x1f\x7f",
+            "é\u{2028}".as_bytes(),
+            b"bad\xff\xfeutf8\xe2\x82",
+        ];
+        for c in cases {
+            let mut out = Vec::new();
+            push_str_lossy(&mut out, c);
+            let back: String = serde_json::from_slice(&out).expect("valid JSON string");
+            assert_eq!(back, String::from_utf8_lossy(c));
+        }
+    }
+
+    #[test]
+    fn records_parse_and_embed_events_verbatim() {
+        let mut ts = TsText::default();
+        let now = Timestamp::from_millis(1_779_883_200_123);
+        let mut out = Vec::new();
+        let ev = br#"{"type":"turn_start", "x" : [1,2]}"#;
+        encode_event(&mut out, &mut ts, now, "p\"1", ev);
+        assert_eq!(
+            out,
+            br#"{"ts":"2026-05-27T12:00:00.123Z","pane":"p\"1","ev":{"type":"turn_start", "x" : [1,2]}}"#.iter().chain(b"\n").copied().collect::<Vec<u8>>()
+        );
+        encode_raw(&mut out, &mut ts, now, "p", b"not json\x00");
+        encode_oversize(&mut out, &mut ts, now, "p", 12345);
+        let argv = vec!["pi".to_string(), "--mode".into(), "a\"b".into()];
+        encode_attach(
+            &mut out,
+            &mut ts,
+            now,
+            &AttachRecord {
+                pane: "p",
+                agent: "pi",
+                runtime: Some("pi"),
+                name: None,
+                cwd: Some("/r"),
+                argv: &argv,
+                generation: 2,
+                jail: Some("j1"),
+            },
+        );
+        encode_exit(
+            &mut out,
+            &mut ts,
+            now,
+            &ExitRecord {
+                pane: "p",
+                state: "error",
+                code: Some(1),
+                signal: None,
+                reason: Some("boom"),
+            },
+        );
+        encode_compacted(&mut out, &mut ts, now, 7);
+        let lines: Vec<serde_json::Value> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("every record parses"))
+            .collect();
+        assert_eq!(lines.len(), 6);
+        assert_eq!(lines[1]["raw"], "not json\u{0}");
+        assert_eq!(lines[2]["oversize"], 12345);
+        assert_eq!(lines[3]["argv"][2], "a\"b");
+        assert_eq!(lines[3]["name"], serde_json::Value::Null);
+        assert_eq!(lines[3]["generation"], 2);
+        assert_eq!(lines[3]["jail"], "j1");
+        assert_eq!(lines[4]["code"], 1);
+        assert!(lines[4].get("signal").is_none());
+        assert_eq!(lines[5]["dropped"], 7);
+        assert_eq!(lines[5]["pane"], "");
+    }
+
+    #[test]
+    fn trim_and_embeddable() {
+        assert_eq!(trim_json_ws(b" \t{\"a\":1}\r"), b"{\"a\":1}");
+        assert_eq!(trim_json_ws(b"  "), b"");
+        assert!(embeddable_event(b"{}"));
+        assert!(!embeddable_event(b"{\n}"));
+        assert!(!embeddable_event(b"[1]"));
+        assert!(!embeddable_event(b""));
+        assert!(!embeddable_event(b"{\"a\":\"\xff\"}"));
+    }
+}

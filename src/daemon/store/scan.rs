@@ -1,0 +1,297 @@
+//! Reading session logs back: record parsing, the start-up scan, and the
+//! recovery set handed to the daemon.
+//!
+//! The log is the truth. A scan walks one log line by line, learns the
+//! session's panes and exits, finds a torn last line (the daemon was killed
+//! mid-write) and collects each pane's events for refolding. Lines that do
+//! not parse are counted and skipped, never fatal.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::core::time::Timestamp;
+
+use super::{RecoveredPane, Recovery};
+
+/// The recovered event bytes kept across all panes. Past it, the events of
+/// finished panes are released first (oldest exit first), then new events
+/// of live panes are not kept; both are counted in `Recovery`.
+pub const RECOVERY_EVENT_CAP: u64 = 256 << 20;
+
+/// The top-level fields of any record; unknown fields are ignored.
+#[derive(Deserialize, Default)]
+pub(super) struct RecordFields<'a> {
+    #[serde(borrow, default)]
+    pub ts: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub pane: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub ev: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub colibri: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub agent: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub runtime: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub cwd: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub generation: Option<u32>,
+    #[serde(borrow, default)]
+    pub jail: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub state: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub dropped: Option<u64>,
+}
+
+impl<'a> RecordFields<'a> {
+    /// Parses one line; `None` if it is not a JSON object.
+    pub(super) fn parse(line: &'a [u8]) -> Option<RecordFields<'a>> {
+        serde_json::from_slice(line).ok()
+    }
+
+    pub(super) fn timestamp(&self) -> Option<Timestamp> {
+        let ts = self.ts.as_deref()?;
+        humantime::parse_rfc3339(ts)
+            .ok()
+            .map(Timestamp::from_system)
+    }
+
+    pub(super) fn pane(&self) -> &str {
+        self.pane.as_deref().unwrap_or("")
+    }
+
+    pub(super) fn is(&self, kind: &str) -> bool {
+        self.colibri.as_deref() == Some(kind)
+    }
+}
+
+/// What the scan of one log found about its session.
+#[derive(Debug, Default)]
+pub(super) struct LogSummary {
+    /// File length as found.
+    pub len: u64,
+    /// Length up to and including the last `\n`.
+    pub complete_len: u64,
+    /// The bytes after the last `\n` form a whole record that only lacks
+    /// its newline: keep it and append `\n` instead of truncating.
+    pub tail_is_record: bool,
+    pub panes: Vec<String>,
+    pub runtime: Option<String>,
+    pub cwd: Option<String>,
+    pub first_ts: Option<Timestamp>,
+    pub last_ts: Option<Timestamp>,
+    /// Panes attached and not yet exited, in attach order.
+    pub live: Vec<String>,
+    /// The last exit record, kept only while no pane is live.
+    pub last_exit: Option<(String, Option<i32>, Option<i32>)>,
+    pub corrupt_lines: u64,
+    pub compacted: bool,
+}
+
+impl LogSummary {
+    fn note_pane(&mut self, pane: &str) {
+        if !pane.is_empty() && !self.panes.iter().any(|p| p == pane) {
+            self.panes.push(pane.to_string());
+        }
+    }
+}
+
+/// Accumulates recovered panes across all logs, under [`RECOVERY_EVENT_CAP`].
+#[derive(Debug, Default)]
+pub(super) struct RecoveryBuilder {
+    panes: Vec<RecoveredPane>,
+    event_bytes: u64,
+    events_dropped: u64,
+    /// Finished panes in exit order: the first to give up their events.
+    finished: VecDeque<usize>,
+    cap: u64,
+}
+
+impl RecoveryBuilder {
+    pub(super) fn new(cap: u64) -> Self {
+        RecoveryBuilder {
+            cap,
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn finish(self, recovery: &mut Recovery) {
+        recovery.panes = self.panes;
+        recovery.events_dropped_bytes = self.events_dropped;
+    }
+
+    fn push_event(&mut self, idx: usize, ts: Timestamp, ev: &[u8]) {
+        let len = ev.len() as u64;
+        while self.event_bytes + len > self.cap {
+            let Some(victim) = self.finished.pop_front() else {
+                break;
+            };
+            let p = &mut self.panes[victim];
+            if p.exit.is_none() || p.events.is_empty() {
+                continue;
+            }
+            let freed: u64 = p.events.iter().map(|(_, e)| e.len() as u64).sum();
+            p.events = Vec::new();
+            p.events_truncated = true;
+            self.event_bytes -= freed;
+            self.events_dropped += freed;
+        }
+        if self.event_bytes + len > self.cap {
+            self.panes[idx].events_truncated = true;
+            self.events_dropped += len;
+            return;
+        }
+        self.event_bytes += len;
+        self.panes[idx].events.push((ts, ev.to_vec()));
+    }
+}
+
+/// Per-log state of the scan: which recovered pane each pane id maps to.
+struct PaneSlots<'r> {
+    session: &'r str,
+    slots: HashMap<String, usize>,
+}
+
+impl PaneSlots<'_> {
+    fn slot(&mut self, rb: &mut RecoveryBuilder, pane: &str, ts: Timestamp) -> usize {
+        if let Some(&i) = self.slots.get(pane) {
+            return i;
+        }
+        rb.panes.push(RecoveredPane {
+            session: self.session.to_string(),
+            pane: pane.to_string(),
+            agent: String::new(),
+            runtime: None,
+            name: None,
+            cwd: None,
+            generation: 0,
+            jail: None,
+            attached_at: ts,
+            exit: None,
+            events: Vec::new(),
+            events_truncated: false,
+        });
+        let i = rb.panes.len() - 1;
+        self.slots.insert(pane.to_string(), i);
+        i
+    }
+}
+
+/// Scans one log. A record whose `ts` does not parse takes the previous
+/// record's time.
+pub(super) fn scan_log(
+    path: &Path,
+    session: &str,
+    rb: &mut RecoveryBuilder,
+) -> io::Result<LogSummary> {
+    let file = File::open(path)?;
+    let mut reader = BufReader::with_capacity(1 << 16, file);
+    let mut sum = LogSummary::default();
+    let mut slots = PaneSlots {
+        session,
+        slots: HashMap::new(),
+    };
+    let mut line = Vec::with_capacity(4096);
+    let mut offset: u64 = 0;
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        offset += n as u64;
+        let complete = line.last() == Some(&b'\n');
+        let body = if complete { &line[..n - 1] } else { &line[..] };
+        let parsed = RecordFields::parse(body);
+        if complete {
+            sum.complete_len = offset;
+        } else {
+            // A torn tail: use it only if it is a whole record that lacks
+            // just its newline.
+            sum.tail_is_record = parsed.is_some();
+        }
+        match parsed {
+            Some(rec) => apply_record(&rec, &mut sum, &mut slots, rb),
+            None if complete && !body.is_empty() => sum.corrupt_lines += 1,
+            None => {}
+        }
+    }
+    sum.len = offset;
+    Ok(sum)
+}
+
+fn apply_record(
+    rec: &RecordFields<'_>,
+    sum: &mut LogSummary,
+    slots: &mut PaneSlots<'_>,
+    rb: &mut RecoveryBuilder,
+) {
+    let ts = rec.timestamp().or(sum.last_ts).unwrap_or_default();
+    sum.first_ts = Some(sum.first_ts.map_or(ts, |f| f.min(ts)));
+    sum.last_ts = Some(sum.last_ts.map_or(ts, |l| l.max(ts)));
+    let pane = rec.pane();
+    if rec.is("compacted") {
+        sum.compacted = true;
+        return;
+    }
+    if pane.is_empty() {
+        return;
+    }
+    sum.note_pane(pane);
+    if rec.is("attach") {
+        if sum.runtime.is_none() {
+            sum.runtime = rec.runtime.as_deref().map(str::to_string);
+        }
+        if sum.cwd.is_none() {
+            sum.cwd = rec.cwd.as_deref().map(str::to_string);
+        }
+        if !sum.live.iter().any(|p| p == pane) {
+            sum.live.push(pane.to_string());
+        }
+        sum.last_exit = None;
+        let i = slots.slot(rb, pane, ts);
+        let freed: u64 = rb.panes[i].events.iter().map(|(_, e)| e.len() as u64).sum();
+        rb.event_bytes -= freed;
+        let p = &mut rb.panes[i];
+        // A new attach (a restart) starts the pane's state over.
+        p.agent = rec.agent.as_deref().unwrap_or("").to_string();
+        p.runtime = rec.runtime.as_deref().map(str::to_string);
+        p.name = rec.name.as_deref().map(str::to_string);
+        p.cwd = rec.cwd.as_deref().map(str::to_string);
+        p.generation = rec.generation.unwrap_or(0);
+        p.jail = rec.jail.as_deref().map(str::to_string);
+        p.attached_at = ts;
+        p.exit = None;
+        p.events = Vec::new();
+        p.events_truncated = false;
+    } else if rec.is("exit") {
+        let state = rec.state.as_deref().unwrap_or("error").to_string();
+        sum.live.retain(|p| p != pane);
+        let exit = (state, rec.code, rec.signal);
+        if sum.live.is_empty() {
+            sum.last_exit = Some(exit.clone());
+        }
+        let i = slots.slot(rb, pane, ts);
+        rb.panes[i].exit = Some(exit);
+        if !rb.panes[i].events.is_empty() {
+            rb.finished.push_back(i);
+        }
+    } else if let Some(ev) = rec.ev {
+        let i = slots.slot(rb, pane, ts);
+        rb.push_event(i, ts, ev.get().as_bytes());
+    }
+}

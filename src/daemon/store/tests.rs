@@ -1,0 +1,835 @@
+//! Store tests on real files in a temp directory.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::*;
+
+const T0: u64 = 1_779_883_200_000;
+
+fn at(n: u64) -> Timestamp {
+    Timestamp::from_millis(T0 + n)
+}
+
+fn config(dir: &Path) -> StoreConfig {
+    StoreConfig {
+        dir: dir.join("sessions"),
+        flush_budget: 1 << 20,
+        buffer_limit: 1 << 20,
+        rotate_bytes: 0,
+        rotate_turns: 0,
+    }
+}
+
+fn open(cfg: &StoreConfig) -> (SessionStore, Recovery) {
+    SessionStore::open(cfg.clone()).expect("store opens")
+}
+
+fn log_path(cfg: &StoreConfig, id: &str) -> PathBuf {
+    cfg.dir.join(format!("{id}.jsonl"))
+}
+
+/// Every line of the log, parsed; panics (failing the test) on a line that
+/// is not JSON or a missing final newline.
+fn parsed_lines(path: &Path) -> Vec<Value> {
+    let bytes = fs::read(path).expect("log readable");
+    assert!(
+        bytes.is_empty() || bytes.ends_with(b"\n"),
+        "log ends with a newline"
+    );
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            serde_json::from_slice(l)
+                .unwrap_or_else(|e| panic!("line {:?} parses: {e}", String::from_utf8_lossy(l)))
+        })
+        .collect()
+}
+
+fn attach_rec<'a>(pane: &'a str, argv: &'a [String]) -> AttachRecord<'a> {
+    AttachRecord {
+        pane,
+        agent: "pi",
+        runtime: Some("pi"),
+        name: Some("worker"),
+        cwd: Some("/repo"),
+        argv,
+        generation: 1,
+        jail: None,
+    }
+}
+
+fn drain(store: &mut SessionStore) {
+    loop {
+        let r = store.flush(usize::MAX);
+        assert_eq!(r.failed, None, "flush succeeds");
+        if !r.pending {
+            break;
+        }
+    }
+}
+
+#[test]
+fn append_flush_reopen_recovers_every_event_byte_exactly() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string(), "--mode".into(), "json".into()];
+    let events: Vec<&[u8]> = vec![
+        br#"{"type":"session","id":"pi-1","cwd":"/repo"}"#,
+        br#"{"type":"turn_start"}"#,
+        "{\"type\":\"message_update\",\"text\":\"h\u{e9}llo \\\"q\\\" \u{2028}\"}".as_bytes(),
+        br#"{ "type" : "turn_end" , "n" : [1, 2.50, 1e3] }"#,
+    ];
+    {
+        let (mut store, rec) = open(&cfg);
+        assert!(rec.panes.is_empty());
+        store.ensure_session("s1", Some("pi"), Some("/repo"), at(0));
+        store.attach("s1", &attach_rec("p1", &argv), at(1));
+        store.attach("s1", &attach_rec("p2", &argv), at(2));
+        for (n, ev) in events.iter().enumerate() {
+            store.append("s1", "p1", LineRecord::Event(ev), at(10 + n as u64));
+        }
+        store.append("s1", "p1", LineRecord::Raw(b"not json \xff"), at(20));
+        store.append("s1", "p1", LineRecord::Oversize(5_000_000), at(21));
+        // Surrounding whitespace (a CR from the PTY) is trimmed.
+        store.append(
+            "s1",
+            "p2",
+            LineRecord::Event(b"{\"type\":\"agent_start\"}\r"),
+            at(22),
+        );
+        store.exit(
+            "s1",
+            &ExitRecord {
+                pane: "p1",
+                state: "done",
+                code: Some(0),
+                signal: None,
+                reason: None,
+            },
+            at(30),
+        );
+        drain(&mut store);
+        assert_eq!(store.health().pending_bytes, 0);
+    }
+    let lines = parsed_lines(&log_path(&cfg, "s1"));
+    assert_eq!(lines.len(), 10);
+    let raw = fs::read_to_string(log_path(&cfg, "s1")).expect("log text");
+    assert!(raw.contains(&format!(
+        "{{\"ts\":\"{}\",\"pane\":\"p1\",\"ev\":{{ \"type\" : \"turn_end\" , \"n\" : [1, 2.50, 1e3] }}}}\n",
+        at(13).to_rfc3339()
+    )));
+    assert_eq!(lines[6]["raw"], "not json \u{fffd}");
+    assert_eq!(lines[7]["oversize"], 5_000_000);
+
+    let (store, rec) = open(&cfg);
+    assert_eq!(rec.sessions, 1);
+    assert!(rec.repaired.is_empty());
+    assert_eq!(rec.panes.len(), 2);
+    let p1 = rec
+        .panes
+        .iter()
+        .find(|p| p.pane == "p1")
+        .expect("p1 recovered");
+    assert_eq!(p1.session, "s1");
+    assert_eq!(p1.agent, "pi");
+    assert_eq!(p1.name.as_deref(), Some("worker"));
+    assert_eq!(p1.attached_at, at(1));
+    assert_eq!(p1.exit, Some(("done".to_string(), Some(0), None)));
+    let want: Vec<(Timestamp, Vec<u8>)> = events
+        .iter()
+        .enumerate()
+        .map(|(n, e)| (at(10 + n as u64), e.to_vec()))
+        .collect();
+    assert_eq!(p1.events, want);
+    let p2 = rec
+        .panes
+        .iter()
+        .find(|p| p.pane == "p2")
+        .expect("p2 recovered");
+    assert_eq!(p2.exit, None, "p2 died with the daemon");
+    assert_eq!(
+        p2.events,
+        vec![(at(22), b"{\"type\":\"agent_start\"}".to_vec())]
+    );
+    let meta = store.get("s1").expect("meta");
+    assert_eq!(meta.panes, vec!["p1", "p2"]);
+    assert_eq!(meta.final_state, None, "p2 is still live");
+    assert_eq!(meta.created_at, at(1));
+    assert_eq!(
+        meta.bytes,
+        fs::metadata(log_path(&cfg, "s1")).expect("stat").len()
+    );
+}
+
+#[test]
+fn torn_last_line_is_ignored_and_truncated_before_appending() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    {
+        let (mut store, _) = open(&cfg);
+        store.append(
+            "s1",
+            "p1",
+            LineRecord::Event(br#"{"type":"turn_start"}"#),
+            at(1),
+        );
+        drain(&mut store);
+    }
+    let path = log_path(&cfg, "s1");
+    let good_len = fs::metadata(&path).expect("stat").len();
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("open log");
+    f.write_all(br#"{"ts":"2026-05-27T12:00:00.002Z","pane":"p1","ev":{"type":"mess"#)
+        .expect("write torn tail");
+    drop(f);
+
+    let (mut store, rec) = open(&cfg);
+    assert_eq!(rec.repaired, vec!["s1"]);
+    assert_eq!(
+        rec.panes[0].events.len(),
+        1,
+        "the torn line is not recovered"
+    );
+    assert_eq!(
+        fs::metadata(&path).expect("stat").len(),
+        good_len,
+        "torn tail cut at open"
+    );
+    store.append(
+        "s1",
+        "p1",
+        LineRecord::Event(br#"{"type":"turn_end"}"#),
+        at(3),
+    );
+    drain(&mut store);
+    let lines = parsed_lines(&path);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["ev"]["type"], "turn_end");
+    assert_eq!(
+        store.get("s1").expect("meta").bytes,
+        fs::metadata(&path).expect("stat").len()
+    );
+}
+
+#[test]
+fn torn_tail_that_is_a_whole_record_is_kept_and_terminated() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    fs::create_dir_all(&cfg.dir).expect("mkdir");
+    let path = log_path(&cfg, "s1");
+    fs::write(
+        &path,
+        br#"{"ts":"2026-05-27T12:00:00.001Z","pane":"p1","ev":{"type":"turn_start"}}"#,
+    )
+    .expect("write log");
+    let (mut store, rec) = open(&cfg);
+    assert_eq!(rec.repaired, vec!["s1"]);
+    assert_eq!(
+        rec.panes[0].events,
+        vec![(at(1), br#"{"type":"turn_start"}"#.to_vec())]
+    );
+    store.append(
+        "s1",
+        "p1",
+        LineRecord::Event(br#"{"type":"turn_end"}"#),
+        at(2),
+    );
+    drain(&mut store);
+    let lines = parsed_lines(&path);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["ev"]["type"], "turn_start");
+}
+
+#[test]
+fn flush_budget_bounds_bytes_written_per_call() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    for n in 0..200 {
+        let id = if n % 2 == 0 { "a" } else { "b" };
+        store.append(
+            id,
+            "p",
+            LineRecord::Event(br#"{"type":"message_update","delta":"0123456789"}"#),
+            at(n),
+        );
+    }
+    let total = store.health().pending_bytes;
+    assert!(total > 10_000);
+    let mut written = 0;
+    let mut calls = 0;
+    loop {
+        let r = store.flush(1000);
+        assert!(r.written <= 1000, "budget respected: {}", r.written);
+        assert_eq!(r.failed, None);
+        written += r.written;
+        calls += 1;
+        if !r.pending {
+            break;
+        }
+        assert_eq!(r.written, 1000, "a pending flush used its whole budget");
+    }
+    assert_eq!(written, total);
+    assert_eq!(calls, total.div_ceil(1000));
+    assert_eq!(parsed_lines(&log_path(&cfg, "a")).len(), 100);
+    assert_eq!(parsed_lines(&log_path(&cfg, "b")).len(), 100);
+    assert_eq!(
+        store.flush(0),
+        FlushReport {
+            written: 0,
+            pending: false,
+            failed: None
+        }
+    );
+}
+
+#[test]
+fn over_limit_turns_on_at_buffer_limit_and_off_after_flush() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.buffer_limit = 1000;
+    let (mut store, _) = open(&cfg);
+    let line = br#"{"type":"message_update","delta":"0123456789"}"#;
+    let mut n = 0;
+    while store.pending_bytes("s1") < 1000 {
+        assert!(!store.over_limit("s1"));
+        store.append("s1", "p", LineRecord::Event(line), at(n));
+        n += 1;
+    }
+    assert!(store.over_limit("s1"));
+    assert!(!store.over_limit("other"));
+    assert_eq!(
+        store.health().lost_bytes,
+        0,
+        "reaching the soft limit loses nothing"
+    );
+    drain(&mut store);
+    assert!(!store.over_limit("s1"));
+    assert_eq!(parsed_lines(&log_path(&cfg, "s1")).len(), n as usize);
+}
+
+#[test]
+fn write_failures_are_counted_data_kept_then_dropped_and_store_keeps_going() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.buffer_limit = 2000;
+    let (mut store, _) = open(&cfg);
+    let line = br#"{"type":"message_update","delta":"0123456789"}"#;
+    store.ensure_session("full", None, None, at(0));
+    store.redirect_writes("full", Some(PathBuf::from("/dev/full")));
+    store.append("full", "p", LineRecord::Event(line), at(1));
+    store.append("ok", "q", LineRecord::Event(line), at(1));
+    let r = store.flush(1 << 20);
+    assert!(r.failed.is_some(), "ENOSPC reported");
+    assert!(r.pending);
+    assert!(r.written > 0, "the healthy session was still written");
+    assert_eq!(parsed_lines(&log_path(&cfg, "ok")).len(), 1);
+    let h = store.health();
+    assert_eq!(h.failed_writes, 1);
+    assert_eq!(h.lost_bytes, 0, "failed data stays buffered");
+    assert!(h.last_error.as_deref().is_some_and(|e| e.contains("full")));
+
+    // Keep appending while writes fail: past 1.5 × buffer_limit new lines
+    // are dropped and counted.
+    let mut appended = 1;
+    for n in 0..200 {
+        store.append("full", "p", LineRecord::Event(line), at(2 + n));
+        appended += 1;
+        let r = store.flush(1 << 20);
+        assert!(r.failed.is_some());
+    }
+    let h = store.health();
+    assert!(h.failed_writes > 1);
+    assert!(h.lost_records > 0 && h.lost_bytes > 0);
+    assert!(
+        store.pending_bytes("full") <= 3000 + 200,
+        "bounded: {}",
+        store.pending_bytes("full")
+    );
+    assert!(store.over_limit("full"));
+    // Lifecycle records are never dropped.
+    store.exit(
+        "full",
+        &ExitRecord {
+            pane: "p",
+            state: "error",
+            code: None,
+            signal: Some(9),
+            reason: Some("killed"),
+        },
+        at(500),
+    );
+    // The healthy session is unaffected.
+    store.append("ok", "q", LineRecord::Event(line), at(501));
+
+    store.redirect_writes("full", None);
+    drain(&mut store);
+    let lines = parsed_lines(&log_path(&cfg, "full"));
+    let kept = appended - h.lost_records as usize;
+    assert_eq!(lines.len(), kept + 1);
+    assert_eq!(lines.last().expect("exit line")["colibri"], "exit");
+    assert_eq!(parsed_lines(&log_path(&cfg, "ok")).len(), 2);
+    assert_eq!(store.health().pending_bytes, 0);
+    assert_eq!(store.health().lost_records, h.lost_records);
+}
+
+fn classify(_runtime: Option<&str>, ev: &[u8]) -> LineClass {
+    let v: Value = serde_json::from_slice(ev).expect("classifier gets the verbatim event");
+    match v["type"].as_str() {
+        Some("delta") => LineClass::Delta,
+        Some("turn_end") => LineClass::Boundary,
+        _ => LineClass::Keep,
+    }
+}
+
+fn ev_types(lines: &[Value], pane: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["pane"] == pane)
+        .filter_map(|l| {
+            l["ev"]["type"].as_str().map(|t| {
+                format!(
+                    "{t}{}",
+                    l["ev"]["n"]
+                        .as_u64()
+                        .map_or(String::new(), |n| n.to_string())
+                )
+            })
+        })
+        .collect()
+}
+
+fn ev(kind: &str, n: u64) -> Vec<u8> {
+    format!("{{\"type\":\"{kind}\",\"n\":{n}}}").into_bytes()
+}
+
+#[test]
+fn compaction_drops_only_deltas_of_finished_turns() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("a", &argv), at(0));
+    store.attach("s1", &attach_rec("b", &argv), at(0));
+    let script: &[(&str, &str, u64)] = &[
+        ("a", "turn_start", 1),
+        ("a", "delta", 1),
+        ("b", "delta", 1),
+        ("a", "delta", 2),
+        ("a", "tool", 1),
+        ("a", "delta", 3),
+        ("a", "turn_end", 1),
+        ("a", "turn_start", 2),
+        ("a", "delta", 4),
+        ("b", "tool", 2),
+    ];
+    for (n, (pane, kind, k)) in script.iter().enumerate() {
+        store.append(
+            "s1",
+            pane,
+            LineRecord::Event(&ev(kind, *k)),
+            at(1 + n as u64),
+        );
+    }
+    // Unflushed records are flushed by compaction itself.
+    let before_len = store.pending_bytes("s1") as u64;
+    let report = store.compact("s1", &classify).expect("compacts");
+    assert_eq!(report.before_bytes, before_len);
+    assert_eq!(
+        report.dropped_lines, 3,
+        "a's three deltas before its turn_end"
+    );
+    let path = log_path(&cfg, "s1");
+    assert_eq!(report.after_bytes, fs::metadata(&path).expect("stat").len());
+    let lines = parsed_lines(&path);
+    assert_eq!(lines[0]["colibri"], "compacted");
+    assert_eq!(lines[0]["dropped"], 3);
+    assert_eq!(
+        ev_types(&lines, "a"),
+        ["turn_start1", "tool1", "turn_end1", "turn_start2", "delta4"]
+    );
+    assert_eq!(
+        ev_types(&lines, "b"),
+        ["delta1", "tool2"],
+        "b never finished a turn"
+    );
+    assert_eq!(lines.iter().filter(|l| l["colibri"] == "attach").count(), 2);
+    let meta = store.get("s1").expect("meta");
+    assert_eq!(meta.rotated, 1);
+    assert_eq!(meta.bytes, report.after_bytes);
+
+    // Appending after compaction goes to the new file; a second
+    // compaction accumulates the count under a single marker.
+    store.append("s1", "a", LineRecord::Event(&ev("turn_end", 2)), at(50));
+    let again = store.compact("s1", &classify).expect("compacts again");
+    assert_eq!(again.dropped_lines, 1);
+    let lines = parsed_lines(&path);
+    assert_eq!(
+        lines.iter().filter(|l| l["colibri"] == "compacted").count(),
+        1
+    );
+    assert_eq!(lines[0]["dropped"], 4);
+    assert_eq!(
+        ev_types(&lines, "a"),
+        [
+            "turn_start1",
+            "tool1",
+            "turn_end1",
+            "turn_start2",
+            "turn_end2"
+        ]
+    );
+    // Nothing left to drop: the log is not rewritten.
+    let none = store.compact("s1", &classify).expect("no-op");
+    assert_eq!(none.dropped_lines, 0);
+    assert_eq!(none.before_bytes, none.after_bytes);
+    store.sync().expect("sync writes the index");
+    drop(store);
+
+    let (store, rec) = open(&cfg);
+    assert_eq!(rec.corrupt_lines, 0);
+    let a = rec.panes.iter().find(|p| p.pane == "a").expect("a");
+    assert_eq!(a.events.len(), 5);
+    assert_eq!(store.get("s1").expect("meta").rotated, 2);
+}
+
+#[test]
+fn leftovers_of_interrupted_compaction_and_index_writes_are_ignored() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    {
+        let (mut store, _) = open(&cfg);
+        store.append("s1", "p", LineRecord::Event(&ev("turn_start", 1)), at(1));
+        store.sync().expect("sync");
+    }
+    let path = log_path(&cfg, "s1");
+    let log_before = fs::read(&path).expect("log");
+    let stale = cfg.dir.join("s1.jsonl.compact.new");
+    fs::write(
+        &stale,
+        b"{\"ts\":\"2026-05-27T12:00:00.000Z\",\"pane\":\"\",\"colibri\":\"compacted\"",
+    )
+    .expect("stale");
+    fs::write(cfg.dir.join("index.json.new"), b"{torn").expect("stale index");
+    let (store, rec) = open(&cfg);
+    assert!(rec.problems.is_empty(), "{:?}", rec.problems);
+    assert!(!stale.exists());
+    assert!(!cfg.dir.join("index.json.new").exists());
+    assert_eq!(fs::read(&path).expect("log"), log_before);
+    assert_eq!(store.list().len(), 1, "the .new file is not a session");
+    assert_eq!(rec.panes[0].events.len(), 1);
+}
+
+#[test]
+fn heartbeat_rotates_a_log_past_rotate_bytes_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.rotate_bytes = 2000;
+    let (mut store, _) = open(&cfg);
+    store.set_classifier(Box::new(classify));
+    store.append("small", "p", LineRecord::Event(&ev("delta", 0)), at(0));
+    for n in 0..40 {
+        store.append("big", "p", LineRecord::Event(&ev("delta", n)), at(n));
+    }
+    store.append("big", "p", LineRecord::Event(&ev("turn_end", 1)), at(41));
+    drain(&mut store);
+    let before = store.get("big").expect("big").bytes;
+    assert!(before > 2000);
+    let done = store.heartbeat(at(100));
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].session, "big");
+    let report = done[0].outcome.as_ref().expect("rotation succeeded");
+    assert_eq!(report.dropped_lines, 40);
+    assert_eq!(report.before_bytes, before);
+    let lines = parsed_lines(&log_path(&cfg, "big"));
+    assert_eq!(lines.len(), 2);
+    assert_eq!(
+        lines[0]["ts"],
+        at(100).to_rfc3339(),
+        "the marker carries the heartbeat's time"
+    );
+    assert_eq!(store.get("big").expect("big").rotated, 1);
+    assert!(
+        store.heartbeat(at(200)).is_empty(),
+        "not due again until it grows rotate_bytes more"
+    );
+    // The heartbeat wrote the index.
+    let index: Value =
+        serde_json::from_slice(&fs::read(cfg.dir.join("index.json")).expect("index"))
+            .expect("index parses");
+    assert_eq!(index["sessions"].as_array().expect("sessions").len(), 2);
+}
+
+#[test]
+fn heartbeat_rotates_on_turns_and_index_keeps_turn_counts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.rotate_turns = 3;
+    {
+        let (mut store, _) = open(&cfg);
+        store.append("s1", "p", LineRecord::Event(&ev("turn_start", 1)), at(0));
+        store.note_turn("s1");
+        store.note_turn("s1");
+        assert!(store.heartbeat(at(1)).is_empty());
+        store.note_turn("s1");
+        assert_eq!(store.heartbeat(at(2)).len(), 1);
+        store.note_turn("s1");
+        assert!(store.heartbeat(at(3)).is_empty());
+    }
+    let (store, _) = open(&cfg);
+    assert_eq!(store.get("s1").expect("s1").turn_count, 4, "from the index");
+}
+
+#[test]
+fn list_get_and_dump() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.ensure_session("s1", Some("pi"), Some("/repo"), at(0));
+    store.ensure_session("s2", None, None, at(5));
+    store.ensure_session("s1", Some("codex"), None, at(6));
+    store.attach("s1", &attach_rec("p1", &argv), at(1));
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(2));
+    store.note_turn("s1");
+    store.exit(
+        "s1",
+        &ExitRecord {
+            pane: "p1",
+            state: "done",
+            code: Some(0),
+            signal: None,
+            reason: None,
+        },
+        at(3),
+    );
+    let ids: Vec<&str> = store.list().iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["s1", "s2"]);
+    let m = store.get("s1").expect("s1");
+    assert_eq!(
+        m.runtime.as_deref(),
+        Some("pi"),
+        "ensure_session reuses, keeps the first runtime"
+    );
+    assert_eq!(m.final_state.as_deref(), Some("done"));
+    assert_eq!(m.exit_code, Some(0));
+    assert_eq!(m.turn_count, 1);
+    assert!(store.get("nope").is_none());
+
+    // dump flushes first, then reads the log.
+    let d = store.dump("s1").expect("dump");
+    let records = d["records"].as_array().expect("records");
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[1]["ev"]["type"], "turn_start");
+    assert_eq!(d["session"]["id"], "s1");
+    assert_eq!(d["session"]["turn_count"], 1);
+    assert_eq!(d["session"]["created_at"], at(0).to_rfc3339());
+    assert_eq!(d["unflushed_bytes"], 0);
+    assert_eq!(
+        store.dump("s2").expect("empty dump")["records"]
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+    assert!(matches!(
+        store.dump("nope"),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.dump("../etc"),
+        Err(StoreError::InvalidSessionId { .. })
+    ));
+
+    // A log over the dump limit is refused (sparse file, no real I/O).
+    let f = OpenOptions::new()
+        .write(true)
+        .open(log_path(&cfg, "s1"))
+        .expect("open log");
+    f.set_len(MAX_DUMP_BYTES + 1).expect("grow sparse");
+    let err = store.dump("s1").expect_err("too large");
+    assert!(matches!(err, StoreError::TooLarge { .. }));
+    assert!(err.to_string().contains("limit"));
+}
+
+#[test]
+fn invalid_session_ids_are_rejected() {
+    for ok in [
+        "s",
+        "sess-1",
+        "019e5e59-6645.x_y",
+        "a.jsonl",
+        &"x".repeat(128),
+    ] {
+        assert!(SessionStore::valid_session_id(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        ".hidden",
+        "..",
+        "a/b",
+        "../x",
+        "a b",
+        "é",
+        "a\0",
+        &"x".repeat(129),
+    ] {
+        assert!(!SessionStore::valid_session_id(bad), "{bad:?}");
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    store.ensure_session("../evil", None, None, at(0));
+    store.append("../evil", "p", LineRecord::Event(b"{}"), at(0));
+    assert!(store.list().is_empty());
+    assert_eq!(store.health().lost_records, 1);
+    assert!(store.health().last_error.is_some());
+    assert!(matches!(
+        store.compact("a/b", &classify),
+        Err(StoreError::InvalidSessionId { .. })
+    ));
+    drain(&mut store);
+    assert!(!tmp.path().join("evil.jsonl").exists());
+}
+
+#[test]
+fn open_fds_stay_bounded_and_steady_state_buffers_are_reused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    for n in 0..(MAX_OPEN_LOGS as u64 * 2) {
+        store.append(
+            &format!("s{n}"),
+            "p",
+            LineRecord::Event(&ev("turn_start", n)),
+            at(n),
+        );
+        drain(&mut store);
+        assert!(store.fds.entries.len() <= MAX_OPEN_LOGS);
+    }
+    assert_eq!(store.fds.entries.len(), MAX_OPEN_LOGS);
+    assert_eq!(store.list().len(), MAX_OPEN_LOGS * 2);
+
+    // After warm-up, append + flush cycles keep the same buffer.
+    let line = ev("message_update", 7);
+    store.append("s0", "p", LineRecord::Event(&line), at(1000));
+    drain(&mut store);
+    let i = store.by_id["s0"];
+    let cap = store.sessions[i].buf.capacity();
+    let ptr = store.sessions[i].buf.as_ptr();
+    for n in 0..100 {
+        store.append("s0", "p", LineRecord::Event(&line), at(1001 + n));
+        drain(&mut store);
+    }
+    assert_eq!(store.sessions[i].buf.capacity(), cap);
+    assert_eq!(store.sessions[i].buf.as_ptr(), ptr);
+    assert_eq!(parsed_lines(&log_path(&cfg, "s0")).len(), 102);
+}
+
+#[test]
+fn sync_writes_the_index_and_a_corrupt_index_is_ignored() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    {
+        let (mut store, _) = open(&cfg);
+        store.append("s1", "p", LineRecord::Event(&ev("turn_start", 1)), at(1));
+        store.note_turn("s1");
+        store.sync().expect("sync");
+    }
+    assert!(cfg.dir.join("index.json").exists());
+    assert_eq!(open(&cfg).0.get("s1").expect("s1").turn_count, 1);
+    fs::write(cfg.dir.join("index.json"), b"{not json").expect("corrupt index");
+    let (store, rec) = open(&cfg);
+    assert_eq!(rec.problems.len(), 1, "{:?}", rec.problems);
+    let m = store.get("s1").expect("rebuilt from the log");
+    assert_eq!(m.panes, vec!["p"]);
+    assert_eq!(m.turn_count, 0, "turns live only in the index");
+}
+
+#[test]
+fn recovery_caps_event_bytes_releasing_finished_panes_first() {
+    let mut rb = scan::RecoveryBuilder::new(100);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    {
+        let (mut store, _) = open(&cfg);
+        store.attach("s1", &attach_rec("done", &argv), at(0));
+        store.append(
+            "s1",
+            "done",
+            LineRecord::Event(&ev("delta", 1234567)),
+            at(1),
+        );
+        store.append(
+            "s1",
+            "done",
+            LineRecord::Event(&ev("delta", 1234567)),
+            at(2),
+        );
+        store.exit(
+            "s1",
+            &ExitRecord {
+                pane: "done",
+                state: "done",
+                code: Some(0),
+                signal: None,
+                reason: None,
+            },
+            at(3),
+        );
+        store.attach("s1", &attach_rec("live", &argv), at(4));
+        for n in 0..5 {
+            store.append(
+                "s1",
+                "live",
+                LineRecord::Event(&ev("delta", 1234567)),
+                at(5 + n),
+            );
+        }
+        drain(&mut store);
+    }
+    scan::scan_log(&log_path(&cfg, "s1"), "s1", &mut rb).expect("scan");
+    let mut rec = Recovery::default();
+    rb.finish(&mut rec);
+    let done = rec.panes.iter().find(|p| p.pane == "done").expect("done");
+    let live = rec.panes.iter().find(|p| p.pane == "live").expect("live");
+    assert!(
+        done.events.is_empty() && done.events_truncated,
+        "finished pane released first"
+    );
+    assert_eq!(live.events.len(), 3, "28-byte events under a 100-byte cap");
+    assert!(live.events_truncated);
+    assert_eq!(rec.events_dropped_bytes, 4 * 28);
+}
+
+#[test]
+fn a_corrupt_middle_line_is_skipped_counted_and_compacted_away() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    fs::create_dir_all(&cfg.dir).expect("mkdir");
+    let path = log_path(&cfg, "s1");
+    let mut log = Vec::new();
+    log.extend_from_slice(b"{\"ts\":\"2026-05-27T12:00:00.001Z\",\"pane\":\"p\",\"ev\":{\"type\":\"delta\",\"n\":1}}\n");
+    log.extend_from_slice(b"garbage {\n");
+    log.extend_from_slice(b"{\"ts\":\"2026-05-27T12:00:00.002Z\",\"pane\":\"p\",\"ev\":{\"type\":\"turn_end\",\"n\":1}}\n");
+    fs::write(&path, &log).expect("write log");
+    let (mut store, rec) = open(&cfg);
+    assert_eq!(rec.corrupt_lines, 1);
+    assert_eq!(rec.panes[0].events.len(), 2);
+    assert_eq!(store.dump("s1").expect("dump")["corrupt_lines"], 1);
+    let report = store.compact("s1", &classify).expect("compacts");
+    assert_eq!(
+        report.dropped_lines, 2,
+        "the finished delta and the corrupt line"
+    );
+    let lines = parsed_lines(&path);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["ev"]["type"], "turn_end");
+}
