@@ -36,13 +36,24 @@ pub fn fold_chunks<'a>(
 }
 
 /// Folds one whole buffer.
-pub fn fold_bytes(runtime: Option<Runtime>, max_line: usize, bytes: &[u8], exit: Option<ExitStatus>) -> FoldReport {
+pub fn fold_bytes(
+    runtime: Option<Runtime>,
+    max_line: usize,
+    bytes: &[u8],
+    exit: Option<ExitStatus>,
+) -> FoldReport {
     fold_chunks(runtime, max_line, [bytes], exit).1
 }
 
 fn report(pane: &Pane, transitions: &[Transition]) -> FoldReport {
-    let mut timeline = vec![FoldStep { line: 0, state: AgentState::Idle }];
-    timeline.extend(transitions.iter().map(|t| FoldStep { line: t.line, state: t.to }));
+    let mut timeline = vec![FoldStep {
+        line: 0,
+        state: AgentState::Idle,
+    }];
+    timeline.extend(transitions.iter().map(|t| FoldStep {
+        line: t.line,
+        state: t.to,
+    }));
     FoldReport {
         state: pane.state(),
         // Stall is silence on a live stream; a recording is never stalled.

@@ -45,7 +45,9 @@ impl<'de> Deserialize<'de> for Runtime {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
         Runtime::parse(&s).ok_or_else(|| {
-            D::Error::custom(format!("unknown runtime {s:?} (pi, zot, claude, codex, gemini, opencode)"))
+            D::Error::custom(format!(
+                "unknown runtime {s:?} (pi, zot, claude, codex, gemini, opencode)"
+            ))
         })
     }
 }
@@ -193,7 +195,13 @@ pub struct WireCounters {
 
 impl From<&Counters> for WireCounters {
     fn from(c: &Counters) -> Self {
-        WireCounters { events: c.events, malformed: c.malformed, oversize: c.oversize, unknown: c.unknown, bytes: c.bytes }
+        WireCounters {
+            events: c.events,
+            malformed: c.malformed,
+            oversize: c.oversize,
+            unknown: c.unknown,
+            bytes: c.bytes,
+        }
     }
 }
 
@@ -227,7 +235,11 @@ pub struct WireTool {
 
 impl From<&ToolRecord> for WireTool {
     fn from(t: &ToolRecord) -> Self {
-        WireTool { name: t.name.clone(), summary: t.summary.clone(), at: rfc3339(t.at) }
+        WireTool {
+            name: t.name.clone(),
+            summary: t.summary.clone(),
+            at: rfc3339(t.at),
+        }
     }
 }
 
@@ -243,8 +255,14 @@ pub struct WireExit {
 impl From<ExitStatus> for WireExit {
     fn from(e: ExitStatus) -> Self {
         match e {
-            ExitStatus::Code(c) => WireExit { code: Some(c), signal: None },
-            ExitStatus::Signal(s) => WireExit { code: None, signal: Some(s) },
+            ExitStatus::Code(c) => WireExit {
+                code: Some(c),
+                signal: None,
+            },
+            ExitStatus::Signal(s) => WireExit {
+                code: None,
+                signal: Some(s),
+            },
             ExitStatus::Unknown => WireExit::default(),
         }
     }
@@ -428,11 +446,15 @@ impl<'de> Deserialize<'de> for DurationArg {
             Value::Number(n) => n
                 .as_u64()
                 .map(|ms| DurationArg(Duration::from_millis(ms)))
-                .ok_or_else(|| D::Error::custom("duration in milliseconds must be a non-negative integer")),
+                .ok_or_else(|| {
+                    D::Error::custom("duration in milliseconds must be a non-negative integer")
+                }),
             Value::String(s) => humantime::parse_duration(&s)
                 .map(DurationArg)
                 .map_err(|e| D::Error::custom(format!("bad duration {s:?}: {e}"))),
-            _ => Err(D::Error::custom("duration must be a string like \"90s\" or milliseconds")),
+            _ => Err(D::Error::custom(
+                "duration must be a string like \"90s\" or milliseconds",
+            )),
         }
     }
 }
@@ -504,7 +526,8 @@ impl Request {
     /// Parses one request line. On error, the `id` (if one could be read)
     /// is returned too so the error reply can echo it.
     pub fn parse(line: &[u8]) -> Result<Request, (Option<Value>, RequestError)> {
-        let value: Value = serde_json::from_slice(line).map_err(|e| (None, RequestError::Json(e.to_string())))?;
+        let value: Value =
+            serde_json::from_slice(line).map_err(|e| (None, RequestError::Json(e.to_string())))?;
         let Value::Object(mut map) = value else {
             return Err((None, RequestError::NotObject));
         };
@@ -518,7 +541,13 @@ impl Request {
         }
         match serde_json::from_value::<Command>(Value::Object(map)) {
             Ok(command) => Ok(Request { id, command }),
-            Err(e) => Err((id, RequestError::BadArgs { cmd, msg: e.to_string() })),
+            Err(e) => Err((
+                id,
+                RequestError::BadArgs {
+                    cmd,
+                    msg: e.to_string(),
+                },
+            )),
         }
     }
 }
@@ -539,8 +568,14 @@ pub struct Response<T> {
 
 /// Serialises a success reply as one line (with its `\n`).
 pub fn ok_line<T: Serialize>(id: Option<&Value>, data: &T) -> Vec<u8> {
-    let resp = Response { ok: true, error: None, data: Some(data), id: id.cloned() };
-    let mut v = serde_json::to_vec(&resp).unwrap_or_else(|e| err_line(id, &format!("cannot encode reply: {e}")));
+    let resp = Response {
+        ok: true,
+        error: None,
+        data: Some(data),
+        id: id.cloned(),
+    };
+    let mut v = serde_json::to_vec(&resp)
+        .unwrap_or_else(|e| err_line(id, &format!("cannot encode reply: {e}")));
     if v.last() != Some(&b'\n') {
         v.push(b'\n');
     }
@@ -549,8 +584,14 @@ pub fn ok_line<T: Serialize>(id: Option<&Value>, data: &T) -> Vec<u8> {
 
 /// Serialises an error reply as one line (with its `\n`).
 pub fn err_line(id: Option<&Value>, error: &str) -> Vec<u8> {
-    let resp: Response<()> = Response { ok: false, error: Some(error.to_string()), data: None, id: id.cloned() };
-    let mut v = serde_json::to_vec(&resp).unwrap_or_else(|_| br#"{"ok":false,"error":"internal","data":null}"#.to_vec());
+    let resp: Response<()> = Response {
+        ok: false,
+        error: Some(error.to_string()),
+        data: None,
+        id: id.cloned(),
+    };
+    let mut v = serde_json::to_vec(&resp)
+        .unwrap_or_else(|_| br#"{"ok":false,"error":"internal","data":null}"#.to_vec());
     v.push(b'\n');
     v
 }
@@ -570,6 +611,18 @@ pub struct StatusData {
     pub stalled: usize,
     pub stall_after_ms: u64,
     pub scope: String,
+    /// Session-log health: what could not be written, and what waits.
+    pub logs: LogHealth,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LogHealth {
+    pub pending_bytes: u64,
+    pub failed_writes: u64,
+    /// Bytes that could not be written and were dropped (disk full for long).
+    pub lost_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -613,16 +666,54 @@ pub struct WatchEvent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum WatchKind {
-    Attached { pane: String, agent: String, #[serde(default, skip_serializing_if = "Option::is_none")] name: Option<String>, #[serde(default, skip_serializing_if = "Option::is_none")] pid: Option<i32> },
-    State { pane: String, from: AgentState, to: AgentState, #[serde(default, skip_serializing_if = "Option::is_none")] reason: Option<String> },
-    Stalled { pane: String, silent_ms: u64 },
-    Unstalled { pane: String },
-    Paused { pane: String },
-    Resumed { pane: String },
-    Exited { pane: String, #[serde(default, skip_serializing_if = "Option::is_none")] code: Option<i32>, #[serde(default, skip_serializing_if = "Option::is_none")] signal: Option<i32> },
-    RestartScheduled { pane: String, attempt: u32, next_at: String },
-    Restarted { pane: String, generation: u32, pid: i32 },
-    Heartbeat { panes: usize },
+    Attached {
+        pane: String,
+        agent: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<i32>,
+    },
+    State {
+        pane: String,
+        from: AgentState,
+        to: AgentState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    Stalled {
+        pane: String,
+        silent_ms: u64,
+    },
+    Unstalled {
+        pane: String,
+    },
+    Paused {
+        pane: String,
+    },
+    Resumed {
+        pane: String,
+    },
+    Exited {
+        pane: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+    },
+    RestartScheduled {
+        pane: String,
+        attempt: u32,
+        next_at: String,
+    },
+    Restarted {
+        pane: String,
+        generation: u32,
+        pid: i32,
+    },
+    Heartbeat {
+        panes: usize,
+    },
 }
 
 impl WatchKind {
@@ -657,8 +748,15 @@ mod tests {
             cwd: None,
             stalled: false,
         };
-        assert_eq!(serde_json::to_string(&p).ok().as_deref(), Some(r#"{"id":"a","agent":"pi","state":"working"}"#));
-        let p = PaneV1 { stalled: true, cwd: Some("/r".into()), ..p };
+        assert_eq!(
+            serde_json::to_string(&p).ok().as_deref(),
+            Some(r#"{"id":"a","agent":"pi","state":"working"}"#)
+        );
+        let p = PaneV1 {
+            stalled: true,
+            cwd: Some("/r".into()),
+            ..p
+        };
         assert_eq!(
             serde_json::to_string(&p).ok().as_deref(),
             Some(r#"{"id":"a","agent":"pi","state":"working","cwd":"/r","stalled":true}"#)
@@ -670,7 +768,9 @@ mod tests {
         let r = Request::parse(br#"{"cmd":"glasspane-snapshot"}"#).expect("parses");
         assert_eq!(r.command, Command::GlasspaneSnapshot);
         let r = Request::parse(br#"{"cmd":"spawn-agent","provider":"deepseek","model":"deepseek-chat","session_id":"sess-1","system_prompt":"You are a helpful assistant."}"#).expect("parses");
-        let Command::SpawnAgent(a) = r.command else { panic!("not spawn") };
+        let Command::SpawnAgent(a) = r.command else {
+            panic!("not spawn")
+        };
         assert_eq!(a.provider.as_deref(), Some("deepseek"));
         assert_eq!(a.session_id.as_deref(), Some("sess-1"));
         let r = Request::parse(br#"{"cmd":"kill-agent","agent_id":"x","id":7}"#).expect("parses");
@@ -679,17 +779,35 @@ mod tests {
 
     #[test]
     fn request_errors_are_specific() {
-        assert!(matches!(Request::parse(b"{nope"), Err((None, RequestError::Json(_)))));
-        assert!(matches!(Request::parse(b"[1]"), Err((None, RequestError::NotObject))));
-        assert!(matches!(Request::parse(br#"{"cmd":"fly","id":"q"}"#), Err((Some(_), RequestError::UnknownCommand(_)))));
-        assert!(matches!(Request::parse(br#"{"cmd":"kill-agent"}"#), Err((None, RequestError::BadArgs { .. }))));
+        assert!(matches!(
+            Request::parse(b"{nope"),
+            Err((None, RequestError::Json(_)))
+        ));
+        assert!(matches!(
+            Request::parse(b"[1]"),
+            Err((None, RequestError::NotObject))
+        ));
+        assert!(matches!(
+            Request::parse(br#"{"cmd":"fly","id":"q"}"#),
+            Err((Some(_), RequestError::UnknownCommand(_)))
+        ));
+        assert!(matches!(
+            Request::parse(br#"{"cmd":"kill-agent"}"#),
+            Err((None, RequestError::BadArgs { .. }))
+        ));
     }
 
     #[test]
     fn envelope_has_all_three_fields() {
         let line = err_line(None, "boom");
-        assert_eq!(line, b"{\"ok\":false,\"error\":\"boom\",\"data\":null}\n".to_vec());
+        assert_eq!(
+            line,
+            b"{\"ok\":false,\"error\":\"boom\",\"data\":null}\n".to_vec()
+        );
         let line = ok_line(Some(&Value::from("r1")), &serde_json::json!({"x":1}));
-        assert_eq!(line, b"{\"ok\":true,\"error\":null,\"data\":{\"x\":1},\"id\":\"r1\"}\n".to_vec());
+        assert_eq!(
+            line,
+            b"{\"ok\":true,\"error\":null,\"data\":{\"x\":1},\"id\":\"r1\"}\n".to_vec()
+        );
     }
 }

@@ -12,7 +12,7 @@ use memchr::memchr;
 pub const DEFAULT_MAX_LINE: usize = 1 << 20;
 
 /// One framed unit handed to the caller.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     /// A complete line without its `\n` (and without a trailing `\r`).
     Line(&'a [u8]),
@@ -30,7 +30,11 @@ pub struct LineFramer {
 
 impl LineFramer {
     pub fn new(max: usize) -> Self {
-        LineFramer { partial: Vec::new(), max: max.max(1), discarding: false }
+        LineFramer {
+            partial: Vec::new(),
+            max: max.max(1),
+            discarding: false,
+        }
     }
 
     pub fn max_line(&self) -> usize {
@@ -112,15 +116,19 @@ mod tests {
     fn frames(framer: &mut LineFramer, chunks: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
         let mut out = Vec::new();
         for c in chunks {
-            framer.feed(c, |f| out.push(match f {
+            framer.feed(c, |f| {
+                out.push(match f {
+                    Frame::Line(l) => Some(l.to_vec()),
+                    Frame::Oversize => None,
+                })
+            });
+        }
+        framer.finish(|f| {
+            out.push(match f {
                 Frame::Line(l) => Some(l.to_vec()),
                 Frame::Oversize => None,
-            }));
-        }
-        framer.finish(|f| out.push(match f {
-            Frame::Line(l) => Some(l.to_vec()),
-            Frame::Oversize => None,
-        }));
+            })
+        });
         out
     }
 
@@ -128,7 +136,15 @@ mod tests {
     fn splits_strips_cr_and_joins_partials() {
         let mut f = LineFramer::new(64);
         let got = frames(&mut f, &[b"ab\r\ncd", b"ef\n\ngh"]);
-        assert_eq!(got, vec![Some(b"ab".to_vec()), Some(b"cdef".to_vec()), Some(vec![]), Some(b"gh".to_vec())]);
+        assert_eq!(
+            got,
+            vec![
+                Some(b"ab".to_vec()),
+                Some(b"cdef".to_vec()),
+                Some(vec![]),
+                Some(b"gh".to_vec())
+            ]
+        );
     }
 
     #[test]
@@ -138,7 +154,10 @@ mod tests {
         assert_eq!(got, vec![None, Some(b"ok".to_vec())]);
         assert_eq!(f.pending(), 0);
         let mut f = LineFramer::new(4);
-        assert_eq!(frames(&mut f, &[b"123456\nab\n"]), vec![None, Some(b"ab".to_vec())]);
+        assert_eq!(
+            frames(&mut f, &[b"123456\nab\n"]),
+            vec![None, Some(b"ab".to_vec())]
+        );
         let mut f = LineFramer::new(4);
         assert_eq!(frames(&mut f, &[b"12", b"3456\n"]), vec![None]);
     }

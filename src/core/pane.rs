@@ -98,7 +98,10 @@ const DETECT_MAX_BYTES: usize = 256 * 1024;
 #[derive(Debug)]
 enum Dialect {
     Known(Adapter),
-    Detecting { held: Vec<(Vec<u8>, Timestamp)>, bytes: usize },
+    Detecting {
+        held: Vec<(Vec<u8>, Timestamp)>,
+        bytes: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -133,10 +136,19 @@ pub struct Pane {
 }
 
 impl Pane {
-    pub fn new(id: PaneId, agent: String, runtime: Option<Runtime>, max_line: usize, now: Timestamp) -> Pane {
+    pub fn new(
+        id: PaneId,
+        agent: String,
+        runtime: Option<Runtime>,
+        max_line: usize,
+        now: Timestamp,
+    ) -> Pane {
         let dialect = match runtime {
             Some(rt) => Dialect::Known(Adapter::new(rt)),
-            None => Dialect::Detecting { held: Vec::new(), bytes: 0 },
+            None => Dialect::Detecting {
+                held: Vec::new(),
+                bytes: 0,
+            },
         };
         Pane {
             id,
@@ -231,7 +243,10 @@ impl Pane {
         if !self.state.can_stall() || self.paused {
             return None;
         }
-        Some(self.quiet_since.plus(self.stall_after.unwrap_or(default_stall_after)))
+        Some(
+            self.quiet_since
+                .plus(self.stall_after.unwrap_or(default_stall_after)),
+        )
     }
 
     /// Restarts the silence clock (on resume, or after the host slept).
@@ -250,7 +265,12 @@ impl Pane {
     }
 
     /// Feeds one complete line (without its newline).
-    pub fn ingest_line(&mut self, line: &[u8], now: Timestamp, out: &mut Vec<Transition>) -> LineKind {
+    pub fn ingest_line(
+        &mut self,
+        line: &[u8],
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+    ) -> LineKind {
         self.counters.bytes += line.len() as u64 + 1;
         if line.len() > self.framer.max_line() {
             self.on_frame(Frame::Oversize, now, out)
@@ -262,7 +282,12 @@ impl Pane {
     /// Feeds one frame produced by a caller's own [`LineFramer`] (the daemon
     /// frames itself so it can log each line with its kind). `bytes` is not
     /// counted here; see [`Pane::count_bytes`].
-    pub fn ingest_frame(&mut self, frame: Frame<'_>, now: Timestamp, out: &mut Vec<Transition>) -> LineKind {
+    pub fn ingest_frame(
+        &mut self,
+        frame: Frame<'_>,
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+    ) -> LineKind {
         self.on_frame(frame, now, out)
     }
 
@@ -291,7 +316,9 @@ impl Pane {
         self.exit = Some(status);
         let signal = match &mut self.dialect {
             Dialect::Known(a) => a.on_exit(status.success()),
-            Dialect::Detecting { .. } => Signal::Exited { success: status.success() },
+            Dialect::Detecting { .. } => Signal::Exited {
+                success: status.success(),
+            },
         };
         if !status.success() && self.last_error.is_none() {
             self.last_error = Some(match status {
@@ -310,7 +337,12 @@ impl Pane {
         self.transition(&Signal::Failed, now, 0, out);
     }
 
-    fn on_frame(&mut self, frame: Frame<'_>, now: Timestamp, out: &mut Vec<Transition>) -> LineKind {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+    ) -> LineKind {
         let line = match frame {
             Frame::Oversize => {
                 self.lines += 1;
@@ -349,7 +381,12 @@ impl Pane {
         }
     }
 
-    fn observe_known(&mut self, line: &[u8], now: Timestamp, out: &mut Vec<Transition>) -> LineKind {
+    fn observe_known(
+        &mut self,
+        line: &[u8],
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+    ) -> LineKind {
         let Dialect::Known(adapter) = &mut self.dialect else {
             return LineKind::Event;
         };
@@ -416,7 +453,13 @@ impl Pane {
         self.transition(&obs.signal, now, line, out);
     }
 
-    fn transition(&mut self, signal: &Signal<'_>, now: Timestamp, line: u64, out: &mut Vec<Transition>) {
+    fn transition(
+        &mut self,
+        signal: &Signal<'_>,
+        now: Timestamp,
+        line: u64,
+        out: &mut Vec<Transition>,
+    ) {
         let next = state::apply(self.state, signal);
         if next == self.state {
             return;
@@ -424,7 +467,12 @@ impl Pane {
         if self.state == AgentState::Blocked {
             self.blocked_reason = None;
         }
-        out.push(Transition { from: self.state, to: next, at: now, line });
+        out.push(Transition {
+            from: self.state,
+            to: next,
+            at: now,
+            line,
+        });
         self.state = next;
         self.state_since = now;
     }
@@ -436,5 +484,9 @@ fn tool_record(t: &ToolCall<'_>, now: Timestamp) -> ToolRecord {
         (None, Some(args)) => tool::summarize_args(args),
         (None, None) => String::new(),
     };
-    ToolRecord { name: tool::truncate(&t.name), summary, at: now }
+    ToolRecord {
+        name: tool::truncate(&t.name),
+        summary,
+        at: now,
+    }
 }

@@ -105,7 +105,11 @@ mod tests {
     use AgentState::*;
 
     fn session(running: bool) -> Signal<'static> {
-        Signal::Session { id: None, cwd: None, running }
+        Signal::Session {
+            id: None,
+            cwd: None,
+            running,
+        }
     }
 
     #[test]
@@ -119,7 +123,13 @@ mod tests {
     #[test]
     fn final_states_are_sticky_against_progress() {
         for st in [Done, Error] {
-            for sig in [Signal::Working, Signal::Blocked, Signal::Idle, Signal::Meta, Signal::Unknown] {
+            for sig in [
+                Signal::Working,
+                Signal::Blocked,
+                Signal::Idle,
+                Signal::Meta,
+                Signal::Unknown,
+            ] {
                 assert_eq!(apply(st, &sig), st, "{st:?} + {sig:?}");
             }
         }

@@ -34,7 +34,11 @@ impl Default for Supervisor {
 
 impl Supervisor {
     pub fn new(max_line: usize) -> Supervisor {
-        Supervisor { panes: Vec::new(), index: HashMap::new(), max_line }
+        Supervisor {
+            panes: Vec::new(),
+            index: HashMap::new(),
+            max_line,
+        }
     }
 
     pub fn max_line(&self) -> usize {
@@ -43,21 +47,44 @@ impl Supervisor {
 
     /// Registers a pane in state `idle`. An id that exists already keeps its
     /// pane and returns its key.
-    pub fn attach_pane_at(&mut self, id: PaneId, agent: &str, runtime: Option<Runtime>, now: Timestamp) -> PaneKey {
+    pub fn attach_pane_at(
+        &mut self,
+        id: PaneId,
+        agent: &str,
+        runtime: Option<Runtime>,
+        now: Timestamp,
+    ) -> PaneKey {
         if let Some(k) = self.index.get(&id) {
             return *k;
         }
         let key = PaneKey(self.panes.len() as u32);
         self.index.insert(id.clone(), key);
-        self.panes.push(Pane::new(id, agent.to_string(), runtime, self.max_line, now));
+        self.panes.push(Pane::new(
+            id,
+            agent.to_string(),
+            runtime,
+            self.max_line,
+            now,
+        ));
         key
     }
 
     /// Replaces the pane behind `key` with a fresh one (a restarted agent keeps
     /// its id); returns the old pane.
-    pub fn reattach(&mut self, key: PaneKey, runtime: Option<Runtime>, now: Timestamp) -> Option<Pane> {
+    pub fn reattach(
+        &mut self,
+        key: PaneKey,
+        runtime: Option<Runtime>,
+        now: Timestamp,
+    ) -> Option<Pane> {
         let old = self.panes.get(key.0 as usize)?;
-        let mut fresh = Pane::new(old.id.clone(), old.agent.clone(), runtime, self.max_line, now);
+        let mut fresh = Pane::new(
+            old.id.clone(),
+            old.agent.clone(),
+            runtime,
+            self.max_line,
+            now,
+        );
         fresh.name = old.name.clone();
         fresh.stall_after = old.stall_after;
         fresh.set_cwd(old.cwd().map(str::to_string));
@@ -85,24 +112,45 @@ impl Supervisor {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (PaneKey, &Pane)> {
-        self.panes.iter().enumerate().map(|(i, p)| (PaneKey(i as u32), p))
+        self.panes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (PaneKey(i as u32), p))
     }
 
     /// Feeds a chunk of a pane's output; transitions are appended to `out`.
-    pub fn ingest_at(&mut self, key: PaneKey, chunk: &[u8], now: Timestamp, out: &mut Vec<Transition>) {
+    pub fn ingest_at(
+        &mut self,
+        key: PaneKey,
+        chunk: &[u8],
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+    ) {
         if let Some(p) = self.get_mut(key) {
             p.ingest(chunk, now, out);
         }
     }
 
     /// Feeds one line, as the contract's `ingest_line_at`.
-    pub fn ingest_line_at(&mut self, key: PaneKey, line: &str, now: Timestamp, out: &mut Vec<Transition>) {
+    pub fn ingest_line_at(
+        &mut self,
+        key: PaneKey,
+        line: &str,
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+    ) {
         if let Some(p) = self.get_mut(key) {
             let _ = p.ingest_line(line.as_bytes(), now, out);
         }
     }
 
-    pub fn exit_at(&mut self, key: PaneKey, status: ExitStatus, now: Timestamp, out: &mut Vec<Transition>) {
+    pub fn exit_at(
+        &mut self,
+        key: PaneKey,
+        status: ExitStatus,
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+    ) {
         if let Some(p) = self.get_mut(key) {
             p.exited(status, now, out);
         }
@@ -132,7 +180,12 @@ mod tests {
         // turn_start, turn_end, then a clean exit. See docs/TAXONOMY.md.
         let mut s = Supervisor::default();
         let mut out = Vec::new();
-        let k = s.attach_pane_at(PaneId("p".into()), "colibri-smoke-agent", Some(Runtime::Pi), Timestamp::from_millis(0));
+        let k = s.attach_pane_at(
+            PaneId("p".into()),
+            "colibri-smoke-agent",
+            Some(Runtime::Pi),
+            Timestamp::from_millis(0),
+        );
         let lines = [
             r#"{"type":"session","id":"pi-1","cwd":"/repo"}"#,
             r#"{"type":"turn_start"}"#,

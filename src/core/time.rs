@@ -44,7 +44,10 @@ impl Timestamp {
     }
 
     pub fn plus(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_add(d.as_millis().min(u64::MAX as u128) as u64))
+        Timestamp(
+            self.0
+                .saturating_add(d.as_millis().min(u64::MAX as u128) as u64),
+        )
     }
 }
 
@@ -54,7 +57,10 @@ mod tests {
 
     #[test]
     fn rfc3339_has_millis_and_z() {
-        assert_eq!(Timestamp::from_millis(0).to_rfc3339(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            Timestamp::from_millis(0).to_rfc3339(),
+            "1970-01-01T00:00:00.000Z"
+        );
         assert_eq!(
             Timestamp::from_millis(1_779_883_200_123).to_rfc3339(),
             "2026-05-27T12:00:00.123Z"

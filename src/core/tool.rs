@@ -52,7 +52,14 @@ pub fn summarize_command(command: &str) -> String {
 }
 
 fn unwrap_shell(command: &str) -> &str {
-    for prefix in ["bash -lc ", "bash -c ", "sh -c ", "/bin/bash -lc ", "/bin/sh -c ", "zsh -lc "] {
+    for prefix in [
+        "bash -lc ",
+        "bash -c ",
+        "sh -c ",
+        "/bin/bash -lc ",
+        "/bin/sh -c ",
+        "zsh -lc ",
+    ] {
         if let Some(rest) = command.strip_prefix(prefix) {
             let rest = rest.trim();
             for q in ['\'', '"'] {
@@ -97,14 +104,23 @@ mod tests {
 
     #[test]
     fn prefers_command_then_path() {
-        assert_eq!(summarize_args(&raw(r#"{"command":"make  test","timeout":5}"#)), "make test");
-        assert_eq!(summarize_args(&raw(r#"{"file_path":"/a/b.rs","content":"x"}"#)), "/a/b.rs");
+        assert_eq!(
+            summarize_args(&raw(r#"{"command":"make  test","timeout":5}"#)),
+            "make test"
+        );
+        assert_eq!(
+            summarize_args(&raw(r#"{"file_path":"/a/b.rs","content":"x"}"#)),
+            "/a/b.rs"
+        );
         assert_eq!(summarize_args(&raw(r#"{"x":1}"#)), r#"{"x":1}"#);
     }
 
     #[test]
     fn unwraps_codex_shell_and_truncates() {
-        assert_eq!(summarize_command("bash -lc 'rm -rf node_modules && npm ci'"), "rm -rf node_modules && npm ci");
+        assert_eq!(
+            summarize_command("bash -lc 'rm -rf node_modules && npm ci'"),
+            "rm -rf node_modules && npm ci"
+        );
         let long = "y".repeat(500);
         let s = truncate(&long);
         assert_eq!(s.chars().count(), SUMMARY_CHARS + 1);

@@ -20,8 +20,12 @@ impl Usage {
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
-        self.cache_read_tokens = self.cache_read_tokens.saturating_add(other.cache_read_tokens);
-        self.cache_write_tokens = self.cache_write_tokens.saturating_add(other.cache_write_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
         self.cost_usd += other.cost_usd;
     }
 
@@ -48,8 +52,15 @@ impl UsageUpdate {
             UsageUpdate::None => {}
             UsageUpdate::Add(u) => totals.add(u),
             UsageUpdate::Set { usage, has_cost } => {
-                let cost = if *has_cost { usage.cost_usd } else { totals.cost_usd };
-                *totals = Usage { cost_usd: cost, ..*usage };
+                let cost = if *has_cost {
+                    usage.cost_usd
+                } else {
+                    totals.cost_usd
+                };
+                *totals = Usage {
+                    cost_usd: cost,
+                    ..*usage
+                };
             }
         }
     }
@@ -62,16 +73,41 @@ mod tests {
     #[test]
     fn add_and_set() {
         let mut t = Usage::default();
-        UsageUpdate::Add(Usage { input_tokens: 3, output_tokens: 4, cost_usd: 0.5, ..Usage::default() }).apply_to(&mut t);
-        UsageUpdate::Add(Usage { input_tokens: 1, cost_usd: 0.25, ..Usage::default() }).apply_to(&mut t);
+        UsageUpdate::Add(Usage {
+            input_tokens: 3,
+            output_tokens: 4,
+            cost_usd: 0.5,
+            ..Usage::default()
+        })
+        .apply_to(&mut t);
+        UsageUpdate::Add(Usage {
+            input_tokens: 1,
+            cost_usd: 0.25,
+            ..Usage::default()
+        })
+        .apply_to(&mut t);
         assert_eq!(t.input_tokens, 4);
         assert_eq!(t.output_tokens, 4);
         assert!((t.cost_usd - 0.75).abs() < 1e-12);
-        UsageUpdate::Set { usage: Usage { input_tokens: 10, ..Usage::default() }, has_cost: false }.apply_to(&mut t);
+        UsageUpdate::Set {
+            usage: Usage {
+                input_tokens: 10,
+                ..Usage::default()
+            },
+            has_cost: false,
+        }
+        .apply_to(&mut t);
         assert_eq!(t.input_tokens, 10);
         assert_eq!(t.output_tokens, 0);
         assert!((t.cost_usd - 0.75).abs() < 1e-12);
-        UsageUpdate::Set { usage: Usage { cost_usd: 2.0, ..Usage::default() }, has_cost: true }.apply_to(&mut t);
+        UsageUpdate::Set {
+            usage: Usage {
+                cost_usd: 2.0,
+                ..Usage::default()
+            },
+            has_cost: true,
+        }
+        .apply_to(&mut t);
         assert!((t.cost_usd - 2.0).abs() < 1e-12);
     }
 }

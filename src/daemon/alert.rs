@@ -50,6 +50,8 @@ pub enum AlertKind {
     Unstalled,
     Error,
     Exited,
+    /// The daemon could not write session logs (disk full or failing).
+    LogWrite,
 }
 
 impl AlertKind {
@@ -61,6 +63,7 @@ impl AlertKind {
             AlertKind::Unstalled => "unstalled",
             AlertKind::Error => "error",
             AlertKind::Exited => "exited",
+            AlertKind::LogWrite => "log_write",
         }
     }
 }
@@ -457,7 +460,7 @@ pub fn severity_of(kind: AlertKind, f: &AlertFields<'_>) -> Severity {
     match kind {
         AlertKind::Blocked | AlertKind::Stalled => Severity::Warning,
         AlertKind::Unstalled => Severity::Notice,
-        AlertKind::Error => Severity::Err,
+        AlertKind::Error | AlertKind::LogWrite => Severity::Err,
         AlertKind::Exited => {
             let failed = f.exit_code.is_some_and(|code| code != 0) || f.exit_signal.is_some();
             if failed {

@@ -53,6 +53,9 @@ pub use posix::{
 /// A process id, as the kernel and `libc::pid_t` spell it.
 pub type Pid = i32;
 
+/// Whether `spawn-agent {"jail": …}` can work here: jails are FreeBSD's.
+pub const JAILS_SUPPORTED: bool = cfg!(target_os = "freebsd");
+
 /// A PTY pair. The master is non-blocking and close-on-exec; the slave is
 /// close-on-exec, in raw mode (`cfmakeraw`) and has its window size set.
 ///

@@ -1,0 +1,144 @@
+//! What the daemon keeps per pane beyond the core's view: the process, its
+//! PTY, its timers and its restart policy.
+//!
+//! An [`Agent`] lives as long as its pane. Its [`Proc`] exists while the
+//! agent process or its PTY is alive and owns their fds (the PTY master,
+//! the exit watch); dropping a `Proc` only closes fds, it never waits.
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mio::Token;
+
+use crate::core::ingest::LineFramer;
+use crate::core::pane::ExitStatus;
+use crate::core::taxonomy::Runtime;
+use crate::core::time::Timestamp;
+use crate::platform::{ExitWatch, KernelTimer, Pid};
+
+/// Input queued for an agent's PTY beyond this is refused.
+pub const INPUT_QUEUE_LIMIT: usize = 256 * 1024;
+
+/// When an agent's process ends, should it be started again?
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RestartPolicy {
+    Never,
+    OnFailure,
+    Always,
+}
+
+impl RestartPolicy {
+    pub fn parse(s: &str) -> Option<RestartPolicy> {
+        match s {
+            "never" | "no" => Some(RestartPolicy::Never),
+            "on-failure" => Some(RestartPolicy::OnFailure),
+            "always" => Some(RestartPolicy::Always),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartPolicy::Never => "never",
+            RestartPolicy::OnFailure => "on-failure",
+            RestartPolicy::Always => "always",
+        }
+    }
+}
+
+/// Everything needed to start (and restart) an agent.
+#[derive(Clone, Debug)]
+pub struct Recipe {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+    pub jail: Option<String>,
+    pub user: Option<String>,
+    pub cols: u16,
+    pub rows: u16,
+    pub runtime: Option<Runtime>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RestartState {
+    pub policy: RestartPolicy,
+    pub max: u32,
+    /// Consecutive restarts so far.
+    pub attempts: u32,
+    pub next_at: Option<Timestamp>,
+}
+
+/// What a pane's deadline timer is currently armed for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TimerMode {
+    Disarmed,
+    /// The pane's stall deadline (re-checked when it fires: lazily re-armed).
+    Stall,
+    /// The process exited; wait this long for the PTY's end of file.
+    Drain,
+    /// Restart backoff.
+    Restart,
+}
+
+/// A running (or just exited) agent process and its PTY.
+#[derive(Debug)]
+pub struct Proc {
+    pub pid: Pid,
+    pub started: Timestamp,
+    pub master: OwnedFd,
+    pub pty_token: Token,
+    pub pty_registered: bool,
+    /// The PTY reported end of file (every slave fd closed).
+    pub eof: bool,
+    /// A readable edge not fully consumed.
+    pub read_pending: bool,
+    pub exit_watch: Option<ExitWatch>,
+    pub exit_token: Token,
+    pub status: Option<ExitStatus>,
+    pub framer: LineFramer,
+    pub input: VecDeque<u8>,
+    pub write_interest: bool,
+}
+
+#[derive(Debug)]
+pub struct Agent {
+    pub pane_id: String,
+    pub session: String,
+    pub jail: Option<String>,
+    pub generation: u32,
+    /// `None` for panes recovered from logs after a restart of colibrid.
+    pub recipe: Option<Recipe>,
+    pub restart: RestartState,
+    pub proc: Option<Proc>,
+    pub timer: Option<(KernelTimer, Token)>,
+    pub timer_mode: TimerMode,
+    /// When the armed timer is due. A timer event before it is stale (on
+    /// FreeBSD, one fetched in the same poll batch as a re-arm) and ignored.
+    pub timer_due: Option<Timestamp>,
+    /// Set while reported stalled: the pane's `quiet_since` at that moment.
+    pub stalled_at_quiet: Option<Timestamp>,
+    /// Why the operator or the daemon ended it (kill, shutdown): no restart.
+    pub stopped_by: Option<String>,
+    pub paused: bool,
+}
+
+impl Agent {
+    pub fn running_pid(&self) -> Option<Pid> {
+        self.proc
+            .as_ref()
+            .filter(|p| p.status.is_none())
+            .map(|p| p.pid)
+    }
+
+    /// The next restart delay from the backoff schedule, or `None` when the
+    /// schedule or the count is exhausted.
+    pub fn restart_delay(&self, backoff: &[Duration]) -> Option<Duration> {
+        if self.restart.attempts >= self.restart.max || backoff.is_empty() {
+            return None;
+        }
+        let i = (self.restart.attempts as usize).min(backoff.len() - 1);
+        Some(backoff[i])
+    }
+}

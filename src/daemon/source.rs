@@ -1,0 +1,63 @@
+//! The token space: one slab whose entries say what each mio token names.
+//!
+//! Every registered thing (listeners, connections, PTY masters, exit
+//! watches, timers, the signal source) takes its token from this slab, so
+//! an event dispatches on `sources[token]` alone. An event whose slot is
+//! vacant is stale (the source was removed in the same wakeup) and is
+//! dropped; mio allows spurious events.
+
+use mio::Token;
+use slab::Slab;
+
+use crate::core::supervisor::PaneKey;
+
+/// Index of a client connection in the daemon's connection slab.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub usize);
+
+/// What a token names.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A listening socket; the index is into the daemon's listener list.
+    Listener(usize),
+    Conn(ConnId),
+    /// The PTY master of a pane's agent.
+    Pty(PaneKey),
+    /// The kernel's exit notice for a pane's agent.
+    Exit(PaneKey),
+    /// A pane's deadline timer (stall, drain after exit, restart backoff).
+    PaneTimer(PaneKey),
+    Heartbeat,
+    /// The shutdown grace deadline.
+    Shutdown,
+    Signals,
+}
+
+#[derive(Debug, Default)]
+pub struct Tokens {
+    slab: Slab<Source>,
+}
+
+impl Tokens {
+    pub fn insert(&mut self, source: Source) -> Token {
+        Token(self.slab.insert(source))
+    }
+
+    pub fn get(&self, token: Token) -> Option<Source> {
+        self.slab.get(token.0).copied()
+    }
+
+    pub fn remove(&mut self, token: Token) {
+        if self.slab.contains(token.0) {
+            self.slab.remove(token.0);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slab.is_empty()
+    }
+}
