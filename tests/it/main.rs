@@ -1,1 +1,14 @@
-//! placeholder
+//! Integration tests: the real `colibrid` on a temporary socket, real
+//! agents (shell scripts and `colibri replay`) on real PTYs, driven as a
+//! client would drive them.
+
+mod support;
+
+/// The glasspane contract's commands and example lines.
+mod contract;
+/// Session logs, recovery after a crash, syslog alerts, configuration.
+mod durability;
+/// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.
+mod lifecycle;
+/// Bad input, slow clients, floods, scale.
+mod robustness;

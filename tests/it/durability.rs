@@ -1,0 +1,150 @@
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+fn log_lines(d: &Colibrid, session: &str) -> Vec<Value> {
+    let path = d.state.join("sessions").join(format!("{session}.jsonl"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad log line {l:?}: {e}")))
+        .collect()
+}
+
+#[test]
+fn every_line_is_logged_with_its_arrival_time() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "echo '{\"type\":\"agent_start\"}'; echo garbage; echo '{\"type\":\"agent_end\",\"messages\":[]}'"],
+        json!({"session_id":"log-1","runtime":"pi"}),
+    );
+    d.wait_state(&id, "done");
+    let lines = log_lines(&d, "log-1");
+    let evs: Vec<&Value> = lines.iter().filter(|l| l.get("ev").is_some()).collect();
+    assert_eq!(evs.len(), 2, "{lines:?}");
+    assert_eq!(evs[0]["ev"], json!({"type":"agent_start"}));
+    assert!(lines.iter().any(|l| l["raw"] == json!("garbage")));
+    assert!(lines
+        .iter()
+        .all(|l| l["ts"].as_str().is_some_and(|s| s.ends_with('Z'))));
+    assert!(lines.iter().any(|l| l["colibri"] == json!("attach")));
+    assert!(lines
+        .iter()
+        .any(|l| l["colibri"] == json!("exit") && l["code"] == json!(0)));
+}
+
+#[test]
+fn sigkill_of_the_daemon_loses_no_reported_line_and_recovery_fails_the_lost_agents() {
+    let mut d = Colibrid::start(&[]);
+    let n = 500;
+    let body = format!("i=0; while [ $i -lt {n} ]; do echo \"{{\\\"type\\\":\\\"turn_start\\\",\\\"n\\\":$i}}\"; i=$((i+1)); done; sleep 300");
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            d.spawn(
+                &["/bin/sh", "-c", &body],
+                json!({"session_id": format!("crash-{i}"), "runtime":"pi"}),
+            )
+        })
+        .collect();
+    for id in &ids {
+        d.wait_pane(id, "every line reported", |p| {
+            p["counters"]["events"] == json!(n)
+        });
+    }
+    d.crash();
+    for i in 0..3 {
+        let lines = log_lines(&d, &format!("crash-{i}"));
+        let seen: Vec<u64> = lines.iter().filter_map(|l| l["ev"]["n"].as_u64()).collect();
+        assert_eq!(
+            seen,
+            (0..n).collect::<Vec<u64>>(),
+            "session crash-{i} holds every reported line in order"
+        );
+    }
+    d.launch();
+    let snap = d.snapshot();
+    let panes = snap["panes"].as_array().expect("panes");
+    assert_eq!(panes.len(), 3, "recovered from the logs");
+    for p in panes {
+        assert_eq!(p["state"], json!("error"));
+        assert_eq!(p["counters"]["events"], json!(n), "refolded: {p}");
+        assert!(
+            p["last_error"].as_str().unwrap_or("").contains("lost"),
+            "{p}"
+        );
+    }
+    // A second restart does not fail them again or duplicate them.
+    d.terminate();
+    d.launch();
+    assert_eq!(d.snapshot()["panes"].as_array().map(Vec::len), Some(3));
+    let sessions = d.ok(json!({"cmd":"list-sessions"}));
+    assert_eq!(sessions.as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn syslog_alerts_for_blocked_stalled_error_and_exit() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = SyslogSink::bind(dir.path());
+    let arg = format!("--syslog-socket={}", sink.path.display());
+    let d = Colibrid::start(&[&arg]);
+    let mut seen = Vec::new();
+    let id = d.spawn(
+        &["/bin/sh", "-c", "echo '{\"type\":\"extension_ui_request\",\"id\":\"1\",\"method\":\"confirm\",\"title\":\"Delete build?\"}'; read x; echo '{\"type\":\"tool_execution_start\",\"toolName\":\"bash\",\"args\":{\"command\":\"ls\"}}'; read y; exit 4"],
+        json!({"runtime":"pi","name":"worker","stall_after":"300ms"}),
+    );
+    let m = sink.wait_for(" blocked ", &mut seen);
+    assert!(
+        m.contains(&format!("pane={id}")) && m.contains("name=worker") && m.contains("runtime=pi"),
+        "{m}"
+    );
+    assert!(m.contains("Delete build?"), "{m}");
+    assert!(m.contains("colibri"), "{m}");
+    sink.wait_for(" stalled ", &mut seen);
+    d.ok(json!({"cmd":"send-input","agent_id": id, "text":"y"}));
+    sink.wait_for(" unstalled ", &mut seen);
+    d.ok(json!({"cmd":"send-input","agent_id": id, "text":"y"}));
+    let e = sink.wait_for(" exited ", &mut seen);
+    assert!(e.contains("exit_code=4"), "{e}");
+    sink.wait_for(" error ", &mut seen);
+}
+
+#[test]
+fn check_config_names_the_file_line_and_key() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[daemon]\nheartbeat = \"30s\"\nstall_after = \"10x\"\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(COLIBRID)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--check-config")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml") && err.contains(":3") && err.contains("daemon.stall_after"),
+        "{err}"
+    );
+    std::fs::write(&cfg, "[daemon]\nstall_after = \"90s\"\n").expect("write");
+    let out = std::process::Command::new(COLIBRID)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--check-config")
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1m 30s")
+            || String::from_utf8_lossy(&out.stdout).contains("90s")
+    );
+    let _ = Duration::ZERO;
+}

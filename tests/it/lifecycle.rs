@@ -1,0 +1,286 @@
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::*;
+
+#[test]
+fn exit_codes_and_signals_are_recorded() {
+    let d = Colibrid::start(&[]);
+    let ok = d.spawn(
+        &["/bin/sh", "-c", "echo '{\"type\":\"agent_start\"}'; exit 0"],
+        json!({"runtime":"pi"}),
+    );
+    let bad = d.spawn(
+        &["/bin/sh", "-c", "echo '{\"type\":\"agent_start\"}'; exit 3"],
+        json!({}),
+    );
+    let sig = d.spawn(&["/bin/sh", "-c", "kill -TERM $$"], json!({}));
+    let p = d.wait_state(&ok, "done");
+    assert_eq!(p["exit"], json!({"code": 0}));
+    let p = d.wait_state(&bad, "error");
+    assert_eq!(p["exit"], json!({"code": 3}));
+    assert!(p["last_error"].as_str().unwrap_or("").contains('3'), "{p}");
+    let p = d.wait_state(&sig, "error");
+    assert_eq!(p["exit"], json!({"signal": 15}));
+}
+
+#[test]
+fn kill_agent_kills_the_whole_tree() {
+    let d = Colibrid::start(&[]);
+    let pidfile = d.path("grandchild.pid");
+    let body = format!(
+        "sleep 300 & echo $! > {}; echo '{{\"type\":\"agent_start\"}}'; wait",
+        pidfile.display()
+    );
+    let id = d.spawn(&["/bin/sh", "-c", &body], json!({}));
+    d.wait_state(&id, "working");
+    let grandchild: i32 = wait_for(Duration::from_secs(10), "the pid file", || {
+        std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    });
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    let p = d.wait_pane(&id, "exit", |p| !p["exit"].is_null());
+    assert_eq!(p["state"], json!("error"));
+    assert_eq!(p["last_error"], json!("killed by operator"));
+    wait_for(Duration::from_secs(10), "the grandchild to be gone", || {
+        (!pid_alive(grandchild)).then_some(())
+    });
+}
+
+#[test]
+fn stall_is_reported_and_ends_on_new_output() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "echo '{\"type\":\"agent_start\"}'; read x; echo '{\"type\":\"turn_start\"}'; read y",
+        ],
+        json!({"stall_after": "300ms", "runtime": "pi"}),
+    );
+    let mut w = d.client();
+    assert_eq!(
+        w.request(&json!({"cmd":"watch","panes":[id]}))["ok"],
+        json!(true)
+    );
+    let started = Instant::now();
+    let p = d.wait_pane(&id, "stalled", |p| p["stalled"] == json!(true));
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "not before the threshold"
+    );
+    assert_eq!(p["state"], json!("working"));
+    let v1 = d.ok(json!({"cmd":"glasspane-snapshot"}));
+    assert_eq!(v1["panes"][0]["stalled"], json!(true));
+    d.ok(json!({"cmd":"send-input","agent_id": id, "text":"more"}));
+    d.wait_pane(&id, "unstalled", |p| {
+        p["stalled"] == json!(false) && p["counters"]["events"] == json!(2)
+    });
+    let mut kinds = Vec::new();
+    while !kinds.contains(&"unstalled".to_string()) {
+        let ev = w.read_line().expect("event");
+        kinds.push(ev["event"].as_str().unwrap_or("").to_string());
+    }
+    assert!(kinds.contains(&"stalled".to_string()), "{kinds:?}");
+}
+
+#[test]
+fn paused_agents_are_stopped_and_never_stalled() {
+    let d = Colibrid::start(&[]);
+    let counter = d.path("ticks");
+    let body = format!(
+        "echo '{{\"type\":\"agent_start\"}}'; while :; do echo x >> {}; sleep 0.05; done",
+        counter.display()
+    );
+    let id = d.spawn(&["/bin/sh", "-c", &body], json!({"stall_after":"200ms"}));
+    d.wait_state(&id, "working");
+    d.ok(json!({"cmd":"pause-agent","agent_id": id}));
+    // Stopped: the tick file stops growing.
+    let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let a = wait_for(Duration::from_secs(5), "a stable size", || {
+        let a = size(&counter);
+        std::thread::sleep(Duration::from_millis(200));
+        (size(&counter) == a).then_some(a)
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    let p = d.pane(&id);
+    assert_eq!(p["paused"], json!(true));
+    assert_eq!(p["stalled"], json!(false), "paused is never stalled");
+    assert_eq!(size(&counter), a);
+    d.ok(json!({"cmd":"resume-agent","agent_id": id}));
+    wait_for(Duration::from_secs(5), "ticks again", || {
+        (size(&counter) > a).then_some(())
+    });
+    assert_eq!(d.pane(&id)["paused"], json!(false));
+}
+
+#[test]
+fn restart_on_failure_keeps_the_pane_with_a_new_generation() {
+    let d = Colibrid::start(&[]);
+    let runs = d.path("runs");
+    let body = format!(
+        "echo run >> {}; echo '{{\"type\":\"agent_start\"}}'; exit 1",
+        runs.display()
+    );
+    let id = d.spawn(
+        &["/bin/sh", "-c", &body],
+        json!({"restart":"on-failure","max_restarts":2}),
+    );
+    // The default schedule starts at one minute: too slow for a test, so
+    // this checks the schedule is visible, then kills the wait short.
+    let p = d.wait_pane(&id, "a scheduled restart", |p| {
+        !p["restart"]["next_at"].is_null()
+    });
+    assert_eq!(p["restart"]["policy"], json!("on-failure"));
+    assert_eq!(p["restart"]["attempts"], json!(1));
+    assert_eq!(p["generation"], json!(0));
+    let k = d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    assert_eq!(k["status"], json!("stopped"));
+    assert!(d.pane(&id)["restart"]["next_at"].is_null());
+}
+
+#[test]
+fn restart_backoff_from_config_restarts_quickly() {
+    let mut d = Colibrid::start(&[]);
+    let cfg = d.path("fast.toml");
+    std::fs::write(
+        &cfg,
+        "[restart]\nbackoff = [\"100ms\", \"200ms\"]\nmax_restarts = 2\n",
+    )
+    .expect("cfg");
+    d.terminate();
+    d.args = vec!["--config".into(), cfg.display().to_string()];
+    d.launch();
+    let runs = d.path("runs");
+    let body = format!(
+        "echo run >> {}; echo '{{\"type\":\"agent_start\"}}'; exit 1",
+        runs.display()
+    );
+    let id = d.spawn(&["/bin/sh", "-c", &body], json!({"restart":"on-failure"}));
+    let p = d.wait_pane(&id, "two restarts used", |p| {
+        p["generation"] == json!(2)
+            && p["state"] == json!("error")
+            && p["restart"]["next_at"].is_null()
+    });
+    assert_eq!(p["restart"]["attempts"], json!(2));
+    let n = std::fs::read_to_string(&runs)
+        .map(|s| s.lines().count())
+        .unwrap_or(0);
+    assert_eq!(n, 3, "first run plus two restarts");
+}
+
+#[test]
+fn sigterm_leaves_no_process_no_zombie_no_socket() {
+    let mut d = Colibrid::start(&[]);
+    // One agent ignores TERM: the grace period must end it with KILL.
+    let stubborn = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "trap '' TERM; echo '{\"type\":\"agent_start\"}'; while :; do sleep 1; done",
+        ],
+        json!({}),
+    );
+    let plain = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "echo '{\"type\":\"agent_start\"}'; sleep 300",
+        ],
+        json!({}),
+    );
+    d.wait_state(&stubborn, "working");
+    d.wait_state(&plain, "working");
+    let daemon = d.pid();
+    let kids = children_of(daemon);
+    assert!(kids.len() >= 2, "agents are children of colibrid: {kids:?}");
+    let mut all = kids.clone();
+    for k in &kids {
+        all.extend(children_of(*k));
+    }
+    let started = Instant::now();
+    let status = d.terminate();
+    assert!(status.success(), "exit 0 on SIGTERM: {status}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert!(!d.socket.exists(), "socket removed");
+    wait_for(
+        Duration::from_secs(5),
+        "every agent process to be gone",
+        || all.iter().all(|p| !pid_alive(*p)).then_some(()),
+    );
+}
+
+#[test]
+fn a_second_daemon_refuses_a_live_socket_and_replaces_a_stale_one() {
+    let mut d = Colibrid::start(&[]);
+    let out = std::process::Command::new(COLIBRID)
+        .arg("--socket")
+        .arg(&d.socket)
+        .arg("--state-dir")
+        .arg(d.path("other"))
+        .arg("--no-syslog")
+        .output()
+        .expect("run second daemon");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another colibrid"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d.crash();
+    assert!(d.socket.exists(), "a crash leaves the socket file");
+    d.launch();
+    assert_eq!(d.request(json!({"cmd":"status"}))["ok"], json!(true));
+}
+
+#[test]
+fn agents_hold_only_fds_0_to_2_and_get_their_environment() {
+    let d = Colibrid::start(&[]);
+    let out = d.path("fds");
+    let body = format!(
+        "ls /proc/$$/fd > {o}; echo \"$COLIBRI_PANE_ID $COLIBRI_SOCKET\" >> {o}; tty >> {o}; echo '{{\"type\":\"agent_start\"}}'",
+        o = out.display()
+    );
+    let id = d.spawn(&["/bin/sh", "-c", &body], json!({}));
+    d.wait_state(&id, "done");
+    let text = std::fs::read_to_string(&out).expect("fd list");
+    let mut lines = text.lines();
+    let mut fds: Vec<u32> = Vec::new();
+    for l in lines.by_ref() {
+        match l.trim().parse::<u32>() {
+            Ok(n) => fds.push(n),
+            Err(_) => {
+                assert_eq!(l, format!("{id} {}", d.socket.display()));
+                break;
+            }
+        }
+    }
+    // The shell's own redirection opens one more fd for the listing.
+    let extra: Vec<_> = fds.iter().filter(|f| **f > 2).collect();
+    assert!(extra.len() <= 1, "only 0-2 inherited: {fds:?}");
+    let tty = lines.next().unwrap_or("");
+    assert!(
+        tty.starts_with("/dev/pts/"),
+        "controlling terminal is the PTY: {tty:?}"
+    );
+}
+
+#[test]
+fn send_input_reaches_the_agent_and_emit_drives_state() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "read line; echo \"$line\"; sleep 30"],
+        json!({"runtime":"claude","name":"hooked"}),
+    );
+    d.ok(json!({"cmd":"send-input","agent_id":"hooked","text":"{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s1\",\"cwd\":\"/w\"}"}));
+    d.wait_pane(&id, "the echoed line", |p| p["session_id"] == json!("s1"));
+    // A Claude hook reports a permission prompt through emit.
+    let r = d.ok(json!({"cmd":"emit","agent_id": id, "event": {"hook_event_name":"Notification","notification_type":"permission_prompt","message":"Claude needs your permission to use Bash","session_id":"s1"}}));
+    assert_eq!(r["accepted"], json!(true));
+    let p = d.wait_state(&id, "blocked");
+    assert_eq!(p["name"], json!("hooked"));
+    let e = d.request(json!({"cmd":"emit","agent_id": id, "event": [1,2]}));
+    assert_eq!(e["ok"], json!(false));
+}

@@ -1,0 +1,249 @@
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+#[test]
+fn oversize_request_gets_an_error_and_a_close() {
+    let d = Colibrid::start(&["--max-request", "4096"]);
+    let mut c = d.client();
+    let mut big = br#"{"cmd":"status","pad":""#.to_vec();
+    big.extend(std::iter::repeat_n(b'x', 10_000));
+    big.extend(b"\"}\n");
+    c.send_raw(&big);
+    let e = c.read_line().expect("error line");
+    assert_eq!(e["ok"], json!(false));
+    assert!(e["error"].as_str().unwrap_or("").contains("exceeds"), "{e}");
+    assert!(c.read_line().is_none(), "then the connection is closed");
+    // The daemon is fine.
+    assert_eq!(d.request(json!({"cmd":"status"}))["ok"], json!(true));
+}
+
+#[test]
+fn a_client_that_never_reads_never_blocks_the_loop() {
+    let d = Colibrid::start(&[]);
+    for i in 0..20 {
+        d.spawn(
+            &[
+                "/bin/sh",
+                "-c",
+                "echo '{\"type\":\"agent_start\"}'; sleep 60",
+            ],
+            json!({"name": format!("a{i}")}),
+        );
+    }
+    // Pipeline thousands of snapshot requests and never read a reply.
+    let mut hog = UnixStream::connect(&d.socket).expect("connect");
+    hog.set_nonblocking(true).expect("nonblocking");
+    let req = b"{\"cmd\":\"snapshot\",\"schema\":\"v2\"}\n".repeat(200);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if hog.write(&req).is_err() {
+            break;
+        }
+    }
+    // A watcher that never reads either.
+    let mut lazy = UnixStream::connect(&d.socket).expect("connect");
+    lazy.write_all(b"{\"cmd\":\"watch\"}\n").expect("watch");
+    // Everyone else is served promptly.
+    for _ in 0..20 {
+        let t = Instant::now();
+        let snap = d.snapshot();
+        assert_eq!(snap["panes"].as_array().map(Vec::len), Some(20));
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "snapshot took {:?}",
+            t.elapsed()
+        );
+    }
+    drop(hog);
+    drop(lazy);
+}
+
+#[test]
+fn a_watcher_that_falls_behind_is_dropped_with_a_final_error() {
+    let d = Colibrid::start(&["--heartbeat", "1s"]);
+    let mut w = UnixStream::connect(&d.socket).expect("connect");
+    w.write_all(b"{\"cmd\":\"watch\"}\n").expect("watch");
+    // Many panes changing state produce far more than a watcher's queue.
+    let body = "i=0; while [ $i -lt 3000 ]; do echo '{\"type\":\"extension_ui_request\",\"id\":\"q\",\"method\":\"confirm\",\"title\":\"ok?\"}'; echo '{\"type\":\"tool_execution_start\",\"toolName\":\"bash\",\"args\":{\"command\":\"true\"}}'; i=$((i+1)); done; sleep 5";
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(d.spawn(&["/bin/sh", "-c", body], json!({"runtime":"pi"})));
+    }
+    for id in &ids {
+        d.wait_pane(id, "all lines", |p| p["counters"]["events"] == json!(6000));
+    }
+    // Now read everything the daemon queued: the stream must end with the error line.
+    w.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    let mut all = Vec::new();
+    let _ = w.read_to_end(&mut all);
+    let text = String::from_utf8_lossy(&all);
+    let last = text.lines().last().unwrap_or("");
+    let v: Value = serde_json::from_str(last).unwrap_or(Value::Null);
+    assert_eq!(v["ok"], json!(false), "last line: {last}");
+    assert!(
+        v["error"].as_str().unwrap_or("").contains("fell behind"),
+        "{last}"
+    );
+}
+
+#[test]
+fn a_flooding_agent_starves_neither_agents_nor_clients() {
+    let d = Colibrid::start(&[]);
+    let flood = d.spawn(
+        &["/bin/sh", "-c", "yes '{\"type\":\"message_update\",\"assistantMessageEvent\":{\"type\":\"text_delta\",\"delta\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}'"],
+        json!({"runtime":"pi"}),
+    );
+    d.wait_pane(&flood, "flooding", |p| {
+        p["counters"]["events"].as_u64().unwrap_or(0) > 10_000
+    });
+    let quiet = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "while read x; do echo '{\"type\":\"turn_start\"}'; done",
+        ],
+        json!({"runtime":"pi"}),
+    );
+    for _ in 0..10 {
+        let t = Instant::now();
+        d.ok(json!({"cmd":"send-input","agent_id": quiet, "text":"go"}));
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "reply took {:?}",
+            t.elapsed()
+        );
+    }
+    d.wait_pane(&quiet, "ten answers", |p| {
+        p["counters"]["events"] == json!(10)
+    });
+    let t = Instant::now();
+    let snap = d.snapshot();
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(snap["panes"].as_array().map(Vec::len), Some(2));
+    d.ok(json!({"cmd":"kill-agent","agent_id": flood}));
+}
+
+#[test]
+fn two_hundred_agents_all_finish_with_every_line_counted() {
+    let d = Colibrid::start(&[]);
+    let lines = 50;
+    let body = format!(
+        "echo '{{\"type\":\"session\",\"id\":\"s\"}}'; i=0; while [ $i -lt {lines} ]; do echo '{{\"type\":\"turn_start\"}}'; i=$((i+1)); done; echo '{{\"type\":\"agent_end\",\"messages\":[]}}'"
+    );
+    let ids: Vec<String> = (0..200)
+        .map(|_| d.spawn(&["/bin/sh", "-c", &body], json!({"runtime":"pi"})))
+        .collect();
+    wait_for(Duration::from_secs(60), "200 agents done", || {
+        let snap = d.snapshot();
+        let panes = snap["panes"].as_array()?.clone();
+        (panes.len() == 200
+            && panes
+                .iter()
+                .all(|p| p["state"] == json!("done") && !p["exit"].is_null()))
+        .then_some(())
+    });
+    let snap = d.snapshot();
+    for p in snap["panes"].as_array().expect("panes") {
+        assert!(ids.contains(&p["id"].as_str().unwrap_or("").to_string()));
+        assert_eq!(p["counters"]["events"], json!(lines + 2), "{p}");
+        assert_eq!(p["counters"]["malformed"], json!(0), "{p}");
+        assert_eq!(p["exit"], json!({"code": 0}));
+    }
+}
+
+#[test]
+fn malformed_and_oversize_agent_lines_are_counted_and_skipped() {
+    let d = Colibrid::start(&["--max-line", "1000"]);
+    let body = "echo '{\"type\":\"agent_start\"}'; echo 'not json at all'; printf '%02000d\\n' 7; printf '{\"type\":\"turn_start\"}\\r\\n'; printf '\\377\\376\\n'; echo '{\"type\":\"agent_end\",\"messages\":[]}'";
+    let id = d.spawn(&["/bin/sh", "-c", body], json!({"runtime":"pi"}));
+    let p = d.wait_state(&id, "done");
+    assert_eq!(p["counters"]["events"], json!(3), "{p}");
+    assert_eq!(p["counters"]["malformed"], json!(2), "{p}");
+    assert_eq!(p["counters"]["oversize"], json!(1), "{p}");
+}
+
+#[test]
+fn jail_socket_has_agent_scope_only() {
+    let jail_sock = tempfile::tempdir().expect("dir");
+    let path = jail_sock.path().join("colibri.sock");
+    let arg = format!("agents1={}", path.display());
+    let d = Colibrid::start(&["--jail-socket", &arg]);
+    let host_pane = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "echo '{\"type\":\"agent_start\"}'; sleep 30",
+        ],
+        json!({}),
+    );
+    d.wait_state(&host_pane, "working");
+    let mut c = Client::connect(&path);
+    let who = c.request(&json!({"cmd":"whoami"}));
+    assert_eq!(who["data"]["scope"], json!("jail:agents1"), "{who}");
+    assert_eq!(who["data"]["panes"], json!([]));
+    let snap = c.request(&json!({"cmd":"glasspane-snapshot"}));
+    assert_eq!(
+        snap["data"]["panes"],
+        json!([]),
+        "other panes are invisible"
+    );
+    for cmd in [
+        json!({"cmd":"spawn-agent","argv":["/bin/true"]}),
+        json!({"cmd":"kill-agent","agent_id": host_pane}),
+        json!({"cmd":"pause-agent","agent_id": host_pane}),
+        json!({"cmd":"send-input","agent_id": host_pane, "text":"x"}),
+        json!({"cmd":"list-sessions"}),
+    ] {
+        let r = c.request(&cmd);
+        assert_eq!(r["ok"], json!(false), "{cmd} must be refused: {r}");
+        assert!(
+            r["error"].as_str().unwrap_or("").contains("not permitted"),
+            "{r}"
+        );
+    }
+    let e = c.request(&json!({"cmd":"emit","agent_id": host_pane, "event":{"type":"agent_end"}}));
+    assert_eq!(e["ok"], json!(false), "cannot emit for another jail's pane");
+    // The operator socket still has full scope, and a jail request is a
+    // clear error on Linux.
+    let r = d.request(json!({"cmd":"spawn-agent","argv":["/bin/true"],"jail":"agents1"}));
+    assert_eq!(r["ok"], json!(false));
+    assert!(r["error"].as_str().unwrap_or("").contains("FreeBSD"), "{r}");
+}
+
+#[test]
+fn connection_cap_refuses_with_a_clear_error() {
+    let d = Colibrid::start(&["--max-connections", "4"]);
+    // Poll over one connection until the start-up probe's is gone.
+    let mut first = d.client();
+    wait_for(Duration::from_secs(5), "one connection", || {
+        (first.request(&json!({"cmd":"status"}))["data"]["connections"] == json!(1)).then_some(())
+    });
+    let mut held: Vec<Client> = (0..3).map(|_| d.client()).collect();
+    for c in &mut held {
+        assert_eq!(c.request(&json!({"cmd":"status"}))["ok"], json!(true));
+    }
+    let mut extra = d.client();
+    let e = extra.read_line().expect("refusal");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("too many connections"),
+        "{e}"
+    );
+    assert!(extra.read_line().is_none(), "closed after the refusal");
+    drop(held);
+    wait_for(Duration::from_secs(5), "a free slot", || {
+        Client::try_connect(&d.socket)
+            .ok()
+            .and_then(|mut c| c.try_request(&json!({"cmd":"status"})).ok())
+            .filter(|r| r["ok"] == json!(true))
+    });
+    assert_eq!(first.request(&json!({"cmd":"status"}))["ok"], json!(true));
+}

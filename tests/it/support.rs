@@ -1,0 +1,336 @@
+//! Test support: a real `colibrid` on a temporary socket, and a client.
+//!
+//! `Colibrid` starts the daemon binary with its socket and state dir in a
+//! fresh temp dir and stops it on drop (SIGTERM, then SIGKILL if it hangs).
+//! Tests wait on conditions with deadlines (`wait_for`), never on fixed
+//! sleeps.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+pub const COLIBRID: &str = env!("CARGO_BIN_EXE_colibrid");
+pub const COLIBRI: &str = env!("CARGO_BIN_EXE_colibri");
+
+pub struct Colibrid {
+    pub dir: TempDir,
+    pub socket: PathBuf,
+    pub state: PathBuf,
+    pub child: Option<Child>,
+    pub args: Vec<String>,
+}
+
+impl Colibrid {
+    /// Starts colibrid with test-friendly defaults plus `extra` flags.
+    pub fn start(extra: &[&str]) -> Colibrid {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("colibri.sock");
+        let state = dir.path().join("state");
+        let mut d = Colibrid {
+            dir,
+            socket,
+            state,
+            child: None,
+            args: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        d.launch();
+        d
+    }
+
+    /// Starts another daemon on the same dirs (after a crash).
+    pub fn launch(&mut self) {
+        let mut cmd = Command::new(COLIBRID);
+        cmd.arg("--socket")
+            .arg(&self.socket)
+            .arg("--state-dir")
+            .arg(&self.state);
+        if !self.args.iter().any(|a| a.starts_with("--syslog-socket")) {
+            cmd.arg("--no-syslog");
+        }
+        cmd.args(&self.args)
+            .env_remove("COLIBRI_SOCKET")
+            .env_remove("COLIBRI_CONFIG")
+            .env("COLIBRI_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let child = cmd.spawn().expect("start colibrid");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut c) = Client::try_connect(&self.socket) {
+                if c.try_request(&json!({"cmd":"status"})).is_ok() {
+                    return;
+                }
+            }
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("colibrid exited during start: {st}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "colibrid did not answer within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).expect("running")
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("colibrid did not stop within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn crash(&mut self) {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    pub fn request(&self, v: Value) -> Value {
+        self.client().request(&v)
+    }
+
+    /// `data` of an ok reply; panics with the error otherwise.
+    pub fn ok(&self, v: Value) -> Value {
+        let r = self.request(v.clone());
+        assert_eq!(r["ok"], json!(true), "request {v} failed: {r}");
+        r["data"].clone()
+    }
+
+    pub fn snapshot(&self) -> Value {
+        self.ok(json!({"cmd":"snapshot","schema":"v2"}))
+    }
+
+    pub fn pane(&self, id: &str) -> Value {
+        let snap = self.snapshot();
+        snap["panes"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["id"] == json!(id)).cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Spawns `argv` (plus spawn-agent fields in `extra`); returns the agent id.
+    pub fn spawn(&self, argv: &[&str], extra: Value) -> String {
+        let mut req = json!({"cmd":"spawn-agent","argv": argv});
+        if let (Some(m), Some(e)) = (req.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                m.insert(k.clone(), v.clone());
+            }
+        }
+        let data = self.ok(req);
+        data["agent_id"].as_str().expect("agent_id").to_string()
+    }
+
+    /// Polls the v2 snapshot until `cond` holds for the pane, or panics.
+    pub fn wait_pane(&self, id: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+        wait_for(Duration::from_secs(30), what, || {
+            let p = self.pane(id);
+            if cond(&p) {
+                Some(p)
+            } else {
+                None
+            }
+        })
+    }
+
+    pub fn wait_state(&self, id: &str, state: &str) -> Value {
+        self.wait_pane(id, &format!("pane {id} to be {state}"), |p| {
+            p["state"] == json!(state)
+        })
+    }
+
+    /// Writes an executable shell script into the temp dir.
+    pub fn script(&self, name: &str, body: &str) -> String {
+        let path = self.path(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path.display().to_string()
+    }
+}
+
+impl Drop for Colibrid {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Polls `f` until it returns `Some`, or panics after `limit`.
+pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One NDJSON connection.
+pub struct Client {
+    pub reader: BufReader<UnixStream>,
+    pub writer: UnixStream,
+}
+
+impl Client {
+    pub fn try_connect(path: &Path) -> std::io::Result<Client> {
+        let s = UnixStream::connect(path)?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))?;
+        let w = s.try_clone()?;
+        Ok(Client {
+            reader: BufReader::new(s),
+            writer: w,
+        })
+    }
+
+    pub fn connect(path: &Path) -> Client {
+        Client::try_connect(path).expect("connect to colibrid")
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).expect("write request");
+    }
+
+    pub fn read_line(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("reply is not JSON ({e}): {line:?}")),
+            ),
+        }
+    }
+
+    pub fn try_request(&mut self, v: &Value) -> Result<Value, String> {
+        let mut bytes = serde_json::to_vec(v).map_err(|e| e.to_string())?;
+        bytes.push(b'\n');
+        self.writer.write_all(&bytes).map_err(|e| e.to_string())?;
+        self.read_line().ok_or_else(|| "no reply".to_string())
+    }
+
+    pub fn request(&mut self, v: &Value) -> Value {
+        self.try_request(v)
+            .unwrap_or_else(|e| panic!("request {v}: {e}"))
+    }
+}
+
+/// A datagram socket standing in for syslogd.
+pub struct SyslogSink {
+    pub sock: UnixDatagram,
+    pub path: PathBuf,
+}
+
+impl SyslogSink {
+    pub fn bind(dir: &Path) -> SyslogSink {
+        let path = dir.join("syslog.sock");
+        let sock = UnixDatagram::bind(&path).expect("bind syslog sink");
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        SyslogSink { sock, path }
+    }
+
+    /// Collects messages until one contains `needle`, or panics.
+    pub fn wait_for(&self, needle: &str, seen: &mut Vec<String>) -> String {
+        wait_for(
+            Duration::from_secs(20),
+            &format!("a syslog message with {needle:?}"),
+            || {
+                if let Some(m) = seen.iter().find(|m| m.contains(needle)) {
+                    return Some(m.clone());
+                }
+                let mut buf = vec![0u8; 65536];
+                if let Ok(n) = self.sock.recv(&mut buf) {
+                    seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                }
+                None
+            },
+        )
+    }
+}
+
+/// Pids of processes whose parent is `ppid` (Linux /proc).
+pub fn children_of(ppid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Field 4 is the ppid; the command in field 2 may contain spaces.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(ppid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+pub fn pid_alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // A zombie is dead but not reaped: report it as alive so tests catch it.
+    !stat.is_empty()
+}
