@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Prints every benchmark figure in docs/PERFORMANCE.md.
+# Usage: bench/run.sh [ingest-core|daemon|all]   (default all; ~5 minutes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+if [ "$what" = all ] || [ "$what" = ingest-core ]; then
+  cargo bench --bench ingest 2>&1 | grep -E '^[a-z_0-9]+/|time:|thrpt:'
+fi
+if [ "$what" = all ] || [ "$what" = daemon ]; then
+  cargo bench --bench daemon -- all
+fi
