@@ -87,6 +87,7 @@ write)
 	tmp=$(mktemp "${TMPDIR:-/tmp}/port-crates.XXXXXX")
 	trap 'rm -f "$tmp"' EXIT
 	generate "$lock_file" >"$tmp"
+	chmod 0644 "$tmp" # mktemp made it 0600; the port file is world-readable.
 	mv "$tmp" "$crates_file"
 	trap - EXIT
 	echo "port-crates.sh: wrote $(grep -c . "$crates_file") crates to ${crates_file#"$repo_root"/}"
