@@ -5,6 +5,8 @@
 # Checks, each reported as ok, FAIL or skip:
 #   - rc.d/colibri and the port's files/colibri.in (with %%PREFIX%% set to
 #     /usr/local) pass `sh -n` and `shellcheck -s sh`, and are the same file;
+#   - run against a stub rc.subr, rc.d/colibri hands daemon(8) the expected
+#     arguments and its reload sends SIGHUP to colibrid's pid, not daemon's;
 #   - man/* pass `mandoc -Tlint -Wwarning`;
 #   - port/sysutils/colibri/Makefile.crates matches Cargo.lock;
 #   - pkg-plist lists exactly the files the port's Makefile installs, and
@@ -89,6 +91,34 @@ elif out=$(diff -u rc.d/colibri "$rc_expanded" 2>&1); then
 else
 	fail "rc.d/colibri is $rc_template with PREFIX=/usr/local" "$out" \
 	    "regenerate: sed 's|%%PREFIX%%|/usr/local|g' $rc_template > rc.d/colibri"
+fi
+
+# Run the rc script against a stub rc.subr: the real one is FreeBSD's, but
+# what the script hands to it (daemon(8)'s arguments) and its reload path can
+# be checked anywhere.
+stub="$tmp_dir/rc.subr"
+cat >"$stub" <<'STUB'
+load_rc_config() { :; }
+install() { :; }
+check_pidfile() { [ "$1" = /var/run/colibri/colibrid.child.pid ] && [ "$2" = true ] && echo 4242; }
+kill() { echo "kill $*"; }
+run_rc_command() {
+	case $1 in
+	args) echo "$command $command_args" ;;
+	reload) rc_pid=1000; $reload_cmd ;;
+	esac
+}
+STUB
+sed -e "s|^\. /etc/rc.subr\$|. $stub|" -e "s|^colibrid=.*|colibrid=true # stands in for colibrid --check-config.|" rc.d/colibri >"$tmp_dir/rc-stubbed"
+expected_args="/usr/sbin/daemon -f -S -s info -T colibri -r -P /var/run/colibri/colibrid.pid -p /var/run/colibri/colibrid.child.pid true --config /usr/local/etc/colibri.toml --socket /tmp/x.sock --log-level debug"
+got_args=$(colibri_socket=/tmp/x.sock colibri_args="--log-level debug" sh "$tmp_dir/rc-stubbed" args 2>&1)
+got_reload=$(sh "$tmp_dir/rc-stubbed" reload 2>&1 | tail -n 1)
+if [ "$got_args" != "$expected_args" ]; then
+	fail "rc.d/colibri builds the daemon(8) command line" "expected: $expected_args" "got:      $got_args"
+elif [ "$got_reload" != "kill -HUP 4242" ]; then
+	fail "rc.d/colibri reload signals colibrid, not daemon(8)" "expected: kill -HUP 4242" "got:      $got_reload"
+else
+	ok "rc.d/colibri builds the daemon(8) command line and reload signals the child (stub rc.subr)"
 fi
 
 # --- manual pages ----------------------------------------------------------
