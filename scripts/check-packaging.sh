@@ -10,7 +10,8 @@
 #   - man/* pass `mandoc -Tlint -Wwarning`;
 #   - port/sysutils/colibri/Makefile.crates matches Cargo.lock;
 #   - pkg-plist lists exactly the files the port's Makefile installs, and
-#     every file the Makefile installs from the source tree exists;
+#     every file the Makefile installs from the source tree (and its
+#     LICENSE_FILE) exists;
 #   - every key of dist/colibri.toml.sample is documented in colibri.toml(5);
 #   - with built binaries (target/debug or target/release, or $COLIBRID and
 #     $COLIBRI): every colibrid flag is in colibrid(8), every colibri
@@ -185,6 +186,10 @@ elif out=$(diff -u "$tmp_dir/plist" "$tmp_dir/installed"); then
 else
 	fail "pkg-plist matches the Makefile's install steps" "$out" "(- listed in pkg-plist only, + installed by the Makefile only)"
 fi
+
+# LICENSE_FILE is checked by the framework before anything is built.
+# shellcheck disable=SC2016 # ${WRKSRC} is make's, matched literally.
+sed -n 's/^LICENSE_FILE=[[:space:]]*\${WRKSRC}\///p' "$port_dir/Makefile" >>"$tmp_dir/sources"
 
 missing=""
 while read -r src; do
