@@ -46,7 +46,10 @@ impl ClientError {
     pub fn exit_code(&self) -> u8 {
         match self {
             ClientError::Connect { .. } => 3,
-            ClientError::Io(_) | ClientError::Timeout(_) | ClientError::Protocol(_) | ClientError::Daemon(_) => 1,
+            ClientError::Io(_)
+            | ClientError::Timeout(_)
+            | ClientError::Protocol(_)
+            | ClientError::Daemon(_) => 1,
         }
     }
 }
@@ -75,13 +78,23 @@ pub struct Client {
 impl Client {
     /// Connects and sets `timeout` on both reads and writes.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Client, ClientError> {
-        let stream =
-            UnixStream::connect(path).map_err(|source| ClientError::Connect { path: path.to_path_buf(), source })?;
+        let stream = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+            path: path.to_path_buf(),
+            source,
+        })?;
         // A zero timeout means "none" to std; callers never want that here.
         let timeout = timeout.max(Duration::from_millis(1));
-        stream.set_read_timeout(Some(timeout)).map_err(ClientError::Io)?;
-        stream.set_write_timeout(Some(timeout)).map_err(ClientError::Io)?;
-        Ok(Client { reader: BufReader::new(stream), timeout, max_reply: DEFAULT_MAX_REPLY })
+        stream
+            .set_read_timeout(Some(timeout))
+            .map_err(ClientError::Io)?;
+        stream
+            .set_write_timeout(Some(timeout))
+            .map_err(ClientError::Io)?;
+        Ok(Client {
+            reader: BufReader::new(stream),
+            timeout,
+            max_reply: DEFAULT_MAX_REPLY,
+        })
     }
 
     /// Changes the reply line cap (tests use a small one).
@@ -95,7 +108,11 @@ impl Client {
         self.send(cmd)?;
         let line = match read_line_capped(&mut self.reader, self.max_reply) {
             Ok(Some(line)) => line,
-            Ok(None) => return Err(ClientError::Protocol("the daemon closed the connection without a reply".into())),
+            Ok(None) => {
+                return Err(ClientError::Protocol(
+                    "the daemon closed the connection without a reply".into(),
+                ))
+            }
             Err(e) => return Err(self.read_error(e)),
         };
         serde_json::from_slice::<Response<Value>>(&line)
@@ -113,7 +130,11 @@ impl Client {
     /// is yielded as [`ClientError::Daemon`] and ends the stream. Events can
     /// be minutes apart, so reads wait without a timeout.
     pub fn stream(&mut self) -> impl Iterator<Item = Result<Value, ClientError>> + '_ {
-        let no_timeout = self.reader.get_ref().set_read_timeout(None).map_err(ClientError::Io);
+        let no_timeout = self
+            .reader
+            .get_ref()
+            .set_read_timeout(None)
+            .map_err(ClientError::Io);
         let mut failed = no_timeout.err();
         let mut done = false;
         std::iter::from_fn(move || {
@@ -134,7 +155,9 @@ impl Client {
                         Some(msg) => Err(ClientError::Daemon(msg)),
                         None => Ok(v),
                     },
-                    Err(e) => Err(ClientError::Protocol(format!("stream line is not JSON: {e}"))),
+                    Err(e) => Err(ClientError::Protocol(format!(
+                        "stream line is not JSON: {e}"
+                    ))),
                 },
                 Err(e) => Err(self.read_error(e)),
             };
@@ -144,18 +167,25 @@ impl Client {
     }
 
     fn send(&mut self, cmd: &Value) -> Result<(), ClientError> {
-        let mut line = serde_json::to_vec(cmd).map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
+        let mut line = serde_json::to_vec(cmd)
+            .map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
         line.push(b'\n');
         let stream = self.reader.get_mut();
-        stream.write_all(&line).map_err(|e| io_error(e, self.timeout))?;
+        stream
+            .write_all(&line)
+            .map_err(|e| io_error(e, self.timeout))?;
         stream.flush().map_err(|e| io_error(e, self.timeout))
     }
 
     fn read_error(&self, e: ReadError) -> ClientError {
         match e {
             ReadError::Io(e) => io_error(e, self.timeout),
-            ReadError::TooLong => ClientError::Protocol(format!("reply line longer than {} bytes", self.max_reply)),
-            ReadError::Truncated => ClientError::Protocol("the daemon closed the connection mid-line".into()),
+            ReadError::TooLong => {
+                ClientError::Protocol(format!("reply line longer than {} bytes", self.max_reply))
+            }
+            ReadError::Truncated => {
+                ClientError::Protocol("the daemon closed the connection mid-line".into())
+            }
         }
     }
 }
@@ -165,16 +195,21 @@ pub fn into_data(resp: Response<Value>) -> Result<Value, ClientError> {
     if resp.ok {
         Ok(resp.data.unwrap_or(Value::Null))
     } else {
-        Err(ClientError::Daemon(resp.error.unwrap_or_else(|| "the daemon refused the request (no message)".into())))
+        Err(ClientError::Daemon(resp.error.unwrap_or_else(|| {
+            "the daemon refused the request (no message)".into()
+        })))
     }
 }
 
 /// A stream line that is an error envelope rather than an event.
 fn stream_error(v: &Value) -> Option<String> {
     match v.get("ok") {
-        Some(Value::Bool(false)) => {
-            Some(v.get("error").and_then(Value::as_str).unwrap_or("the daemon ended the stream").to_string())
-        }
+        Some(Value::Bool(false)) => Some(
+            v.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("the daemon ended the stream")
+                .to_string(),
+        ),
         _ => None,
     }
 }
@@ -205,7 +240,11 @@ fn read_line_capped(reader: &mut impl BufRead, max: usize) -> Result<Option<Vec<
             Err(e) => return Err(ReadError::Io(e)),
         };
         if buf.is_empty() {
-            return if line.is_empty() { Ok(None) } else { Err(ReadError::Truncated) };
+            return if line.is_empty() {
+                Ok(None)
+            } else {
+                Err(ReadError::Truncated)
+            };
         }
         let (chunk, found) = match memchr::memchr(b'\n', buf) {
             Some(i) => (&buf[..i], Some(i + 1)),
@@ -231,14 +270,18 @@ mod tests {
 
     /// A one-connection fake daemon: records the request line, then writes
     /// `reply` verbatim.
-    fn fake_daemon(reply: &'static [u8]) -> (tempfile::TempDir, PathBuf, thread::JoinHandle<Vec<u8>>) {
+    fn fake_daemon(
+        reply: &'static [u8],
+    ) -> (tempfile::TempDir, PathBuf, thread::JoinHandle<Vec<u8>>) {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("d.sock");
         let listener = UnixListener::bind(&path).expect("bind");
         let handle = thread::spawn(move || {
             let (conn, _) = listener.accept().expect("accept");
             let mut reader = BufReader::new(conn);
-            let request = read_line_capped(&mut reader, 1 << 20).expect("read").unwrap_or_default();
+            let request = read_line_capped(&mut reader, 1 << 20)
+                .expect("read")
+                .unwrap_or_default();
             let _ = reader.get_mut().write_all(reply);
             request
         });
@@ -247,18 +290,25 @@ mod tests {
 
     #[test]
     fn request_writes_one_line_and_reads_the_envelope() {
-        let (_dir, path, server) = fake_daemon(b"{\"ok\":true,\"error\":null,\"data\":{\"agents\":2}}\n");
+        let (_dir, path, server) =
+            fake_daemon(b"{\"ok\":true,\"error\":null,\"data\":{\"agents\":2}}\n");
         let mut c = Client::connect(&path, Duration::from_secs(5)).expect("connect");
         let data = c.call(&serde_json::json!({"cmd":"status"})).expect("reply");
         assert_eq!(data["agents"], 2);
-        assert_eq!(server.join().expect("server"), br#"{"cmd":"status"}"#.to_vec());
+        assert_eq!(
+            server.join().expect("server"),
+            br#"{"cmd":"status"}"#.to_vec()
+        );
     }
 
     #[test]
     fn ok_false_is_a_daemon_error_with_its_message() {
-        let (_dir, path, _server) = fake_daemon(b"{\"ok\":false,\"error\":\"no such agent: x\",\"data\":null}\n");
+        let (_dir, path, _server) =
+            fake_daemon(b"{\"ok\":false,\"error\":\"no such agent: x\",\"data\":null}\n");
         let mut c = Client::connect(&path, Duration::from_secs(5)).expect("connect");
-        let resp = c.request(&serde_json::json!({"cmd":"kill-agent","agent_id":"x"})).expect("envelope");
+        let resp = c
+            .request(&serde_json::json!({"cmd":"kill-agent","agent_id":"x"}))
+            .expect("envelope");
         assert!(!resp.ok);
         match into_data(resp) {
             Err(e @ ClientError::Daemon(_)) => {
@@ -272,7 +322,8 @@ mod tests {
     #[test]
     fn missing_socket_is_a_connect_error_with_exit_code_3() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let err = Client::connect(&dir.path().join("none.sock"), Duration::from_secs(1)).expect_err("no daemon");
+        let err = Client::connect(&dir.path().join("none.sock"), Duration::from_secs(1))
+            .expect_err("no daemon");
         assert!(matches!(err, ClientError::Connect { .. }));
         assert_eq!(err.exit_code(), 3);
         assert!(err.to_string().contains("none.sock"), "{err}");
@@ -280,10 +331,19 @@ mod tests {
 
     #[test]
     fn an_overlong_reply_is_refused() {
-        let (_dir, path, _server) = fake_daemon(b"{\"ok\":true,\"error\":null,\"data\":\"0123456789012345678901234567890123456789\"}\n");
-        let mut c = Client::connect(&path, Duration::from_secs(5)).expect("connect").with_max_reply(32);
-        let err = c.call(&serde_json::json!({"cmd":"status"})).expect_err("too long");
-        assert!(matches!(err, ClientError::Protocol(ref m) if m.contains("longer than 32")), "{err}");
+        let (_dir, path, _server) = fake_daemon(
+            b"{\"ok\":true,\"error\":null,\"data\":\"0123456789012345678901234567890123456789\"}\n",
+        );
+        let mut c = Client::connect(&path, Duration::from_secs(5))
+            .expect("connect")
+            .with_max_reply(32);
+        let err = c
+            .call(&serde_json::json!({"cmd":"status"}))
+            .expect_err("too long");
+        assert!(
+            matches!(err, ClientError::Protocol(ref m) if m.contains("longer than 32")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -293,7 +353,9 @@ mod tests {
         let listener = UnixListener::bind(&path).expect("bind");
         // The listener accepts (backlog) but never answers.
         let mut c = Client::connect(&path, Duration::from_millis(100)).expect("connect");
-        let err = c.call(&serde_json::json!({"cmd":"status"})).expect_err("no reply");
+        let err = c
+            .call(&serde_json::json!({"cmd":"status"}))
+            .expect_err("no reply");
         assert!(matches!(err, ClientError::Timeout(_)), "{err:?}");
         drop(listener);
     }
@@ -311,20 +373,32 @@ mod tests {
         assert_eq!(ack["watching"], true);
         let items: Vec<_> = c.stream().collect();
         assert_eq!(items.len(), 2, "{items:?}");
-        assert_eq!(items[0].as_ref().ok().and_then(|v| v["seq"].as_u64()), Some(5));
+        assert_eq!(
+            items[0].as_ref().ok().and_then(|v| v["seq"].as_u64()),
+            Some(5)
+        );
         assert!(matches!(&items[1], Err(ClientError::Daemon(m)) if m == "watcher fell behind"));
     }
 
     #[test]
     fn resolve_socket_prefers_the_explicit_path() {
-        assert_eq!(resolve_socket(Some(Path::new("/tmp/x.sock"))), PathBuf::from("/tmp/x.sock"));
+        assert_eq!(
+            resolve_socket(Some(Path::new("/tmp/x.sock"))),
+            PathBuf::from("/tmp/x.sock")
+        );
     }
 
     #[test]
     fn capped_reader_handles_split_and_truncated_lines() {
         let mut r = io::BufReader::with_capacity(3, &b"abcdef\nxy"[..]);
-        assert_eq!(read_line_capped(&mut r, 100).ok().flatten(), Some(b"abcdef".to_vec()));
-        assert!(matches!(read_line_capped(&mut r, 100), Err(ReadError::Truncated)));
+        assert_eq!(
+            read_line_capped(&mut r, 100).ok().flatten(),
+            Some(b"abcdef".to_vec())
+        );
+        assert!(matches!(
+            read_line_capped(&mut r, 100),
+            Err(ReadError::Truncated)
+        ));
         let mut r = &b""[..];
         assert!(matches!(read_line_capped(&mut r, 100), Ok(None)));
     }

@@ -17,8 +17,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::os::unix::net::UnixDatagram;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -70,7 +72,12 @@ pub struct Tracker {
 
 impl Tracker {
     pub fn new(answer_after: Duration) -> Tracker {
-        Tracker { answer_after, blocked_since: HashMap::new(), answered: Vec::new(), all_final_since: None }
+        Tracker {
+            answer_after,
+            blocked_since: HashMap::new(),
+            answered: Vec::new(),
+            all_final_since: None,
+        }
     }
 
     /// Notes the panes' states; returns the panes to answer now (each once,
@@ -89,7 +96,11 @@ impl Tracker {
             }
         }
         let all_final = !panes.is_empty() && panes.iter().all(|p| p.state.is_final());
-        self.all_final_since = if all_final { Some(self.all_final_since.unwrap_or(now)) } else { None };
+        self.all_final_since = if all_final {
+            Some(self.all_final_since.unwrap_or(now))
+        } else {
+            None
+        };
         answer
     }
 
@@ -97,7 +108,9 @@ impl Tracker {
     /// [`EXIT_GRACE`] to arrive).
     pub fn finished(&self, panes: &[PaneV2], now: Instant) -> bool {
         match self.all_final_since {
-            Some(since) => panes.iter().all(|p| p.exit.is_some()) || now.duration_since(since) >= EXIT_GRACE,
+            Some(since) => {
+                panes.iter().all(|p| p.exit.is_some()) || now.duration_since(since) >= EXIT_GRACE
+            }
             None => false,
         }
     }
@@ -109,7 +122,10 @@ pub fn changes(prev: &[PaneV2], cur: &[PaneV2]) -> Vec<String> {
     let before: BTreeMap<&str, &PaneV2> = prev.iter().map(|p| (p.id.as_str(), p)).collect();
     let mut lines = Vec::new();
     for p in cur {
-        let who = p.name.clone().unwrap_or_else(|| render::short_id(&p.id).to_string());
+        let who = p
+            .name
+            .clone()
+            .unwrap_or_else(|| render::short_id(&p.id).to_string());
         let old = before.get(p.id.as_str());
         let old_state = old.map(|o| render::state_cell(o));
         let new_state = render::state_cell(p);
@@ -134,14 +150,30 @@ pub fn changes(prev: &[PaneV2], cur: &[PaneV2]) -> Vec<String> {
 
 /// The closing table: what each agent ended as.
 pub fn summary(panes: &[PaneV2]) -> String {
-    let mut t = Table::new(&["NAME", "RUNTIME", "STATE", "EVENTS", "TOKENS in/out", "COST", "EXIT", "NOTE"]);
+    let mut t = Table::new(&[
+        "NAME",
+        "RUNTIME",
+        "STATE",
+        "EVENTS",
+        "TOKENS in/out",
+        "COST",
+        "EXIT",
+        "NOTE",
+    ]);
     for p in panes {
         t.row(vec![
-            p.name.clone().unwrap_or_else(|| render::short_id(&p.id).to_string()),
-            p.runtime.map_or_else(|| p.agent.clone(), |r| r.as_str().to_string()),
+            p.name
+                .clone()
+                .unwrap_or_else(|| render::short_id(&p.id).to_string()),
+            p.runtime
+                .map_or_else(|| p.agent.clone(), |r| r.as_str().to_string()),
             render::state_cell(p),
             p.counters.events.to_string(),
-            format!("{}/{}", format_tokens(p.usage.input_tokens), format_tokens(p.usage.output_tokens)),
+            format!(
+                "{}/{}",
+                format_tokens(p.usage.input_tokens),
+                format_tokens(p.usage.output_tokens)
+            ),
             format_cost(p.usage.cost_usd),
             p.exit.as_ref().map_or_else(|| "-".into(), format_exit),
             p.last_error.clone().unwrap_or_default(),
@@ -157,16 +189,26 @@ pub fn samples_dir(exe: &Path) -> Result<PathBuf, CliError> {
     if let Some(dir) = std::env::var_os("COLIBRI_SAMPLES").filter(|d| !d.is_empty()) {
         candidates.push(dir.into());
     } else {
-        candidates.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/samples")));
+        candidates.push(PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/samples"
+        )));
         candidates.push(exe.with_file_name("samples"));
     }
     for dir in &candidates {
-        if SAMPLES.iter().all(|(stem, _)| dir.join(format!("{stem}.jsonl")).is_file()) {
-            return std::path::absolute(dir).map_err(|e| CliError::io("cannot resolve the samples directory", e));
+        if SAMPLES
+            .iter()
+            .all(|(stem, _)| dir.join(format!("{stem}.jsonl")).is_file())
+        {
+            return std::path::absolute(dir)
+                .map_err(|e| CliError::io("cannot resolve the samples directory", e));
         }
     }
     let looked: Vec<String> = candidates.iter().map(|d| d.display().to_string()).collect();
-    Err(CliError::Runtime(format!("no samples directory found (looked in {}; set COLIBRI_SAMPLES)", looked.join(", "))))
+    Err(CliError::Runtime(format!(
+        "no samples directory found (looked in {}; set COLIBRI_SAMPLES)",
+        looked.join(", ")
+    )))
 }
 
 /// The demo's temporary directory, removed on drop unless kept.
@@ -180,7 +222,8 @@ impl DemoDir {
         let path = std::env::temp_dir().join(format!("colibri-demo-{}", std::process::id()));
         // A leftover from a crashed run with a recycled pid is ours to reuse.
         let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).map_err(|e| CliError::io(format!("cannot create {}", path.display()), e))?;
+        std::fs::create_dir_all(&path)
+            .map_err(|e| CliError::io(format!("cannot create {}", path.display()), e))?;
         Ok(DemoDir { path, keep })
     }
 }
@@ -208,7 +251,10 @@ impl DaemonProcess {
             return Ok(status);
         }
         if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
         let deadline = Instant::now() + STOP_TIMEOUT;
         while Instant::now() < deadline {
@@ -240,6 +286,27 @@ impl Drop for DaemonProcess {
     }
 }
 
+/// Set by the SIGINT handler: the operator pressed Ctrl-C.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Ctrl-C ends the live view early but still prints the summary and stops
+/// the daemon (which sits in its own process group, so the terminal's
+/// SIGINT reaches only the demo).
+fn catch_sigint() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(
+        SigHandler::Handler(on_sigint),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    let _ = unsafe { sigaction(Signal::SIGINT, &action) };
+}
+
 fn scaled(ms_at_speed_1: f64, speed: f64, floor_ms: u64) -> Duration {
     Duration::from_millis(((ms_at_speed_1 / speed) as u64).max(floor_ms))
 }
@@ -253,7 +320,8 @@ fn out_err(e: io::Error) -> CliError {
 }
 
 pub fn run(args: DemoArgs) -> Result<u8, CliError> {
-    let exe = std::env::current_exe().map_err(|e| CliError::io("cannot find the colibri executable", e))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::io("cannot find the colibri executable", e))?;
     let colibrid = exe.with_file_name("colibrid");
     if !colibrid.is_file() {
         return Err(CliError::Runtime(format!(
@@ -272,12 +340,17 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
     // Bound before the daemon starts so no alert is lost.
     let alerts = UnixDatagram::bind(&alerts_path)
         .map_err(|e| CliError::io(format!("cannot bind {}", alerts_path.display()), e))?;
-    alerts.set_nonblocking(true).map_err(|e| CliError::io("cannot set the alert socket non-blocking", e))?;
+    alerts
+        .set_nonblocking(true)
+        .map_err(|e| CliError::io("cannot set the alert socket non-blocking", e))?;
     // An empty config keeps the host's /usr/local/etc/colibri.toml out of it.
     std::fs::write(&config, "# colibri demo: defaults and flags only\n")
         .map_err(|e| CliError::io(format!("cannot write {}", config.display()), e))?;
-    let log_file = File::create(&log).map_err(|e| CliError::io(format!("cannot create {}", log.display()), e))?;
-    let log_err = log_file.try_clone().map_err(|e| CliError::io("cannot duplicate the log file", e))?;
+    let log_file = File::create(&log)
+        .map_err(|e| CliError::io(format!("cannot create {}", log.display()), e))?;
+    let log_err = log_file
+        .try_clone()
+        .map_err(|e| CliError::io("cannot duplicate the log file", e))?;
 
     let speed = args.speed;
     let stall_after = scaled(STALL_AFTER_MS, speed, 200);
@@ -299,17 +372,23 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
         .env_remove("COLIBRI_CONFIG")
         .env_remove("COLIBRI_STATE_DIR")
         .stdin(Stdio::null())
+        .process_group(0)
         .stdout(log_file)
         .stderr(log_err)
         .spawn()
         .map_err(|e| CliError::io(format!("cannot start {}", colibrid.display()), e))?;
     let mut daemon = DaemonProcess { child, log };
+    catch_sigint();
 
     let stdout = io::stdout();
     let tty = stdout.is_terminal();
     let mut out = stdout.lock();
-    writeln!(out, "colibri demo: private colibrid on {} (stall after {stall_after:?}, speed {speed})", socket.display())
-        .map_err(out_err)?;
+    writeln!(
+        out,
+        "colibri demo: private colibrid on {} (stall after {stall_after:?}, speed {speed})",
+        socket.display()
+    )
+    .map_err(out_err)?;
 
     wait_for_daemon(&mut daemon, &socket)?;
     let mut names: BTreeMap<String, String> = BTreeMap::new();
@@ -328,10 +407,14 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
             cwd: Some(dir.path.to_string_lossy().into_owned()),
             ..SpawnRequest::default()
         };
-        let data = call(&socket, &request::spawn(&req))
-            .map_err(|e| CliError::Runtime(format!("spawning {stem} failed: {e}{}", daemon.log_tail())))?;
-        let spawned: SpawnData = serde_json::from_value(data)
-            .map_err(|e| CliError::Client(ClientError::Protocol(format!("unexpected spawn reply: {e}"))))?;
+        let data = call(&socket, &request::spawn(&req)).map_err(|e| {
+            CliError::Runtime(format!("spawning {stem} failed: {e}{}", daemon.log_tail()))
+        })?;
+        let spawned: SpawnData = serde_json::from_value(data).map_err(|e| {
+            CliError::Client(ClientError::Protocol(format!(
+                "unexpected spawn reply: {e}"
+            )))
+        })?;
         names.insert(spawned.agent_id, stem.to_string());
     }
 
@@ -341,17 +424,25 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
     let mut actions: Vec<String> = Vec::new();
     let mut prev: Vec<PaneV2> = Vec::new();
     let mut timed_out = false;
+    let mut first_frame = true;
     loop {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            break;
+        }
         let now = Instant::now();
         let snap: SnapshotV2 = call(&socket, &request::snapshot("v2"))
             .map_err(|e| CliError::Runtime(format!("snapshot failed: {e}{}", daemon.log_tail())))
             .and_then(|d| {
-                serde_json::from_value(d)
-                    .map_err(|e| CliError::Client(ClientError::Protocol(format!("unexpected snapshot: {e}"))))
+                serde_json::from_value(d).map_err(|e| {
+                    CliError::Client(ClientError::Protocol(format!("unexpected snapshot: {e}")))
+                })
             })?;
         let fresh_alerts = drain_alerts(&alerts);
         for id in tracker.observe(&snap.panes, now) {
-            let who = names.get(&id).cloned().unwrap_or_else(|| render::short_id(&id).to_string());
+            let who = names
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| render::short_id(&id).to_string());
             call(&socket, &request::send_input(&id, DIALOG_ANSWER, true))?;
             actions.push(format!("answered {who}'s dialog with {DIALOG_ANSWER}"));
             if !tty {
@@ -360,8 +451,14 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
         }
         if tty {
             alert_lines.extend(fresh_alerts);
-            let frame = frame(&snap, &alert_lines, &actions, started.elapsed());
-            out.write_all(frame.as_bytes()).and_then(|()| out.flush()).map_err(out_err)?;
+            let mut frame = frame(&snap, &alert_lines, &actions, started.elapsed());
+            if std::mem::take(&mut first_frame) {
+                // Start from a clean screen; later frames overwrite in place.
+                frame.insert_str(0, "\x1b[2J");
+            }
+            out.write_all(frame.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(out_err)?;
         } else {
             for line in changes(&prev, &snap.panes) {
                 writeln!(out, "{line}").map_err(out_err)?;
@@ -386,18 +483,42 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
     // Alerts sent while the last panes finished.
     alert_lines.extend(drain_alerts(&alerts));
 
-    writeln!(out, "\nSummary after {:.1} s:", started.elapsed().as_secs_f64()).map_err(out_err)?;
+    writeln!(
+        out,
+        "\nSummary after {:.1} s:",
+        started.elapsed().as_secs_f64()
+    )
+    .map_err(out_err)?;
     out.write_all(summary(&prev).as_bytes()).map_err(out_err)?;
-    writeln!(out, "{} alert(s) received on {}", alert_lines.len(), alerts_path.display()).map_err(out_err)?;
-    let status = daemon.stop().map_err(|e| CliError::io("cannot stop colibrid", e))?;
+    writeln!(
+        out,
+        "{} alert(s) received on {}",
+        alert_lines.len(),
+        alerts_path.display()
+    )
+    .map_err(out_err)?;
+    let status = daemon
+        .stop()
+        .map_err(|e| CliError::io("cannot stop colibrid", e))?;
     writeln!(out, "colibrid stopped ({status})").map_err(out_err)?;
     if args.keep {
-        writeln!(out, "kept {} (session logs under state/sessions, daemon log colibrid.log)", dir.path.display())
-            .map_err(out_err)?;
+        writeln!(
+            out,
+            "kept {} (session logs under state/sessions, daemon log colibrid.log)",
+            dir.path.display()
+        )
+        .map_err(out_err)?;
     }
     out.flush().map_err(out_err)?;
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        // The shell's convention for "ended by SIGINT".
+        return Ok(130);
+    }
     if timed_out {
-        return Err(CliError::Runtime(format!("the agents did not all finish within {} s", MAX_RUN.as_secs())));
+        return Err(CliError::Runtime(format!(
+            "the agents did not all finish within {} s",
+            MAX_RUN.as_secs()
+        )));
     }
     Ok(0)
 }
@@ -407,7 +528,10 @@ fn wait_for_daemon(daemon: &mut DaemonProcess, socket: &Path) -> Result<(), CliE
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     loop {
         if let Ok(Some(status)) = daemon.child.try_wait() {
-            return Err(CliError::Runtime(format!("colibrid exited at startup ({status}){}", daemon.log_tail())));
+            return Err(CliError::Runtime(format!(
+                "colibrid exited at startup ({status}){}",
+                daemon.log_tail()
+            )));
         }
         match call(socket, &request::status()) {
             Ok(_) => return Ok(()),
@@ -435,7 +559,10 @@ fn drain_alerts(sock: &UnixDatagram) -> Vec<String> {
 /// One redraw: cursor home, each line cleared to its end, rest of screen
 /// cleared (no full-screen clear, so the table does not flicker).
 fn frame(snap: &SnapshotV2, alerts: &[String], actions: &[String], elapsed: Duration) -> String {
-    let mut text = format!("colibri demo — {:.1} s (Ctrl-C to stop)\n\n", elapsed.as_secs_f64());
+    let mut text = format!(
+        "colibri demo — {:.1} s (Ctrl-C to stop)\n\n",
+        elapsed.as_secs_f64()
+    );
     text.push_str(&render::snapshot_table(snap));
     if !actions.is_empty() {
         text.push('\n');
@@ -468,11 +595,20 @@ mod tests {
         let t0 = Instant::now();
         let mut p = pane("a", AgentState::Blocked);
         assert!(t.observe(std::slice::from_ref(&p), t0).is_empty());
-        assert!(t.observe(std::slice::from_ref(&p), t0 + Duration::from_millis(1999)).is_empty());
-        assert_eq!(t.observe(std::slice::from_ref(&p), t0 + Duration::from_secs(2)), ["a"]);
-        assert!(t.observe(std::slice::from_ref(&p), t0 + Duration::from_secs(3)).is_empty());
+        assert!(t
+            .observe(std::slice::from_ref(&p), t0 + Duration::from_millis(1999))
+            .is_empty());
+        assert_eq!(
+            t.observe(std::slice::from_ref(&p), t0 + Duration::from_secs(2)),
+            ["a"]
+        );
+        assert!(t
+            .observe(std::slice::from_ref(&p), t0 + Duration::from_secs(3))
+            .is_empty());
         p.state = AgentState::Working;
-        assert!(t.observe(std::slice::from_ref(&p), t0 + Duration::from_secs(4)).is_empty());
+        assert!(t
+            .observe(std::slice::from_ref(&p), t0 + Duration::from_secs(4))
+            .is_empty());
     }
 
     #[test]
@@ -487,9 +623,15 @@ mod tests {
         t.observe(&[a.clone(), b.clone()], t0);
         assert!(!t.finished(&[a.clone(), b.clone()], t0 + Duration::from_millis(100)));
         assert!(t.finished(&[a.clone(), b.clone()], t0 + EXIT_GRACE));
-        a.exit = Some(WireExit { code: Some(0), signal: None });
+        a.exit = Some(WireExit {
+            code: Some(0),
+            signal: None,
+        });
         let mut b = b;
-        b.exit = Some(WireExit { code: Some(2), signal: None });
+        b.exit = Some(WireExit {
+            code: Some(2),
+            signal: None,
+        });
         assert!(t.finished(&[a, b], t0));
         assert!(!Tracker::new(Duration::ZERO).finished(&[], t0));
     }
@@ -502,18 +644,57 @@ mod tests {
         a1.stalled = true;
         let mut b1 = pane("bbbbbbbbbbbb", AgentState::Blocked);
         b1.blocked_reason = Some("Apply?".into());
-        assert_eq!(changes(&[a0.clone()], &[a1.clone(), b1]), ["zot-stall: working → working stalled", "bbbbbbbb: blocked (Apply?)"]);
+        assert_eq!(
+            changes(&[a0.clone()], &[a1.clone(), b1]),
+            [
+                "zot-stall: working → working stalled",
+                "bbbbbbbb: blocked (Apply?)"
+            ]
+        );
         let mut a2 = a1.clone();
         a2.state = AgentState::Done;
         a2.stalled = false;
-        a2.exit = Some(WireExit { code: Some(0), signal: None });
-        assert_eq!(changes(&[a1], &[a2.clone()]), ["zot-stall: working stalled → done", "zot-stall: exited (code 0)"]);
+        a2.exit = Some(WireExit {
+            code: Some(0),
+            signal: None,
+        });
+        assert_eq!(
+            changes(&[a1], &[a2.clone()]),
+            [
+                "zot-stall: working stalled → done",
+                "zot-stall: exited (code 0)"
+            ]
+        );
         assert!(changes(&[a2.clone()], &[a2]).is_empty());
     }
 
     #[test]
+    fn alerts_are_drained_as_text() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("alerts.sock");
+        let sock = UnixDatagram::bind(&path).expect("bind");
+        sock.set_nonblocking(true).expect("non-blocking");
+        assert!(drain_alerts(&sock).is_empty());
+        let sender = UnixDatagram::unbound().expect("sender");
+        sender
+            .send_to(b"<28>colibri: zot-stall stalled\n", &path)
+            .expect("send");
+        sender
+            .send_to(b"<27>colibri: gemini-crash error", &path)
+            .expect("send");
+        assert_eq!(
+            drain_alerts(&sock),
+            [
+                "<28>colibri: zot-stall stalled",
+                "<27>colibri: gemini-crash error"
+            ]
+        );
+    }
+
+    #[test]
     fn the_shipped_samples_are_found() {
-        let dir = samples_dir(Path::new("/nonexistent/colibri")).expect("samples in the source tree");
+        let dir =
+            samples_dir(Path::new("/nonexistent/colibri")).expect("samples in the source tree");
         assert!(dir.join("pi-dialog.jsonl").is_file());
     }
 }

@@ -29,7 +29,11 @@ pub struct Unwrapped {
 pub fn unwrap_input(input: Vec<u8>) -> Result<Unwrapped, CliError> {
     let first = input.split(|&b| b == b'\n').find(|l| !is_blank(l));
     if !first.is_some_and(recording::is_recording_line) {
-        return Ok(Unwrapped { stream: input, line_map: Vec::new(), exit: None });
+        return Ok(Unwrapped {
+            stream: input,
+            line_map: Vec::new(),
+            exit: None,
+        });
     }
     let mut out = Unwrapped::default();
     let mut clock = Clock::default();
@@ -38,7 +42,9 @@ pub fn unwrap_input(input: Vec<u8>) -> Result<Unwrapped, CliError> {
         if is_blank(line) {
             continue;
         }
-        let entry = clock.parse(line).map_err(|e| CliError::Runtime(format!("fold: line {line_no}: {e}")))?;
+        let entry = clock
+            .parse(line)
+            .map_err(|e| CliError::Runtime(format!("fold: line {line_no}: {e}")))?;
         let text: &[u8] = match &entry.action {
             Action::Event(json) => json.as_bytes(),
             Action::Raw(text) => text.as_bytes(),
@@ -62,7 +68,11 @@ pub fn unwrap_input(input: Vec<u8>) -> Result<Unwrapped, CliError> {
 }
 
 /// Folds `input` into a report (line numbers refer to `input`).
-pub fn fold_input(input: Vec<u8>, runtime: Option<Runtime>, max_line: usize) -> Result<FoldReport, CliError> {
+pub fn fold_input(
+    input: Vec<u8>,
+    runtime: Option<Runtime>,
+    max_line: usize,
+) -> Result<FoldReport, CliError> {
     let u = unwrap_input(input)?;
     let mut report = fold_bytes(runtime, max_line, &u.stream, u.exit);
     if !u.line_map.is_empty() {
@@ -97,12 +107,26 @@ mod tests {
         assert_eq!(r.session_id.as_deref(), Some("s1"));
         assert_eq!(r.exit.and_then(|e| e.code), Some(0));
         let steps: Vec<(u64, AgentState)> = r.timeline.iter().map(|s| (s.line, s.state)).collect();
-        assert_eq!(steps, [(0, AgentState::Idle), (3, AgentState::Working), (5, AgentState::Done)]);
+        assert_eq!(
+            steps,
+            [
+                (0, AgentState::Idle),
+                (3, AgentState::Working),
+                (5, AgentState::Done)
+            ]
+        );
     }
 
     #[test]
     fn plain_input_is_not_touched() {
         let u = unwrap_input(b"{\"type\":\"agent_start\"}\n".to_vec()).expect("plain");
-        assert_eq!(u, Unwrapped { stream: b"{\"type\":\"agent_start\"}\n".to_vec(), line_map: vec![], exit: None });
+        assert_eq!(
+            u,
+            Unwrapped {
+                stream: b"{\"type\":\"agent_start\"}\n".to_vec(),
+                line_map: vec![],
+                exit: None
+            }
+        );
     }
 }

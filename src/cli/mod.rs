@@ -56,7 +56,10 @@ pub enum CliError {
 
 impl CliError {
     pub fn io(context: impl Into<String>, source: io::Error) -> CliError {
-        CliError::Io { context: context.into(), source }
+        CliError::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     pub fn exit_code(&self) -> u8 {
@@ -280,7 +283,9 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 
 /// Checks a humantime duration but keeps the operator's spelling for the wire.
 fn parse_duration_text(s: &str) -> Result<String, String> {
-    humantime::parse_duration(s).map(|_| s.to_string()).map_err(|e| format!("bad duration {s:?}: {e}"))
+    humantime::parse_duration(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("bad duration {s:?}: {e}"))
 }
 
 fn parse_speed(s: &str) -> Result<f64, String> {
@@ -327,14 +332,25 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Pause { id } => remote::simple(socket, &request::agent("pause-agent", &id)),
         Command::Resume { id } => remote::simple(socket, &request::agent("resume-agent", &id)),
         Command::Signal { id, sig } => remote::simple(socket, &request::signal(&id, &sig)),
-        Command::Send { id, text, no_newline } => remote::simple(socket, &request::send_input(&id, &text, !no_newline)),
+        Command::Send {
+            id,
+            text,
+            no_newline,
+        } => remote::simple(socket, &request::send_input(&id, &text, !no_newline)),
         Command::Watch { ids, json } => remote::watch(socket, &ids, json, &mut out),
         Command::Sessions { json } => remote::sessions(socket, json, &mut out),
         Command::Session { id } => remote::session(socket, &id, &mut out),
         Command::Compact { id } => remote::compact(socket, &id, &mut out),
         Command::Emit { id, json } => remote::emit(socket, &id, &json),
-        Command::Hook { event } => Ok(remote::hook(socket, &event, &mut io::stdin().lock(), &mut io::stderr())),
-        Command::Hint { kind: HintKind::Resume } => remote::hint_resume(socket),
+        Command::Hook { event } => Ok(remote::hook(
+            socket,
+            &event,
+            &mut io::stdin().lock(),
+            &mut io::stderr(),
+        )),
+        Command::Hint {
+            kind: HintKind::Resume,
+        } => remote::hint_resume(socket),
         Command::Fold(args) => fold_cmd(args, &mut out),
         Command::Replay(args) => replay_cmd(args, &mut out),
         Command::Demo(args) => {
@@ -347,7 +363,8 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
 fn read_input(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
     if path.as_os_str() == "-" {
         let mut buf = Vec::new();
-        io::Read::read_to_end(&mut io::stdin().lock(), &mut buf).map_err(|e| CliError::io("cannot read stdin", e))?;
+        io::Read::read_to_end(&mut io::stdin().lock(), &mut buf)
+            .map_err(|e| CliError::io("cannot read stdin", e))?;
         Ok(buf)
     } else {
         std::fs::read(path).map_err(|e| CliError::io(format!("cannot read {}", path.display()), e))
@@ -358,18 +375,24 @@ fn fold_cmd(args: FoldArgs, out: &mut impl Write) -> Result<u8, CliError> {
     let input = read_input(&args.file)?;
     let report = fold::fold_input(input, args.runtime, args.max_line)?;
     let text = if args.json {
-        let mut s = serde_json::to_string(&report).map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;
+        let mut s = serde_json::to_string(&report)
+            .map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;
         s.push('\n');
         s
     } else {
         render::fold_text(&report)
     };
-    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(CliError::Stdout)?;
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(CliError::Stdout)?;
     Ok(0)
 }
 
 fn replay_cmd(args: ReplayArgs, out: &mut impl Write) -> Result<u8, CliError> {
-    let opts = replay::ReplayOptions { speed: args.speed, interval: Duration::from_millis(args.interval) };
+    let opts = replay::ReplayOptions {
+        speed: args.speed,
+        interval: Duration::from_millis(args.interval),
+    };
     let stdin = io::stdin();
     if args.file.as_os_str() == "-" {
         // The recording comes on stdin, so there is nothing to answer from.
@@ -394,17 +417,39 @@ mod tests {
     #[test]
     fn spawn_needs_argv_after_the_separator() {
         let cli = Cli::try_parse_from([
-            "colibri", "spawn", "--runtime", "pi", "--env", "A=1", "--env", "B=x=y", "--restart", "on-failure", "--",
-            "pi", "--mode", "json",
+            "colibri",
+            "spawn",
+            "--runtime",
+            "pi",
+            "--env",
+            "A=1",
+            "--env",
+            "B=x=y",
+            "--restart",
+            "on-failure",
+            "--",
+            "pi",
+            "--mode",
+            "json",
         ])
         .expect("parses");
-        let Command::Spawn(a) = cli.command else { panic!("not spawn") };
+        let Command::Spawn(a) = cli.command else {
+            panic!("not spawn")
+        };
         assert_eq!(a.argv, ["pi", "--mode", "json"]);
-        assert_eq!(a.env, [("A".to_string(), "1".to_string()), ("B".to_string(), "x=y".to_string())]);
+        assert_eq!(
+            a.env,
+            [
+                ("A".to_string(), "1".to_string()),
+                ("B".to_string(), "x=y".to_string())
+            ]
+        );
         assert_eq!(a.restart, Some(RestartPolicy::OnFailure));
         assert!(Cli::try_parse_from(["colibri", "spawn"]).is_err());
         assert!(Cli::try_parse_from(["colibri", "spawn", "--env", "noequals", "--", "x"]).is_err());
-        assert!(Cli::try_parse_from(["colibri", "spawn", "--stall-after", "soon", "--", "x"]).is_err());
+        assert!(
+            Cli::try_parse_from(["colibri", "spawn", "--stall-after", "soon", "--", "x"]).is_err()
+        );
         assert!(Cli::try_parse_from(["colibri", "spawn", "--runtime", "vim", "--", "x"]).is_err());
     }
 

@@ -68,7 +68,10 @@ pub fn is_recording_line(line: &[u8]) -> bool {
     match serde_json::from_slice::<Line<'_>>(line) {
         Ok(l) => {
             (l.t.is_some() || l.ts.is_some())
-                && (l.ev.is_some() || l.raw.is_some() || l.await_input.is_some() || l.exit.is_some())
+                && (l.ev.is_some()
+                    || l.raw.is_some()
+                    || l.await_input.is_some()
+                    || l.exit.is_some())
         }
         Err(_) => false,
     }
@@ -77,14 +80,17 @@ pub fn is_recording_line(line: &[u8]) -> bool {
 impl Clock {
     /// Parses one non-blank recording line.
     pub fn parse<'a>(&mut self, line: &'a [u8]) -> Result<Entry<'a>, String> {
-        let l: Line<'a> = serde_json::from_slice(line).map_err(|e| format!("not a recording line: {e}"))?;
+        let l: Line<'a> =
+            serde_json::from_slice(line).map_err(|e| format!("not a recording line: {e}"))?;
         let at_ms = match (l.t, &l.ts) {
             (Some(t), _) if t.is_finite() && t >= 0.0 => t,
             (Some(t), _) => return Err(format!("bad time t={t}")),
             (None, Some(ts)) => {
-                let at = humantime::parse_rfc3339_weak(ts).map_err(|e| format!("bad ts {ts:?}: {e}"))?;
+                let at =
+                    humantime::parse_rfc3339_weak(ts).map_err(|e| format!("bad ts {ts:?}: {e}"))?;
                 let first = *self.first_ts.get_or_insert(at);
-                at.duration_since(first).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+                at.duration_since(first)
+                    .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
             }
             (None, None) => return Err("a recording line needs \"t\" or \"ts\"".into()),
         };
@@ -99,7 +105,9 @@ impl Clock {
         } else if l.colibri.is_some() || l.oversize.is_some() || l.await_input == Some(false) {
             Action::Skip
         } else {
-            return Err("a recording line needs one of \"ev\", \"raw\", \"await_input\", \"exit\"".into());
+            return Err(
+                "a recording line needs one of \"ev\", \"raw\", \"await_input\", \"exit\"".into(),
+            );
         };
         Ok(Entry { at_ms, action })
     }
@@ -117,30 +125,61 @@ mod tests {
     #[test]
     fn ev_is_kept_verbatim() {
         let mut c = Clock::default();
-        let e = c.parse(br#"{"t":250,"ev":{"type":"turn_start","b":1,"a":2}}"#).expect("parses");
-        assert_eq!(e, Entry { at_ms: 250.0, action: Action::Event(r#"{"type":"turn_start","b":1,"a":2}"#) });
+        let e = c
+            .parse(br#"{"t":250,"ev":{"type":"turn_start","b":1,"a":2}}"#)
+            .expect("parses");
+        assert_eq!(
+            e,
+            Entry {
+                at_ms: 250.0,
+                action: Action::Event(r#"{"type":"turn_start","b":1,"a":2}"#)
+            }
+        );
     }
 
     #[test]
     fn ts_is_relative_to_the_first_line() {
         let mut c = Clock::default();
-        let a = c.parse(br#"{"ts":"2026-05-27T12:00:00.000Z","pane":"p","ev":{}}"#).expect("first");
-        let b = c.parse(br#"{"ts":"2026-05-27T12:00:01.500Z","pane":"p","colibri":"exit","state":"done"}"#).expect("second");
+        let a = c
+            .parse(br#"{"ts":"2026-05-27T12:00:00.000Z","pane":"p","ev":{}}"#)
+            .expect("first");
+        let b = c
+            .parse(
+                br#"{"ts":"2026-05-27T12:00:01.500Z","pane":"p","colibri":"exit","state":"done"}"#,
+            )
+            .expect("second");
         assert_eq!(a.at_ms, 0.0);
-        assert_eq!(b, Entry { at_ms: 1500.0, action: Action::Skip });
+        assert_eq!(
+            b,
+            Entry {
+                at_ms: 1500.0,
+                action: Action::Skip
+            }
+        );
     }
 
     #[test]
     fn actions_and_errors() {
         let mut c = Clock::default();
-        assert_eq!(c.parse(br#"{"t":1,"raw":"hello"}"#).map(|e| e.action), Ok(Action::Raw("hello".into())));
-        assert_eq!(c.parse(br#"{"t":1,"await_input":true}"#).map(|e| e.action), Ok(Action::AwaitInput));
-        assert_eq!(c.parse(br#"{"t":1,"exit":2}"#).map(|e| e.action), Ok(Action::Exit(2)));
+        assert_eq!(
+            c.parse(br#"{"t":1,"raw":"hello"}"#).map(|e| e.action),
+            Ok(Action::Raw("hello".into()))
+        );
+        assert_eq!(
+            c.parse(br#"{"t":1,"await_input":true}"#).map(|e| e.action),
+            Ok(Action::AwaitInput)
+        );
+        assert_eq!(
+            c.parse(br#"{"t":1,"exit":2}"#).map(|e| e.action),
+            Ok(Action::Exit(2))
+        );
         assert!(c.parse(br#"{"t":1}"#).is_err());
         assert!(c.parse(br#"{"t":-1,"exit":0}"#).is_err());
         assert!(c.parse(br#"{"type":"turn_start"}"#).is_err());
         assert!(is_recording_line(br#"{"t":0,"ev":{"type":"x"}}"#));
-        assert!(!is_recording_line(br#"{"type":"session","timestamp":"2026-01-01T00:00:00Z"}"#));
+        assert!(!is_recording_line(
+            br#"{"type":"session","timestamp":"2026-01-01T00:00:00Z"}"#
+        ));
         assert!(!is_recording_line(b"not json"));
         assert_eq!(exit_code(-1), 255);
         assert_eq!(exit_code(2), 2);

@@ -17,7 +17,9 @@ use crate::cli::render;
 use crate::cli::request::{self, SpawnRequest};
 use crate::cli::{CliError, Schema, SpawnArgs, REQUEST_TIMEOUT};
 use crate::client::{resolve_socket, Client, ClientError};
-use crate::protocol::{SessionSummary, SnapshotV1, SnapshotV2, SpawnData, StatusData, WatchEvent, WatchKind};
+use crate::protocol::{
+    SessionSummary, SnapshotV1, SnapshotV2, SpawnData, StatusData, WatchEvent, WatchKind,
+};
 
 /// Hooks and hints must not hold up whoever runs them.
 const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -34,7 +36,9 @@ fn call(socket: Option<&Path>, req: &Value) -> Result<Value, ClientError> {
 }
 
 fn print(out: &mut impl Write, text: &str) -> Result<(), CliError> {
-    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(CliError::Stdout)
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(CliError::Stdout)
 }
 
 fn print_json_line(out: &mut impl Write, v: &Value) -> Result<(), CliError> {
@@ -42,8 +46,11 @@ fn print_json_line(out: &mut impl Write, v: &Value) -> Result<(), CliError> {
 }
 
 fn decode<T: DeserializeOwned>(what: &str, data: Value) -> Result<T, CliError> {
-    serde_json::from_value(data)
-        .map_err(|e| CliError::Client(ClientError::Protocol(format!("unexpected {what} reply: {e} (try --json)"))))
+    serde_json::from_value(data).map_err(|e| {
+        CliError::Client(ClientError::Protocol(format!(
+            "unexpected {what} reply: {e} (try --json)"
+        )))
+    })
 }
 
 /// A command whose reply carries nothing to show.
@@ -63,7 +70,12 @@ pub fn status(socket: Option<&Path>, json: bool, out: &mut impl Write) -> Result
     Ok(0)
 }
 
-pub fn snapshot(socket: Option<&Path>, schema: Schema, json: bool, out: &mut impl Write) -> Result<u8, CliError> {
+pub fn snapshot(
+    socket: Option<&Path>,
+    schema: Schema,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
     let data = call(socket, &request::snapshot(schema.as_str()))?;
     let text = match (json, schema) {
         (true, _) => format!("{data}\n"),
@@ -103,7 +115,12 @@ pub fn spawn(socket: Option<&Path>, args: SpawnArgs, out: &mut impl Write) -> Re
     Ok(0)
 }
 
-pub fn watch(socket: Option<&Path>, panes: &[String], json: bool, out: &mut impl Write) -> Result<u8, CliError> {
+pub fn watch(
+    socket: Option<&Path>,
+    panes: &[String],
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
     let mut client = connect(socket, REQUEST_TIMEOUT)?;
     client.call(&request::watch(panes))?;
     let mut names: BTreeMap<String, String> = BTreeMap::new();
@@ -115,7 +132,12 @@ pub fn watch(socket: Option<&Path>, panes: &[String], json: bool, out: &mut impl
         }
         match serde_json::from_value::<WatchEvent>(v.clone()) {
             Ok(ev) => {
-                if let WatchKind::Attached { pane, name: Some(name), .. } = &ev.kind {
+                if let WatchKind::Attached {
+                    pane,
+                    name: Some(name),
+                    ..
+                } = &ev.kind
+                {
                     names.insert(pane.clone(), name.clone());
                 }
                 print(out, &format!("{}\n", render::watch_line(&ev, &names)))?;
@@ -135,7 +157,9 @@ pub fn sessions(socket: Option<&Path>, json: bool, out: &mut impl Write) -> Resu
     }
     // Accept a bare list or `{"sessions":[...]}`.
     let list = match data {
-        Value::Object(mut m) if m.contains_key("sessions") => m.remove("sessions").unwrap_or(Value::Null),
+        Value::Object(mut m) if m.contains_key("sessions") => {
+            m.remove("sessions").unwrap_or(Value::Null)
+        }
         other => other,
     };
     let list: Vec<SessionSummary> = decode("list-sessions", list)?;
@@ -145,7 +169,8 @@ pub fn sessions(socket: Option<&Path>, json: bool, out: &mut impl Write) -> Resu
 
 pub fn session(socket: Option<&Path>, id: &str, out: &mut impl Write) -> Result<u8, CliError> {
     let data = call(socket, &request::get_session(id))?;
-    let text = serde_json::to_string_pretty(&data).map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;
+    let text = serde_json::to_string_pretty(&data)
+        .map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;
     print(out, &format!("{text}\n"))?;
     Ok(0)
 }
@@ -160,7 +185,8 @@ pub fn compact(socket: Option<&Path>, id: &str, out: &mut impl Write) -> Result<
 
 /// Parses an event given on the command line (or `-` for stdin).
 pub fn parse_event(text: &str) -> Result<Value, CliError> {
-    let v: Value = serde_json::from_str(text.trim()).map_err(|e| CliError::Runtime(format!("event is not JSON: {e}")))?;
+    let v: Value = serde_json::from_str(text.trim())
+        .map_err(|e| CliError::Runtime(format!("event is not JSON: {e}")))?;
     if !v.is_object() {
         return Err(CliError::Runtime("event must be a JSON object".into()));
     }
@@ -170,7 +196,10 @@ pub fn parse_event(text: &str) -> Result<Value, CliError> {
 pub fn emit(socket: Option<&Path>, id: &str, json: &str) -> Result<u8, CliError> {
     let text = if json == "-" {
         let mut s = String::new();
-        std::io::stdin().lock().read_to_string(&mut s).map_err(|e| CliError::io("cannot read stdin", e))?;
+        std::io::stdin()
+            .lock()
+            .read_to_string(&mut s)
+            .map_err(|e| CliError::io("cannot read stdin", e))?;
         s
     } else {
         json.to_string()
@@ -191,7 +220,12 @@ pub fn hint_resume(socket: Option<&Path>) -> Result<u8, CliError> {
 /// down or busy must never change what the agent does, so every problem is
 /// reported on stderr only, the exit status stays 0, and nothing is written
 /// to stdout (Claude Code parses a hook's stdout as instructions).
-pub fn hook(socket: Option<&Path>, event: &str, stdin: &mut impl Read, stderr: &mut impl Write) -> u8 {
+pub fn hook(
+    socket: Option<&Path>,
+    event: &str,
+    stdin: &mut impl Read,
+    stderr: &mut impl Write,
+) -> u8 {
     if let Err(e) = forward_hook(socket, event, stdin) {
         let _ = writeln!(stderr, "colibri hook {event}: {e}");
     }
@@ -201,15 +235,23 @@ pub fn hook(socket: Option<&Path>, event: &str, stdin: &mut impl Read, stderr: &
 fn forward_hook(socket: Option<&Path>, event: &str, stdin: &mut impl Read) -> Result<(), CliError> {
     let pane = match std::env::var("COLIBRI_PANE_ID") {
         Ok(p) if !p.is_empty() => p,
-        _ => return Err(CliError::Runtime("COLIBRI_PANE_ID is not set (not running under colibrid?)".into())),
+        _ => {
+            return Err(CliError::Runtime(
+                "COLIBRI_PANE_ID is not set (not running under colibrid?)".into(),
+            ))
+        }
     };
     let mut text = String::new();
-    stdin.take(MAX_HOOK_INPUT).read_to_string(&mut text).map_err(|e| CliError::io("cannot read the hook input", e))?;
+    stdin
+        .take(MAX_HOOK_INPUT)
+        .read_to_string(&mut text)
+        .map_err(|e| CliError::io("cannot read the hook input", e))?;
     let mut ev = parse_event(&text)?;
     // The event name is informational, but a hand-made input without one
     // still deserves to be recognised as a hook.
     if let Value::Object(m) = &mut ev {
-        m.entry("hook_event_name").or_insert_with(|| Value::from(event));
+        m.entry("hook_event_name")
+            .or_insert_with(|| Value::from(event));
     }
     connect(socket, SHORT_TIMEOUT)?.call(&request::emit(&pane, ev))?;
     Ok(())

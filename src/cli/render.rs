@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use crate::protocol::{
-    FoldReport, PaneV1, PaneV2, SessionSummary, SnapshotV1, SnapshotV2, StatusData, WatchEvent, WatchKind, WireExit,
+    FoldReport, PaneV1, PaneV2, SessionSummary, SnapshotV1, SnapshotV2, StatusData, WatchEvent,
+    WatchKind, WireExit,
 };
 
 /// A left-aligned text table; the last column is not padded.
@@ -22,7 +23,10 @@ pub struct Table {
 
 impl Table {
     pub fn new(header: &[&str]) -> Table {
-        Table { header: header.iter().map(|h| h.to_string()).collect(), rows: Vec::new() }
+        Table {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
@@ -153,12 +157,23 @@ fn tool_cell(p: &PaneV2) -> String {
 /// The `colibri snapshot` table (schema v2).
 pub fn snapshot_table(snap: &SnapshotV2) -> String {
     let now = parse_time(&snap.observed_at);
-    let mut t = Table::new(&["ID", "NAME", "RUNTIME", "STATE", "AGE", "LAST EVENT", "TOOL", "TOKENS in/out", "COST"]);
+    let mut t = Table::new(&[
+        "ID",
+        "NAME",
+        "RUNTIME",
+        "STATE",
+        "AGE",
+        "LAST EVENT",
+        "TOOL",
+        "TOKENS in/out",
+        "COST",
+    ]);
     for p in &snap.panes {
         t.row(vec![
             short_id(&p.id).to_string(),
             p.name.clone().unwrap_or_else(|| "-".into()),
-            p.runtime.map_or_else(|| p.agent.clone(), |r| r.as_str().to_string()),
+            p.runtime
+                .map_or_else(|| p.agent.clone(), |r| r.as_str().to_string()),
             state_cell(p),
             age_between(now, Some(&p.state_since)),
             match &p.last_event_at {
@@ -166,11 +181,20 @@ pub fn snapshot_table(snap: &SnapshotV2) -> String {
                 None => "never".to_string(),
             },
             tool_cell(p),
-            format!("{}/{}", format_tokens(p.usage.input_tokens), format_tokens(p.usage.output_tokens)),
+            format!(
+                "{}/{}",
+                format_tokens(p.usage.input_tokens),
+                format_tokens(p.usage.output_tokens)
+            ),
             format_cost(p.usage.cost_usd),
         ]);
     }
-    let mut out = format!("{} — {} pane(s) at {}\n", snap.host, snap.panes.len(), snap.observed_at);
+    let mut out = format!(
+        "{} — {} pane(s) at {}\n",
+        snap.host,
+        snap.panes.len(),
+        snap.observed_at
+    );
     out.push_str(&t.render());
     out
 }
@@ -180,11 +204,23 @@ pub fn snapshot_v1_table(snap: &SnapshotV1) -> String {
     let now = parse_time(&snap.observed_at);
     let mut t = Table::new(&["ID", "AGENT", "STATE", "LAST EVENT", "CWD"]);
     for p in &snap.panes {
-        let PaneV1 { id, agent, state, last_event_at, cwd, stalled, .. } = p;
+        let PaneV1 {
+            id,
+            agent,
+            state,
+            last_event_at,
+            cwd,
+            stalled,
+            ..
+        } = p;
         t.row(vec![
             short_id(id).to_string(),
             agent.clone(),
-            if *stalled { format!("{state} stalled") } else { state.to_string() },
+            if *stalled {
+                format!("{state} stalled")
+            } else {
+                state.to_string()
+            },
             match last_event_at {
                 Some(at) => format!("{} ago", age_between(now, Some(at))),
                 None => "never".to_string(),
@@ -192,7 +228,12 @@ pub fn snapshot_v1_table(snap: &SnapshotV1) -> String {
             cwd.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
-    let mut out = format!("{} — {} pane(s) at {}\n", snap.host, snap.panes.len(), snap.observed_at);
+    let mut out = format!(
+        "{} — {} pane(s) at {}\n",
+        snap.host,
+        snap.panes.len(),
+        snap.observed_at
+    );
     out.push_str(&t.render());
     out
 }
@@ -202,29 +243,62 @@ pub fn snapshot_v1_table(snap: &SnapshotV1) -> String {
 pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
     let mut out = String::new();
     let uptime = age_between(Some(now), Some(&s.started_at));
-    let _ = writeln!(out, "colibrid {} on {} (pid {}, up {uptime}, scope {})", s.version, s.host, s.pid, s.scope);
-    let states: Vec<String> = s.states.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{n} {k}")).collect();
-    let states = if states.is_empty() { "none".to_string() } else { states.join(", ") };
-    let _ = writeln!(out, "agents:   {} ({} running): {states}; {} stalled", s.agents, s.running, s.stalled);
-    let _ = writeln!(out, "stall:    after {}", format_age(Duration::from_millis(s.stall_after_ms)));
+    let _ = writeln!(
+        out,
+        "colibrid {} on {} (pid {}, up {uptime}, scope {})",
+        s.version, s.host, s.pid, s.scope
+    );
+    let states: Vec<String> = s
+        .states
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    let states = if states.is_empty() {
+        "none".to_string()
+    } else {
+        states.join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "agents:   {} ({} running): {states}; {} stalled",
+        s.agents, s.running, s.stalled
+    );
+    let _ = writeln!(
+        out,
+        "stall:    after {}",
+        format_age(Duration::from_millis(s.stall_after_ms))
+    );
     let _ = writeln!(out, "sessions: {}", s.sessions);
-    let _ = writeln!(out, "clients:  {} connection(s), {} watcher(s)", s.connections, s.watchers);
+    let _ = writeln!(
+        out,
+        "clients:  {} connection(s), {} watcher(s)",
+        s.connections, s.watchers
+    );
     out
 }
 
 /// The `colibri sessions` table.
 pub fn sessions_table(list: &[SessionSummary]) -> String {
-    let mut t = Table::new(&["ID", "RUNTIME", "STATE", "TURNS", "BYTES", "EXIT", "CREATED", "PANES"]);
+    let mut t = Table::new(&[
+        "ID", "RUNTIME", "STATE", "TURNS", "BYTES", "EXIT", "CREATED", "PANES",
+    ]);
     for s in list {
         t.row(vec![
             s.id.clone(),
-            s.runtime.map_or_else(|| "-".into(), |r| r.as_str().to_string()),
-            s.state.map_or_else(|| "-".into(), |st| st.as_str().to_string()),
+            s.runtime
+                .map_or_else(|| "-".into(), |r| r.as_str().to_string()),
+            s.state
+                .map_or_else(|| "-".into(), |st| st.as_str().to_string()),
             s.turn_count.to_string(),
             s.bytes.to_string(),
             s.exit.as_ref().map_or_else(|| "-".into(), format_exit),
             s.created_at.clone(),
-            s.panes.iter().map(|p| short_id(p)).collect::<Vec<_>>().join(","),
+            s.panes
+                .iter()
+                .map(|p| short_id(p))
+                .collect::<Vec<_>>()
+                .join(","),
         ]);
     }
     t.render()
@@ -239,7 +313,12 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
         None => short_id(pane).to_string(),
     };
     let what = match &ev.kind {
-        WatchKind::Attached { pane, agent, name, pid } => {
+        WatchKind::Attached {
+            pane,
+            agent,
+            name,
+            pid,
+        } => {
             let mut s = format!("{} attached: {agent}", short_id(pane));
             if let Some(n) = name {
                 let _ = write!(s, " name {n}");
@@ -249,24 +328,51 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             }
             s
         }
-        WatchKind::State { pane, from, to, reason } => match reason {
+        WatchKind::State {
+            pane,
+            from,
+            to,
+            reason,
+        } => match reason {
             Some(r) => format!("{} {from} → {to} ({r})", who(pane)),
             None => format!("{} {from} → {to}", who(pane)),
         },
         WatchKind::Stalled { pane, silent_ms } => {
-            format!("{} stalled (silent {})", who(pane), format_age(Duration::from_millis(*silent_ms)))
+            format!(
+                "{} stalled (silent {})",
+                who(pane),
+                format_age(Duration::from_millis(*silent_ms))
+            )
         }
         WatchKind::Unstalled { pane } => format!("{} no longer stalled", who(pane)),
         WatchKind::Paused { pane } => format!("{} paused", who(pane)),
         WatchKind::Resumed { pane } => format!("{} resumed", who(pane)),
         WatchKind::Exited { pane, code, signal } => {
-            format!("{} exited ({})", who(pane), format_exit(&WireExit { code: *code, signal: *signal }))
+            format!(
+                "{} exited ({})",
+                who(pane),
+                format_exit(&WireExit {
+                    code: *code,
+                    signal: *signal
+                })
+            )
         }
-        WatchKind::RestartScheduled { pane, attempt, next_at } => {
+        WatchKind::RestartScheduled {
+            pane,
+            attempt,
+            next_at,
+        } => {
             format!("{} restart #{attempt} scheduled at {next_at}", who(pane))
         }
-        WatchKind::Restarted { pane, generation, pid } => {
-            format!("{} restarted (generation {generation}, pid {pid})", who(pane))
+        WatchKind::Restarted {
+            pane,
+            generation,
+            pid,
+        } => {
+            format!(
+                "{} restarted (generation {generation}, pid {pid})",
+                who(pane)
+            )
         }
         WatchKind::Heartbeat { panes } => format!("heartbeat ({panes} pane(s))"),
     };
@@ -282,7 +388,11 @@ pub fn fold_text(r: &FoldReport) -> String {
     let _ = writeln!(out, "---");
     let stalled = if r.stalled { " (stalled)" } else { "" };
     let _ = writeln!(out, "state:    {}{stalled}", r.state);
-    let _ = writeln!(out, "runtime:  {}", r.runtime.map_or("unknown", |rt| rt.as_str()));
+    let _ = writeln!(
+        out,
+        "runtime:  {}",
+        r.runtime.map_or("unknown", |rt| rt.as_str())
+    );
     if let Some(id) = &r.session_id {
         let _ = writeln!(out, "session:  {id}");
     }
@@ -363,8 +473,17 @@ pub(crate) mod tests {
         a.runtime = Some(Runtime::Zot);
         a.stalled = true;
         a.last_event_at = Some("2026-05-27T12:00:02.500Z".into());
-        a.last_tool = Some(WireTool { name: "bash".into(), summary: "go test ./...".into(), at: String::new() });
-        a.usage = WireUsage { input_tokens: 8123, output_tokens: 211, cost_usd: 0.0305, ..WireUsage::default() };
+        a.last_tool = Some(WireTool {
+            name: "bash".into(),
+            summary: "go test ./...".into(),
+            at: String::new(),
+        });
+        a.usage = WireUsage {
+            input_tokens: 8123,
+            output_tokens: 211,
+            cost_usd: 0.0305,
+            ..WireUsage::default()
+        };
         let mut b = pane("ffff0000-1111", AgentState::Blocked);
         b.paused = true;
         let snap = SnapshotV2 {
@@ -378,15 +497,49 @@ pub(crate) mod tests {
         assert_eq!(lines[0], "buildbox — 2 pane(s) at 2026-05-27T12:01:05.000Z");
         assert_eq!(
             lines[1].split_whitespace().collect::<Vec<_>>(),
-            ["ID", "NAME", "RUNTIME", "STATE", "AGE", "LAST", "EVENT", "TOOL", "TOKENS", "in/out", "COST"]
+            [
+                "ID", "NAME", "RUNTIME", "STATE", "AGE", "LAST", "EVENT", "TOOL", "TOKENS",
+                "in/out", "COST"
+            ]
         );
-        let row_a: Vec<&str> = lines[2].split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+        let row_a: Vec<&str> = lines[2]
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
         assert_eq!(
             row_a,
-            ["0b7e5c1a", "zot-stall", "zot", "working stalled", "1m05s", "1m02s ago", "bash: go test ./...", "8.1k/211", "$0.0305"]
+            [
+                "0b7e5c1a",
+                "zot-stall",
+                "zot",
+                "working stalled",
+                "1m05s",
+                "1m02s ago",
+                "bash: go test ./...",
+                "8.1k/211",
+                "$0.0305"
+            ]
         );
-        let row_b: Vec<&str> = lines[3].split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
-        assert_eq!(row_b, ["ffff0000", "-", "replay", "blocked paused", "1m05s", "never", "-", "0/0", "-"]);
+        let row_b: Vec<&str> = lines[3]
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            row_b,
+            [
+                "ffff0000",
+                "-",
+                "replay",
+                "blocked paused",
+                "1m05s",
+                "never",
+                "-",
+                "0/0",
+                "-"
+            ]
+        );
         // Columns line up: every row's STATE cell starts where the header's does.
         let col = lines[1].find("STATE").expect("header");
         assert_eq!(lines[2].find("working"), Some(col));
@@ -399,7 +552,10 @@ pub(crate) mod tests {
         assert_eq!(format_age(Duration::from_secs(42)), "42s");
         assert_eq!(format_age(Duration::from_secs(185)), "3m05s");
         assert_eq!(format_age(Duration::from_secs(7620)), "2h07m");
-        assert_eq!(format_age(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d04h");
+        assert_eq!(
+            format_age(Duration::from_secs(3 * 86_400 + 4 * 3600)),
+            "3d04h"
+        );
         assert_eq!(format_tokens(950), "950");
         assert_eq!(format_tokens(12_345), "12.3k");
         assert_eq!(format_tokens(4_500_000), "4.5M");
@@ -422,8 +578,19 @@ pub(crate) mod tests {
                 reason: Some("Apply the migration?".into()),
             },
         };
-        assert_eq!(watch_line(&ev, &names), "12:00:03.250 #12 0b7e5c1a (pi-dialog) working → blocked (Apply the migration?)");
-        let ev = WatchEvent { seq: 13, at: "x".into(), kind: WatchKind::Exited { pane: "p".into(), code: None, signal: Some(9) } };
+        assert_eq!(
+            watch_line(&ev, &names),
+            "12:00:03.250 #12 0b7e5c1a (pi-dialog) working → blocked (Apply the migration?)"
+        );
+        let ev = WatchEvent {
+            seq: 13,
+            at: "x".into(),
+            kind: WatchKind::Exited {
+                pane: "p".into(),
+                code: None,
+                signal: Some(9),
+            },
+        };
         assert_eq!(watch_line(&ev, &names), "x #13 p exited (signal 9)");
     }
 
@@ -438,11 +605,32 @@ pub(crate) mod tests {
             cwd: None,
             created_at: "2026-05-27T12:00:00.000Z".into(),
             state: Some(AgentState::Done),
-            exit: Some(WireExit { code: Some(0), signal: None }),
+            exit: Some(WireExit {
+                code: Some(0),
+                signal: None,
+            }),
         };
         let text = sessions_table(&[s]);
-        let row: Vec<&str> = text.lines().nth(1).expect("row").split_whitespace().collect();
-        assert_eq!(row, ["sess-1", "pi", "done", "3", "2048", "code", "0", "2026-05-27T12:00:00.000Z", "0b7e5c1a"]);
+        let row: Vec<&str> = text
+            .lines()
+            .nth(1)
+            .expect("row")
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            row,
+            [
+                "sess-1",
+                "pi",
+                "done",
+                "3",
+                "2048",
+                "code",
+                "0",
+                "2026-05-27T12:00:00.000Z",
+                "0b7e5c1a"
+            ]
+        );
 
         let mut states = BTreeMap::new();
         states.insert("working".to_string(), 2);
@@ -465,8 +653,14 @@ pub(crate) mod tests {
         };
         let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
         let text = status_summary(&st, now);
-        assert!(text.starts_with("colibrid 0.1.0 on buildbox (pid 42, up 2m00s, scope operator)\n"), "{text}");
-        assert!(text.contains("agents:   3 (3 running): 1 blocked, 2 working; 1 stalled\n"), "{text}");
+        assert!(
+            text.starts_with("colibrid 0.1.0 on buildbox (pid 42, up 2m00s, scope operator)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agents:   3 (3 running): 1 blocked, 2 working; 1 stalled\n"),
+            "{text}"
+        );
         assert!(text.contains("stall:    after 10m00s\n"), "{text}");
     }
 }

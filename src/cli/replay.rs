@@ -31,14 +31,20 @@ pub fn replay(
     out: &mut impl Write,
     opts: ReplayOptions,
 ) -> Result<u8, CliError> {
-    let mut player = Player { start: Instant::now(), shift: Duration::ZERO, speed: opts.speed };
+    let mut player = Player {
+        start: Instant::now(),
+        shift: Duration::ZERO,
+        speed: opts.speed,
+    };
     let mut clock = Clock::default();
     let mut recording: Option<bool> = None;
     let mut buf = Vec::new();
     let mut line_no = 0u64;
     loop {
         buf.clear();
-        let n = input.read_until(b'\n', &mut buf).map_err(|e| CliError::io("cannot read the recording", e))?;
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| CliError::io("cannot read the recording", e))?;
         if n == 0 {
             return Ok(0);
         }
@@ -56,7 +62,9 @@ pub fn replay(
             emit(out, line)?;
             continue;
         }
-        let entry = clock.parse(line).map_err(|e| CliError::Runtime(format!("replay: line {line_no}: {e}")))?;
+        let entry = clock
+            .parse(line)
+            .map_err(|e| CliError::Runtime(format!("replay: line {line_no}: {e}")))?;
         player.wait_until(entry.at_ms);
         match entry.action {
             Action::Event(json) => emit(out, json.as_bytes())?,
@@ -106,7 +114,10 @@ fn strip_newline(buf: &[u8]) -> &[u8] {
 
 /// Writes one line and flushes it, as an agent on a PTY would.
 fn emit(out: &mut impl Write, line: &[u8]) -> Result<(), CliError> {
-    out.write_all(line).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush()).map_err(CliError::Stdout)
+    out.write_all(line)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
+        .map_err(CliError::Stdout)
 }
 
 /// Consumes one line of input (ended by `\n`, `\r` or `\r\n`, since a PTY in
@@ -141,8 +152,16 @@ mod tests {
 
     fn run(recording: &str, answers: &str, speed: f64) -> (Result<u8, CliError>, String) {
         let mut out = Vec::new();
-        let opts = ReplayOptions { speed, interval: Duration::from_millis(1) };
-        let code = replay(&mut recording.as_bytes(), &mut answers.as_bytes(), &mut out, opts);
+        let opts = ReplayOptions {
+            speed,
+            interval: Duration::from_millis(1),
+        };
+        let code = replay(
+            &mut recording.as_bytes(),
+            &mut answers.as_bytes(),
+            &mut out,
+            opts,
+        );
         (code, String::from_utf8_lossy(&out).into_owned())
     }
 

@@ -131,19 +131,30 @@ mod tests {
             jail: Some("agents1".into()),
             user: Some("agent".into()),
         };
-        let Command::SpawnAgent(a) = parsed(&spawn(&req)) else { panic!("not a spawn") };
+        let Command::SpawnAgent(a) = parsed(&spawn(&req)) else {
+            panic!("not a spawn")
+        };
         assert_eq!(a.argv, Some(req.argv.clone()));
         assert_eq!(a.runtime, Some(Runtime::Pi));
         assert_eq!(a.name.as_deref(), Some("w1"));
         assert_eq!(a.cwd.as_deref(), Some("/repo"));
-        assert_eq!(a.env.as_ref().and_then(|e| e.get("K")).map(String::as_str), Some("v=1"));
-        assert_eq!(a.stall_after.map(|d| d.0), Some(std::time::Duration::from_secs(90)));
+        assert_eq!(
+            a.env.as_ref().and_then(|e| e.get("K")).map(String::as_str),
+            Some("v=1")
+        );
+        assert_eq!(
+            a.stall_after.map(|d| d.0),
+            Some(std::time::Duration::from_secs(90))
+        );
         assert_eq!(a.restart.as_deref(), Some("on-failure"));
         assert_eq!(a.max_restarts, Some(3));
         assert_eq!(a.jail.as_deref(), Some("agents1"));
         assert_eq!(a.user.as_deref(), Some("agent"));
         // Absent options are omitted, not sent as null.
-        let bare = spawn(&SpawnRequest { argv: vec!["x".into()], ..SpawnRequest::default() });
+        let bare = spawn(&SpawnRequest {
+            argv: vec!["x".into()],
+            ..SpawnRequest::default()
+        });
         assert_eq!(bare, json!({"cmd":"spawn-agent","argv":["x"]}));
     }
 
@@ -151,21 +162,40 @@ mod tests {
     fn simple_commands_parse_as_the_daemon_expects() {
         assert_eq!(parsed(&status()), Command::Status);
         assert_eq!(parsed(&list_sessions()), Command::ListSessions);
-        assert!(matches!(parsed(&snapshot("v2")), Command::Snapshot(a) if a.schema.as_deref() == Some("v2")));
-        assert!(matches!(parsed(&agent("kill-agent", "w1")), Command::KillAgent(a) if a.agent_id == "w1"));
-        assert!(matches!(parsed(&agent("pause-agent", "w1")), Command::PauseAgent(_)));
-        assert!(matches!(parsed(&agent("resume-agent", "w1")), Command::ResumeAgent(_)));
+        assert!(
+            matches!(parsed(&snapshot("v2")), Command::Snapshot(a) if a.schema.as_deref() == Some("v2"))
+        );
+        assert!(
+            matches!(parsed(&agent("kill-agent", "w1")), Command::KillAgent(a) if a.agent_id == "w1")
+        );
+        assert!(matches!(
+            parsed(&agent("pause-agent", "w1")),
+            Command::PauseAgent(_)
+        ));
+        assert!(matches!(
+            parsed(&agent("resume-agent", "w1")),
+            Command::ResumeAgent(_)
+        ));
         assert!(matches!(parsed(&get_session("s")), Command::GetSession(a) if a.session_id == "s"));
-        assert!(matches!(parsed(&compact_session("s")), Command::CompactSession(_)));
+        assert!(matches!(
+            parsed(&compact_session("s")),
+            Command::CompactSession(_)
+        ));
         assert!(matches!(parsed(&hint_resume()), Command::Hint(a) if a.kind == "resume"));
         assert!(matches!(parsed(&watch(&[])), Command::Watch(a) if a.panes.is_none()));
-        assert!(matches!(parsed(&watch(&["a".into()])), Command::Watch(a) if a.panes == Some(vec!["a".into()])));
+        assert!(
+            matches!(parsed(&watch(&["a".into()])), Command::Watch(a) if a.panes == Some(vec!["a".into()]))
+        );
     }
 
     #[test]
     fn signal_input_and_emit_keep_their_types() {
-        assert!(matches!(parsed(&signal("w", "15")), Command::SignalAgent(a) if a.signal == json!(15)));
-        assert!(matches!(parsed(&signal("w", "TERM")), Command::SignalAgent(a) if a.signal == json!("TERM")));
+        assert!(
+            matches!(parsed(&signal("w", "15")), Command::SignalAgent(a) if a.signal == json!(15))
+        );
+        assert!(
+            matches!(parsed(&signal("w", "TERM")), Command::SignalAgent(a) if a.signal == json!("TERM"))
+        );
         assert!(matches!(
             parsed(&send_input("w", "yes", false)),
             Command::SendInput(a) if a.text == "yes" && a.newline == Some(false)
