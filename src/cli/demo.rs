@@ -315,10 +315,6 @@ fn call(socket: &Path, req: &serde_json::Value) -> Result<serde_json::Value, Cli
     Client::connect(socket, CALL_TIMEOUT)?.call(req)
 }
 
-fn out_err(e: io::Error) -> CliError {
-    CliError::Stdout(e)
-}
-
 pub fn run(args: DemoArgs) -> Result<u8, CliError> {
     let exe = std::env::current_exe()
         .map_err(|e| CliError::io("cannot find the colibri executable", e))?;
@@ -388,7 +384,7 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
         "colibri demo: private colibrid on {} (stall after {stall_after:?}, speed {speed})",
         socket.display()
     )
-    .map_err(out_err)?;
+    .map_err(CliError::Stdout)?;
 
     wait_for_daemon(&mut daemon, &socket)?;
     let mut names: BTreeMap<String, String> = BTreeMap::new();
@@ -446,7 +442,7 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
             call(&socket, &request::send_input(&id, DIALOG_ANSWER, true))?;
             actions.push(format!("answered {who}'s dialog with {DIALOG_ANSWER}"));
             if !tty {
-                writeln!(out, "demo: {}", actions[actions.len() - 1]).map_err(out_err)?;
+                writeln!(out, "demo: {}", actions[actions.len() - 1]).map_err(CliError::Stdout)?;
             }
         }
         if tty {
@@ -458,16 +454,16 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
             }
             out.write_all(frame.as_bytes())
                 .and_then(|()| out.flush())
-                .map_err(out_err)?;
+                .map_err(CliError::Stdout)?;
         } else {
             for line in changes(&prev, &snap.panes) {
-                writeln!(out, "{line}").map_err(out_err)?;
+                writeln!(out, "{line}").map_err(CliError::Stdout)?;
             }
             for a in &fresh_alerts {
-                writeln!(out, "alert: {a}").map_err(out_err)?;
+                writeln!(out, "alert: {a}").map_err(CliError::Stdout)?;
             }
             alert_lines.extend(fresh_alerts);
-            out.flush().map_err(out_err)?;
+            out.flush().map_err(CliError::Stdout)?;
         }
         if tracker.finished(&snap.panes, now) {
             prev = snap.panes;
@@ -488,28 +484,29 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
         "\nSummary after {:.1} s:",
         started.elapsed().as_secs_f64()
     )
-    .map_err(out_err)?;
-    out.write_all(summary(&prev).as_bytes()).map_err(out_err)?;
+    .map_err(CliError::Stdout)?;
+    out.write_all(summary(&prev).as_bytes())
+        .map_err(CliError::Stdout)?;
     writeln!(
         out,
         "{} alert(s) received on {}",
         alert_lines.len(),
         alerts_path.display()
     )
-    .map_err(out_err)?;
+    .map_err(CliError::Stdout)?;
     let status = daemon
         .stop()
         .map_err(|e| CliError::io("cannot stop colibrid", e))?;
-    writeln!(out, "colibrid stopped ({status})").map_err(out_err)?;
+    writeln!(out, "colibrid stopped ({status})").map_err(CliError::Stdout)?;
     if args.keep {
         writeln!(
             out,
             "kept {} (session logs under state/sessions, daemon log colibrid.log)",
             dir.path.display()
         )
-        .map_err(out_err)?;
+        .map_err(CliError::Stdout)?;
     }
-    out.flush().map_err(out_err)?;
+    out.flush().map_err(CliError::Stdout)?;
     if INTERRUPTED.load(Ordering::SeqCst) {
         // The shell's convention for "ended by SIGINT".
         return Ok(130);

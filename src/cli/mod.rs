@@ -360,6 +360,13 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
     }
 }
 
+/// Writes to our stdout and flushes; a failure stays [`CliError::Stdout`].
+pub(crate) fn print(out: &mut impl Write, text: &str) -> Result<(), CliError> {
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(CliError::Stdout)
+}
+
 fn read_input(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
     if path.as_os_str() == "-" {
         let mut buf = Vec::new();
@@ -382,9 +389,7 @@ fn fold_cmd(args: FoldArgs, out: &mut impl Write) -> Result<u8, CliError> {
     } else {
         render::fold_text(&report)
     };
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(CliError::Stdout)?;
+    print(out, &text)?;
     Ok(0)
 }
 

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::cli::render;
 use crate::cli::request::{self, SpawnRequest};
-use crate::cli::{CliError, Schema, SpawnArgs, REQUEST_TIMEOUT};
+use crate::cli::{print, CliError, Schema, SpawnArgs, REQUEST_TIMEOUT};
 use crate::client::{resolve_socket, Client, ClientError};
 use crate::protocol::{
     SessionSummary, SnapshotV1, SnapshotV2, SpawnData, StatusData, WatchEvent, WatchKind,
@@ -33,12 +33,6 @@ pub fn connect(socket: Option<&Path>, timeout: Duration) -> Result<Client, Clien
 
 fn call(socket: Option<&Path>, req: &Value) -> Result<Value, ClientError> {
     connect(socket, REQUEST_TIMEOUT)?.call(req)
-}
-
-fn print(out: &mut impl Write, text: &str) -> Result<(), CliError> {
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(CliError::Stdout)
 }
 
 fn print_json_line(out: &mut impl Write, v: &Value) -> Result<(), CliError> {

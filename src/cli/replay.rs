@@ -40,6 +40,7 @@ pub fn replay(
     let mut recording: Option<bool> = None;
     let mut buf = Vec::new();
     let mut line_no = 0u64;
+    let mut printed_plain = false;
     loop {
         buf.clear();
         let n = input
@@ -56,10 +57,11 @@ pub fn replay(
         let is_recording = *recording.get_or_insert_with(|| recording::is_recording_line(line));
         if !is_recording {
             // Plain JSONL: the first line at once, then one per interval.
-            if line_no > 1 {
+            if printed_plain {
                 player.pause(opts.interval);
             }
             emit(out, line)?;
+            printed_plain = true;
             continue;
         }
         let entry = clock
