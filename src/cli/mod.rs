@@ -1,1 +1,467 @@
-//! The operator CLI (to be written).
+//! The operator CLI, `colibri`: argument parsing, dispatch and exit codes.
+//!
+//! `main` parses with clap, `run` executes one subcommand and returns an
+//! exit code or a [`CliError`], and `main` turns that into the process exit
+//! (the ripgrep shape). Submodules:
+//! - `request`: the JSON request of each daemon subcommand (pure);
+//! - `render`: tables, summaries and event lines (pure);
+//! - `remote`: the subcommands that talk to the daemon;
+//! - `recording`, `replay`, `fold`: the offline subcommands;
+//! - `demo`: a private daemon running the sample recordings.
+//!
+//! Exit status:
+//! - 0: success (also when stdout was closed early: `EPIPE` is not a failure);
+//! - 1: the daemon replied `ok:false`, or a runtime error (bad input, I/O);
+//! - 2: usage error (clap's);
+//! - 3: the daemon cannot be reached (no socket, connection refused).
+//!
+//! `replay` exits with the code its recording names.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::client::ClientError;
+use crate::core::ingest::DEFAULT_MAX_LINE;
+use crate::core::taxonomy::Runtime;
+
+pub mod demo;
+pub mod fold;
+pub mod recording;
+pub mod remote;
+pub mod render;
+pub mod replay;
+pub mod request;
+
+/// Why a subcommand failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    /// Writing our own output failed; `EPIPE` here means the reader left.
+    #[error("cannot write to stdout: {0}")]
+    Stdout(#[source] io::Error),
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl CliError {
+    pub fn io(context: impl Into<String>, source: io::Error) -> CliError {
+        CliError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Client(e) => e.exit_code(),
+            CliError::Io { .. } | CliError::Stdout(_) | CliError::Runtime(_) => 1,
+        }
+    }
+
+    /// The reader of our stdout went away (`colibri snapshot | head`).
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Stdout(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+}
+
+/// Operator CLI for colibrid, the AI coding agent supervisor.
+#[derive(Debug, Parser)]
+#[command(name = "colibri", version, about, propagate_version = true)]
+pub struct Cli {
+    /// The daemon's socket [default: /var/run/colibri/colibri.sock].
+    #[arg(long, global = true, env = "COLIBRI_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The daemon's health: agents by state, sessions, clients.
+    Status {
+        /// Print the raw reply data as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every pane as a table (state, ages, last tool, tokens, cost).
+    Snapshot {
+        /// Print the raw snapshot as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Snapshot schema: v1 is the glasspane contract, v2 colibri's own.
+        #[arg(long, value_enum, default_value_t = Schema::V2)]
+        schema: Schema,
+    },
+    /// Start an agent under the daemon; prints its id.
+    Spawn(SpawnArgs),
+    /// Stop an agent (by id or name).
+    Kill { id: String },
+    /// Suspend an agent (SIGSTOP); a paused agent is never stalled.
+    Pause { id: String },
+    /// Continue a paused agent.
+    Resume { id: String },
+    /// Send a signal (a name like TERM or a number) to an agent.
+    Signal { id: String, sig: String },
+    /// Type text into an agent's terminal.
+    Send {
+        id: String,
+        #[arg(allow_hyphen_values = true)]
+        text: String,
+        /// Do not press Enter after the text.
+        #[arg(long)]
+        no_newline: bool,
+    },
+    /// Follow state changes as they happen (all panes, or the ones named).
+    Watch {
+        ids: Vec<String>,
+        /// Print each event as its JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The daemon's sessions as a table.
+    Sessions {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One session's full dump, as pretty JSON.
+    Session { id: String },
+    /// Compact a session's log (drop its oldest turns).
+    Compact { id: String },
+    /// Feed an event (a JSON object, or - for stdin) to an agent's pane.
+    Emit { id: String, json: String },
+    /// Claude Code hook forwarder: reads the hook input on stdin and emits
+    /// it to the pane in COLIBRI_PANE_ID. Never fails the hook.
+    Hook {
+        /// The hook's event name (informational).
+        event: String,
+    },
+    /// Tell the daemon something about the host.
+    Hint {
+        #[arg(value_enum)]
+        kind: HintKind,
+    },
+    /// Fold a stream or recording offline and print its state timeline.
+    Fold(FoldArgs),
+    /// Play a recording back to stdout, paced, as a fake agent.
+    Replay(ReplayArgs),
+    /// Run a private daemon with sample agents and show it live.
+    Demo(DemoArgs),
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Schema {
+    V1,
+    V2,
+}
+
+impl Schema {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Schema::V1 => "v1",
+            Schema::V2 => "v2",
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HintKind {
+    /// The host slept: restart every stall clock.
+    Resume,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RestartPolicy {
+    Never,
+    OnFailure,
+    Always,
+}
+
+impl RestartPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartPolicy::Never => "never",
+            RestartPolicy::OnFailure => "on-failure",
+            RestartPolicy::Always => "always",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SpawnArgs {
+    /// The agent's JSONL dialect (detected from its output when absent).
+    #[arg(long, value_parser = parse_runtime)]
+    pub runtime: Option<Runtime>,
+    /// A name to address the agent by instead of its id.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Working directory (made absolute here, since the daemon's differs).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Extra environment, repeatable.
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Silence after which a working or blocked agent counts as stalled.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_text)]
+    pub stall_after: Option<String>,
+    #[arg(long, value_enum)]
+    pub restart: Option<RestartPolicy>,
+    #[arg(long, value_name = "N")]
+    pub max_restarts: Option<u32>,
+    /// Run inside this running jail (FreeBSD).
+    #[arg(long, value_name = "NAME")]
+    pub jail: Option<String>,
+    /// Run as this user.
+    #[arg(long, value_name = "U")]
+    pub user: Option<String>,
+    /// The command line, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "ARGV")]
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct FoldArgs {
+    /// The dialect to read (detected from the stream when absent).
+    #[arg(long, value_parser = parse_runtime)]
+    pub runtime: Option<Runtime>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Longest agent line kept, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_LINE)]
+    pub max_line: usize,
+    /// A JSONL stream or recording; - for stdin.
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A recording (or a plain JSONL file); - for stdin.
+    pub file: PathBuf,
+    /// Play this many times faster.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
+    pub speed: f64,
+    /// Delay between lines of a plain JSONL file, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 50)]
+    pub interval: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Keep the demo's temporary directory (socket, state, logs).
+    #[arg(long)]
+    pub keep: bool,
+    /// Play the sample agents this many times faster.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
+    pub speed: f64,
+}
+
+fn parse_runtime(s: &str) -> Result<Runtime, String> {
+    Runtime::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = Runtime::ALL.iter().map(|r| r.as_str()).collect();
+        format!("unknown runtime {s:?} (one of: {})", names.join(", "))
+    })
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not K=V")),
+    }
+}
+
+/// Checks a humantime duration but keeps the operator's spelling for the wire.
+fn parse_duration_text(s: &str) -> Result<String, String> {
+    humantime::parse_duration(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("bad duration {s:?}: {e}"))
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+/// How long a normal request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The process entry point: parse, run, map the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version are "errors" that print to stdout and exit 0.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        // The reader of our output went away; that is how pipes end.
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "colibri: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Runs one subcommand, writing to the process's stdout.
+pub fn run(cli: Cli) -> Result<u8, CliError> {
+    let socket = cli.socket.as_deref();
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    match cli.command {
+        Command::Status { json } => remote::status(socket, json, &mut out),
+        Command::Snapshot { json, schema } => remote::snapshot(socket, schema, json, &mut out),
+        Command::Spawn(args) => remote::spawn(socket, args, &mut out),
+        Command::Kill { id } => remote::simple(socket, &request::agent("kill-agent", &id)),
+        Command::Pause { id } => remote::simple(socket, &request::agent("pause-agent", &id)),
+        Command::Resume { id } => remote::simple(socket, &request::agent("resume-agent", &id)),
+        Command::Signal { id, sig } => remote::simple(socket, &request::signal(&id, &sig)),
+        Command::Send {
+            id,
+            text,
+            no_newline,
+        } => remote::simple(socket, &request::send_input(&id, &text, !no_newline)),
+        Command::Watch { ids, json } => remote::watch(socket, &ids, json, &mut out),
+        Command::Sessions { json } => remote::sessions(socket, json, &mut out),
+        Command::Session { id } => remote::session(socket, &id, &mut out),
+        Command::Compact { id } => remote::compact(socket, &id, &mut out),
+        Command::Emit { id, json } => remote::emit(socket, &id, &json),
+        Command::Hook { event } => Ok(remote::hook(
+            socket,
+            &event,
+            &mut io::stdin().lock(),
+            &mut io::stderr(),
+        )),
+        Command::Hint {
+            kind: HintKind::Resume,
+        } => remote::hint_resume(socket),
+        Command::Fold(args) => fold_cmd(args, &mut out),
+        Command::Replay(args) => replay_cmd(args, &mut out),
+        Command::Demo(args) => {
+            drop(out);
+            demo::run(args)
+        }
+    }
+}
+
+/// Writes to our stdout and flushes; a failure stays [`CliError::Stdout`].
+pub(crate) fn print(out: &mut impl Write, text: &str) -> Result<(), CliError> {
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(CliError::Stdout)
+}
+
+fn read_input(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
+    if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        io::Read::read_to_end(&mut io::stdin().lock(), &mut buf)
+            .map_err(|e| CliError::io("cannot read stdin", e))?;
+        Ok(buf)
+    } else {
+        std::fs::read(path).map_err(|e| CliError::io(format!("cannot read {}", path.display()), e))
+    }
+}
+
+fn fold_cmd(args: FoldArgs, out: &mut impl Write) -> Result<u8, CliError> {
+    let input = read_input(&args.file)?;
+    let report = fold::fold_input(input, args.runtime, args.max_line)?;
+    let text = if args.json {
+        let mut s = serde_json::to_string(&report)
+            .map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        render::fold_text(&report)
+    };
+    print(out, &text)?;
+    Ok(0)
+}
+
+fn replay_cmd(args: ReplayArgs, out: &mut impl Write) -> Result<u8, CliError> {
+    let opts = replay::ReplayOptions {
+        speed: args.speed,
+        interval: Duration::from_millis(args.interval),
+    };
+    let stdin = io::stdin();
+    if args.file.as_os_str() == "-" {
+        // The recording comes on stdin, so there is nothing to answer from.
+        let mut none: &[u8] = b"";
+        return replay::replay(&mut stdin.lock(), &mut none, out, opts);
+    }
+    let file = std::fs::File::open(&args.file)
+        .map_err(|e| CliError::io(format!("cannot open {}", args.file.display()), e))?;
+    replay::replay(&mut io::BufReader::new(file), &mut stdin.lock(), out, opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn spawn_needs_argv_after_the_separator() {
+        let cli = Cli::try_parse_from([
+            "colibri",
+            "spawn",
+            "--runtime",
+            "pi",
+            "--env",
+            "A=1",
+            "--env",
+            "B=x=y",
+            "--restart",
+            "on-failure",
+            "--",
+            "pi",
+            "--mode",
+            "json",
+        ])
+        .expect("parses");
+        let Command::Spawn(a) = cli.command else {
+            panic!("not spawn")
+        };
+        assert_eq!(a.argv, ["pi", "--mode", "json"]);
+        assert_eq!(
+            a.env,
+            [
+                ("A".to_string(), "1".to_string()),
+                ("B".to_string(), "x=y".to_string())
+            ]
+        );
+        assert_eq!(a.restart, Some(RestartPolicy::OnFailure));
+        assert!(Cli::try_parse_from(["colibri", "spawn"]).is_err());
+        assert!(Cli::try_parse_from(["colibri", "spawn", "--env", "noequals", "--", "x"]).is_err());
+        assert!(
+            Cli::try_parse_from(["colibri", "spawn", "--stall-after", "soon", "--", "x"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["colibri", "spawn", "--runtime", "vim", "--", "x"]).is_err());
+    }
+
+    #[test]
+    fn speeds_must_be_positive() {
+        assert!(Cli::try_parse_from(["colibri", "replay", "f", "--speed", "0"]).is_err());
+        assert!(Cli::try_parse_from(["colibri", "replay", "f", "--speed", "nan"]).is_err());
+        assert!(Cli::try_parse_from(["colibri", "replay", "f", "--speed", "2.5"]).is_ok());
+    }
+}

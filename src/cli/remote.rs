@@ -1,0 +1,252 @@
+//! The subcommands that talk to the daemon.
+//!
+//! Each one connects, sends the request built in `request`, and prints the
+//! reply with `render` (or as JSON). Output goes through a `Write` passed
+//! in, and stdout failures stay [`CliError::Stdout`] so `main` can treat a
+//! closed pipe as success.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::cli::render;
+use crate::cli::request::{self, SpawnRequest};
+use crate::cli::{print, CliError, Schema, SpawnArgs, REQUEST_TIMEOUT};
+use crate::client::{resolve_socket, Client, ClientError};
+use crate::protocol::{
+    SessionSummary, SnapshotV1, SnapshotV2, SpawnData, StatusData, WatchEvent, WatchKind,
+};
+
+/// Hooks and hints must not hold up whoever runs them.
+const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The hook input Claude Code sends is small; this only bounds a runaway.
+const MAX_HOOK_INPUT: u64 = 16 << 20;
+
+pub fn connect(socket: Option<&Path>, timeout: Duration) -> Result<Client, ClientError> {
+    Client::connect(&resolve_socket(socket), timeout)
+}
+
+fn call(socket: Option<&Path>, req: &Value) -> Result<Value, ClientError> {
+    connect(socket, REQUEST_TIMEOUT)?.call(req)
+}
+
+fn print_json_line(out: &mut impl Write, v: &Value) -> Result<(), CliError> {
+    print(out, &format!("{v}\n"))
+}
+
+fn decode<T: DeserializeOwned>(what: &str, data: Value) -> Result<T, CliError> {
+    serde_json::from_value(data).map_err(|e| {
+        CliError::Client(ClientError::Protocol(format!(
+            "unexpected {what} reply: {e} (try --json)"
+        )))
+    })
+}
+
+/// A command whose reply carries nothing to show.
+pub fn simple(socket: Option<&Path>, req: &Value) -> Result<u8, CliError> {
+    call(socket, req)?;
+    Ok(0)
+}
+
+pub fn status(socket: Option<&Path>, json: bool, out: &mut impl Write) -> Result<u8, CliError> {
+    let data = call(socket, &request::status())?;
+    if json {
+        print_json_line(out, &data)?;
+    } else {
+        let s: StatusData = decode("status", data)?;
+        print(out, &render::status_summary(&s, SystemTime::now()))?;
+    }
+    Ok(0)
+}
+
+pub fn snapshot(
+    socket: Option<&Path>,
+    schema: Schema,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
+    let data = call(socket, &request::snapshot(schema.as_str()))?;
+    let text = match (json, schema) {
+        (true, _) => format!("{data}\n"),
+        (false, Schema::V2) => render::snapshot_table(&decode::<SnapshotV2>("snapshot", data)?),
+        (false, Schema::V1) => render::snapshot_v1_table(&decode::<SnapshotV1>("snapshot", data)?),
+    };
+    print(out, &text)?;
+    Ok(0)
+}
+
+pub fn spawn(socket: Option<&Path>, args: SpawnArgs, out: &mut impl Write) -> Result<u8, CliError> {
+    let cwd = match args.cwd {
+        // The daemon resolves paths against its own directory, not ours.
+        Some(dir) => Some(
+            std::path::absolute(&dir)
+                .map_err(|e| CliError::io(format!("cannot resolve {}", dir.display()), e))?
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        None => None,
+    };
+    let req = SpawnRequest {
+        argv: args.argv,
+        runtime: args.runtime,
+        name: args.name,
+        cwd,
+        env: args.env.into_iter().collect(),
+        stall_after: args.stall_after,
+        restart: args.restart.map(|r| r.as_str().to_string()),
+        max_restarts: args.max_restarts,
+        jail: args.jail,
+        user: args.user,
+    };
+    let data = call(socket, &request::spawn(&req))?;
+    let spawned: SpawnData = decode("spawn", data)?;
+    print(out, &format!("{}\n", spawned.agent_id))?;
+    Ok(0)
+}
+
+pub fn watch(
+    socket: Option<&Path>,
+    panes: &[String],
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
+    let mut client = connect(socket, REQUEST_TIMEOUT)?;
+    client.call(&request::watch(panes))?;
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    for item in client.stream() {
+        let v = item?;
+        if json {
+            print_json_line(out, &v)?;
+            continue;
+        }
+        match serde_json::from_value::<WatchEvent>(v.clone()) {
+            Ok(ev) => {
+                if let WatchKind::Attached {
+                    pane,
+                    name: Some(name),
+                    ..
+                } = &ev.kind
+                {
+                    names.insert(pane.clone(), name.clone());
+                }
+                print(out, &format!("{}\n", render::watch_line(&ev, &names)))?;
+            }
+            // An event kind newer than this CLI: show it rather than hide it.
+            Err(_) => print_json_line(out, &v)?,
+        }
+    }
+    Ok(0)
+}
+
+pub fn sessions(socket: Option<&Path>, json: bool, out: &mut impl Write) -> Result<u8, CliError> {
+    let data = call(socket, &request::list_sessions())?;
+    if json {
+        print_json_line(out, &data)?;
+        return Ok(0);
+    }
+    // Accept a bare list or `{"sessions":[...]}`.
+    let list = match data {
+        Value::Object(mut m) if m.contains_key("sessions") => {
+            m.remove("sessions").unwrap_or(Value::Null)
+        }
+        other => other,
+    };
+    let list: Vec<SessionSummary> = decode("list-sessions", list)?;
+    print(out, &render::sessions_table(&list))?;
+    Ok(0)
+}
+
+pub fn session(socket: Option<&Path>, id: &str, out: &mut impl Write) -> Result<u8, CliError> {
+    let data = call(socket, &request::get_session(id))?;
+    let text = serde_json::to_string_pretty(&data)
+        .map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;
+    print(out, &format!("{text}\n"))?;
+    Ok(0)
+}
+
+pub fn compact(socket: Option<&Path>, id: &str, out: &mut impl Write) -> Result<u8, CliError> {
+    let data = call(socket, &request::compact_session(id))?;
+    if !data.is_null() {
+        print_json_line(out, &data)?;
+    }
+    Ok(0)
+}
+
+/// Parses an event given on the command line (or `-` for stdin).
+pub fn parse_event(text: &str) -> Result<Value, CliError> {
+    let v: Value = serde_json::from_str(text.trim())
+        .map_err(|e| CliError::Runtime(format!("event is not JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(CliError::Runtime("event must be a JSON object".into()));
+    }
+    Ok(v)
+}
+
+pub fn emit(socket: Option<&Path>, id: &str, json: &str) -> Result<u8, CliError> {
+    let text = if json == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .lock()
+            .read_to_string(&mut s)
+            .map_err(|e| CliError::io("cannot read stdin", e))?;
+        s
+    } else {
+        json.to_string()
+    };
+    simple(socket, &request::emit(id, parse_event(&text)?))
+}
+
+pub fn hint_resume(socket: Option<&Path>) -> Result<u8, CliError> {
+    connect(socket, SHORT_TIMEOUT)?.call(&request::hint_resume())?;
+    Ok(0)
+}
+
+/// `colibri hook EVENT`: forwards Claude Code hook input to the pane.
+///
+/// Always returns 0. Claude Code runs hooks synchronously and reads their
+/// exit status: exit 2 blocks the tool call or the prompt and feeds stderr
+/// to the model, other failures are shown to the user. A supervisor that is
+/// down or busy must never change what the agent does, so every problem is
+/// reported on stderr only, the exit status stays 0, and nothing is written
+/// to stdout (Claude Code parses a hook's stdout as instructions).
+pub fn hook(
+    socket: Option<&Path>,
+    event: &str,
+    stdin: &mut impl Read,
+    stderr: &mut impl Write,
+) -> u8 {
+    if let Err(e) = forward_hook(socket, event, stdin) {
+        let _ = writeln!(stderr, "colibri hook {event}: {e}");
+    }
+    0
+}
+
+fn forward_hook(socket: Option<&Path>, event: &str, stdin: &mut impl Read) -> Result<(), CliError> {
+    let pane = match std::env::var("COLIBRI_PANE_ID") {
+        Ok(p) if !p.is_empty() => p,
+        _ => {
+            return Err(CliError::Runtime(
+                "COLIBRI_PANE_ID is not set (not running under colibrid?)".into(),
+            ))
+        }
+    };
+    let mut text = String::new();
+    stdin
+        .take(MAX_HOOK_INPUT)
+        .read_to_string(&mut text)
+        .map_err(|e| CliError::io("cannot read the hook input", e))?;
+    let mut ev = parse_event(&text)?;
+    // The event name is informational, but a hand-made input without one
+    // still deserves to be recognised as a hook.
+    if let Value::Object(m) = &mut ev {
+        m.entry("hook_event_name")
+            .or_insert_with(|| Value::from(event));
+    }
+    connect(socket, SHORT_TIMEOUT)?.call(&request::emit(&pane, ev))?;
+    Ok(())
+}

@@ -1,0 +1,666 @@
+//! Pure text rendering for the CLI: tables, summaries and one-line events.
+//!
+//! Nothing here does I/O or reads a clock; "now" is always passed in (for
+//! snapshots it is the daemon's own `observed_at`, so ages are right even
+//! when the operator's clock differs). That keeps every view unit-testable
+//! with hand-built wire values.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use crate::protocol::{
+    FoldReport, PaneV1, PaneV2, SessionSummary, SnapshotV1, SnapshotV2, StatusData, WatchEvent,
+    WatchKind, WireExit,
+};
+
+/// A left-aligned text table; the last column is not padded.
+#[derive(Debug, Default)]
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(header: &[&str]) -> Table {
+        Table {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let cols = self.header.len();
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate().take(cols) {
+                widths[i] = widths[i].max(c.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for r in std::iter::once(&self.header).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, c) in r.iter().enumerate().take(cols) {
+                if i + 1 == cols {
+                    line.push_str(c);
+                } else {
+                    let pad = widths[i] - c.chars().count();
+                    line.push_str(c);
+                    line.extend(std::iter::repeat(' ').take(pad + 2));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// The first 8 characters of an id (UUIDs are unique enough there).
+pub fn short_id(id: &str) -> &str {
+    match id.char_indices().nth(8) {
+        Some((i, _)) => &id[..i],
+        None => id,
+    }
+}
+
+/// A compact age: `850ms`, `42s`, `3m05s`, `2h07m`, `3d04h`.
+pub fn format_age(d: Duration) -> String {
+    let s = d.as_secs();
+    if s == 0 {
+        format!("{}ms", d.as_millis())
+    } else if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else if s < 86_400 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600)
+    }
+}
+
+/// A token count: `950`, `12.3k`, `4.5M`.
+pub fn format_tokens(n: u64) -> String {
+    if n < 1000 {
+        n.to_string()
+    } else if n < 1_000_000 {
+        format!("{:.1}k", n as f64 / 1e3)
+    } else {
+        format!("{:.1}M", n as f64 / 1e6)
+    }
+}
+
+/// Dollars with four decimals; `-` when nothing was spent or reported.
+pub fn format_cost(usd: f64) -> String {
+    if usd > 0.0 {
+        format!("${usd:.4}")
+    } else {
+        "-".to_string()
+    }
+}
+
+pub fn format_exit(e: &WireExit) -> String {
+    match (e.code, e.signal) {
+        (Some(c), _) => format!("code {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        (None, None) => "unknown".to_string(),
+    }
+}
+
+/// Parses an RFC 3339 wire time (the daemon prints UTC with millis).
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339_weak(s).ok()
+}
+
+/// `now - then` for two wire times; `-` when either does not parse.
+fn age_between(now: Option<SystemTime>, then: Option<&str>) -> String {
+    match (now, then.and_then(parse_time)) {
+        (Some(now), Some(then)) => format_age(now.duration_since(then).unwrap_or(Duration::ZERO)),
+        _ => "-".to_string(),
+    }
+}
+
+/// `working`, `working stalled`, `blocked paused`…
+pub fn state_cell(p: &PaneV2) -> String {
+    let mut s = p.state.as_str().to_string();
+    if p.stalled {
+        s.push_str(" stalled");
+    }
+    if p.paused {
+        s.push_str(" paused");
+    }
+    s
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
+fn tool_cell(p: &PaneV2) -> String {
+    match &p.last_tool {
+        Some(t) if t.summary.is_empty() => t.name.clone(),
+        Some(t) => truncate(&format!("{}: {}", t.name, t.summary), 40),
+        None => "-".to_string(),
+    }
+}
+
+/// The `colibri snapshot` table (schema v2).
+pub fn snapshot_table(snap: &SnapshotV2) -> String {
+    let now = parse_time(&snap.observed_at);
+    let mut t = Table::new(&[
+        "ID",
+        "NAME",
+        "RUNTIME",
+        "STATE",
+        "AGE",
+        "LAST EVENT",
+        "TOOL",
+        "TOKENS in/out",
+        "COST",
+    ]);
+    for p in &snap.panes {
+        t.row(vec![
+            short_id(&p.id).to_string(),
+            p.name.clone().unwrap_or_else(|| "-".into()),
+            p.runtime
+                .map_or_else(|| p.agent.clone(), |r| r.as_str().to_string()),
+            state_cell(p),
+            age_between(now, Some(&p.state_since)),
+            match &p.last_event_at {
+                Some(at) => format!("{} ago", age_between(now, Some(at))),
+                None => "never".to_string(),
+            },
+            tool_cell(p),
+            format!(
+                "{}/{}",
+                format_tokens(p.usage.input_tokens),
+                format_tokens(p.usage.output_tokens)
+            ),
+            format_cost(p.usage.cost_usd),
+        ]);
+    }
+    let mut out = format!(
+        "{} — {} pane(s) at {}\n",
+        snap.host,
+        snap.panes.len(),
+        snap.observed_at
+    );
+    out.push_str(&t.render());
+    out
+}
+
+/// The contract's v1 snapshot as a table (fewer facts than v2).
+pub fn snapshot_v1_table(snap: &SnapshotV1) -> String {
+    let now = parse_time(&snap.observed_at);
+    let mut t = Table::new(&["ID", "AGENT", "STATE", "LAST EVENT", "CWD"]);
+    for p in &snap.panes {
+        let PaneV1 {
+            id,
+            agent,
+            state,
+            last_event_at,
+            cwd,
+            stalled,
+            ..
+        } = p;
+        t.row(vec![
+            short_id(id).to_string(),
+            agent.clone(),
+            if *stalled {
+                format!("{state} stalled")
+            } else {
+                state.to_string()
+            },
+            match last_event_at {
+                Some(at) => format!("{} ago", age_between(now, Some(at))),
+                None => "never".to_string(),
+            },
+            cwd.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let mut out = format!(
+        "{} — {} pane(s) at {}\n",
+        snap.host,
+        snap.panes.len(),
+        snap.observed_at
+    );
+    out.push_str(&t.render());
+    out
+}
+
+/// The `colibri status` summary; `now` is the operator's clock, used only
+/// for the daemon's uptime.
+pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
+    let mut out = String::new();
+    let uptime = age_between(Some(now), Some(&s.started_at));
+    let _ = writeln!(
+        out,
+        "colibrid {} on {} (pid {}, up {uptime}, scope {})",
+        s.version, s.host, s.pid, s.scope
+    );
+    let states: Vec<String> = s
+        .states
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    let states = if states.is_empty() {
+        "none".to_string()
+    } else {
+        states.join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "agents:   {} ({} running): {states}; {} stalled",
+        s.agents, s.running, s.stalled
+    );
+    let _ = writeln!(
+        out,
+        "stall:    after {}",
+        format_age(Duration::from_millis(s.stall_after_ms))
+    );
+    let _ = writeln!(out, "sessions: {}", s.sessions);
+    let _ = writeln!(
+        out,
+        "clients:  {} connection(s), {} watcher(s)",
+        s.connections, s.watchers
+    );
+    out
+}
+
+/// The `colibri sessions` table.
+pub fn sessions_table(list: &[SessionSummary]) -> String {
+    let mut t = Table::new(&[
+        "ID", "RUNTIME", "STATE", "TURNS", "BYTES", "EXIT", "CREATED", "PANES",
+    ]);
+    for s in list {
+        t.row(vec![
+            s.id.clone(),
+            s.runtime
+                .map_or_else(|| "-".into(), |r| r.as_str().to_string()),
+            s.state
+                .map_or_else(|| "-".into(), |st| st.as_str().to_string()),
+            s.turn_count.to_string(),
+            s.bytes.to_string(),
+            s.exit.as_ref().map_or_else(|| "-".into(), format_exit),
+            s.created_at.clone(),
+            s.panes
+                .iter()
+                .map(|p| short_id(p))
+                .collect::<Vec<_>>()
+                .join(","),
+        ]);
+    }
+    t.render()
+}
+
+/// One `watch` event as a readable line. `names` maps pane ids to the names
+/// seen in `attached` events so later lines can show them.
+pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
+    let time = ev.at.get(11..23).unwrap_or(&ev.at);
+    let who = |pane: &str| match names.get(pane) {
+        Some(n) => format!("{} ({n})", short_id(pane)),
+        None => short_id(pane).to_string(),
+    };
+    let what = match &ev.kind {
+        WatchKind::Attached {
+            pane,
+            agent,
+            name,
+            pid,
+        } => {
+            let mut s = format!("{} attached: {agent}", short_id(pane));
+            if let Some(n) = name {
+                let _ = write!(s, " name {n}");
+            }
+            if let Some(p) = pid {
+                let _ = write!(s, " pid {p}");
+            }
+            s
+        }
+        WatchKind::State {
+            pane,
+            from,
+            to,
+            reason,
+        } => match reason {
+            Some(r) => format!("{} {from} → {to} ({r})", who(pane)),
+            None => format!("{} {from} → {to}", who(pane)),
+        },
+        WatchKind::Stalled { pane, silent_ms } => {
+            format!(
+                "{} stalled (silent {})",
+                who(pane),
+                format_age(Duration::from_millis(*silent_ms))
+            )
+        }
+        WatchKind::Unstalled { pane } => format!("{} no longer stalled", who(pane)),
+        WatchKind::Paused { pane } => format!("{} paused", who(pane)),
+        WatchKind::Resumed { pane } => format!("{} resumed", who(pane)),
+        WatchKind::Exited { pane, code, signal } => {
+            format!(
+                "{} exited ({})",
+                who(pane),
+                format_exit(&WireExit {
+                    code: *code,
+                    signal: *signal
+                })
+            )
+        }
+        WatchKind::RestartScheduled {
+            pane,
+            attempt,
+            next_at,
+        } => {
+            format!("{} restart #{attempt} scheduled at {next_at}", who(pane))
+        }
+        WatchKind::Restarted {
+            pane,
+            generation,
+            pid,
+        } => {
+            format!(
+                "{} restarted (generation {generation}, pid {pid})",
+                who(pane)
+            )
+        }
+        WatchKind::Heartbeat { panes } => format!("heartbeat ({panes} pane(s))"),
+    };
+    format!("{time} #{} {what}", ev.seq)
+}
+
+/// `colibri fold` without `--json`: the timeline, then a summary.
+pub fn fold_text(r: &FoldReport) -> String {
+    let mut out = String::new();
+    for step in &r.timeline {
+        let _ = writeln!(out, "line {}: {}", step.line, step.state);
+    }
+    let _ = writeln!(out, "---");
+    let stalled = if r.stalled { " (stalled)" } else { "" };
+    let _ = writeln!(out, "state:    {}{stalled}", r.state);
+    let _ = writeln!(
+        out,
+        "runtime:  {}",
+        r.runtime.map_or("unknown", |rt| rt.as_str())
+    );
+    if let Some(id) = &r.session_id {
+        let _ = writeln!(out, "session:  {id}");
+    }
+    if let Some(cwd) = &r.cwd {
+        let _ = writeln!(out, "cwd:      {cwd}");
+    }
+    let c = &r.counters;
+    let _ = writeln!(
+        out,
+        "lines:    {} event(s) ({} unknown), {} malformed, {} oversize; {} bytes",
+        c.events, c.unknown, c.malformed, c.oversize, c.bytes
+    );
+    let u = &r.usage;
+    let _ = writeln!(
+        out,
+        "usage:    {} in, {} out, {} cache read, {} cache write; cost {}",
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_read_tokens,
+        u.cache_write_tokens,
+        format_cost(u.cost_usd)
+    );
+    if let Some(t) = &r.last_tool {
+        let _ = writeln!(out, "tool:     {}: {}", t.name, t.summary);
+    }
+    if let Some(b) = &r.blocked_reason {
+        let _ = writeln!(out, "blocked:  {b}");
+    }
+    if let Some(e) = &r.last_error {
+        let _ = writeln!(out, "error:    {e}");
+    }
+    if let Some(e) = &r.exit {
+        let _ = writeln!(out, "exit:     {}", format_exit(e));
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::core::state::AgentState;
+    use crate::core::taxonomy::Runtime;
+    use crate::protocol::{WireCounters, WireTool, WireUsage, SNAPSHOT_V2};
+
+    pub(crate) fn pane(id: &str, state: AgentState) -> PaneV2 {
+        PaneV2 {
+            id: id.into(),
+            name: None,
+            agent: "replay".into(),
+            runtime: None,
+            state,
+            stalled: false,
+            paused: false,
+            state_since: "2026-05-27T12:00:00.000Z".into(),
+            started_at: "2026-05-27T11:59:00.000Z".into(),
+            last_event_at: None,
+            stall_after_ms: 3000,
+            session_id: None,
+            daemon_session: None,
+            cwd: None,
+            jail: None,
+            pid: None,
+            generation: 0,
+            counters: WireCounters::default(),
+            usage: WireUsage::default(),
+            last_tool: None,
+            last_error: None,
+            blocked_reason: None,
+            exit: None,
+            restart: None,
+        }
+    }
+
+    #[test]
+    fn snapshot_table_has_every_column_and_derived_flags() {
+        let mut a = pane("0b7e5c1a-9d2f-4c3e-8a1b-112233445566", AgentState::Working);
+        a.name = Some("zot-stall".into());
+        a.runtime = Some(Runtime::Zot);
+        a.stalled = true;
+        a.last_event_at = Some("2026-05-27T12:00:02.500Z".into());
+        a.last_tool = Some(WireTool {
+            name: "bash".into(),
+            summary: "go test ./...".into(),
+            at: String::new(),
+        });
+        a.usage = WireUsage {
+            input_tokens: 8123,
+            output_tokens: 211,
+            cost_usd: 0.0305,
+            ..WireUsage::default()
+        };
+        let mut b = pane("ffff0000-1111", AgentState::Blocked);
+        b.paused = true;
+        let snap = SnapshotV2 {
+            schema: SNAPSHOT_V2.into(),
+            host: "buildbox".into(),
+            observed_at: "2026-05-27T12:01:05.000Z".into(),
+            panes: vec![a, b],
+        };
+        let text = snapshot_table(&snap);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "buildbox — 2 pane(s) at 2026-05-27T12:01:05.000Z");
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "ID", "NAME", "RUNTIME", "STATE", "AGE", "LAST", "EVENT", "TOOL", "TOKENS",
+                "in/out", "COST"
+            ]
+        );
+        let row_a: Vec<&str> = lines[2]
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            row_a,
+            [
+                "0b7e5c1a",
+                "zot-stall",
+                "zot",
+                "working stalled",
+                "1m05s",
+                "1m02s ago",
+                "bash: go test ./...",
+                "8.1k/211",
+                "$0.0305"
+            ]
+        );
+        let row_b: Vec<&str> = lines[3]
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            row_b,
+            [
+                "ffff0000",
+                "-",
+                "replay",
+                "blocked paused",
+                "1m05s",
+                "never",
+                "-",
+                "0/0",
+                "-"
+            ]
+        );
+        // Columns line up: every row's STATE cell starts where the header's does.
+        let col = lines[1].find("STATE").expect("header");
+        assert_eq!(lines[2].find("working"), Some(col));
+        assert_eq!(lines[3].find("blocked"), Some(col));
+    }
+
+    #[test]
+    fn ages_tokens_and_costs_are_compact() {
+        assert_eq!(format_age(Duration::from_millis(850)), "850ms");
+        assert_eq!(format_age(Duration::from_secs(42)), "42s");
+        assert_eq!(format_age(Duration::from_secs(185)), "3m05s");
+        assert_eq!(format_age(Duration::from_secs(7620)), "2h07m");
+        assert_eq!(
+            format_age(Duration::from_secs(3 * 86_400 + 4 * 3600)),
+            "3d04h"
+        );
+        assert_eq!(format_tokens(950), "950");
+        assert_eq!(format_tokens(12_345), "12.3k");
+        assert_eq!(format_tokens(4_500_000), "4.5M");
+        assert_eq!(format_cost(0.0), "-");
+        assert_eq!(format_cost(0.41720), "$0.4172");
+        assert_eq!(short_id("abc"), "abc");
+    }
+
+    #[test]
+    fn watch_lines_name_the_pane_and_the_change() {
+        let mut names = BTreeMap::new();
+        names.insert("0b7e5c1a-9d2f".to_string(), "pi-dialog".to_string());
+        let ev = WatchEvent {
+            seq: 12,
+            at: "2026-05-27T12:00:03.250Z".into(),
+            kind: WatchKind::State {
+                pane: "0b7e5c1a-9d2f".into(),
+                from: AgentState::Working,
+                to: AgentState::Blocked,
+                reason: Some("Apply the migration?".into()),
+            },
+        };
+        assert_eq!(
+            watch_line(&ev, &names),
+            "12:00:03.250 #12 0b7e5c1a (pi-dialog) working → blocked (Apply the migration?)"
+        );
+        let ev = WatchEvent {
+            seq: 13,
+            at: "x".into(),
+            kind: WatchKind::Exited {
+                pane: "p".into(),
+                code: None,
+                signal: Some(9),
+            },
+        };
+        assert_eq!(watch_line(&ev, &names), "x #13 p exited (signal 9)");
+    }
+
+    #[test]
+    fn sessions_and_status_render_their_fields() {
+        let s = SessionSummary {
+            id: "sess-1".into(),
+            turn_count: 3,
+            bytes: 2048,
+            panes: vec!["0b7e5c1a-9d2f".into()],
+            runtime: Some(Runtime::Pi),
+            cwd: None,
+            created_at: "2026-05-27T12:00:00.000Z".into(),
+            state: Some(AgentState::Done),
+            exit: Some(WireExit {
+                code: Some(0),
+                signal: None,
+            }),
+        };
+        let text = sessions_table(&[s]);
+        let row: Vec<&str> = text
+            .lines()
+            .nth(1)
+            .expect("row")
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            row,
+            [
+                "sess-1",
+                "pi",
+                "done",
+                "3",
+                "2048",
+                "code",
+                "0",
+                "2026-05-27T12:00:00.000Z",
+                "0b7e5c1a"
+            ]
+        );
+
+        let mut states = BTreeMap::new();
+        states.insert("working".to_string(), 2);
+        states.insert("idle".to_string(), 0);
+        states.insert("blocked".to_string(), 1);
+        let st = StatusData {
+            host: "buildbox".into(),
+            version: "0.1.0".into(),
+            pid: 42,
+            started_at: "2026-05-27T12:00:00.000Z".into(),
+            agents: 3,
+            running: 3,
+            sessions: 1,
+            connections: 1,
+            watchers: 0,
+            states,
+            stalled: 1,
+            stall_after_ms: 600_000,
+            scope: "operator".into(),
+        };
+        let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
+        let text = status_summary(&st, now);
+        assert!(
+            text.starts_with("colibrid 0.1.0 on buildbox (pid 42, up 2m00s, scope operator)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agents:   3 (3 running): 1 blocked, 2 working; 1 stalled\n"),
+            "{text}"
+        );
+        assert!(text.contains("stall:    after 10m00s\n"), "{text}");
+    }
+}
