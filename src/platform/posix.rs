@@ -5,13 +5,12 @@
 //! `killpg`, resource limits and passwd/group parsing. The OS files call in
 //! here for the common part and keep only what really differs.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
@@ -370,43 +369,224 @@ pub(super) fn spawn_with(
         )));
     }
 
-    let mut command = Command::new(program);
-    command.args(args);
-    if spec.clear_env {
-        command.env_clear();
+    // Everything that allocates or can fail for a reason worth a clear
+    // reply happens here, before fork: the child only makes system calls.
+    let env = merged_env(spec);
+    let root = spec
+        .jail
+        .as_ref()
+        .map_or_else(|| Path::new("/").to_path_buf(), |j| j.root.clone());
+    let search_path = env
+        .iter()
+        .find(|(k, _)| k.as_bytes() == b"PATH")
+        .map_or_else(
+            || b"/usr/local/bin:/usr/bin:/bin".to_vec(),
+            |(_, v)| v.as_bytes().to_vec(),
+        );
+    let exe = resolve_program(
+        program,
+        &search_path,
+        &root,
+        spec.cwd.as_deref(),
+        jail.is_some(),
+    )?;
+    let exe = CString::new(exe.into_os_string().into_vec()).map_err(|_| SpawnError::Nul("argv"))?;
+    let argv_c: Vec<CString> = std::iter::once(program)
+        .chain(args.iter())
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| SpawnError::Nul("argv"))?;
+    let env_c: Vec<CString> = env
+        .iter()
+        .map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|_| SpawnError::Nul("env"))?;
+    let mut argv_p: Vec<*const libc::c_char> = argv_c.iter().map(|c| c.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut env_p: Vec<*const libc::c_char> = env_c.iter().map(|c| c.as_ptr()).collect();
+    env_p.push(std::ptr::null());
+    let cwd = match (&jail, &spec.cwd) {
+        // With a jail the attach resets the directory; JailEntry has its own.
+        (None, Some(c)) => {
+            Some(CString::new(c.as_os_str().as_bytes()).map_err(|_| SpawnError::Nul("cwd"))?)
+        }
+        _ => None,
+    };
+    let creds = spec.user.as_ref().map(child_creds);
+    let slave_fd = slave.as_raw_fd();
+
+    // Not std::process::Command: it blocks until the child has exec'd (to
+    // report exec errors), which serialises spawns at roughly a millisecond
+    // each. Here the parent returns right after fork; a failure after fork
+    // is written to the agent's terminal and the child exits 127, which the
+    // daemon reports like any failed agent.
+    // SAFETY: fork has no arguments. The child below only calls
+    // async-signal-safe functions on data prepared before fork, so it is
+    // sound even if the parent had other threads.
+    let pid = unsafe { libc::fork() };
+    if pid == -1 {
+        return Err(SpawnError::Io(io::Error::last_os_error()));
     }
-    command.envs(spec.env.iter().map(|(k, v)| (k, v)));
-    // Each dup is CLOEXEC; std dup2()s it onto 0, 1 and 2, which clears the flag there.
-    command.stdin(Stdio::from(slave.try_clone()?));
-    command.stdout(Stdio::from(slave.try_clone()?));
-    command.stderr(Stdio::from(slave.try_clone()?));
-    if jail.is_none() {
-        // Without a jail std's chdir (before pre_exec) is right. With one it
-        // would chdir on the host and jail_attach would reset it anyway.
-        if let Some(cwd) = &spec.cwd {
-            command.current_dir(cwd);
+    if pid == 0 {
+        let stage = child_main(
+            slave_fd,
+            cloexec_inherited,
+            jail.as_ref(),
+            creds.as_ref(),
+            cwd.as_deref(),
+            &exe,
+            &argv_p,
+            &env_p,
+        );
+        let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        report_child_failure(stage, errno);
+        // SAFETY: _exit is async-signal-safe and never returns.
+        unsafe { libc::_exit(127) };
+    }
+    Ok(pid)
+}
+
+/// The daemon's environment with the spawn's variables applied on top
+/// (later entries win), or only the spawn's with `clear_env`.
+fn merged_env(spec: &SpawnSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = if spec.clear_env {
+        Vec::new()
+    } else {
+        std::env::vars_os().collect()
+    };
+    for (k, v) in &spec.env {
+        env.retain(|(ek, _)| ek.as_bytes() != k.as_bytes());
+        env.push((k.into(), v.into()));
+    }
+    env
+}
+
+/// Finds the program to exec as `execvp` would, but before fork, so that a
+/// missing program is an error the spawn request can report. Paths are
+/// checked under `root` (a jail's root); a name without `/` is searched in
+/// `search_path`. Inside a jail the path returned is the jail's view.
+fn resolve_program(
+    program: &str,
+    search_path: &[u8],
+    root: &Path,
+    cwd: Option<&Path>,
+    jailed: bool,
+) -> Result<PathBuf, SpawnError> {
+    let under_root = |p: &Path| -> PathBuf {
+        match p.strip_prefix("/") {
+            Ok(rel) => root.join(rel),
+            Err(_) => root.join(p),
+        }
+    };
+    let is_exec = |p: &Path| -> bool {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let not_found = |what: String| SpawnError::Io(io::Error::new(io::ErrorKind::NotFound, what));
+    if program.contains('/') {
+        let p = Path::new(program);
+        let host_view = if p.is_absolute() {
+            under_root(p)
+        } else if jailed {
+            // Relative to a directory inside the jail: checked at exec time.
+            return Ok(p.to_path_buf());
+        } else {
+            cwd.map_or_else(|| p.to_path_buf(), |c| c.join(p))
+        };
+        if is_exec(&host_view) {
+            return Ok(p.to_path_buf());
+        }
+        return Err(not_found(format!("{program}: no such executable file")));
+    }
+    for dir in search_path.split(|b| *b == b':') {
+        let dir = if dir.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(std::ffi::OsStr::from_bytes(dir))
+        };
+        let candidate = dir.join(program);
+        let host_view = if candidate.is_absolute() {
+            under_root(&candidate)
+        } else {
+            cwd.map_or_else(|| candidate.clone(), |c| c.join(&candidate))
+        };
+        if is_exec(&host_view) {
+            return Ok(candidate);
         }
     }
-    let creds = spec.user.as_ref().map(child_creds);
-    // SAFETY: the closure only calls async-signal-safe functions (sigprocmask,
-    // signal, close_range/fcntl, setsid, ioctl, jail_attach, chdir, set*id,
-    // geteuid) on data
-    // prepared before fork; it allocates nothing (io::Error::last_os_error
-    // does not allocate).
-    unsafe {
-        command.pre_exec(move || child_setup(cloexec_inherited, jail.as_ref(), creds.as_ref()));
+    Err(not_found(format!("{program}: not found in PATH")))
+}
+
+/// Runs in the child between fork and exec. Returns (only on failure) the
+/// name of the step that failed, with errno set.
+#[allow(clippy::too_many_arguments)]
+fn child_main(
+    slave_fd: RawFd,
+    cloexec_inherited: fn() -> io::Result<()>,
+    jail: Option<&JailEntry>,
+    creds: Option<&ChildCreds>,
+    cwd: Option<&CStr>,
+    exe: &CStr,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> &'static str {
+    for target in 0..3 {
+        // SAFETY: dup2 takes two integers; the result clears FD_CLOEXEC.
+        if unsafe { libc::dup2(slave_fd, target) } == -1 {
+            return "dup2";
+        }
     }
-    let child = command.spawn()?;
-    let pid = Pid::try_from(child.id()).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("pid {} out of range", child.id()),
-        )
-    })?;
-    // Dropping a Child neither waits nor kills: the daemon reaps through
-    // ExitWatch + reap(), never through std (which would reap behind its back).
-    drop(child);
-    Ok(pid)
+    if let Some(c) = cwd {
+        // SAFETY: c is a NUL-terminated string prepared before fork.
+        if unsafe { libc::chdir(c.as_ptr()) } == -1 {
+            return "chdir";
+        }
+    }
+    if child_setup(cloexec_inherited, jail, creds).is_err() {
+        return "setup (setsid, TIOCSCTTY, jail, credentials)";
+    }
+    // SAFETY: exe, argv and envp are NUL-terminated strings and arrays built
+    // before fork and alive for the whole call; execve returns only on error.
+    unsafe { libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    "execve"
+}
+
+/// Writes `colibri: cannot start the agent: <stage> failed (errno N)` to the
+/// agent's terminal without allocating, so the daemon logs why.
+fn report_child_failure(stage: &str, errno: i32) {
+    let mut buf = [0u8; 160];
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        for &b in bytes {
+            if n < buf.len() {
+                buf[n] = b;
+                n += 1;
+            }
+        }
+    };
+    put(b"colibri: cannot start the agent: ");
+    put(stage.as_bytes());
+    put(b" failed (errno ");
+    let mut digits = [0u8; 12];
+    let mut d = digits.len();
+    let mut e = errno.unsigned_abs();
+    loop {
+        d -= 1;
+        digits[d] = b'0' + (e % 10) as u8;
+        e /= 10;
+        if e == 0 || d == 0 {
+            break;
+        }
+    }
+    put(&digits[d..]);
+    put(b")\n");
+    // SAFETY: buf holds n initialised bytes; fd 2 is the terminal (or
+    // whatever it was); a failed write has nowhere better to go.
+    unsafe { libc::write(2, buf.as_ptr().cast(), n) };
 }
 
 fn child_creds(user: &UserIds) -> ChildCreds {
