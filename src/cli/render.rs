@@ -270,6 +270,20 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
         format_age(Duration::from_millis(s.stall_after_ms))
     );
     let _ = writeln!(out, "sessions: {}", s.sessions);
+    if s.logs.failed_writes > 0 || s.logs.lost_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "logs:     {} failed writes, {} bytes lost, {} bytes waiting{}",
+            s.logs.failed_writes,
+            s.logs.lost_bytes,
+            s.logs.pending_bytes,
+            s.logs
+                .last_error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        );
+    }
     let _ = writeln!(
         out,
         "clients:  {} connection(s), {} watcher(s)",
@@ -650,6 +664,7 @@ pub(crate) mod tests {
             stalled: 1,
             stall_after_ms: 600_000,
             scope: "operator".into(),
+            logs: Default::default(),
         };
         let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
         let text = status_summary(&st, now);

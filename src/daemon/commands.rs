@@ -56,32 +56,44 @@ impl Daemon {
                 return Some(protocol::err_line(rid.as_ref(), &msg));
             }
         }
-        let reply: Reply = match req.command {
-            Command::Status => Ok(to_value(self.status_data(&scope, t))),
-            Command::GlasspaneSnapshot => Ok(to_value(self.snapshot_v1(&scope, t))),
-            Command::Snapshot(a) => match a.schema.as_deref() {
-                None | Some("v1") | Some(SNAPSHOT_V1) => Ok(to_value(self.snapshot_v1(&scope, t))),
-                Some("v2") | Some(SNAPSHOT_V2) => Ok(to_value(self.snapshot_v2(&scope, t))),
-                Some(other) => Err(format!("unknown schema {other:?} (v1 or v2)")),
-            },
-            Command::ListSessions => Ok(to_value(self.sessions())),
-            Command::SpawnAgent(a) => self.cmd_spawn(*a, t),
-            Command::KillAgent(a) => self.cmd_kill(&a, t),
-            Command::GetSession(a) => self.store.dump(&a.session_id).map_err(|e| e.to_string()),
-            Command::CompactSession(a) => self.cmd_compact(&a.session_id),
-            Command::Watch(a) => self.cmd_watch(id, &scope, a.panes),
-            Command::PauseAgent(a) => self.cmd_pause(&a, true, t),
-            Command::ResumeAgent(a) => self.cmd_pause(&a, false, t),
-            Command::SignalAgent(a) => self.cmd_signal(&a),
-            Command::SendInput(a) => self.cmd_send(&a),
-            Command::Emit(a) => self.cmd_emit(&scope, &a, t),
-            Command::Whoami => Ok(self.whoami(id, &scope)),
-            Command::Hint(a) => self.cmd_hint(&a.kind, t),
+        let id_ref = rid.as_ref();
+        // Large typed replies (snapshots, status, sessions) are serialised
+        // straight into the reply line, never through a `Value` tree.
+        let line = |r: Reply| match r {
+            Ok(data) => protocol::ok_line(id_ref, &data),
+            Err(e) => protocol::err_line(id_ref, &e),
         };
-        Some(match reply {
-            Ok(data) => protocol::ok_line(rid.as_ref(), &data),
-            Err(e) => protocol::err_line(rid.as_ref(), &e),
-        })
+        let out = match req.command {
+            Command::Status => protocol::ok_line(id_ref, &self.status_data(&scope, t)),
+            Command::GlasspaneSnapshot => protocol::ok_line(id_ref, &self.snapshot_v1(&scope, t)),
+            Command::Snapshot(a) => match a.schema.as_deref() {
+                None | Some("v1") | Some(SNAPSHOT_V1) => {
+                    protocol::ok_line(id_ref, &self.snapshot_v1(&scope, t))
+                }
+                Some("v2") | Some(SNAPSHOT_V2) => {
+                    protocol::ok_line(id_ref, &self.snapshot_v2(&scope, t))
+                }
+                Some(other) => {
+                    protocol::err_line(id_ref, &format!("unknown schema {other:?} (v1 or v2)"))
+                }
+            },
+            Command::ListSessions => protocol::ok_line(id_ref, &self.sessions()),
+            Command::SpawnAgent(a) => line(self.cmd_spawn(*a, t)),
+            Command::KillAgent(a) => line(self.cmd_kill(&a, t)),
+            Command::GetSession(a) => {
+                line(self.store.dump(&a.session_id).map_err(|e| e.to_string()))
+            }
+            Command::CompactSession(a) => line(self.cmd_compact(&a.session_id)),
+            Command::Watch(a) => line(self.cmd_watch(id, &scope, a.panes)),
+            Command::PauseAgent(a) => line(self.cmd_pause(&a, true, t)),
+            Command::ResumeAgent(a) => line(self.cmd_pause(&a, false, t)),
+            Command::SignalAgent(a) => line(self.cmd_signal(&a)),
+            Command::SendInput(a) => line(self.cmd_send(&a)),
+            Command::Emit(a) => line(self.cmd_emit(&scope, &a, t)),
+            Command::Whoami => line(Ok(self.whoami(id, &scope))),
+            Command::Hint(a) => line(self.cmd_hint(&a.kind, t)),
+        };
+        Some(out)
     }
 
     /// A pane by id or by name, visible in `scope`.
