@@ -81,6 +81,52 @@ fn fold(runtime: Runtime, bytes: &[u8]) -> u64 {
     pane.counters().events
 }
 
+/// The daemon's path for each chunk: frame, fold, and log every line to a
+/// session log (flushed after each 64 KiB chunk, as the loop does once per
+/// wakeup). The difference to `fold` is what durability costs.
+fn fold_and_log(runtime: Runtime, bytes: &[u8], dir: &std::path::Path) -> u64 {
+    use colibri::core::ingest::{Frame, LineFramer};
+    use colibri::core::pane::LineKind;
+    use colibri::daemon::store::{LineRecord, SessionStore, StoreConfig};
+    let cfg = StoreConfig {
+        dir: dir.to_path_buf(),
+        flush_budget: 4 << 20,
+        buffer_limit: 8 << 20,
+        rotate_bytes: u64::MAX,
+        rotate_turns: u64::MAX,
+    };
+    let Ok((mut store, _)) = SessionStore::open(cfg) else {
+        return 0;
+    };
+    let t = Timestamp::from_millis(1_779_883_200_123);
+    let mut pane = Pane::new(
+        PaneId("bench".into()),
+        "bench".into(),
+        Some(runtime),
+        DEFAULT_MAX_LINE,
+        t,
+    );
+    let mut framer = LineFramer::new(DEFAULT_MAX_LINE);
+    let mut out = Vec::new();
+    for chunk in bytes.chunks(64 * 1024) {
+        pane.count_bytes(chunk.len());
+        framer.feed(chunk, |frame| {
+            let kind = pane.ingest_frame(frame, t, &mut out);
+            let rec = match (kind, frame) {
+                (LineKind::Event, Frame::Line(l)) => LineRecord::Event(l),
+                (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),
+                (LineKind::Blank, _) => return,
+                _ => LineRecord::Oversize(0),
+            };
+            store.append("bench-session", "bench-pane", rec, t);
+        });
+        out.clear();
+        store.flush(4 << 20);
+    }
+    let _ = store.sync();
+    pane.counters().events
+}
+
 /// The naive baseline: a whole `Value` tree per line.
 fn naive(bytes: &[u8]) -> u64 {
     let mut events = 0;
@@ -110,6 +156,21 @@ fn benches(c: &mut Criterion) {
         b.iter(|| fold(Runtime::Pi, black_box(&small)))
     });
     g.bench_function("naive_value", |b| b.iter(|| naive(black_box(&small))));
+    g.finish();
+
+    // What logging every line costs, on the same small-event stream.
+    let mut g = c.benchmark_group("pi_small_events_logged");
+    g.throughput(Throughput::Elements(small_n));
+    g.sample_size(10);
+    let logdir =
+        std::env::var_os("BENCH_DIR").map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+    g.bench_function("fold_and_log", |b| {
+        b.iter_batched(
+            || tempfile::tempdir_in(&logdir).expect("tempdir"),
+            |dir| fold_and_log(Runtime::Pi, black_box(&small), dir.path()),
+            criterion::BatchSize::PerIteration,
+        )
+    });
     g.finish();
 
     let mut g = c.benchmark_group("pi_4k_message_update");
