@@ -46,7 +46,7 @@ struct Line<'a> {
     cwd: Option<Cow<'a, str>>,
     /// An object on `assistant`/`user`, a string on hook `Notification`.
     #[serde(borrow, default)]
-    message: Option<&'a RawValue>,
+    message: Option<MessageField<'a>>,
     /// `null` on the main agent's lines (and then `None` here).
     #[serde(borrow, default)]
     parent_tool_use_id: Option<&'a RawValue>,
@@ -84,9 +84,117 @@ struct Message<'a> {
     #[serde(borrow, default)]
     id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    usage: Option<&'a RawValue>,
+    content: Option<LastToolUse<'a>>,
+    #[serde(default)]
+    usage: Option<ClaudeUsage>,
+}
+
+/// `message` read in the line's single pass: most of a Claude line is its
+/// message, so parsing it again from a `RawValue` would scan it twice.
+enum MessageField<'a> {
+    Object(Message<'a>),
+    /// Hook input carries a human-readable string here.
+    Text(Cow<'a, str>),
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for MessageField<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = MessageField<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a message object or string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(MessageField::Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(MessageField::Text(Cow::Owned(s.to_string())))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                Message::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(MessageField::Object)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(MessageField::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(MessageField::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(MessageField::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(MessageField::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(MessageField::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(MessageField::Other)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+impl<'a> MessageField<'a> {
+    fn text(&self) -> Option<Cow<'a, str>> {
+        match self {
+            MessageField::Text(t) => Some(t.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// A message's `content`, keeping only its last `tool_use` block: blocks
+/// are visited one by one, never collected.
+struct LastToolUse<'a>(Option<ToolCall<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for LastToolUse<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = LastToolUse<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("message content")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut last = None;
+                while let Some(b) = seq.next_element::<Block<'a>>()? {
+                    if b.kind.as_deref() == Some("tool_use") {
+                        if let Some(name) = b.name {
+                            last = Some(ToolCall {
+                                name,
+                                args: b.input,
+                                command: None,
+                            });
+                        }
+                    }
+                }
+                Ok(LastToolUse(last))
+            }
+            // User messages may carry their content as one string.
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(LastToolUse(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(LastToolUse(None))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -122,14 +230,19 @@ struct ClaudeUsage {
 
 impl ClaudeUsage {
     fn parse(raw: &RawValue) -> Option<Usage> {
-        let u = serde_json::from_str::<ClaudeUsage>(raw.get()).ok()?;
-        Some(Usage {
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-            cache_read_tokens: u.cache_read_input_tokens,
-            cache_write_tokens: u.cache_creation_input_tokens,
+        serde_json::from_str::<ClaudeUsage>(raw.get())
+            .ok()
+            .map(|u| u.to_usage())
+    }
+
+    fn to_usage(&self) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cache_read_tokens: self.cache_read_input_tokens,
+            cache_write_tokens: self.cache_creation_input_tokens,
             cost_usd: 0.0,
-        })
+        }
     }
 }
 
@@ -142,7 +255,7 @@ const BLOCKING_NOTIFICATIONS: [&str; 3] = [
 
 impl ClaudeState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let l: Line<'a> = from_object(line)?;
+        let mut l: Line<'a> = from_object(line)?;
         if let Some(hook) = &l.hook_event_name {
             return Ok(hook_observation(hook, &l));
         }
@@ -152,7 +265,7 @@ impl ClaudeState {
         let subagent = l.parent_tool_use_id.is_some();
         let obs = match kind {
             "system" => system_observation(&l),
-            "assistant" => self.assistant(&l),
+            "assistant" => self.assistant(l.error, l.message.take()),
             "user" | "stream_event" => Observation::new(Signal::Working),
             "result" => result_observation(&l).turn(true),
             "control_request" => {
@@ -179,18 +292,19 @@ impl ClaudeState {
         Ok(obs.subagent(subagent))
     }
 
-    fn assistant<'a>(&mut self, l: &Line<'a>) -> Observation<'a> {
-        let mut obs = Observation::new(Signal::Working).with_error(l.error.and_then(raw_str));
-        let Some(m) = l
-            .message
-            .and_then(|raw| serde_json::from_str::<Message<'a>>(raw.get()).ok())
-        else {
+    fn assistant<'a>(
+        &mut self,
+        error: Option<&'a RawValue>,
+        message: Option<MessageField<'a>>,
+    ) -> Observation<'a> {
+        let mut obs = Observation::new(Signal::Working).with_error(error.and_then(raw_str));
+        let Some(MessageField::Object(m)) = message else {
             return obs;
         };
-        if let Some(tool) = m.content.and_then(last_tool_use) {
+        if let Some(tool) = m.content.and_then(|c| c.0) {
             obs = obs.with_tool(tool);
         }
-        if let Some(usage) = m.usage.and_then(ClaudeUsage::parse) {
+        if let Some(usage) = m.usage.as_ref().map(ClaudeUsage::to_usage) {
             if self.first_sight(m.id.as_deref()) {
                 obs = obs.with_usage(UsageUpdate::Add(usage));
             }
@@ -297,7 +411,8 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
             Some(kind) if BLOCKING_NOTIFICATIONS.contains(&kind) => {
                 let reason = l
                     .message
-                    .and_then(raw_str)
+                    .as_ref()
+                    .and_then(MessageField::text)
                     .or_else(|| Some(Cow::Owned(kind.to_string())));
                 Observation::new(Signal::Blocked).with_reason(reason)
             }
@@ -309,27 +424,13 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
             let msg = l
                 .error
                 .and_then(raw_str)
-                .or_else(|| l.message.and_then(raw_str));
+                .or_else(|| l.message.as_ref().and_then(MessageField::text));
             Observation::new(Signal::Failed).with_error(msg)
         }
         "SessionEnd" => Observation::new(Signal::Finished),
         "SubagentStart" | "SubagentStop" => Observation::new(Signal::Meta),
         _ => Observation::unknown(),
     }
-}
-
-/// The last `tool_use` block of an assistant message's content.
-fn last_tool_use(content: &RawValue) -> Option<ToolCall<'_>> {
-    let blocks = serde_json::from_str::<Vec<Block<'_>>>(content.get()).ok()?;
-    let block = blocks
-        .into_iter()
-        .rev()
-        .find(|b| b.kind.as_deref() == Some("tool_use"))?;
-    Some(ToolCall {
-        name: block.name?,
-        args: block.input,
-        command: None,
-    })
 }
 
 /// The first string of a JSON array of strings (`result.errors`).
