@@ -599,6 +599,9 @@ pub fn err_line(id: Option<&Value>, error: &str) -> Vec<u8> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StatusData {
     pub host: String,
+    /// The kernel, e.g. `FreeBSD 14.1-RELEASE`.
+    #[serde(default)]
+    pub os: String,
     pub version: String,
     pub pid: u32,
     pub started_at: String,

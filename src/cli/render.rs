@@ -652,6 +652,7 @@ pub(crate) mod tests {
         states.insert("blocked".to_string(), 1);
         let st = StatusData {
             host: "buildbox".into(),
+            os: "FreeBSD 14.1-RELEASE".into(),
             version: "0.1.0".into(),
             pid: 42,
             started_at: "2026-05-27T12:00:00.000Z".into(),

@@ -193,6 +193,7 @@ impl Daemon {
         }
         StatusData {
             host: self.settings.host.clone(),
+            os: self.os.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
             started_at: self.started_at.to_rfc3339(),

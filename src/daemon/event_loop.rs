@@ -112,6 +112,8 @@ pub struct Daemon {
     life: Life,
     accept_blocked: bool,
     pub(crate) started_at: Timestamp,
+    /// The kernel's name and release, read once at start.
+    pub(crate) os: String,
     pub(crate) orphans_reaped: u64,
     /// Panes whose reads wait for their session log to drain.
     store_blocked: BTreeSet<PaneKey>,
@@ -189,6 +191,7 @@ impl Daemon {
             life: Life::Running,
             accept_blocked: false,
             started_at: t0,
+            os: platform::os_release(),
             orphans_reaped: 0,
             store_blocked: BTreeSet::new(),
             store_pending: false,

@@ -724,3 +724,16 @@ pub fn self_rss_bytes() -> io::Result<u64> {
     let page_size = u64::try_from(unsafe { libc::getpagesize() }).unwrap_or(4096);
     Ok(pages * page_size)
 }
+
+/// The kernel's name and release, e.g. `FreeBSD 14.1-RELEASE`, read with the
+/// sysctl crate (string nodes only: its `value_as` asserts on struct sizes,
+/// which is why `pid_jail` uses libc instead).
+pub fn os_release() -> String {
+    use sysctl::Sysctl;
+    let read = |name: &str| {
+        sysctl::Ctl::new(name)
+            .and_then(|c| c.value_string())
+            .unwrap_or_default()
+    };
+    format!("{} {}", read("kern.ostype"), read("kern.osrelease"))
+}

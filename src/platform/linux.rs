@@ -342,3 +342,9 @@ mod tests {
         assert!(rss > 1024 * 1024, "implausible rss {rss}");
     }
 }
+
+/// The kernel's name and release, e.g. `Linux 6.18.4`.
+pub fn os_release() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("Linux {}", release.trim())
+}

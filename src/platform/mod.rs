@@ -42,8 +42,8 @@ use std::path::PathBuf;
 pub use crate::core::pane::ExitStatus;
 
 pub use os::{
-    become_subreaper, open_pty, peer_cred, pid_jail, resolve_jail, self_rss_bytes, signal_tree,
-    spawn_on_pty, ExitWatch, KernelTimer, SignalSource,
+    become_subreaper, open_pty, os_release, peer_cred, pid_jail, resolve_jail, self_rss_bytes,
+    signal_tree, spawn_on_pty, ExitWatch, KernelTimer, SignalSource,
 };
 pub use posix::{
     hostname, lookup_user, raise_fd_limit, read_master, reap, reap_any, set_window_size,
