@@ -4,6 +4,8 @@
 
 mod support;
 
+/// The operator CLI against the real daemon, reload, hints, jail scope.
+mod cli;
 /// The glasspane contract's commands and example lines.
 mod contract;
 /// Session logs, recovery after a crash, syslog alerts, configuration.

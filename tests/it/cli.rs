@@ -1,0 +1,249 @@
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+fn colibri(d: &Colibrid, args: &[&str]) -> Output {
+    Command::new(COLIBRI)
+        .args(args)
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run colibri")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_cli_drives_the_real_daemon() {
+    let d = Colibrid::start(&[]);
+    let o = colibri(
+        &d,
+        &[
+            "spawn",
+            "--runtime",
+            "pi",
+            "--name",
+            "worker",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo '{\"type\":\"agent_start\"}'; while read l; do echo \"$l\"; done",
+        ],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let id = stdout(&o).trim().to_string();
+    assert_eq!(id.len(), 36, "prints the agent id: {id}");
+    d.wait_state(&id, "working");
+
+    let o = colibri(&d, &["snapshot"]);
+    assert!(o.status.success());
+    let table = stdout(&o);
+    assert!(
+        table.contains("worker") && table.contains("working"),
+        "{table}"
+    );
+
+    let o = colibri(&d, &["snapshot", "--json", "--schema", "v1"]);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["schema"], json!("clawdie.glasspane.snapshot.v1"));
+
+    assert!(colibri(&d, &["send", "worker", "{\"type\":\"extension_ui_request\",\"id\":\"1\",\"method\":\"confirm\",\"title\":\"ok?\"}"]).status.success());
+    d.wait_state(&id, "blocked");
+    assert!(colibri(&d, &["emit", "worker", "{\"type\":\"tool_execution_start\",\"toolName\":\"bash\",\"args\":{\"command\":\"ls -l\"}}"]).status.success());
+    let p = d.wait_state(&id, "working");
+    assert_eq!(p["last_tool"]["summary"], json!("ls -l"));
+
+    assert!(colibri(&d, &["pause", "worker"]).status.success());
+    assert_eq!(d.pane(&id)["paused"], json!(true));
+    assert!(colibri(&d, &["resume", "worker"]).status.success());
+    assert!(colibri(&d, &["hint", "resume"]).status.success());
+
+    let o = colibri(&d, &["status"]);
+    assert!(stdout(&o).contains("1 working"), "{}", stdout(&o));
+    assert!(colibri(&d, &["kill", "worker"]).status.success());
+    d.wait_pane(&id, "exit", |p| !p["exit"].is_null());
+
+    let o = colibri(&d, &["sessions", "--json"]);
+    let sessions: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let sid = sessions[0]["id"].as_str().expect("session id").to_string();
+    let o = colibri(&d, &["session", &sid]);
+    assert!(o.status.success() && stdout(&o).contains("agent_start"));
+
+    let o = colibri(&d, &["kill", "nobody"]);
+    assert_eq!(o.status.code(), Some(1), "the daemon said no");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no agent"));
+}
+
+#[test]
+fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
+    let d = Colibrid::start(&[]);
+    let mut watch = Command::new(COLIBRI)
+        .args(["watch", "--json"])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("watch");
+    wait_for(Duration::from_secs(10), "the watcher", || {
+        (d.ok(json!({"cmd":"status"}))["watchers"] == json!(1)).then_some(())
+    });
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "echo '{\"type\":\"agent_start\"}'; sleep 30",
+        ],
+        json!({"stall_after":"1s","runtime":"pi"}),
+    );
+    d.wait_state(&id, "working");
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_millis(600));
+    // As devd would on resume: the silence so far does not count.
+    let hinted = Instant::now();
+    assert!(colibri(&d, &["hint", "resume"]).status.success());
+    d.wait_pane(&id, "stalled", |p| p["stalled"] == json!(true));
+    assert!(
+        hinted.elapsed() >= Duration::from_millis(950),
+        "stalled only a full threshold after the hint ({:?} after start)",
+        t0.elapsed()
+    );
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    d.wait_pane(&id, "exit", |p| !p["exit"].is_null());
+    let _ = watch.kill();
+    let out = watch.wait_with_output().expect("watch output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    for k in ["attached", "state", "stalled", "exited"] {
+        assert!(kinds.contains(&k), "watch printed {k}: {kinds:?}");
+    }
+}
+
+#[test]
+fn sighup_reloads_the_configuration() {
+    let mut d = Colibrid::start(&[]);
+    let cfg = d.path("reload.toml");
+    std::fs::write(&cfg, "[daemon]\nstall_after = \"10m\"\n").expect("cfg");
+    d.terminate();
+    d.args = vec!["--config".into(), cfg.display().to_string()];
+    d.launch();
+    assert_eq!(
+        d.ok(json!({"cmd":"status"}))["stall_after_ms"],
+        json!(600_000)
+    );
+    std::fs::write(&cfg, "[daemon]\nstall_after = \"90s\"\n").expect("cfg");
+    let pid = nix::unistd::Pid::from_raw(d.pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
+    wait_for(Duration::from_secs(10), "the new threshold", || {
+        (d.ok(json!({"cmd":"status"}))["stall_after_ms"] == json!(90_000)).then_some(())
+    });
+    // A broken file keeps the running configuration.
+    std::fs::write(&cfg, "[daemon]\nstall_after = \"soon\"\n").expect("cfg");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        d.ok(json!({"cmd":"status"}))["stall_after_ms"],
+        json!(90_000)
+    );
+}
+
+#[test]
+fn the_demo_runs_to_its_summary() {
+    let out = Command::new(COLIBRI)
+        .args(["demo", "--speed", "4"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run demo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {}\n{}",
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Summary"), "{text}");
+    for (name, state) in [
+        ("pi-success", "done"),
+        ("claude-error", "error"),
+        ("gemini-crash", "error"),
+        ("zot-stall", "done"),
+    ] {
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with(name))
+            .unwrap_or("");
+        assert!(line.contains(state), "{name} ends {state}: {line:?}");
+    }
+    assert!(
+        text.contains("blocked") && text.contains("stalled"),
+        "the story shows a block and a stall"
+    );
+    assert!(text.contains("colibrid stopped (exit status: 0)"), "{text}");
+}
+
+#[test]
+fn a_jail_socket_sees_and_feeds_only_its_own_jails_panes() {
+    // Jailed agents cannot be started on Linux, but a pane's jail survives in
+    // its session log: recover one from a log written as colibrid writes them.
+    let jail_dir = tempfile::tempdir().expect("dir");
+    let jail_sock = jail_dir.path().join("colibri.sock");
+    let arg = format!("agents1={}", jail_sock.display());
+    let mut d = Colibrid::start(&["--jail-socket", &arg]);
+    let host = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "echo '{\"type\":\"agent_start\"}'; sleep 30",
+        ],
+        json!({}),
+    );
+    d.wait_state(&host, "working");
+    d.terminate();
+    let log = d.state.join("sessions").join("jailed.jsonl");
+    std::fs::write(
+        &log,
+        concat!(
+            r#"{"ts":"2026-11-21T10:00:00.000Z","pane":"11111111-2222-4333-8444-555555555555","colibri":"attach","agent":"pi","runtime":"pi","name":"inside","cwd":"/work","argv":["pi"],"generation":0,"jail":"agents1"}"#, "\n",
+            r#"{"ts":"2026-11-21T10:00:01.000Z","pane":"11111111-2222-4333-8444-555555555555","ev":{"type":"agent_start"}}"#, "\n",
+        ),
+    )
+    .expect("write log");
+    d.launch();
+    let mut c = Client::connect(&jail_sock);
+    let snap = c.request(&json!({"cmd":"glasspane-snapshot"}));
+    let panes = snap["data"]["panes"].as_array().expect("panes");
+    assert_eq!(panes.len(), 1, "only its own jail's pane: {snap}");
+    assert_eq!(
+        panes[0]["id"],
+        json!("11111111-2222-4333-8444-555555555555")
+    );
+    let v2 = c.request(&json!({"cmd":"snapshot","schema":"v2"}));
+    assert_eq!(v2["data"]["panes"][0]["jail"], json!("agents1"));
+    let who = c.request(&json!({"cmd":"whoami"}));
+    assert_eq!(
+        who["data"]["panes"],
+        json!(["11111111-2222-4333-8444-555555555555"])
+    );
+    let e = c.request(&json!({"cmd":"emit","agent_id":"inside","event":{"type":"turn_start"}}));
+    assert_eq!(e["ok"], json!(true), "{e}");
+    let e = c.request(&json!({"cmd":"emit","agent_id": host, "event":{"type":"turn_start"}}));
+    assert_eq!(e["ok"], json!(false), "another pane is invisible: {e}");
+    let mut w = Client::connect(&jail_sock);
+    assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
+    d.ok(json!({"cmd":"emit","agent_id": host, "event":{"type":"turn_start"}}));
+    c.request(&json!({"cmd":"emit","agent_id":"inside","event":{"type":"session","id":"s2"}}));
+    let ev = w.read_line().expect("event");
+    assert_eq!(
+        ev["pane"],
+        json!("11111111-2222-4333-8444-555555555555"),
+        "the host pane's events are not shown: {ev}"
+    );
+}
