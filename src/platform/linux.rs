@@ -277,6 +277,12 @@ pub fn self_rss_bytes() -> io::Result<u64> {
     Ok(pages * page_size)
 }
 
+/// The kernel's name and release, e.g. `Linux 6.18.4`.
+pub fn os_release() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("Linux {}", release.trim())
+}
+
 #[cfg(test)]
 mod tests {
     //! Linux-only checks; the portable ones are in `platform/tests.rs`.
@@ -341,10 +347,4 @@ mod tests {
         let rss = super::self_rss_bytes().expect("statm");
         assert!(rss > 1024 * 1024, "implausible rss {rss}");
     }
-}
-
-/// The kernel's name and release, e.g. `Linux 6.18.4`.
-pub fn os_release() -> String {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("Linux {}", release.trim())
 }
