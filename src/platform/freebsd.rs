@@ -540,7 +540,12 @@ pub fn signal_tree(pid: Pid, sig: i32) -> io::Result<()> {
                 (&mut request as *mut ProcctlReaperKill).cast(),
             )
         };
-        if rc == -1 && Errno::last() != Errno::ESRCH {
+        if rc == 0 {
+            // The subtree holds the agent and every descendant, its process
+            // group included: one delivery each, nothing more to send.
+            return Ok(());
+        }
+        if Errno::last() != Errno::ESRCH {
             reaper_error = Some(io::Error::last_os_error());
         }
     }

@@ -170,19 +170,25 @@ pub fn reap_any() -> Option<(Pid, ExitStatus)> {
     }
 }
 
-/// `killpg(pid, sig)` then `kill(pid, sig)`: the agent is a session and group
-/// leader (setsid in the child), so its group holds its ordinary descendants;
-/// the direct kill covers an agent that moved itself to another group. ESRCH
-/// from either is not an error (the target is already gone).
+/// Signals the agent's process group once: the agent is a session and group
+/// leader (setsid in the child), so its group holds its ordinary
+/// descendants. The leader is signalled on its own only if it has left its
+/// group, so nobody gets a signal twice (two SIGINTs mean "force quit" to
+/// some agents). ESRCH is not an error (the target is already gone).
 pub(super) fn signal_group_and_leader(pid: Pid, sig: i32) -> io::Result<()> {
     check_tree_pid(pid)?;
-    // SAFETY: killpg and kill take plain integers; pid > 1 was checked, so
-    // neither names our own group nor "every process".
+    // SAFETY: getpgid, killpg and kill take plain integers; pid > 1 was
+    // checked, so neither names our own group nor "every process".
+    let pgid = unsafe { libc::getpgid(pid) };
+    // SAFETY: as above.
     let group_rc = unsafe { libc::killpg(pid, sig) };
     let group_err = (group_rc == -1).then(Errno::last);
-    // SAFETY: as above.
-    let leader_rc = unsafe { libc::kill(pid, sig) };
-    let leader_err = (leader_rc == -1).then(Errno::last);
+    let mut leader_err = None;
+    if pgid != pid {
+        // SAFETY: as above.
+        let leader_rc = unsafe { libc::kill(pid, sig) };
+        leader_err = (leader_rc == -1).then(Errno::last);
+    }
     for err in [group_err, leader_err].into_iter().flatten() {
         if err != Errno::ESRCH {
             return Err(err.into());

@@ -81,7 +81,7 @@ fn the_cli_drives_the_real_daemon() {
 
 #[test]
 fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
-    let d = Colibrid::start(&[]);
+    let mut d = Colibrid::start(&[]);
     let mut watch = Command::new(COLIBRI)
         .args(["watch", "--json"])
         .env("COLIBRI_SOCKET", &d.socket)
@@ -113,8 +113,14 @@ fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
     );
     d.ok(json!({"cmd":"kill-agent","agent_id": id}));
     d.wait_pane(&id, "exit", |p| !p["exit"].is_null());
-    let _ = watch.kill();
+    // Stopping the daemon ends the stream; `colibri watch` exits 0 at EOF,
+    // after printing everything it was sent.
+    assert!(d.terminate().success());
     let out = watch.wait_with_output().expect("watch output");
+    assert!(
+        out.status.success(),
+        "watch exits 0 at the end of the stream"
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let events: Vec<Value> = text
         .lines()

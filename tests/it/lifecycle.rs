@@ -284,3 +284,59 @@ fn send_input_reaches_the_agent_and_emit_drives_state() {
     let e = d.request(json!({"cmd":"emit","agent_id": id, "event": [1,2]}));
     assert_eq!(e["ok"], json!(false));
 }
+
+#[test]
+fn orphaned_grandchildren_are_reaped_not_left_as_zombies() {
+    let d = Colibrid::start(&[]);
+    // The agent leaves a grandchild behind, detached from its terminal, and
+    // exits: the grandchild is re-parented to colibrid (a subreaper).
+    let pidfile = d.path("orphan.pid");
+    let body = format!(
+        "sh -c 'sleep 0.3' </dev/null >/dev/null 2>&1 & echo $! > {}; echo '{{\"type\":\"agent_start\"}}'; exit 0",
+        pidfile.display()
+    );
+    let id = d.spawn(&["/bin/sh", "-c", &body], json!({}));
+    d.wait_state(&id, "done");
+    let orphan: i32 = wait_for(Duration::from_secs(5), "the pid file", || {
+        std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    });
+    wait_for(
+        Duration::from_secs(10),
+        "the orphan to be reaped (no zombie)",
+        || (!pid_alive(orphan)).then_some(()),
+    );
+    let daemon = d.pid();
+    for kid in children_of(daemon) {
+        let stat = std::fs::read_to_string(format!("/proc/{kid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .unwrap_or("");
+        assert_ne!(state, "Z", "zombie child {kid} of colibrid");
+    }
+}
+
+#[test]
+fn signal_agent_delivers_named_and_numbered_signals() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "t() { echo '{\"type\":\"turn_start\"}'; }; trap t USR1; echo '{\"type\":\"agent_start\"}'; while :; do sleep 0.05; done"],
+        json!({"runtime":"pi"}),
+    );
+    d.wait_state(&id, "working");
+    let r = d.ok(json!({"cmd":"signal-agent","agent_id": id, "signal":"USR1"}));
+    assert_eq!(r["signal"], json!(libc::SIGUSR1));
+    d.wait_pane(&id, "the trap's line", |p| {
+        p["counters"]["events"] == json!(2)
+    });
+    // Delivered once, not once to the group and again to its leader.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(d.pane(&id)["counters"]["events"], json!(2));
+    let bad = d.request(json!({"cmd":"signal-agent","agent_id": id, "signal":"SIGNOPE"}));
+    assert_eq!(bad["ok"], json!(false));
+    d.ok(json!({"cmd":"signal-agent","agent_id": id, "signal": 15}));
+    let p = d.wait_pane(&id, "exit", |p| !p["exit"].is_null());
+    assert_eq!(p["exit"], json!({"signal": 15}));
+}
