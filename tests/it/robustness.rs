@@ -114,7 +114,7 @@ fn a_flooding_agent_starves_neither_agents_nor_clients() {
         let t = Instant::now();
         d.ok(json!({"cmd":"send-input","agent_id": quiet, "text":"go"}));
         assert!(
-            t.elapsed() < Duration::from_secs(1),
+            t.elapsed() < Duration::from_secs(3),
             "reply took {:?}",
             t.elapsed()
         );
