@@ -14,6 +14,10 @@ use colibri::daemon::diag::{self, Level};
 use colibri::daemon::{Daemon, Settings};
 
 fn main() -> ExitCode {
+    if let Err(e) = colibri::platform::ensure_std_fds() {
+        eprintln!("colibrid: cannot open /dev/null for a closed standard descriptor: {e}");
+        return ExitCode::from(1);
+    }
     let args = DaemonArgs::parse();
     let cfg = match config::load(&args) {
         Ok(c) => c,

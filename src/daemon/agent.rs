@@ -122,6 +122,8 @@ pub struct Agent {
     /// Why the operator or the daemon ended it (kill, shutdown): no restart.
     pub stopped_by: Option<String>,
     pub paused: bool,
+    /// The session index has this pane's runtime (given or detected).
+    pub runtime_indexed: bool,
 }
 
 impl Agent {

@@ -206,9 +206,32 @@ impl Daemon {
                     a.running_pid().is_some() && self.visible(scope, PaneKey(*i as u32))
                 })
                 .count(),
-            sessions: self.store.list().len(),
-            connections: self.conns.len(),
-            watchers: self.watchers.len(),
+            // Daemon-wide counts are the operator's business only.
+            sessions: match scope {
+                Scope::Operator => self.store.list().len(),
+                Scope::Jail(_) => {
+                    let mut own: Vec<&str> = self
+                        .agents
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| self.visible(scope, PaneKey(*i as u32)))
+                        .map(|(_, a)| a.session.as_str())
+                        .collect();
+                    own.sort_unstable();
+                    own.dedup();
+                    own.len()
+                }
+            },
+            connections: if *scope == Scope::Operator {
+                self.conns.len()
+            } else {
+                0
+            },
+            watchers: if *scope == Scope::Operator {
+                self.watchers.len()
+            } else {
+                0
+            },
             states,
             stalled,
             stall_after_ms: self.settings.stall_after.as_millis() as u64,
@@ -404,6 +427,7 @@ impl Daemon {
             stalled_at_quiet: None,
             stopped_by: None,
             paused: false,
+            runtime_indexed: false,
         });
         let cwd_s = cwd.as_ref().map(|c| c.display().to_string());
         self.store.ensure_session(
@@ -715,6 +739,7 @@ impl Daemon {
                     stalled_at_quiet: None,
                     stopped_by: None,
                     paused: false,
+                    runtime_indexed: true,
                 });
             }
             let Some(pane) = self.sup.get_mut(key) else {

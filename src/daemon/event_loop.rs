@@ -43,6 +43,8 @@ use crate::protocol::{self, WatchEvent, WatchKind};
 /// Bytes read from one PTY per wakeup before other sources get a turn.
 const PTY_READ_BUDGET: usize = 256 * 1024;
 const READ_BUF: usize = 64 * 1024;
+/// Requests served plus reads made for one client per wakeup.
+const CONN_STEPS_PER_WAKEUP: usize = 64;
 /// A connection marked for closing is closed after this long even if its
 /// peer never reads the last lines.
 const LINGER: Duration = Duration::from_secs(5);
@@ -74,7 +76,9 @@ enum Pending {
 
 #[derive(Debug)]
 struct Listener {
-    socket: UnixListener,
+    /// `None` once shutdown has begun: closing the socket makes new
+    /// connects fail at once instead of waiting in the backlog.
+    socket: Option<UnixListener>,
     path: PathBuf,
     scope: Scope,
 }
@@ -119,6 +123,9 @@ pub struct Daemon {
     store_blocked: BTreeSet<PaneKey>,
     /// The last flush hit its budget: come back without sleeping.
     store_pending: bool,
+    /// The last flush failed (disk full or failing): retried at the next
+    /// wakeup of any kind (at the latest the heartbeat), never in a spin.
+    store_failing: bool,
     reloader: crate::daemon::Reloader,
 }
 
@@ -168,6 +175,18 @@ impl Daemon {
             );
         }
         let alerter = Alerter::new(settings.alert.clone());
+        if settings.alert.enabled
+            && settings.alert.socket.is_none()
+            && !crate::daemon::alert::SYSTEM_LOG_SOCKETS
+                .iter()
+                .any(|p| Path::new(p).exists())
+        {
+            // Otherwise alerts would vanish without a word.
+            log_warn!(
+                "no system log socket ({}); alerts are dropped until one appears (see --syslog-socket, --no-syslog)",
+                crate::daemon::alert::SYSTEM_LOG_SOCKETS.join(", ")
+            );
+        }
         let mut d = Daemon {
             sup: Supervisor::new(settings.max_line),
             settings,
@@ -195,6 +214,7 @@ impl Daemon {
             orphans_reaped: 0,
             store_blocked: BTreeSet::new(),
             store_pending: false,
+            store_failing: false,
             reloader,
         };
         d.recover(recovery, t0);
@@ -268,7 +288,7 @@ impl Daemon {
             .register(&mut socket, token, Interest::READABLE)
             .map_err(|e| DaemonError::Os("registering a listener", e))?;
         self.listeners.push(Listener {
-            socket,
+            socket: Some(socket),
             path: path.to_path_buf(),
             scope,
         });
@@ -279,8 +299,11 @@ impl Daemon {
     pub fn run(mut self) -> Result<(), DaemonError> {
         let mut events = Events::with_capacity(1024);
         loop {
-            let busy =
-                !self.pending.is_empty() || !self.store_blocked.is_empty() || self.store_pending;
+            // Panes blocked on a failing disk are retried at the next wakeup
+            // of any kind (the heartbeat at the latest), not in a spin.
+            let busy = !self.pending.is_empty()
+                || self.store_pending
+                || (!self.store_blocked.is_empty() && !self.store_failing);
             let timeout = if busy { Some(Duration::ZERO) } else { None };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -386,15 +409,24 @@ impl Daemon {
         // A failing disk is retried at the next wakeup or heartbeat, not in
         // a tight loop.
         self.store_pending = report.pending && report.failed.is_none();
-        if let Some(kind) = report.failed {
-            log_warn!("session log write failed: {kind:?}; data stays buffered");
-            self.log_write_alert(t);
+        match (report.failed, self.store_failing) {
+            (Some(kind), false) => {
+                // Said once per episode; status shows the running counts.
+                log_warn!("session log writes fail ({kind:?}); data stays buffered and is retried");
+                self.log_write_alert(t);
+                self.store_failing = true;
+            }
+            (None, true) if report.written > 0 => {
+                log_info!("session log writes succeed again");
+                self.store_failing = false;
+            }
+            _ => {}
         }
         let dirty: Vec<usize> = std::mem::take(&mut self.dirty_conns).into_iter().collect();
         for id in dirty {
             self.flush_conn(ConnId(id), t);
         }
-        if self.accept_blocked {
+        if self.accept_blocked && !self.is_stopping() {
             self.accept_blocked = false;
             for i in 0..self.listeners.len() {
                 self.accept(i, t);
@@ -425,11 +457,17 @@ impl Daemon {
     // Connections
 
     fn accept(&mut self, i: usize, t: Timestamp) {
+        if self.is_stopping() {
+            return;
+        }
         loop {
             let Some(l) = self.listeners.get(i) else {
                 return;
             };
-            let (mut stream, scope) = match l.socket.accept() {
+            let Some(socket) = l.socket.as_ref() else {
+                return;
+            };
+            let (mut stream, scope) = match socket.accept() {
                 Ok((s, _)) => (s, l.scope.clone()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -500,7 +538,17 @@ impl Daemon {
     /// Serves queued requests while the client keeps up with its replies,
     /// and reads more only when none are queued.
     fn conn_readable(&mut self, id: ConnId, t: Timestamp) {
+        // One budget per call for requests served and reads made, so no
+        // client (not even one sending blank lines, which get no reply) can
+        // keep the loop to itself; what is left is revisited via `pending`.
+        let mut budget = CONN_STEPS_PER_WAKEUP;
         loop {
+            if budget == 0 {
+                self.push_pending(Pending::Conn(id));
+                self.dirty_conns.insert(id.0);
+                return;
+            }
+            budget -= 1;
             let Some(conn) = self.conns.get_mut(id.0) else {
                 return;
             };
@@ -643,8 +691,9 @@ impl Daemon {
                 continue;
             };
             let Some(filter) = &conn.watch else { continue };
+            // Agent scope sees its own jail's panes and nothing daemon-wide.
             if let Scope::Jail(j) = &conn.scope {
-                if pane_jail.as_deref() != Some(j.as_str()) && ev.kind.pane().is_some() {
+                if pane_jail.as_deref() != Some(j.as_str()) {
                     continue;
                 }
             }
@@ -793,6 +842,7 @@ impl Daemon {
         }
         self.transitions = transitions;
         self.transitions.clear();
+        self.index_runtime(key, t);
         self.refresh_stall(key, t);
     }
 
@@ -820,6 +870,22 @@ impl Daemon {
             },
             t,
         );
+    }
+
+    /// Records a detected runtime in the session index, once per pane.
+    fn index_runtime(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+            return;
+        };
+        if agent.runtime_indexed {
+            return;
+        }
+        let Some(rt) = self.sup.get(key).and_then(|p| p.runtime()) else {
+            return;
+        };
+        agent.runtime_indexed = true;
+        self.store
+            .ensure_session(&agent.session, Some(rt.as_str()), None, t);
     }
 
     pub(crate) fn alert(
@@ -956,9 +1022,10 @@ impl Daemon {
             TimerMode::Disarmed => {}
             TimerMode::Stall => self.stall_check(key, t),
             TimerMode::Drain => {
-                // A grandchild still holds the PTY: end the tree and finish.
+                // A grandchild still holds the PTY: end its group and finish.
+                // The agent is reaped, so only its group id is still safe.
                 if let Some(p) = agent.proc.as_ref() {
-                    let _ = platform::signal_tree(p.pid, libc::SIGKILL);
+                    let _ = platform::signal_group(p.pid, libc::SIGKILL);
                 }
                 self.finish(key, t);
             }
@@ -1052,9 +1119,9 @@ impl Daemon {
         };
         if proc_.eof {
             self.finish(key, t);
-        } else if proc_.read_pending {
-            // Budget cut the drain short; the pending queue continues it.
         } else {
+            // Until the PTY's end of file (reads cut short by a budget or a
+            // log backlog continue meanwhile), but never longer than this.
             self.arm_pane_timer(key, TimerMode::Drain, DRAIN_GRACE, t);
         }
     }
@@ -1505,7 +1572,9 @@ impl Daemon {
             hard_deadline: None,
         };
         for l in &mut self.listeners {
-            let _ = self.poll.registry().deregister(&mut l.socket);
+            if let Some(mut socket) = l.socket.take() {
+                let _ = self.poll.registry().deregister(&mut socket);
+            }
         }
         for i in 0..self.agents.len() {
             let agent = &mut self.agents[i];
@@ -1545,8 +1614,15 @@ impl Daemon {
 
     fn kill_all(&mut self) {
         for a in &self.agents {
-            if let Some(p) = &a.proc {
-                let _ = platform::signal_tree(p.pid, libc::SIGKILL);
+            match &a.proc {
+                Some(p) if p.status.is_none() => {
+                    let _ = platform::signal_tree(p.pid, libc::SIGKILL);
+                }
+                // Reaped: its pid may be reused; its group id may not.
+                Some(p) => {
+                    let _ = platform::signal_group(p.pid, libc::SIGKILL);
+                }
+                None => {}
             }
         }
     }

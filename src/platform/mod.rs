@@ -46,8 +46,8 @@ pub use os::{
     signal_tree, spawn_on_pty, ExitWatch, KernelTimer, SignalSource,
 };
 pub use posix::{
-    hostname, lookup_user, raise_fd_limit, read_master, reap, reap_any, set_window_size,
-    write_nonblocking,
+    ensure_std_fds, hostname, lookup_user, raise_fd_limit, read_master, reap, reap_any,
+    set_window_size, signal_group, write_nonblocking,
 };
 
 /// A process id, as the kernel and `libc::pid_t` spell it.

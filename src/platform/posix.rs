@@ -197,6 +197,37 @@ pub(super) fn signal_group_and_leader(pid: Pid, sig: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Signals only the process group `pgid` (the group of an agent that has
+/// already been reaped: its pid may be reused, its group id may not while
+/// the group has members). ESRCH (an empty group) is not an error.
+pub fn signal_group(pgid: Pid, sig: i32) -> io::Result<()> {
+    check_tree_pid(pgid)?;
+    // SAFETY: killpg takes plain integers; pgid > 1 was checked.
+    if unsafe { libc::killpg(pgid, sig) } == -1 && Errno::last() != Errno::ESRCH {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Opens /dev/null on any of fds 0-2 that is closed, so that no descriptor
+/// the daemon opens later (a PTY slave) lands there by accident: an agent's
+/// slave at fd 0 would keep its close-on-exec flag through dup2(0, 0).
+pub fn ensure_std_fds() -> io::Result<()> {
+    for fd in 0..3 {
+        // SAFETY: F_GETFD on an integer fd has no pointer arguments.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 || Errno::last() != Errno::EBADF {
+            continue;
+        }
+        // SAFETY: a static NUL-terminated path; open returns the lowest free
+        // fd, which is `fd` since every lower one is open.
+        let got = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        if got == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Refuses pids that would turn a tree kill into a group-wide or system-wide
 /// one (0 = our own group, -1 = everything, 1 = init).
 pub(super) fn check_tree_pid(pid: Pid) -> io::Result<()> {

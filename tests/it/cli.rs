@@ -82,7 +82,7 @@ fn the_cli_drives_the_real_daemon() {
 #[test]
 fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
     let mut d = Colibrid::start(&[]);
-    let mut watch = Command::new(COLIBRI)
+    let watch = Command::new(COLIBRI)
         .args(["watch", "--json"])
         .env("COLIBRI_SOCKET", &d.socket)
         .stdout(Stdio::piped())

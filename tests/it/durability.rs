@@ -17,9 +17,12 @@ fn every_line_is_logged_with_its_arrival_time() {
     let d = Colibrid::start(&[]);
     let id = d.spawn(
         &["/bin/sh", "-c", "echo '{\"type\":\"agent_start\"}'; echo garbage; echo '{\"type\":\"agent_end\",\"messages\":[]}'"],
-        json!({"session_id":"log-1","runtime":"pi"}),
+        json!({"session_id":"log-1"}),
     );
     d.wait_state(&id, "done");
+    // The runtime was detected from the stream and reaches the session index.
+    let sessions = d.ok(json!({"cmd":"list-sessions"}));
+    assert_eq!(sessions[0]["runtime"], json!("pi"), "{sessions}");
     let lines = log_lines(&d, "log-1");
     let evs: Vec<&Value> = lines.iter().filter(|l| l.get("ev").is_some()).collect();
     assert_eq!(evs.len(), 2, "{lines:?}");

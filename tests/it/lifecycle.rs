@@ -340,3 +340,27 @@ fn signal_agent_delivers_named_and_numbered_signals() {
     let p = d.wait_pane(&id, "exit", |p| !p["exit"].is_null());
     assert_eq!(p["exit"], json!({"signal": 15}));
 }
+
+#[test]
+fn no_connection_is_accepted_once_shutdown_begins() {
+    let mut d = Colibrid::start(&["--shutdown-grace", "3s"]);
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "trap '' TERM; echo '{\"type\":\"agent_start\"}'; while :; do sleep 1; done",
+        ],
+        json!({}),
+    );
+    d.wait_state(&id, "working");
+    let pid = nix::unistd::Pid::from_raw(d.pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("term");
+    // During the grace period the agent is still alive, but nobody new gets in.
+    wait_for(Duration::from_secs(5), "connects to be refused", || {
+        std::os::unix::net::UnixStream::connect(&d.socket)
+            .is_err()
+            .then_some(())
+    });
+    let status = d.terminate();
+    assert!(status.success());
+}

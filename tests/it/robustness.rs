@@ -124,7 +124,11 @@ fn a_flooding_agent_starves_neither_agents_nor_clients() {
     });
     let t = Instant::now();
     let snap = d.snapshot();
-    assert!(t.elapsed() < Duration::from_secs(3), "snapshot took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "snapshot took {:?}",
+        t.elapsed()
+    );
     assert_eq!(snap["panes"].as_array().map(Vec::len), Some(2));
     d.ok(json!({"cmd":"kill-agent","agent_id": flood}));
 }
@@ -246,4 +250,91 @@ fn connection_cap_refuses_with_a_clear_error() {
             .filter(|r| r["ok"] == json!(true))
     });
     assert_eq!(first.request(&json!({"cmd":"status"}))["ok"], json!(true));
+}
+
+#[test]
+fn a_client_sending_blank_lines_cannot_monopolise_the_loop() {
+    let d = Colibrid::start(&[]);
+    let socket = d.socket.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let flooder = std::thread::spawn(move || {
+        let mut s = UnixStream::connect(&socket).expect("connect");
+        let blanks = vec![b'\n'; 64 * 1024];
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            if s.write_all(&blanks).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..5 {
+        let t = Instant::now();
+        assert_eq!(d.request(json!({"cmd":"status"}))["ok"], json!(true));
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "status took {:?} during the flood",
+            t.elapsed()
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = flooder.join();
+}
+
+#[test]
+fn failing_log_writes_raise_one_alert_and_never_spin() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = SyslogSink::bind(dir.path());
+    let arg = format!("--syslog-socket={}", sink.path.display());
+    let d = Colibrid::start(&[&arg]);
+    // A session whose log is /dev/full: every write fails with ENOSPC.
+    let sessions = d.state.join("sessions");
+    std::os::unix::fs::symlink("/dev/full", sessions.join("full1.jsonl")).expect("symlink");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "yes '{\"type\":\"turn_start\"}' | head -c 20000000",
+        ],
+        json!({"session_id":"full1","runtime":"pi"}),
+    );
+    let mut seen = Vec::new();
+    let m = sink.wait_for(" log_write ", &mut seen);
+    assert!(
+        m.contains("bytes lost") || m.contains("bytes waiting"),
+        "{m}"
+    );
+    wait_for(Duration::from_secs(20), "failed writes in status", || {
+        let st = d.ok(json!({"cmd":"status"}));
+        (st["logs"]["failed_writes"].as_u64().unwrap_or(0) > 0).then_some(())
+    });
+    // The agent is held back (backpressure), and the daemon does not spin.
+    let ticks = |pid: i32| -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let f: Vec<u64> = s
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0)
+    };
+    let before = ticks(d.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = ticks(d.pid()) - before;
+    assert!(
+        used < 30,
+        "colibrid used {used} ticks of 100 in a second while its disk failed"
+    );
+    assert_ne!(
+        d.pane(&id)["state"],
+        json!("done"),
+        "the agent waits on its PTY"
+    );
+    assert_eq!(
+        d.request(json!({"cmd":"status"}))["ok"],
+        json!(true),
+        "and everyone else is served"
+    );
 }
