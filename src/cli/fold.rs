@@ -52,6 +52,10 @@ pub fn unwrap_input(input: Vec<u8>) -> Result<Unwrapped, CliError> {
                 out.exit = Some(ExitStatus::Code(i32::try_from(*code).unwrap_or(i32::MAX)));
                 break;
             }
+            Action::Killed(sig) => {
+                out.exit = Some(ExitStatus::Signal(i32::try_from(*sig).unwrap_or(i32::MAX)));
+                break;
+            }
             Action::AwaitInput | Action::Skip => continue,
         };
         // A raw text may hold several lines; each counts where the pane
@@ -90,6 +94,21 @@ pub fn fold_input(
 mod tests {
     use super::*;
     use crate::core::state::AgentState;
+
+    #[test]
+    fn a_session_log_folds_to_the_state_the_daemon_had() {
+        let log = concat!(
+            "{\"ts\":\"2026-11-21T10:00:00.000Z\",\"pane\":\"p\",\"colibri\":\"attach\",\"agent\":\"pi\",\"runtime\":\"pi\",\"name\":null,\"cwd\":null,\"argv\":[\"pi\"],\"generation\":0}\n",
+            "{\"ts\":\"2026-11-21T10:00:01.000Z\",\"pane\":\"p\",\"ev\":{\"type\":\"agent_start\"}}\n",
+            "{\"ts\":\"2026-11-21T10:00:01.500Z\",\"pane\":\"p\",\"raw\":\"warning: something\"}\n",
+            "{\"ts\":\"2026-11-21T10:00:02.000Z\",\"pane\":\"p\",\"colibri\":\"exit\",\"state\":\"error\",\"signal\":9}\n",
+        );
+        let r = fold_input(log.as_bytes().to_vec(), None, 1 << 20).expect("folds");
+        assert_eq!(r.state, AgentState::Error);
+        assert_eq!(r.exit.and_then(|e| e.signal), Some(9));
+        assert_eq!(r.counters.events, 1);
+        assert_eq!(r.counters.malformed, 1);
+    }
 
     #[test]
     fn a_recording_folds_like_its_stream_with_file_line_numbers() {

@@ -32,6 +32,11 @@ struct Line<'a> {
     colibri: Option<&'a RawValue>,
     #[serde(default)]
     oversize: Option<u64>,
+    /// A session log's `exit` record: the agent's exit code or signal.
+    #[serde(default)]
+    code: Option<i64>,
+    #[serde(default)]
+    signal: Option<i64>,
 }
 
 /// What one recording line asks for.
@@ -45,6 +50,8 @@ pub enum Action<'a> {
     AwaitInput,
     /// Stop with this exit code.
     Exit(i64),
+    /// A session log's record of the agent killed by this signal.
+    Killed(i64),
     /// A timed line with nothing to replay (a session log's own records).
     Skip,
 }
@@ -71,7 +78,10 @@ pub fn is_recording_line(line: &[u8]) -> bool {
                 && (l.ev.is_some()
                     || l.raw.is_some()
                     || l.await_input.is_some()
-                    || l.exit.is_some())
+                    || l.exit.is_some()
+                    // A session log opens with the daemon's own records.
+                    || l.colibri.is_some()
+                    || l.oversize.is_some())
         }
         Err(_) => false,
     }
@@ -102,6 +112,13 @@ impl Clock {
             Action::AwaitInput
         } else if let Some(code) = l.exit {
             Action::Exit(code)
+        } else if l.colibri.map(RawValue::get) == Some("\"exit\"") {
+            // The daemon logged how the agent ended.
+            match (l.code, l.signal) {
+                (Some(code), _) => Action::Exit(code),
+                (None, Some(sig)) => Action::Killed(sig),
+                (None, None) => Action::Skip,
+            }
         } else if l.colibri.is_some() || l.oversize.is_some() || l.await_input == Some(false) {
             Action::Skip
         } else {

@@ -77,6 +77,8 @@ pub fn replay(
                 player.shift += waited.elapsed();
             }
             Action::Exit(code) => return Ok(recording::exit_code(code)),
+            // As a shell reports a death by signal.
+            Action::Killed(sig) => return Ok(recording::exit_code(128 + sig)),
             Action::Skip => {}
         }
     }

@@ -35,6 +35,28 @@ fn every_line_is_logged_with_its_arrival_time() {
     assert!(lines
         .iter()
         .any(|l| l["colibri"] == json!("exit") && l["code"] == json!(0)));
+    // Folding the log offline gives what the daemon computed live.
+    let path = d.state.join("sessions").join("log-1.jsonl");
+    let out = std::process::Command::new(COLIBRI)
+        .arg("fold")
+        .arg("--json")
+        .arg(&path)
+        .output()
+        .expect("fold");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("fold json");
+    let live = d.pane(&id);
+    assert_eq!(report["state"], live["state"]);
+    assert_eq!(report["counters"]["events"], live["counters"]["events"]);
+    assert_eq!(
+        report["counters"]["malformed"],
+        live["counters"]["malformed"]
+    );
+    assert_eq!(report["exit"], live["exit"]);
 }
 
 #[test]
