@@ -127,6 +127,32 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// A pane's daemon state before its first process starts.
+    pub fn new(
+        pane_id: String,
+        session: String,
+        jail: Option<String>,
+        recipe: Option<Recipe>,
+        restart: RestartState,
+    ) -> Agent {
+        Agent {
+            pane_id,
+            session,
+            jail,
+            generation: 0,
+            recipe,
+            restart,
+            proc: None,
+            timer: None,
+            timer_mode: TimerMode::Disarmed,
+            timer_due: None,
+            stalled_at_quiet: None,
+            stopped_by: None,
+            paused: false,
+            runtime_indexed: false,
+        }
+    }
+
     pub fn running_pid(&self) -> Option<Pid> {
         self.proc
             .as_ref()

@@ -408,27 +408,19 @@ impl Daemon {
             let shown_cwd = cwd.clone().or_else(|| std::env::current_dir().ok());
             p.set_cwd(shown_cwd.map(|c| c.display().to_string()));
         }
-        self.agents.push(Agent {
-            pane_id: pane_id.clone(),
-            session: session.clone(),
-            jail: a.jail.clone(),
-            generation: 0,
-            recipe: Some(recipe.clone()),
-            restart: RestartState {
-                policy,
-                max: a.max_restarts.unwrap_or(self.settings.max_restarts),
-                attempts: 0,
-                next_at: None,
-            },
-            proc: None,
-            timer: None,
-            timer_mode: TimerMode::Disarmed,
-            timer_due: None,
-            stalled_at_quiet: None,
-            stopped_by: None,
-            paused: false,
-            runtime_indexed: false,
-        });
+        let restart = RestartState {
+            policy,
+            max: a.max_restarts.unwrap_or(self.settings.max_restarts),
+            attempts: 0,
+            next_at: None,
+        };
+        self.agents.push(Agent::new(
+            pane_id.clone(),
+            session.clone(),
+            a.jail.clone(),
+            Some(recipe.clone()),
+            restart,
+        ));
         let cwd_s = cwd.as_ref().map(|c| c.display().to_string());
         self.store.ensure_session(
             &session,
@@ -720,27 +712,21 @@ impl Daemon {
                 a.generation = rp.generation;
                 a.session = rp.session.clone();
             } else {
-                self.agents.push(Agent {
-                    pane_id: rp.pane.clone(),
-                    session: rp.session.clone(),
-                    jail: rp.jail.clone(),
-                    generation: rp.generation,
-                    recipe: None,
-                    restart: RestartState {
+                let mut agent = Agent::new(
+                    rp.pane.clone(),
+                    rp.session.clone(),
+                    rp.jail.clone(),
+                    None,
+                    RestartState {
                         policy: RestartPolicy::Never,
                         max: 0,
                         attempts: 0,
                         next_at: None,
                     },
-                    proc: None,
-                    timer: None,
-                    timer_mode: TimerMode::Disarmed,
-                    timer_due: None,
-                    stalled_at_quiet: None,
-                    stopped_by: None,
-                    paused: false,
-                    runtime_indexed: true,
-                });
+                );
+                agent.generation = rp.generation;
+                agent.runtime_indexed = true;
+                self.agents.push(agent);
             }
             let Some(pane) = self.sup.get_mut(key) else {
                 continue;

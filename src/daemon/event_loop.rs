@@ -782,21 +782,17 @@ impl Daemon {
         };
         pane.count_bytes(n);
         let turns_before = pane.turns();
-        let store = &mut self.store;
-        let out = &mut self.transitions;
-        let session = agent.session.as_str();
-        let pane_id = agent.pane_id.as_str();
-        let max_line = proc_.framer.max_line() as u64;
+        let mut sink = LineSink {
+            max_line: proc_.framer.max_line() as u64,
+            store: &mut self.store,
+            session: &agent.session,
+            pane_id: &agent.pane_id,
+            pane,
+            out: &mut self.transitions,
+            t,
+        };
         proc_.framer.feed(&self.read_buf[..n], |frame| {
-            log_frame(
-                store,
-                session,
-                pane_id,
-                pane.ingest_frame(frame, t, out),
-                frame,
-                max_line,
-                t,
-            );
+            sink.take(frame);
         });
         for _ in turns_before..pane.turns() {
             self.store.note_turn(&agent.session);
@@ -816,16 +812,16 @@ impl Daemon {
         } else {
             Frame::Line(line)
         };
-        let kind = pane.ingest_frame(frame, t, &mut self.transitions);
-        log_frame(
-            &mut self.store,
-            &agent.session,
-            &agent.pane_id,
-            kind,
-            frame,
-            self.settings.max_line as u64,
+        let kind = LineSink {
+            max_line: self.settings.max_line as u64,
+            store: &mut self.store,
+            session: &agent.session,
+            pane_id: &agent.pane_id,
+            pane: &mut *pane,
+            out: &mut self.transitions,
             t,
-        );
+        }
+        .take(frame);
         if pane.turns() > turns_before {
             self.store.note_turn(&agent.session);
         }
@@ -1171,20 +1167,17 @@ impl Daemon {
             return;
         };
         // A last line without a newline is still a line.
-        let store = &mut self.store;
-        let out = &mut self.transitions;
-        let (session, pane_id) = (agent.session.as_str(), agent.pane_id.as_str());
-        let max_line = proc_.framer.max_line() as u64;
+        let mut sink = LineSink {
+            max_line: proc_.framer.max_line() as u64,
+            store: &mut self.store,
+            session: &agent.session,
+            pane_id: &agent.pane_id,
+            pane: &mut *pane,
+            out: &mut self.transitions,
+            t,
+        };
         proc_.framer.finish(|frame| {
-            log_frame(
-                store,
-                session,
-                pane_id,
-                pane.ingest_frame(frame, t, out),
-                frame,
-                max_line,
-                t,
-            );
+            sink.take(frame);
         });
         pane.exited(status, t, &mut self.transitions);
         if agent.paused {
@@ -1690,21 +1683,28 @@ impl Daemon {
     }
 }
 
-/// Appends one framed line to its session log, as the pane classified it.
-fn log_frame(
-    store: &mut SessionStore,
-    session: &str,
-    pane: &str,
-    kind: LineKind,
-    frame: Frame<'_>,
+/// Where a framed line goes: into the pane (which classifies it), then into
+/// its session log as the pane classified it.
+struct LineSink<'a> {
+    store: &'a mut SessionStore,
+    session: &'a str,
+    pane_id: &'a str,
+    pane: &'a mut crate::core::pane::Pane,
+    out: &'a mut Vec<Transition>,
     max_line: u64,
     t: Timestamp,
-) {
-    let rec = match (kind, frame) {
-        (LineKind::Event, Frame::Line(l)) => LineRecord::Event(l),
-        (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),
-        (LineKind::Oversize, _) | (_, Frame::Oversize) => LineRecord::Oversize(max_line),
-        (LineKind::Blank, _) => return,
-    };
-    store.append(session, pane, rec, t);
+}
+
+impl LineSink<'_> {
+    fn take(&mut self, frame: Frame<'_>) -> LineKind {
+        let kind = self.pane.ingest_frame(frame, self.t, self.out);
+        let rec = match (kind, frame) {
+            (LineKind::Event, Frame::Line(l)) => LineRecord::Event(l),
+            (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),
+            (LineKind::Oversize, _) | (_, Frame::Oversize) => LineRecord::Oversize(self.max_line),
+            (LineKind::Blank, _) => return kind,
+        };
+        self.store.append(self.session, self.pane_id, rec, self.t);
+        kind
+    }
 }
