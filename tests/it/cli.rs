@@ -1,3 +1,6 @@
+//! The operator CLI against the real daemon, SIGHUP reload, devd's resume
+//! hint, the demo, and own-jail scope.
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 

@@ -1,3 +1,6 @@
+//! The glasspane contract: its example lines verbatim, the v1 snapshot's
+//! exact shape, the reply envelope and request errors.
+
 use serde_json::{json, Value};
 
 use crate::support::*;

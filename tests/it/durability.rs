@@ -1,3 +1,6 @@
+//! Nothing lost: every line in its session log, recovery after SIGKILL,
+//! syslog alerts, configuration errors.
+
 use std::time::Duration;
 
 use serde_json::{json, Value};

@@ -1,3 +1,6 @@
+//! Agent processes from spawn to exit: statuses, whole-tree kills, stalls,
+//! pause, restarts, signals, reaping, and an orderly SIGTERM.
+
 use std::time::{Duration, Instant};
 
 use serde_json::json;

@@ -1,3 +1,7 @@
+//! Bad input and bad neighbours: oversize and malformed lines, clients that
+//! never read, floods, failing disks, 200 agents, jail-socket scope, the
+//! connection cap.
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
