@@ -256,3 +256,42 @@ fn a_jail_socket_sees_and_feeds_only_its_own_jails_panes() {
         "the host pane's events are not shown: {ev}"
     );
 }
+
+#[test]
+fn colibri_hook_forwards_claude_hook_input_for_its_pane() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(&["/bin/sh", "-c", "sleep 30"], json!({"runtime":"claude"}));
+    let mut hook = Command::new(COLIBRI)
+        .args(["hook", "Notification"])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .env("COLIBRI_PANE_ID", &id)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("hook");
+    {
+        use std::io::Write;
+        let mut stdin = hook.stdin.take().expect("stdin");
+        stdin
+            .write_all(br#"{"session_id":"s1","cwd":"/w","hook_event_name":"Notification","message":"Claude needs your permission to use Bash","notification_type":"permission_prompt"}"#)
+            .expect("write");
+    }
+    let out = hook.wait_with_output().expect("hook exits");
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "a hook prints nothing on stdout");
+    let p = d.wait_state(&id, "blocked");
+    assert_eq!(
+        p["blocked_reason"],
+        json!("Claude needs your permission to use Bash")
+    );
+    // Without a reachable daemon the hook still exits 0: it must never
+    // disturb the agent it runs for.
+    let out = Command::new(COLIBRI)
+        .args(["hook", "Stop"])
+        .env("COLIBRI_SOCKET", d.path("nowhere.sock"))
+        .env("COLIBRI_PANE_ID", &id)
+        .stdin(Stdio::null())
+        .output()
+        .expect("hook");
+    assert!(out.status.success());
+}
