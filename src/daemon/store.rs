@@ -169,11 +169,23 @@ pub struct CompactReport {
     pub dropped_lines: u64,
 }
 
-/// One rotation attempted by [`SessionStore::heartbeat`].
+/// One rotation started by [`SessionStore::heartbeat`], ended.
 #[derive(Debug)]
 pub struct RotationDone {
     pub session: String,
     pub outcome: Result<CompactReport, StoreError>,
+}
+
+/// What one [`SessionStore::compaction_step`] did.
+#[derive(Debug)]
+pub enum CompactionProgress {
+    /// The rotation goes on: call again at the next wakeup.
+    Working { read_bytes: usize },
+    /// The rotation ended (the log replaced, left as it was, or failed).
+    Done {
+        read_bytes: usize,
+        rotation: RotationDone,
+    },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -470,6 +482,8 @@ pub struct SessionStore {
     last_now: Timestamp,
     heartbeats: u64,
     classifier: Option<Box<Classifier>>,
+    /// The rotation in progress, if any: `(session, job)`.
+    rotation: Option<(usize, compact::Job)>,
 }
 
 impl std::fmt::Debug for SessionStore {
@@ -547,6 +561,7 @@ impl SessionStore {
             last_now: Timestamp::default(),
             heartbeats: 0,
             classifier: None,
+            rotation: None,
         };
         let mut rb = scan::RecoveryBuilder::new(RECOVERY_EVENT_CAP);
         let mut loaded: Vec<Session> = Vec::new();
@@ -866,37 +881,22 @@ impl SessionStore {
         first.map_or(Ok(()), Err)
     }
 
-    /// The session_rotation tick: compacts at most one log that grew
-    /// `rotate_bytes` (or `rotate_turns`) past its last rotation, the one
-    /// furthest past, then writes the index if anything changed.
-    pub fn heartbeat(&mut self, now: Timestamp) -> Vec<RotationDone> {
+    /// The session_rotation tick: unless a rotation is already running,
+    /// starts one for the log that grew furthest past `rotate_bytes` (or
+    /// `rotate_turns`) since its last rotation, and returns its session.
+    /// The work itself is done by [`SessionStore::compaction_step`]. Then
+    /// writes the index if anything changed.
+    pub fn heartbeat(&mut self, now: Timestamp) -> Option<String> {
         self.note_now(now);
         self.heartbeats += 1;
-        let mut done = Vec::new();
-        if let Some(i) = self.due_for_rotation() {
-            let classifier = self.classifier.take();
-            let outcome = match &classifier {
-                Some(c) => self.compact_index(i, &**c),
-                None => self.compact_index(i, &keep_all),
-            };
-            self.classifier = classifier;
-            let s = &mut self.sessions[i];
-            match &outcome {
-                Ok(_) => {
-                    s.rotate_base_bytes = s.meta.bytes;
-                    s.rotate_base_turns = s.meta.turn_count;
-                }
-                Err(e) => {
-                    s.rotate_retry_at = self.heartbeats + ROTATE_RETRY_HEARTBEATS;
-                    let msg = format!("rotating session {}: {e}", s.meta.id);
-                    self.record_error(msg);
-                }
+        let mut started = None;
+        if self.rotation.is_none() {
+            if let Some(i) = self.due_for_rotation() {
+                let s = &self.sessions[i];
+                let job = compact::Job::new(&s.path, s.meta.runtime.as_deref(), self.last_now);
+                started = Some(s.meta.id.clone());
+                self.rotation = Some((i, job));
             }
-            self.index_dirty = true;
-            done.push(RotationDone {
-                session: self.sessions[i].meta.id.clone(),
-                outcome,
-            });
         }
         if self.index_dirty {
             if let Err(e) = self.write_index() {
@@ -906,7 +906,58 @@ impl SessionStore {
                 ));
             }
         }
-        done
+        started
+    }
+
+    /// True while a rotation is running: the daemon calls
+    /// [`SessionStore::compaction_step`] every wakeup and polls without
+    /// sleeping until it turns false.
+    pub fn compaction_active(&self) -> bool {
+        self.rotation.is_some()
+    }
+
+    /// Advances the running rotation by at most `budget_bytes` of log
+    /// reads (and the writes they imply). `None` if no rotation is running.
+    ///
+    /// The log keeps receiving appends meanwhile; the last steps copy them
+    /// to the new file, and the step that renames it over the log also
+    /// closes the session's fd, so the next write goes to the new file.
+    pub fn compaction_step(&mut self, budget_bytes: usize) -> Option<CompactionProgress> {
+        let (i, job) = self.rotation.as_mut()?;
+        let i = *i;
+        let step = match &self.classifier {
+            Some(c) => job.step(budget_bytes, &**c, &mut self.ts),
+            None => job.step(budget_bytes, &keep_all, &mut self.ts),
+        };
+        let (read_bytes, outcome) = match step {
+            Ok(compact::Step::Working { read }) => {
+                return Some(CompactionProgress::Working { read_bytes: read });
+            }
+            Ok(compact::Step::Finished { read, done }) => (read, Ok(done)),
+            Err(e) => (0, Err(e)),
+        };
+        let (_, job) = self.rotation.take()?;
+        let outcome = self.finish_compaction(i, &job, outcome);
+        let s = &mut self.sessions[i];
+        match &outcome {
+            Ok(_) => {
+                s.rotate_base_bytes = s.meta.bytes;
+                s.rotate_base_turns = s.meta.turn_count;
+            }
+            Err(e) => {
+                s.rotate_retry_at = self.heartbeats + ROTATE_RETRY_HEARTBEATS;
+                let msg = format!("rotating session {}: {e}", s.meta.id);
+                self.record_error(msg);
+            }
+        }
+        self.index_dirty = true;
+        Some(CompactionProgress::Done {
+            read_bytes,
+            rotation: RotationDone {
+                session: self.sessions[i].meta.id.clone(),
+                outcome,
+            },
+        })
     }
 
     /// Sessions in creation order.
@@ -1137,6 +1188,8 @@ impl SessionStore {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.rotate_retry_at <= self.heartbeats)
+            // A torn tail is cut by the next write; rotate after that.
+            .filter(|(_, s)| s.repair.is_none())
             .filter(|(_, s)| {
                 (rb > 0 && s.meta.bytes >= s.rotate_base_bytes.saturating_add(rb))
                     || (rt > 0 && s.meta.turn_count >= s.rotate_base_turns.saturating_add(rt))
@@ -1145,6 +1198,9 @@ impl SessionStore {
             .map(|(i, _)| i)
     }
 
+    /// compact-session: the whole job in one call. A rotation of the same
+    /// session is abandoned first (its offsets would not survive the
+    /// rewrite); the next heartbeat starts it again if still due.
     fn compact_index(
         &mut self,
         i: usize,
@@ -1155,30 +1211,46 @@ impl SessionStore {
                 return Err(StoreError::io("flush", &self.sessions[i].path, e));
             }
         }
-        // The log is about to be replaced; a cached fd would keep appending
-        // to the old inode.
+        if self.rotation.as_ref().is_some_and(|(r, _)| *r == i) {
+            if let Some((_, mut job)) = self.rotation.take() {
+                job.abandon();
+            }
+        }
+        let s = &self.sessions[i];
+        let mut job = compact::Job::new(&s.path, s.meta.runtime.as_deref(), self.last_now);
+        let outcome = loop {
+            match job.step(usize::MAX, classify, &mut self.ts) {
+                Ok(compact::Step::Working { .. }) => {}
+                Ok(compact::Step::Finished { done, .. }) => break Ok(done),
+                Err(e) => break Err(e),
+            }
+        };
+        self.finish_compaction(i, &job, outcome)
+    }
+
+    /// Applies the end of a compaction job to session `i`: after a rewrite
+    /// the cached fd (still on the old inode) is closed, the metadata
+    /// updated and the directory fsynced.
+    fn finish_compaction(
+        &mut self,
+        i: usize,
+        job: &compact::Job,
+        outcome: io::Result<compact::Compacted>,
+    ) -> Result<CompactReport, StoreError> {
+        let path = self.sessions[i].path.clone();
+        let done = outcome.map_err(|e| StoreError::io("compact", &path, e))?;
+        if !done.rewritten {
+            return Ok(done.report);
+        }
         self.fds.close(i);
         let s = &mut self.sessions[i];
-        if !s.path.exists() {
-            return Ok(CompactReport::default());
-        }
-        let mut tmp = s.path.clone().into_os_string();
-        tmp.push(COMPACT_SUFFIX);
-        let tmp = PathBuf::from(tmp);
-        let done = compact::compact_log(
-            &s.path,
-            &tmp,
-            s.meta.runtime.as_deref(),
-            classify,
-            &mut self.ts,
-            self.last_now,
-        )
-        .map_err(|e| StoreError::io("compact", &s.path, e))?;
-        if done.rewritten {
-            s.meta.bytes = done.report.after_bytes;
-            s.meta.rotated += 1;
-            s.unsynced = false;
-            self.index_dirty = true;
+        s.meta.bytes = done.report.after_bytes;
+        s.meta.rotated += 1;
+        // The new file was fsynced whole, the tail included.
+        s.unsynced = false;
+        self.index_dirty = true;
+        if let Some(dir) = job.dir() {
+            compact::sync_dir(dir).map_err(|e| StoreError::io("fsync", dir, e))?;
         }
         Ok(done.report)
     }

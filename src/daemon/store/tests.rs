@@ -527,6 +527,197 @@ fn leftovers_of_interrupted_compaction_and_index_writes_are_ignored() {
     assert_eq!(rec.panes[0].events.len(), 1);
 }
 
+/// Steps the running rotation to its end; returns it and the number of
+/// steps taken. Every step reads at most `budget` bytes.
+fn finish_rotation(store: &mut SessionStore, budget: usize) -> (RotationDone, usize) {
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        match store
+            .compaction_step(budget)
+            .expect("a rotation is running")
+        {
+            CompactionProgress::Working { read_bytes } => {
+                assert!(read_bytes <= budget, "step read {read_bytes} > {budget}");
+                assert!(read_bytes > 0, "every step makes progress");
+            }
+            CompactionProgress::Done {
+                read_bytes,
+                rotation,
+            } => {
+                assert!(read_bytes <= budget, "step read {read_bytes} > {budget}");
+                return (rotation, steps);
+            }
+        }
+    }
+}
+
+/// Two panes with their own runtimes, an earlier marker, a corrupt line,
+/// finished and unfinished turns: what both compactions get.
+fn rotation_fixture(cfg: &StoreConfig) {
+    fs::create_dir_all(&cfg.dir).expect("mkdir");
+    let mut log = Vec::new();
+    log.extend_from_slice(
+        b"{\"ts\":\"2026-05-27T12:00:00.000Z\",\"pane\":\"\",\"colibri\":\"compacted\",\"dropped\":7}\n",
+    );
+    log.extend_from_slice(b"garbage {\n");
+    fs::write(log_path(cfg, "s1"), &log).expect("write log");
+    let (mut store, _) = open(cfg);
+    let argv = vec!["pi".to_string()];
+    store.attach("s1", &attach_rec("a", &argv), at(0));
+    store.attach("s1", &attach_rec("b", &argv), at(0));
+    for n in 0..300 {
+        let pane = if n % 3 == 0 { "b" } else { "a" };
+        let kind = match n % 17 {
+            16 => "turn_end",
+            5 => "tool",
+            _ => "delta",
+        };
+        store.append("s1", pane, LineRecord::Event(&ev(kind, n)), at(1 + n));
+    }
+    store.append("s1", "a", LineRecord::Event(&ev("delta", 999)), at(400));
+    drain(&mut store);
+}
+
+#[test]
+fn rotation_in_small_steps_matches_synchronous_compaction() {
+    let sync_dir = tempfile::tempdir().expect("tempdir");
+    let sync_cfg = config(sync_dir.path());
+    rotation_fixture(&sync_cfg);
+    let (mut store, _) = open(&sync_cfg);
+    store.heartbeat(at(1000));
+    let want = store.compact("s1", &classify).expect("compacts");
+    assert!(want.dropped_lines > 100, "{want:?}");
+    let want_log = fs::read(log_path(&sync_cfg, "s1")).expect("log");
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.rotate_bytes = 1000;
+    rotation_fixture(&cfg);
+    let (mut store, _) = open(&cfg);
+    store.set_classifier(Box::new(classify));
+    assert_eq!(store.heartbeat(at(1000)).as_deref(), Some("s1"));
+    let budget = 200;
+    let (done, steps) = finish_rotation(&mut store, budget);
+    let report = done.outcome.expect("rotation succeeded");
+    assert_eq!(report, want);
+    // Two passes over the log, `budget` bytes at a time.
+    assert!(
+        steps as u64 >= 2 * want.before_bytes / budget as u64,
+        "{steps} steps"
+    );
+    assert_eq!(fs::read(log_path(&cfg, "s1")).expect("log"), want_log);
+    assert!(!cfg.dir.join("s1.jsonl.compact.new").exists());
+    let meta = store.get("s1").expect("s1");
+    assert_eq!(meta.bytes, want.after_bytes);
+    assert_eq!(meta.rotated, 2, "the fixture's marker counts as one");
+    assert!(store.compaction_step(budget).is_none(), "no job left");
+}
+
+#[test]
+fn appends_during_a_rotation_all_survive_in_order() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.rotate_bytes = 1000;
+    let (mut store, _) = open(&cfg);
+    store.set_classifier(Box::new(classify));
+    for n in 0..100 {
+        store.append("s1", "p", LineRecord::Event(&ev("delta", n)), at(n));
+    }
+    store.append("s1", "p", LineRecord::Event(&ev("turn_end", 100)), at(100));
+    drain(&mut store);
+    assert_eq!(store.heartbeat(at(101)).as_deref(), Some("s1"));
+    // One append per step, deltas included: the tail is copied verbatim.
+    let mut n = 200;
+    let done = loop {
+        store.append("s1", "p", LineRecord::Event(&ev("delta", n)), at(n));
+        n += 1;
+        // A flush budget smaller than the step's, as in the daemon.
+        store.flush(60);
+        match store.compaction_step(120).expect("running") {
+            CompactionProgress::Working { .. } => {}
+            CompactionProgress::Done { rotation, .. } => break rotation,
+        }
+        assert!(n < 10_000, "the tail copy catches up");
+    };
+    let report = done.outcome.expect("rotation succeeded");
+    assert_eq!(report.dropped_lines, 100);
+    for k in 0..3 {
+        store.append("s1", "p", LineRecord::Event(&ev("delta", n + k)), at(n));
+    }
+    drain(&mut store);
+    let appended: Vec<String> = (200..n + 3).map(|k| format!("delta{k}")).collect();
+    let mut want = vec!["turn_end100".to_string()];
+    want.extend(appended);
+    let path = log_path(&cfg, "s1");
+    let lines = parsed_lines(&path);
+    assert_eq!(lines[0]["colibri"], "compacted");
+    assert_eq!(ev_types(&lines, "p"), want);
+    assert_eq!(
+        store.get("s1").expect("s1").bytes,
+        fs::metadata(&path).expect("stat").len()
+    );
+    store.sync().expect("sync");
+    drop(store);
+    let (_, rec) = open(&cfg);
+    assert_eq!(rec.corrupt_lines, 0);
+    assert_eq!(rec.panes[0].events.len(), want.len());
+}
+
+#[test]
+fn a_crash_mid_rotation_leaves_the_log_intact_and_usable() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.rotate_bytes = 1000;
+    let path = log_path(&cfg, "s1");
+    let before = {
+        let (mut store, _) = open(&cfg);
+        store.set_classifier(Box::new(classify));
+        for n in 0..100 {
+            store.append("s1", "p", LineRecord::Event(&ev("delta", n)), at(n));
+        }
+        store.append("s1", "p", LineRecord::Event(&ev("turn_end", 100)), at(100));
+        drain(&mut store);
+        assert!(store.heartbeat(at(101)).is_some());
+        let size = fs::metadata(&path).expect("stat").len() as usize;
+        // Past the scan, into the write pass: the .new file exists.
+        let mut read = 0;
+        while read < size + size / 2 {
+            match store.compaction_step(500).expect("running") {
+                CompactionProgress::Working { read_bytes } => read += read_bytes,
+                CompactionProgress::Done { .. } => panic!("finished too early"),
+            }
+        }
+        assert!(cfg.dir.join("s1.jsonl.compact.new").exists());
+        store.append("s1", "p", LineRecord::Event(&ev("delta", 200)), at(200));
+        drain(&mut store);
+        fs::read(&path).expect("log")
+        // The store is dropped here, mid-job, as in a crash.
+    };
+    let (mut store, rec) = open(&cfg);
+    assert!(rec.problems.is_empty(), "{:?}", rec.problems);
+    assert!(!cfg.dir.join("s1.jsonl.compact.new").exists());
+    assert_eq!(
+        fs::read(&path).expect("log"),
+        before,
+        "the log is untouched"
+    );
+    assert_eq!(rec.panes[0].events.len(), 102);
+    store.set_classifier(Box::new(classify));
+    store.append("s1", "p", LineRecord::Event(&ev("tool", 201)), at(201));
+    drain(&mut store);
+    assert!(
+        store.heartbeat(at(300)).is_some(),
+        "due again after the crash"
+    );
+    let (done, _) = finish_rotation(&mut store, 500);
+    assert_eq!(done.outcome.expect("rotation succeeded").dropped_lines, 100);
+    assert_eq!(
+        ev_types(&parsed_lines(&path), "p"),
+        ["turn_end100", "delta200", "tool201"]
+    );
+}
+
 #[test]
 fn heartbeat_rotates_a_log_past_rotate_bytes_once() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -542,10 +733,12 @@ fn heartbeat_rotates_a_log_past_rotate_bytes_once() {
     drain(&mut store);
     let before = store.get("big").expect("big").bytes;
     assert!(before > 2000);
-    let done = store.heartbeat(at(100));
-    assert_eq!(done.len(), 1);
-    assert_eq!(done[0].session, "big");
-    let report = done[0].outcome.as_ref().expect("rotation succeeded");
+    assert_eq!(store.heartbeat(at(100)).as_deref(), Some("big"));
+    assert!(store.compaction_active());
+    let (done, _) = finish_rotation(&mut store, usize::MAX);
+    assert!(!store.compaction_active());
+    assert_eq!(done.session, "big");
+    let report = done.outcome.as_ref().expect("rotation succeeded");
     assert_eq!(report.dropped_lines, 40);
     assert_eq!(report.before_bytes, before);
     let lines = parsed_lines(&log_path(&cfg, "big"));
@@ -557,7 +750,7 @@ fn heartbeat_rotates_a_log_past_rotate_bytes_once() {
     );
     assert_eq!(store.get("big").expect("big").rotated, 1);
     assert!(
-        store.heartbeat(at(200)).is_empty(),
+        store.heartbeat(at(200)).is_none(),
         "not due again until it grows rotate_bytes more"
     );
     // The heartbeat wrote the index.
@@ -575,13 +768,17 @@ fn heartbeat_rotates_on_turns_and_index_keeps_turn_counts() {
     {
         let (mut store, _) = open(&cfg);
         store.append("s1", "p", LineRecord::Event(&ev("turn_start", 1)), at(0));
+        // Rotation does not flush (that is the daemon's per-wakeup flush).
+        drain(&mut store);
         store.note_turn("s1");
         store.note_turn("s1");
-        assert!(store.heartbeat(at(1)).is_empty());
+        assert!(store.heartbeat(at(1)).is_none());
         store.note_turn("s1");
-        assert_eq!(store.heartbeat(at(2)).len(), 1);
+        assert_eq!(store.heartbeat(at(2)).as_deref(), Some("s1"));
+        let (done, _) = finish_rotation(&mut store, usize::MAX);
+        assert!(done.outcome.is_ok());
         store.note_turn("s1");
-        assert!(store.heartbeat(at(3)).is_empty());
+        assert!(store.heartbeat(at(3)).is_none());
     }
     let (store, _) = open(&cfg);
     assert_eq!(store.get("s1").expect("s1").turn_count, 4, "from the index");
