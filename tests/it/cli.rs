@@ -94,6 +94,10 @@ fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
     wait_for(Duration::from_secs(10), "the watcher", || {
         (d.ok(json!({"cmd":"status"}))["watchers"] == json!(1)).then_some(())
     });
+    // Our own watcher too: the snapshot's `stalled` is derived from the clock
+    // and may show a few milliseconds before the stall timer's event does.
+    let mut events = d.client();
+    assert_eq!(events.request(&json!({"cmd":"watch"}))["ok"], json!(true));
     let id = d.spawn(
         &[
             "/bin/sh",
@@ -108,7 +112,12 @@ fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
     // As devd would on resume: the silence so far does not count.
     let hinted = Instant::now();
     assert!(colibri(&d, &["hint", "resume"]).status.success());
-    d.wait_pane(&id, "stalled", |p| p["stalled"] == json!(true));
+    loop {
+        let ev = events.read_line().expect("a watch event");
+        if ev["event"] == json!("stalled") && ev["pane"] == json!(id) {
+            break;
+        }
+    }
     assert!(
         hinted.elapsed() >= Duration::from_millis(950),
         "stalled only a full threshold after the hint ({:?} after start)",
