@@ -789,13 +789,28 @@ impl Validator<'_> {
         let d = raw.daemon;
         let daemon = FileDaemon {
             socket: self.opt(d.socket, "daemon.socket", |v| self.path_value(v))?,
-            socket_mode: self.opt(d.socket_mode, "daemon.socket_mode", |v| match v {
-                RawMode::Text(text) => parse_mode(&text),
-                RawMode::Number(n) => u32::try_from(n)
-                    .ok()
-                    .filter(|n| *n <= 0o777)
-                    .ok_or_else(|| format!("invalid mode {n:#o}: must be at most 0777")),
-            })?,
+            socket_mode: match d.socket_mode {
+                None => None,
+                Some(v) => {
+                    // A bare `socket_mode = 660` is decimal 660 to TOML: a
+                    // silent wrong mode. Integers must be written in octal.
+                    let written = self.text.get(v.span()).unwrap_or("").trim().to_string();
+                    Some(self.one(v, "daemon.socket_mode", |v| {
+                        match v {
+                            RawMode::Text(text) => parse_mode(&text),
+                            RawMode::Number(_) if !written.starts_with("0o") => Err(format!(
+                                "invalid mode {written}: write it in octal, as \"0660\" or 0o660"
+                            )),
+                            RawMode::Number(n) => u32::try_from(n)
+                                .ok()
+                                .filter(|n| *n <= 0o777)
+                                .ok_or_else(|| {
+                                    format!("invalid mode {n:#o}: must be at most 0777")
+                                }),
+                        }
+                    })?)
+                }
+            },
             socket_group: self.opt(d.socket_group, "daemon.socket_group", non_empty)?,
             state_dir: self.opt(d.state_dir, "daemon.state_dir", |v| self.path_value(v))?,
             host: self.opt(d.host, "daemon.host", non_empty)?,
@@ -1631,6 +1646,9 @@ enabled = true
         assert!(parse_mode("0x1ff").is_err());
         let file = parse("[daemon]\nsocket_mode = 0o640\n").expect("toml octal integer");
         assert_eq!(file.daemon.socket_mode, Some(0o640));
+        // A bare integer is decimal to TOML: 660 would silently be 0o1224.
+        let err = parse("[daemon]\nsocket_mode = 660\n").expect_err("a decimal integer is refused");
+        assert!(err.to_string().contains("write it in octal"), "{err}");
     }
 
     #[test]

@@ -263,7 +263,7 @@ fn stream_with_huge_line() -> Vec<u8> {
     s.extend_from_slice(b"{\"type\":\"agent_start\"}\n");
     s.extend_from_slice(b"{\"type\":\"turn_start\"}\n");
     s.extend_from_slice(br#"{"type":"message_update","message":{"role":"assistant","content":[{"type":"text","text":""#);
-    s.extend(std::iter::repeat(b'x').take(3 << 20));
+    s.extend(std::iter::repeat_n(b'x', 3 << 20));
     s.extend_from_slice(br#""}]},"assistantMessageEvent":{"type":"text_delta","delta":"x"}}"#);
     s.push(b'\n');
     s.extend_from_slice(br#"{"type":"message_end","message":{"role":"assistant","usage":{"input":100,"output":20,"cacheRead":0,"cacheWrite":0,"cost":{"total":0.01}},"stopReason":"stop"}}"#);

@@ -50,7 +50,7 @@ impl Table {
                 } else {
                     let pad = widths[i] - c.chars().count();
                     line.push_str(c);
-                    line.extend(std::iter::repeat(' ').take(pad + 2));
+                    line.extend(std::iter::repeat_n(' ', pad + 2));
                 }
             }
             out.push_str(line.trim_end());

@@ -35,8 +35,15 @@ impl Timestamp {
     /// RFC 3339 in UTC with exactly three fractional digits, e.g.
     /// `2026-05-27T12:00:00.123Z`, as `clawdie.glasspane.snapshot.v1` requires.
     pub fn to_rfc3339(self) -> String {
-        humantime::format_rfc3339_millis(self.to_system()).to_string()
+        // humantime cannot print past year 9999 (and `to_string` would
+        // panic on its error): a far-future time from a config value or a
+        // hand-edited index prints as the last representable instant.
+        let t = Timestamp(self.0.min(Self::MAX_RFC3339.0));
+        humantime::format_rfc3339_millis(t.to_system()).to_string()
     }
+
+    /// 9999-12-31T23:59:59.999Z, the last instant RFC 3339 can spell.
+    pub const MAX_RFC3339: Timestamp = Timestamp(253_402_300_799_999);
 
     /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.
     pub fn since(self, earlier: Timestamp) -> Duration {
@@ -64,6 +71,18 @@ mod tests {
         assert_eq!(
             Timestamp::from_millis(1_779_883_200_123).to_rfc3339(),
             "2026-05-27T12:00:00.123Z"
+        );
+    }
+
+    #[test]
+    fn far_future_clamps_instead_of_panicking() {
+        assert_eq!(
+            Timestamp::from_millis(u64::MAX).to_rfc3339(),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            Timestamp::from_millis(400_000_000_000_000).to_rfc3339(),
+            "9999-12-31T23:59:59.999Z"
         );
     }
 

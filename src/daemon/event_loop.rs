@@ -399,7 +399,7 @@ impl Daemon {
             let blocked: Vec<PaneKey> = self.store_blocked.iter().copied().collect();
             for key in blocked {
                 let session = &self.agents[key.0 as usize].session;
-                if !self.store.over_limit(session) {
+                if !self.store_pending && !self.store.over_limit(session) {
                     self.store_blocked.remove(&key);
                     self.read_pty(key, t);
                 }
@@ -437,9 +437,14 @@ impl Daemon {
                 log_info!("{rotation:?}");
             }
         }
-        let dirty: Vec<usize> = std::mem::take(&mut self.dirty_conns).into_iter().collect();
-        for id in dirty {
-            self.flush_conn(ConnId(id), t);
+        // Until the flush has caught up, no reply or watch event leaves: one
+        // could report a line that a crash would lose. Agents are not read
+        // meanwhile (see `read_pty`), so the log catches up in a few wakeups.
+        if !self.store_pending {
+            let dirty: Vec<usize> = std::mem::take(&mut self.dirty_conns).into_iter().collect();
+            for id in dirty {
+                self.flush_conn(ConnId(id), t);
+            }
         }
         if self.accept_blocked && !self.is_stopping() {
             self.accept_blocked = false;
@@ -743,8 +748,9 @@ impl Daemon {
             let Some(agent) = self.agents.get_mut(k) else {
                 return;
             };
-            if self.store.over_limit(&agent.session) {
-                // Backpressure: the agent waits on its PTY, nothing is lost.
+            if self.store_pending || self.store.over_limit(&agent.session) {
+                // Backpressure: while its log (or the flush) is behind, the
+                // agent waits on its PTY; nothing is lost.
                 self.store_blocked.insert(key);
                 return;
             }

@@ -250,6 +250,8 @@ pub enum StoreError {
     NotFound { id: String },
     #[error("session {id:?}: log is {bytes} bytes, over the {max}-byte limit")]
     TooLarge { id: String, bytes: u64, max: u64 },
+    #[error("{} is in use by another colibrid (its lock is held)", path.display())]
+    Locked { path: PathBuf },
     #[error("{op} {}: {source}", path.display())]
     Io {
         op: &'static str,
@@ -440,8 +442,34 @@ fn open_log(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Writes `bytes` to `dir/name` atomically: `name.new`, fsync, rename,
-/// fsync of the directory.
+/// Takes the directory's lock file (`.lock`) without waiting.
+fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, StoreError> {
+    let path = dir.join(".lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| StoreError::io("open", &path, e))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| {
+            if errno == nix::errno::Errno::EWOULDBLOCK {
+                StoreError::Locked {
+                    path: dir.to_path_buf(),
+                }
+            } else {
+                StoreError::io("lock", &path, errno.into())
+            }
+        },
+    )
+}
+
+/// Writes the index to `dir/name` atomically: `tmp_name`, then rename.
+/// Readers never see a torn index. It is not fsynced: the index is a cache
+/// the logs can rebuild (a corrupt or stale one is ignored at open), and two
+/// fsyncs on every heartbeat with activity would block the loop for nothing.
 fn write_atomic(dir: &Path, name: &str, tmp_name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = dir.join(tmp_name);
     let result = (|| {
@@ -452,15 +480,13 @@ fn write_atomic(dir: &Path, name: &str, tmp_name: &str, bytes: &[u8]) -> io::Res
             .mode(LOG_MODE)
             .custom_flags(libc::O_CLOEXEC)
             .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
+        f.write_all(bytes)
     })();
     if let Err(e) = result {
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
-    fs::rename(&tmp, dir.join(name))?;
-    compact::sync_dir(dir)
+    fs::rename(&tmp, dir.join(name))
 }
 
 fn keep_all(_: Option<&str>, _: &[u8]) -> LineClass {
@@ -469,6 +495,9 @@ fn keep_all(_: Option<&str>, _: &[u8]) -> LineClass {
 
 /// The durable session logs and their index. See the module docs.
 pub struct SessionStore {
+    /// Held for the store's life: two daemons on one state dir would fail
+    /// each other's live panes at recovery and interleave the index.
+    _lock: nix::fcntl::Flock<File>,
     cfg: StoreConfig,
     sessions: Vec<Session>,
     by_id: HashMap<String, usize>,
@@ -506,6 +535,7 @@ impl SessionStore {
             .mode(DIR_MODE)
             .create(&cfg.dir)
             .map_err(|e| StoreError::io("create", &cfg.dir, e))?;
+        let lock = lock_dir(&cfg.dir)?;
         let mut recovery = Recovery::default();
         let mut logs: Vec<(String, PathBuf)> = Vec::new();
         for entry in
@@ -546,6 +576,7 @@ impl SessionStore {
         }
 
         let mut store = SessionStore {
+            _lock: lock,
             cfg,
             sessions: Vec::new(),
             by_id: HashMap::new(),

@@ -176,3 +176,32 @@ fn check_config_names_the_file_line_and_key() {
     );
     let _ = Duration::ZERO;
 }
+
+#[test]
+fn no_reply_reports_a_line_before_its_log_holds_it() {
+    // A small flush budget leaves the log behind during a burst; a reply to
+    // `emit` (which reports the emitted line) must still wait for the log.
+    let mut d = Colibrid::start(&[]);
+    let cfg = d.path("small-flush.toml");
+    std::fs::write(&cfg, "[sessions]\nflush_budget = 65536\n").expect("cfg");
+    d.terminate();
+    d.args = vec!["--config".into(), cfg.display().to_string()];
+    d.launch();
+    let id = d.spawn(
+        &["/bin/sh", "-c", "yes '{\"type\":\"message_update\",\"assistantMessageEvent\":{\"type\":\"text_delta\",\"delta\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}' | head -n 200000; sleep 60"],
+        json!({"session_id":"burst","runtime":"pi"}),
+    );
+    d.wait_pane(&id, "a burst under way", |p| {
+        p["counters"]["events"].as_u64().unwrap_or(0) > 1000
+    });
+    let r = d.ok(json!({"cmd":"emit","agent_id": id, "event":{"type":"marker","n":42}}));
+    assert_eq!(r["accepted"], json!(true));
+    d.crash();
+    let lines = log_lines(&d, "burst");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["ev"] == json!({"type":"marker","n":42})),
+        "the emitted line is in the log once its reply was sent"
+    );
+}

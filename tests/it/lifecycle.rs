@@ -238,6 +238,22 @@ fn a_second_daemon_refuses_a_live_socket_and_replaces_a_stale_one() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Another socket but the same state dir: the lock refuses it.
+    let out = std::process::Command::new(COLIBRID)
+        .arg("--socket")
+        .arg(d.path("second.sock"))
+        .arg("--state-dir")
+        .arg(&d.state)
+        .arg("--no-syslog")
+        .output()
+        .expect("run third daemon");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("in use by another colibrid"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!d.path("second.sock").exists(), "it bound nothing");
     d.crash();
     assert!(d.socket.exists(), "a crash leaves the socket file");
     d.launch();

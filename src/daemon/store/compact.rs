@@ -388,7 +388,7 @@ impl Job {
                     let p = &self.panes[slot];
                     let runtime = p.runtime.as_deref().or(self.default_runtime.as_deref());
                     match classify(runtime, ev.get().as_bytes()) {
-                        LineClass::Delta => !p.last_boundary.is_some_and(|b| at < b),
+                        LineClass::Delta => p.last_boundary.is_none_or(|b| at >= b),
                         LineClass::Boundary | LineClass::Keep => true,
                     }
                 }

@@ -8,8 +8,9 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
+use std::io::Read;
 use std::io::{self, BufRead, BufReader};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -191,6 +192,11 @@ impl PaneSlots<'_> {
     }
 }
 
+/// The longest line read back from a log: a record is at most an agent
+/// line under the 1 MiB default cap (escaped up to 6× when stored as `raw`)
+/// plus its wrapper; anything longer is corrupt and skipped unbuffered.
+const MAX_RECORD_BYTES: u64 = 64 << 20;
+
 /// Scans one log. A record whose `ts` does not parse takes the previous
 /// record's time.
 pub(super) fn scan_log(
@@ -198,7 +204,18 @@ pub(super) fn scan_log(
     session: &str,
     rb: &mut RecoveryBuilder,
 ) -> io::Result<LogSummary> {
-    let file = File::open(path)?;
+    // Not a symlink, not a FIFO (which would block start-up), not a device:
+    // only a regular file is read as a log.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
     let mut reader = BufReader::with_capacity(1 << 16, file);
     let mut sum = LogSummary::default();
     let mut slots = PaneSlots {
@@ -209,9 +226,18 @@ pub(super) fn scan_log(
     let mut offset: u64 = 0;
     loop {
         line.clear();
-        let n = reader.read_until(b'\n', &mut line)?;
+        let n = (&mut reader)
+            .take(MAX_RECORD_BYTES)
+            .read_until(b'\n', &mut line)?;
         if n == 0 {
             break;
+        }
+        if n as u64 == MAX_RECORD_BYTES && line.last() != Some(&b'\n') {
+            // No record is this long: skip to the next line, bounded memory.
+            offset += n as u64 + reader.skip_until(b'\n')? as u64;
+            sum.corrupt_lines += 1;
+            sum.complete_len = offset;
+            continue;
         }
         offset += n as u64;
         let complete = line.last() == Some(&b'\n');

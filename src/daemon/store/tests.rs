@@ -1030,3 +1030,42 @@ fn a_corrupt_middle_line_is_skipped_counted_and_compacted_away() {
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[1]["ev"]["type"], "turn_end");
 }
+
+#[test]
+fn open_skips_fifos_and_symlinks_instead_of_blocking_or_following() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(dir.path());
+    std::fs::create_dir_all(&cfg.dir).expect("dir");
+    // A FIFO would block a plain open for ever; a symlink could point at a
+    // device. Neither is read as a log.
+    nix::unistd::mkfifo(
+        &cfg.dir.join("fifo.jsonl"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .expect("mkfifo");
+    std::os::unix::fs::symlink("/dev/zero", cfg.dir.join("zero.jsonl")).expect("symlink");
+    let (store, recovery) = open(&cfg);
+    assert!(store.list().is_empty(), "neither became a session");
+    assert_eq!(
+        recovery.problems.len(),
+        2,
+        "both reported: {:?}",
+        recovery.problems
+    );
+}
+
+#[test]
+fn a_second_store_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(dir.path());
+    let (first, _) = open(&cfg);
+    match SessionStore::open(cfg.clone()) {
+        Err(StoreError::Locked { .. }) => {}
+        other => panic!("expected Locked, got {:?}", other.map(|_| ())),
+    }
+    drop(first);
+    assert!(
+        SessionStore::open(cfg).is_ok(),
+        "free again once the first is gone"
+    );
+}
