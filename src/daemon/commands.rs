@@ -133,10 +133,10 @@ impl Daemon {
     }
 
     pub(crate) fn snapshot_v1(&self, scope: &Scope, t: Timestamp) -> SnapshotV1 {
-        let stall = self.settings.stall_after;
+        let stall = self.settings.daemon.stall_after;
         SnapshotV1 {
             schema: SNAPSHOT_V1.to_string(),
-            host: self.settings.host.clone(),
+            host: self.settings.daemon.host.clone(),
             observed_at: t.to_rfc3339(),
             panes: self
                 .sup
@@ -148,7 +148,7 @@ impl Daemon {
     }
 
     pub(crate) fn snapshot_v2(&self, scope: &Scope, t: Timestamp) -> SnapshotV2 {
-        let stall = self.settings.stall_after;
+        let stall = self.settings.daemon.stall_after;
         let panes = self
             .sup
             .iter()
@@ -173,7 +173,7 @@ impl Daemon {
             .collect();
         SnapshotV2 {
             schema: SNAPSHOT_V2.to_string(),
-            host: self.settings.host.clone(),
+            host: self.settings.daemon.host.clone(),
             observed_at: t.to_rfc3339(),
             panes,
         }
@@ -186,13 +186,13 @@ impl Daemon {
         for (k, p) in self.sup.iter().filter(|(k, _)| self.visible(scope, *k)) {
             agents += 1;
             *states.entry(p.state().as_str().to_string()).or_default() += 1;
-            if p.is_stalled(t, self.settings.stall_after) {
+            if p.is_stalled(t, self.settings.daemon.stall_after) {
                 stalled += 1;
             }
             let _ = k;
         }
         StatusData {
-            host: self.settings.host.clone(),
+            host: self.settings.daemon.host.clone(),
             os: self.os.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
@@ -234,7 +234,7 @@ impl Daemon {
             },
             states,
             stalled,
-            stall_after_ms: self.settings.stall_after.as_millis() as u64,
+            stall_after_ms: self.settings.daemon.stall_after.as_millis() as u64,
             scope: scope.name(),
             logs: {
                 let h = self.store.health();

@@ -162,7 +162,7 @@ impl Daemon {
         let mut heartbeat = KernelTimer::new(poll.registry(), hb_token)
             .map_err(|e| DaemonError::Os("creating the heartbeat timer", e))?;
         heartbeat
-            .arm_periodic(poll.registry(), settings.heartbeat)
+            .arm_periodic(poll.registry(), settings.daemon.heartbeat)
             .map_err(|e| DaemonError::Os("arming the heartbeat", e))?;
 
         let (mut store, recovery) = SessionStore::open(settings.store.clone())
@@ -191,7 +191,7 @@ impl Daemon {
             );
         }
         let mut d = Daemon {
-            sup: Supervisor::new(settings.max_line),
+            sup: Supervisor::new(settings.daemon.max_line),
             settings,
             poll,
             tokens,
@@ -221,7 +221,7 @@ impl Daemon {
             reloader,
         };
         d.recover(recovery, t0);
-        let operator = d.settings.socket.clone();
+        let operator = d.settings.daemon.socket.clone();
         d.bind(&operator, Scope::Operator)?;
         for (jail, path) in d.settings.jail_sockets.clone() {
             d.bind(&path, Scope::Jail(jail))?;
@@ -230,7 +230,7 @@ impl Daemon {
             "listening on {} ({} jail socket(s)), state in {}",
             operator.display(),
             d.settings.jail_sockets.len(),
-            d.settings.state_dir.display()
+            d.settings.daemon.state_dir.display()
         );
         Ok(d)
     }
@@ -263,7 +263,7 @@ impl Daemon {
             source: e,
         })?;
         let mode = match scope {
-            Scope::Operator => self.settings.socket_mode,
+            Scope::Operator => self.settings.daemon.socket_mode,
             // Jailed agents connect as users of the jail; the listener itself
             // is the authorisation (it is visible only in that jail).
             Scope::Jail(_) => 0o666,
@@ -275,7 +275,7 @@ impl Daemon {
                 source: e,
             }
         })?;
-        if let (Scope::Operator, Some(group)) = (&scope, &self.settings.socket_group) {
+        if let (Scope::Operator, Some(group)) = (&scope, &self.settings.daemon.socket_group) {
             match nix::unistd::Group::from_name(group) {
                 Ok(Some(g)) => {
                     if let Err(e) = nix::unistd::chown(path, None, Some(g.gid)) {
@@ -499,7 +499,7 @@ impl Daemon {
                     return;
                 }
             };
-            if self.conns.len() >= self.settings.max_connections {
+            if self.conns.len() >= self.settings.daemon.max_connections {
                 let line = protocol::err_line(None, "too many connections; try again later");
                 let _ = io::Write::write(&mut stream, &line);
                 continue;
@@ -524,7 +524,12 @@ impl Daemon {
                 self.tokens.remove(token);
                 continue;
             }
-            entry.insert(Conn::new(stream, token, scope, self.settings.max_request));
+            entry.insert(Conn::new(
+                stream,
+                token,
+                scope,
+                self.settings.daemon.max_request,
+            ));
             // Data may have arrived before registration; edge-triggered
             // polling would not report it again.
             self.push_pending(Pending::Conn(id));
@@ -597,7 +602,7 @@ impl Daemon {
                     None,
                     &format!(
                         "request line exceeds {} bytes; closing",
-                        self.settings.max_request
+                        self.settings.daemon.max_request
                     ),
                 );
                 conn.enqueue(Rc::from(line));
@@ -828,13 +833,13 @@ impl Daemon {
         };
         let turns_before = pane.turns();
         pane.count_bytes(line.len() + 1);
-        let frame = if line.len() > self.settings.max_line {
+        let frame = if line.len() > self.settings.daemon.max_line {
             Frame::Oversize
         } else {
             Frame::Line(line)
         };
         let kind = LineSink {
-            max_line: self.settings.max_line as u64,
+            max_line: self.settings.daemon.max_line as u64,
             store: &mut self.store,
             session: &agent.session,
             pane_id: &agent.pane_id,
@@ -944,7 +949,7 @@ impl Daemon {
     /// it, and ends a reported stall once the pane is heard from again.
     /// Events never re-arm a running timer: it is re-armed when it fires.
     pub(crate) fn refresh_stall(&mut self, key: PaneKey, t: Timestamp) {
-        let default = self.settings.stall_after;
+        let default = self.settings.daemon.stall_after;
         let Some(pane) = self.sup.get(key) else {
             return;
         };
@@ -1054,7 +1059,7 @@ impl Daemon {
         let Some(pane) = self.sup.get(key) else {
             return;
         };
-        let Some(deadline) = pane.stall_deadline(self.settings.stall_after) else {
+        let Some(deadline) = pane.stall_deadline(self.settings.daemon.stall_after) else {
             return;
         };
         if t < deadline {
@@ -1367,7 +1372,7 @@ impl Daemon {
         let socket = if jail.is_some() {
             "/var/colibri/colibri.sock".to_string()
         } else {
-            self.settings.socket.display().to_string()
+            self.settings.daemon.socket.display().to_string()
         };
         let mut env = recipe.env.clone();
         if !env.iter().any(|(k, _)| k == "TERM") {
@@ -1424,7 +1429,7 @@ impl Daemon {
             exit_watch,
             exit_token,
             status: None,
-            framer: LineFramer::new(self.settings.max_line),
+            framer: LineFramer::new(self.settings.daemon.max_line),
             input: VecDeque::new(),
             write_interest: false,
         };
@@ -1541,14 +1546,14 @@ impl Daemon {
             Ok(new) => {
                 log_info!("reloaded configuration");
                 self.alerter.reconfigure(new.alert.clone());
-                if new.heartbeat != self.settings.heartbeat {
+                if new.daemon.heartbeat != self.settings.daemon.heartbeat {
                     let _ = self
                         .heartbeat
-                        .arm_periodic(self.poll.registry(), new.heartbeat);
+                        .arm_periodic(self.poll.registry(), new.daemon.heartbeat);
                 }
-                self.settings.stall_after = new.stall_after;
-                self.settings.heartbeat = new.heartbeat;
-                self.settings.shutdown_grace = new.shutdown_grace;
+                self.settings.daemon.stall_after = new.daemon.stall_after;
+                self.settings.daemon.heartbeat = new.daemon.heartbeat;
+                self.settings.daemon.shutdown_grace = new.daemon.shutdown_grace;
                 self.settings.restart_backoff = new.restart_backoff;
                 self.settings.max_restarts = new.max_restarts;
                 self.settings.providers = new.providers;
@@ -1611,7 +1616,10 @@ impl Daemon {
             Ok(mut timer) => {
                 let _ = timer.arm_oneshot(
                     self.poll.registry(),
-                    self.settings.shutdown_grace.max(Duration::from_millis(1)),
+                    self.settings
+                        .daemon
+                        .shutdown_grace
+                        .max(Duration::from_millis(1)),
                 );
                 self.shutdown_timer = Some((timer, token));
             }

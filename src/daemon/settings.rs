@@ -1,4 +1,4 @@
-//! The daemon's effective settings, flattened from `config::Config`.
+//! The daemon's effective settings, taken from `config::Config`.
 //!
 //! The loop reads these fields directly; SIGHUP swaps in a new `Settings`
 //! for the reloadable parts (see `Daemon::reload`).
@@ -7,22 +7,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::config::DaemonSection;
 use crate::daemon::alert::AlertConfig;
 use crate::daemon::store::StoreConfig;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub socket: PathBuf,
-    pub socket_mode: u32,
-    pub socket_group: Option<String>,
-    pub state_dir: PathBuf,
-    pub host: String,
-    pub stall_after: Duration,
-    pub heartbeat: Duration,
-    pub shutdown_grace: Duration,
-    pub max_line: usize,
-    pub max_request: usize,
-    pub max_connections: usize,
+    /// The `[daemon]` section as resolved (flags, environment, file, defaults).
+    pub daemon: DaemonSection,
     pub alert: AlertConfig,
     pub store: StoreConfig,
     pub restart_backoff: Vec<Duration>,
@@ -40,17 +32,7 @@ impl Settings {
     pub fn from_config(cfg: &crate::config::Config) -> Settings {
         let d = &cfg.daemon;
         Settings {
-            socket: d.socket.clone(),
-            socket_mode: d.socket_mode,
-            socket_group: d.socket_group.clone(),
-            state_dir: d.state_dir.clone(),
-            host: d.host.clone(),
-            stall_after: d.stall_after,
-            heartbeat: d.heartbeat,
-            shutdown_grace: d.shutdown_grace,
-            max_line: d.max_line,
-            max_request: d.max_request,
-            max_connections: d.max_connections,
+            daemon: d.clone(),
             alert: cfg.alert_config(),
             store: StoreConfig {
                 dir: d.state_dir.join("sessions"),
