@@ -451,8 +451,7 @@ impl Daemon {
             Err(why) => {
                 let reason = format!("spawn failed: {why}");
                 if let Some(p) = self.sup.get_mut(key) {
-                    let mut out = Vec::new();
-                    p.fail(reason.clone(), t, &mut out);
+                    p.fail(reason.clone(), t, &mut self.transitions);
                 }
                 self.store.exit(
                     &session,
@@ -465,6 +464,7 @@ impl Daemon {
                     },
                     t,
                 );
+                self.after_ingest(key, t);
                 Err(reason)
             }
         }
@@ -489,46 +489,11 @@ impl Daemon {
         agent.stopped_by = Some("killed by operator".into());
         platform::signal_tree(pid, libc::SIGKILL).map_err(|e| format!("kill: {e}"))?;
         // The contract: a forced kill is folded as an error at once.
-        let mut out = Vec::new();
         if let Some(p) = self.sup.get_mut(key) {
-            p.fail("killed by operator".into(), t, &mut out);
+            p.fail("killed by operator".into(), t, &mut self.transitions);
         }
-        self.replay_transitions(key, out, t);
+        self.after_ingest(key, t);
         Ok(json!({"agent_id": pane_id, "status": "killed"}))
-    }
-
-    fn replay_transitions(
-        &mut self,
-        key: PaneKey,
-        out: Vec<crate::core::pane::Transition>,
-        t: Timestamp,
-    ) {
-        for tr in out {
-            let pane = self.agents[key.0 as usize].pane_id.clone();
-            let reason = self
-                .sup
-                .get(key)
-                .and_then(|p| p.last_error())
-                .map(str::to_string);
-            if tr.to == crate::core::state::AgentState::Error {
-                self.alert(
-                    key,
-                    crate::daemon::alert::AlertKind::Error,
-                    reason.as_deref(),
-                    t,
-                );
-            }
-            self.publish(
-                WatchKind::State {
-                    pane,
-                    from: tr.from,
-                    to: tr.to,
-                    reason,
-                },
-                t,
-            );
-        }
-        self.refresh_stall(key, t);
     }
 
     fn cmd_pause(&mut self, a: &AgentArgs, pause: bool, t: Timestamp) -> Reply {

@@ -114,14 +114,13 @@ pub struct Daemon {
     dirty_conns: BTreeSet<usize>,
     pub(crate) watchers: Vec<ConnId>,
     pub(crate) seq: u64,
-    transitions: Vec<Transition>,
+    pub(crate) transitions: Vec<Transition>,
     read_buf: Vec<u8>,
     life: Life,
     accept_blocked: bool,
     pub(crate) started_at: Timestamp,
     /// The kernel's name and release, read once at start.
     pub(crate) os: String,
-    pub(crate) orphans_reaped: u64,
     /// Panes whose reads wait for their session log to drain.
     store_blocked: BTreeSet<PaneKey>,
     /// The last flush hit its budget: come back without sleeping.
@@ -214,7 +213,6 @@ impl Daemon {
             accept_blocked: false,
             started_at: t0,
             os: platform::os_release(),
-            orphans_reaped: 0,
             store_blocked: BTreeSet::new(),
             store_pending: false,
             store_failing: false,
@@ -1534,7 +1532,6 @@ impl Daemon {
             match key {
                 Some(key) => self.process_exited(key, status, t),
                 None => {
-                    self.orphans_reaped += 1;
                     log_debug!("reaped orphan pid {pid}: {status:?}");
                 }
             }

@@ -1,8 +1,6 @@
 //! Nothing lost: every line in its session log, recovery after SIGKILL,
 //! syslog alerts, configuration errors.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use crate::support::*;
@@ -174,7 +172,6 @@ fn check_config_names_the_file_line_and_key() {
         String::from_utf8_lossy(&out.stdout).contains("1m 30s")
             || String::from_utf8_lossy(&out.stdout).contains("90s")
     );
-    let _ = Duration::ZERO;
 }
 
 #[test]

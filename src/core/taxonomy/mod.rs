@@ -125,11 +125,6 @@ impl Adapter {
             _ => Signal::Exited { success },
         }
     }
-
-    /// A new session header starts the dialect's memory over.
-    pub fn reset(&mut self) {
-        *self = Adapter::new(self.runtime());
-    }
 }
 
 /// The few fields [`is_stream_delta`] and [`is_turn_boundary`] look at.
