@@ -30,6 +30,8 @@ pub const SEEN_MESSAGE_IDS: usize = 16;
 pub struct ClaudeState {
     /// Recently counted `message.id`s, oldest first.
     seen: VecDeque<Box<str>>,
+    /// The token usage of every `result` so far (each covers one query).
+    results: Usage,
 }
 
 #[derive(Deserialize)]
@@ -64,6 +66,15 @@ struct Line<'a> {
     /// `session_state_changed.state`.
     #[serde(borrow, default)]
     state: Option<Cow<'a, str>>,
+    /// `system/status.status`: `"compacting"`, `"requesting"`, or `null`
+    /// when the status clears (and then `None` here).
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+    /// `system/status.compact_result` once a compaction ends.
+    #[serde(borrow, default)]
+    compact_result: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    compact_error: Option<Cow<'a, str>>,
     /// `control_request.request`.
     #[serde(borrow, default)]
     request: Option<&'a RawValue>,
@@ -267,7 +278,7 @@ impl ClaudeState {
             "system" => system_observation(&l),
             "assistant" => self.assistant(l.error, l.message.take()),
             "user" | "stream_event" => Observation::new(Signal::Working),
-            "result" => result_observation(&l).turn(true),
+            "result" => self.result(&l).turn(true),
             "control_request" => {
                 let req = l
                     .request
@@ -312,6 +323,29 @@ impl ClaudeState {
         obs
     }
 
+    /// A `result` ends one query. Its `usage` is that query's alone, its
+    /// `total_cost_usd` the whole process's: the totals become every
+    /// result's usage so far plus the session cost, replacing what the
+    /// assistant lines added up to.
+    fn result<'a>(&mut self, l: &Line<'a>) -> Observation<'a> {
+        let obs = result_signal(l);
+        let usage = l.usage.and_then(ClaudeUsage::parse);
+        if usage.is_none() && l.total_cost_usd.is_none() {
+            return obs;
+        }
+        if let Some(u) = usage {
+            self.results.add(&u);
+        }
+        let totals = Usage {
+            cost_usd: l.total_cost_usd.filter(|c| c.is_finite()).unwrap_or(0.0),
+            ..self.results
+        };
+        obs.with_usage(UsageUpdate::Set {
+            usage: totals,
+            has_cost: l.total_cost_usd.is_some(),
+        })
+    }
+
     /// Whether this message's usage has not been counted yet; remembers it.
     /// A message without an id cannot be deduplicated and is counted.
     fn first_sight(&mut self, id: Option<&str>) -> bool {
@@ -336,24 +370,44 @@ fn system_observation<'a>(l: &Line<'a>) -> Observation<'a> {
             cwd: l.cwd.clone(),
             running: true,
         }),
-        Some("compact_boundary" | "api_retry") => Observation::new(Signal::Working),
+        // `thinking_tokens` is a heartbeat with an estimate of the thinking
+        // in flight; the real count arrives in the message's usage.
+        Some("compact_boundary" | "api_retry" | "thinking_tokens") => {
+            Observation::new(Signal::Working)
+        }
+        Some("status") => status_observation(l),
         Some("session_state_changed") => match l.state.as_deref() {
             Some("idle") => Observation::new(Signal::Idle),
             _ => Observation::new(Signal::Meta),
         },
         Some(
-            "status" | "hook_started" | "hook_progress" | "hook_response" | "task_started"
-            | "task_progress" | "task_notification" | "task_updated",
+            "hook_started" | "hook_progress" | "hook_response" | "task_started"
+            | "task_progress" | "task_notification" | "task_updated" | "commands_changed",
         ) => Observation::new(Signal::Meta),
         _ => Observation::unknown(),
     }
 }
 
-fn result_observation<'a>(l: &Line<'a>) -> Observation<'a> {
+/// `system/status`: a status string means the agent is busy (compacting,
+/// requesting); `null` clears it, and after a compaction carries its
+/// outcome. A failed compaction is recorded, not fatal: the query goes on.
+fn status_observation<'a>(l: &Line<'a>) -> Observation<'a> {
+    if l.status.is_some() {
+        return Observation::new(Signal::Working);
+    }
+    if l.compact_result.as_deref() == Some("failed") {
+        let why = l.compact_error.as_deref().unwrap_or("unknown reason");
+        return Observation::new(Signal::Meta)
+            .with_error(Some(Cow::Owned(format!("compaction failed: {why}"))));
+    }
+    Observation::new(Signal::Meta)
+}
+
+fn result_signal<'a>(l: &Line<'a>) -> Observation<'a> {
     let failed = l
         .is_error
         .unwrap_or_else(|| l.subtype.as_deref().is_some_and(|s| s.starts_with("error")));
-    let mut obs = if failed {
+    if failed {
         let msg = l
             .errors
             .and_then(first_string)
@@ -361,18 +415,7 @@ fn result_observation<'a>(l: &Line<'a>) -> Observation<'a> {
         Observation::new(Signal::Failed).with_error(msg)
     } else {
         Observation::new(Signal::Finished)
-    };
-    // The query's totals replace whatever the assistant lines added up to.
-    let usage = l.usage.and_then(ClaudeUsage::parse);
-    if usage.is_some() || l.total_cost_usd.is_some() {
-        let mut usage = usage.unwrap_or_default();
-        usage.cost_usd = l.total_cost_usd.filter(|c| c.is_finite()).unwrap_or(0.0);
-        obs = obs.with_usage(UsageUpdate::Set {
-            usage,
-            has_cost: l.total_cost_usd.is_some(),
-        });
     }
-    obs
 }
 
 fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
@@ -500,6 +543,58 @@ mod tests {
                 .expect("hook")
                 .signal,
             Signal::Idle
+        );
+    }
+
+    #[test]
+    fn results_of_one_process_add_up_and_cost_is_the_sessions() {
+        let mut st = ClaudeState::default();
+        let result = |st: &mut ClaudeState, input: u64, output: u64, cost: f64| {
+            let line = format!(
+                r#"{{"type":"result","subtype":"success","is_error":false,"total_cost_usd":{cost},"usage":{{"input_tokens":{input},"output_tokens":{output},"cache_read_input_tokens":5}}}}"#
+            );
+            match st.observe(line.as_bytes()).expect("valid").usage {
+                UsageUpdate::Set { usage, has_cost } => {
+                    assert!(has_cost);
+                    usage
+                }
+                other => panic!("expected totals, got {other:?}"),
+            }
+        };
+        let first = result(&mut st, 1000, 2000, 0.25);
+        assert_eq!((first.input_tokens, first.output_tokens), (1000, 2000));
+        let second = result(&mut st, 535, 504, 0.5);
+        assert_eq!((second.input_tokens, second.output_tokens), (1535, 2504));
+        assert_eq!(second.cache_read_tokens, 10);
+        // The cost is already the session's: it replaces, never adds.
+        assert!((second.cost_usd - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn status_thinking_and_failed_compaction() {
+        let mut st = ClaudeState::default();
+        let obs = |st: &mut ClaudeState, line: &str| {
+            let o = st.observe(line.as_bytes()).expect("valid");
+            (format!("{:?}", o.signal), o.error.map(|e| e.into_owned()))
+        };
+        assert_eq!(
+            obs(&mut st, r#"{"type":"system","subtype":"status","status":"compacting","session_id":"s"}"#),
+            ("Working".to_string(), None)
+        );
+        assert_eq!(
+            obs(&mut st, r#"{"type":"system","subtype":"status","status":null,"compact_result":"success"}"#),
+            ("Meta".to_string(), None)
+        );
+        assert_eq!(
+            obs(&mut st, r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"too_few_groups"}"#),
+            (
+                "Meta".to_string(),
+                Some("compaction failed: too_few_groups".to_string())
+            )
+        );
+        assert_eq!(
+            obs(&mut st, r#"{"type":"system","subtype":"thinking_tokens","estimated_tokens":50,"estimated_tokens_delta":50}"#),
+            ("Working".to_string(), None)
         );
     }
 }

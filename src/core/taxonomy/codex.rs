@@ -8,6 +8,9 @@
 //! top-level `error` is often not fatal (a reconnect, a reroute): it is
 //! recorded as the last error and only `turn.failed` or the exit status
 //! decides failure. Shell commands arrive as one string (`bash -lc '…'`).
+//! An error message may itself be a JSON error body (an API error passed
+//! through): its inner `error.message` is kept instead of the raw JSON.
+//! Tools are shell commands, MCP calls, web searches and file changes.
 
 use std::borrow::Cow;
 
@@ -58,10 +61,47 @@ struct Item<'a> {
     tool: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     arguments: Option<&'a RawValue>,
+    /// `web_search.query` (may be empty; `action` then says more).
+    #[serde(borrow, default)]
+    query: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    action: Option<&'a RawValue>,
+    /// `file_change.changes[].path`.
+    #[serde(borrow, default)]
+    changes: Option<Vec<FileChange<'a>>>,
+}
+
+// No `id` field: a `web_search` item carries the key `id` twice (the item's
+// and the provider's), which a derived struct naming `id` would reject.
+
+#[derive(Deserialize)]
+struct FileChange<'a> {
+    #[serde(borrow, default)]
+    path: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct WebSearchAction<'a> {
+    #[serde(borrow, default)]
+    query: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    url: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct ErrorBody<'a> {
+    #[serde(borrow, default)]
+    message: Option<Cow<'a, str>>,
+}
+
+/// An API error body Codex passes through as its message text:
+/// `{"type":"error","status":400,"error":{"type":"…","message":"…"}}`.
+#[derive(Deserialize)]
+struct ApiError<'a> {
+    #[serde(default)]
+    status: Option<u64>,
+    #[serde(borrow, default)]
+    error: Option<ErrorBody<'a>>,
     #[serde(borrow, default)]
     message: Option<Cow<'a, str>>,
 }
@@ -74,13 +114,16 @@ struct Question<'a> {
     header: Option<Cow<'a, str>>,
 }
 
-/// OpenAI usage: `input_tokens` includes `cached_input_tokens`.
+/// OpenAI usage: `input_tokens` includes `cached_input_tokens` and, since
+/// Codex 0.146, `cache_write_input_tokens`.
 #[derive(Deserialize)]
 struct CodexUsage {
     #[serde(default, deserialize_with = "de_count")]
     input_tokens: u64,
     #[serde(default, deserialize_with = "de_count")]
     cached_input_tokens: u64,
+    #[serde(default, deserialize_with = "de_count")]
+    cache_write_input_tokens: u64,
     #[serde(default, deserialize_with = "de_count")]
     output_tokens: u64,
 }
@@ -95,16 +138,15 @@ impl CodexState {
                 running: true,
             }),
             "turn.started" => Observation::new(Signal::Working).turn(true),
-            "item.started" => {
+            "item.started" | "item.completed" => {
+                let started = l.kind == "item.started";
                 let obs = Observation::new(Signal::Working);
-                match l.item.and_then(item_tool) {
+                match l.item.and_then(|raw| item_tool(raw, started)) {
                     Some(tool) => obs.with_tool(tool),
                     None => obs,
                 }
             }
-            "item.updated" | "item.completed" | "item.plan.delta" => {
-                Observation::new(Signal::Working)
-            }
+            "item.updated" | "item.plan.delta" => Observation::new(Signal::Working),
             "turn.completed" => {
                 let usage = l.usage.map_or(UsageUpdate::None, |raw| self.delta(raw));
                 Observation::new(Signal::Finished).with_usage(usage)
@@ -114,11 +156,12 @@ impl CodexState {
                     .error
                     .and_then(|raw| serde_json::from_str::<ErrorBody<'a>>(raw.get()).ok())
                     .and_then(|e| e.message)
+                    .map(readable_error)
                     .or_else(|| self.last_error.take().map(Cow::Owned));
                 Observation::new(Signal::Failed).with_error(msg)
             }
             "error" => {
-                let msg = l.message.and_then(raw_str);
+                let msg = l.message.and_then(raw_str).map(readable_error);
                 self.last_error = msg.as_deref().map(str::to_string);
                 Observation::new(Signal::Meta).with_error(msg)
             }
@@ -145,7 +188,7 @@ impl CodexState {
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
             cache_read_tokens: u.cached_input_tokens,
-            cache_write_tokens: 0,
+            cache_write_tokens: u.cache_write_input_tokens,
             cost_usd: 0.0,
         };
         let last = std::mem::replace(&mut self.last_total, total);
@@ -155,16 +198,24 @@ impl CodexState {
             cache_read_tokens: total
                 .cache_read_tokens
                 .saturating_sub(last.cache_read_tokens),
-            cache_write_tokens: 0,
+            cache_write_tokens: total
+                .cache_write_tokens
+                .saturating_sub(last.cache_write_tokens),
             cost_usd: 0.0,
         })
     }
 }
 
-/// The tool an `item.started` begins: a shell command or an MCP call.
-fn item_tool(raw: &RawValue) -> Option<ToolCall<'_>> {
+/// The tool an item is: a shell command, an MCP call or a web search,
+/// recorded when it starts; a file change, recorded when it completes
+/// (older Codex prints only its `item.completed`).
+fn item_tool(raw: &RawValue, started: bool) -> Option<ToolCall<'_>> {
     let item = serde_json::from_str::<Item<'_>>(raw.get()).ok()?;
-    match item.kind.as_deref()? {
+    let kind = item.kind.as_deref()?;
+    if started == (kind == "file_change") {
+        return None;
+    }
+    match kind {
         "command_execution" => Some(ToolCall {
             name: Cow::Borrowed("shell"),
             args: None,
@@ -175,7 +226,57 @@ fn item_tool(raw: &RawValue) -> Option<ToolCall<'_>> {
             args: item.arguments,
             command: None,
         }),
+        "web_search" => Some(ToolCall {
+            name: Cow::Borrowed("web_search"),
+            args: None,
+            command: Some(web_search_target(item.query, item.action)),
+        }),
+        "file_change" => {
+            let paths: Vec<Cow<'_, str>> = item
+                .changes
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|c| c.path)
+                .collect();
+            Some(ToolCall {
+                name: Cow::Borrowed("file_change"),
+                args: None,
+                command: Some(Cow::Owned(paths.join(", "))),
+            })
+        }
         _ => None,
+    }
+}
+
+/// What a web search looked for: its query, else the action's query or
+/// page; empty when Codex says neither (`action: {"type":"other"}`).
+fn web_search_target<'a>(
+    query: Option<Cow<'a, str>>,
+    action: Option<&'a RawValue>,
+) -> Cow<'a, str> {
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        return q;
+    }
+    action
+        .and_then(|a| serde_json::from_str::<WebSearchAction<'a>>(a.get()).ok())
+        .and_then(|a| a.query.filter(|q| !q.is_empty()).or(a.url))
+        .unwrap_or(Cow::Borrowed(""))
+}
+
+/// An error text that is itself an API error body becomes its inner
+/// message, with the HTTP status when there is one; any other text stays.
+fn readable_error(msg: Cow<'_, str>) -> Cow<'_, str> {
+    if !msg.trim_start().starts_with('{') {
+        return msg;
+    }
+    let Ok(api) = serde_json::from_str::<ApiError<'_>>(&msg) else {
+        return msg;
+    };
+    let inner = api.error.and_then(|e| e.message).or(api.message);
+    match (inner, api.status) {
+        (Some(m), Some(status)) => Cow::Owned(format!("{m} (HTTP {status})")),
+        (Some(m), None) => Cow::Owned(m.into_owned()),
+        (None, _) => msg,
     }
 }
 
@@ -232,5 +333,77 @@ mod tests {
         let tool = obs.tool.expect("a tool");
         assert_eq!(tool.name.as_ref(), "create_issue");
         assert_eq!(tool.args.map(|a| a.get()), Some(r#"{"title":"x"}"#));
+    }
+
+    #[test]
+    fn cache_writes_are_read_as_running_totals() {
+        let mut st = CodexState::default();
+        let obs = st
+            .observe(br#"{"type":"turn.completed","usage":{"input_tokens":51599,"cached_input_tokens":36339,"cache_write_input_tokens":15248,"output_tokens":267,"reasoning_output_tokens":12}}"#)
+            .expect("valid");
+        let UsageUpdate::Add(u) = obs.usage else {
+            panic!("expected a delta");
+        };
+        assert_eq!((u.cache_read_tokens, u.cache_write_tokens), (36339, 15248));
+        let obs = st
+            .observe(br#"{"type":"turn.completed","usage":{"input_tokens":60000,"cached_input_tokens":40000,"cache_write_input_tokens":16000,"output_tokens":300}}"#)
+            .expect("valid");
+        let UsageUpdate::Add(u) = obs.usage else {
+            panic!("expected a delta");
+        };
+        assert_eq!(u.cache_write_tokens, 752);
+    }
+
+    #[test]
+    fn json_error_messages_keep_their_inner_message() {
+        let mut st = CodexState::default();
+        let obs = st
+            .observe(br#"{"type":"error","message":"{\"type\":\"error\",\"status\":400,\"error\":{\"type\":\"invalid_request_error\",\"message\":\"The model is not supported.\"}}"}"#)
+            .expect("valid");
+        assert_eq!(
+            obs.error.as_deref(),
+            Some("The model is not supported. (HTTP 400)")
+        );
+        let obs = st
+            .observe(br#"{"type":"turn.failed","error":{"message":"{\"error\":{\"message\":\"quota\"}}"}}"#)
+            .expect("valid");
+        assert_eq!(obs.error.as_deref(), Some("quota"));
+        // Text that only looks like JSON stays as it is.
+        let obs = st
+            .observe(br#"{"type":"error","message":"{not json"}"#)
+            .expect("valid");
+        assert_eq!(obs.error.as_deref(), Some("{not json"));
+    }
+
+    #[test]
+    fn web_searches_and_file_changes_are_tools() {
+        let mut st = CodexState::default();
+        let tool = |st: &mut CodexState, line: &[u8]| {
+            st.observe(line)
+                .expect("valid")
+                .tool
+                .map(|t| (t.name.into_owned(), t.command.map(Cow::into_owned)))
+        };
+        // The item carries `id` twice, as Codex prints it.
+        assert_eq!(
+            tool(&mut st, br#"{"type":"item.started","item":{"id":"item_1","type":"web_search","id":"ws_1","query":"","action":{"type":"other"}}}"#),
+            Some(("web_search".into(), Some(String::new())))
+        );
+        assert_eq!(
+            tool(&mut st, br#"{"type":"item.completed","item":{"id":"item_1","type":"web_search","id":"ws_1","query":"","action":{"type":"search","query":"mio poll"}}}"#),
+            None
+        );
+        assert_eq!(
+            tool(&mut st, br#"{"type":"item.started","item":{"id":"item_2","type":"web_search","query":"","action":{"type":"open_page","url":"https://example.org/a"}}}"#),
+            Some(("web_search".into(), Some("https://example.org/a".into())))
+        );
+        assert_eq!(
+            tool(&mut st, br#"{"type":"item.started","item":{"id":"item_3","type":"file_change","changes":[{"path":"a.rs","kind":"add"}],"status":"in_progress"}}"#),
+            None
+        );
+        assert_eq!(
+            tool(&mut st, br#"{"type":"item.completed","item":{"id":"item_3","type":"file_change","changes":[{"path":"a.rs","kind":"add"},{"path":"b.rs","kind":"update"}],"status":"completed"}}"#),
+            Some(("file_change".into(), Some("a.rs, b.rs".into())))
+        );
     }
 }

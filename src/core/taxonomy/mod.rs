@@ -160,7 +160,11 @@ pub fn is_stream_delta(runtime: Runtime, line: &[u8]) -> bool {
     match runtime {
         Runtime::Pi => matches!(kind, "message_update" | "tool_execution_update"),
         Runtime::Zot => matches!(kind, "text_delta" | "tool_use_args" | "tool_progress"),
-        Runtime::Claude => kind == "stream_event",
+        // `thinking_tokens` only estimates what the message usage states.
+        Runtime::Claude => {
+            kind == "stream_event"
+                || (kind == "system" && p.subtype.as_deref() == Some("thinking_tokens"))
+        }
         Runtime::Codex => matches!(kind, "item.updated" | "item.plan.delta"),
         Runtime::Gemini => kind == "message" && p.delta.is_some_and(|d| d.get() == "true"),
         // OpenCode prints finished parts only.
@@ -270,6 +274,14 @@ mod tests {
         assert!(is_stream_delta(
             Runtime::Claude,
             br#"{"type":"stream_event","event":{}}"#
+        ));
+        assert!(is_stream_delta(
+            Runtime::Claude,
+            br#"{"type":"system","subtype":"thinking_tokens","estimated_tokens":50}"#
+        ));
+        assert!(!is_stream_delta(
+            Runtime::Claude,
+            br#"{"type":"system","subtype":"status","status":"compacting"}"#
         ));
         assert!(is_stream_delta(
             Runtime::Codex,

@@ -8,6 +8,12 @@
 //! per step (`step_finish.part.tokens` and `part.cost`, USD) and added up;
 //! reasoning tokens are reported apart from output and are not counted as
 //! output. A tool line arrives once the tool has completed or failed.
+//! `step_finish.part.reason` says why the step ended. OpenCode's prompt
+//! loop goes on only after `tool-calls` (or `unknown`); any other reason
+//! (`stop`, `length`, `content-filter`, …) ends the run. Newer OpenCode
+//! then prints `done`; older versions just exit, so such a `step_finish`
+//! finishes by itself (the exit status, or a following `error`, has the
+//! last word). A step without a reason stays working.
 
 use std::borrow::Cow;
 
@@ -52,6 +58,8 @@ struct ToolState<'a> {
 
 #[derive(Deserialize)]
 struct StepPart<'a> {
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "de_cost")]
     cost: f64,
     #[serde(borrow, default)]
@@ -103,10 +111,7 @@ impl OpenCodeState {
                     None => obs,
                 }
             }
-            "step_finish" => {
-                let usage = l.part.map_or(UsageUpdate::None, step_usage);
-                Observation::new(Signal::Working).with_usage(usage)
-            }
+            "step_finish" => step_finish(l.part),
             "error" => Observation::new(Signal::Failed).with_error(l.error.and_then(error_text)),
             "done" => Observation::new(Signal::Finished),
             _ => Observation::unknown(),
@@ -147,10 +152,21 @@ fn part_tool(raw: &RawValue) -> Option<ToolCall<'_>> {
     })
 }
 
-fn step_usage(raw: &RawValue) -> UsageUpdate {
-    let Ok(part) = serde_json::from_str::<StepPart<'_>>(raw.get()) else {
-        return UsageUpdate::None;
+/// A step's usage, and its end: a reason other than `tool-calls` or
+/// `unknown` finishes the run, as it ends OpenCode's own loop.
+fn step_finish(part: Option<&RawValue>) -> Observation<'_> {
+    let Some(part) = part.and_then(|raw| serde_json::from_str::<StepPart<'_>>(raw.get()).ok())
+    else {
+        return Observation::new(Signal::Working);
     };
+    let signal = match part.reason.as_deref() {
+        None | Some("tool-calls" | "unknown") => Signal::Working,
+        Some(_) => Signal::Finished,
+    };
+    Observation::new(signal).with_usage(step_usage(&part))
+}
+
+fn step_usage(part: &StepPart<'_>) -> UsageUpdate {
     let tokens = part
         .tokens
         .and_then(|t| serde_json::from_str::<Tokens>(t.get()).ok());
@@ -223,5 +239,28 @@ mod tests {
             .observe(br#"{"type":"error","error":{"name":"UnknownError"}}"#)
             .expect("valid");
         assert_eq!(obs.error.as_deref(), Some("UnknownError"));
+    }
+
+    #[test]
+    fn a_step_that_stops_finishes_the_run() {
+        let mut st = OpenCodeState::default();
+        let signal = |st: &mut OpenCodeState, reason: &str| {
+            let line = format!(
+                r#"{{"type":"step_finish","sessionID":"ses_a","part":{{"type":"step-finish"{reason},"tokens":{{"input":1,"output":1}}}}}}"#
+            );
+            let finished = st.observe(line.as_bytes()).expect("valid").signal == Signal::Finished;
+            if finished {
+                Signal::Finished
+            } else {
+                Signal::Working
+            }
+        };
+        // The first line becomes the session; later ones keep their signal.
+        let _ = signal(&mut st, "");
+        assert_eq!(signal(&mut st, r#","reason":"tool-calls""#), Signal::Working);
+        assert_eq!(signal(&mut st, ""), Signal::Working);
+        assert_eq!(signal(&mut st, r#","reason":"unknown""#), Signal::Working);
+        assert_eq!(signal(&mut st, r#","reason":"stop""#), Signal::Finished);
+        assert_eq!(signal(&mut st, r#","reason":"length""#), Signal::Finished);
     }
 }
