@@ -63,6 +63,9 @@ struct Line<'a> {
     total_cost_usd: Option<f64>,
     #[serde(borrow, default)]
     usage: Option<&'a RawValue>,
+    /// `result.modelUsage`: the whole process's usage, per model.
+    #[serde(borrow, default, rename = "modelUsage")]
+    model_usage: Option<&'a RawValue>,
     /// `session_state_changed.state`.
     #[serde(borrow, default)]
     state: Option<Cow<'a, str>>,
@@ -257,6 +260,42 @@ impl ClaudeUsage {
     }
 }
 
+/// One model's entry in `result.modelUsage` (camelCase, unlike `usage`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ModelTotals {
+    #[serde(default, deserialize_with = "de_count")]
+    input_tokens: u64,
+    #[serde(default, deserialize_with = "de_count")]
+    output_tokens: u64,
+    #[serde(default, deserialize_with = "de_count")]
+    cache_read_input_tokens: u64,
+    #[serde(default, deserialize_with = "de_count")]
+    cache_creation_input_tokens: u64,
+}
+
+/// The sum over models of `result.modelUsage`; `None` when it is absent,
+/// unreadable or empty.
+fn model_usage_sum(raw: &RawValue) -> Option<Usage> {
+    let models =
+        serde_json::from_str::<std::collections::BTreeMap<Cow<'_, str>, ModelTotals>>(raw.get())
+            .ok()?;
+    if models.is_empty() {
+        return None;
+    }
+    let mut sum = Usage::default();
+    for m in models.values() {
+        sum.add(&Usage {
+            input_tokens: m.input_tokens,
+            output_tokens: m.output_tokens,
+            cache_read_tokens: m.cache_read_input_tokens,
+            cache_write_tokens: m.cache_creation_input_tokens,
+            cost_usd: 0.0,
+        });
+    }
+    Some(sum)
+}
+
 /// Notification kinds that mean a human must answer.
 const BLOCKING_NOTIFICATIONS: [&str; 3] = [
     "permission_prompt",
@@ -323,22 +362,25 @@ impl ClaudeState {
         obs
     }
 
-    /// A `result` ends one query. Its `usage` is that query's alone, its
-    /// `total_cost_usd` the whole process's: the totals become every
-    /// result's usage so far plus the session cost, replacing what the
-    /// assistant lines added up to.
+    /// A `result` ends one query. Its `usage` is that query's alone, while
+    /// `modelUsage` and `total_cost_usd` cover the whole process (every
+    /// query, compaction summaries, side calls to small models). The totals
+    /// become the session-wide `modelUsage` sum, else every result's usage
+    /// so far, with the session cost; they replace what the assistant lines
+    /// added up to.
     fn result<'a>(&mut self, l: &Line<'a>) -> Observation<'a> {
         let obs = result_signal(l);
-        let usage = l.usage.and_then(ClaudeUsage::parse);
-        if usage.is_none() && l.total_cost_usd.is_none() {
-            return obs;
-        }
-        if let Some(u) = usage {
+        let query = l.usage.and_then(ClaudeUsage::parse);
+        if let Some(u) = query {
             self.results.add(&u);
+        }
+        let session = l.model_usage.and_then(model_usage_sum);
+        if query.is_none() && session.is_none() && l.total_cost_usd.is_none() {
+            return obs;
         }
         let totals = Usage {
             cost_usd: l.total_cost_usd.filter(|c| c.is_finite()).unwrap_or(0.0),
-            ..self.results
+            ..session.unwrap_or(self.results)
         };
         obs.with_usage(UsageUpdate::Set {
             usage: totals,
@@ -568,6 +610,30 @@ mod tests {
         assert_eq!(second.cache_read_tokens, 10);
         // The cost is already the session's: it replaces, never adds.
         assert!((second.cost_usd - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn model_usage_is_the_session_and_wins_over_the_query() {
+        let mut st = ClaudeState::default();
+        let obs = st
+            .observe(br#"{"type":"result","is_error":false,"total_cost_usd":1.5,"usage":{"input_tokens":2,"output_tokens":4},"modelUsage":{"small":{"inputTokens":100,"outputTokens":1,"costUSD":0.01},"big":{"inputTokens":900,"outputTokens":70,"cacheReadInputTokens":30,"cacheCreationInputTokens":40,"costUSD":1.49}}}"#)
+            .expect("valid");
+        let UsageUpdate::Set { usage, .. } = obs.usage else {
+            panic!("expected totals");
+        };
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens),
+            (1000, 71, 30, 40)
+        );
+        // An empty modelUsage falls back to the results' own usage.
+        let obs = st
+            .observe(br#"{"type":"result","is_error":false,"usage":{"input_tokens":3,"output_tokens":5},"modelUsage":{}}"#)
+            .expect("valid");
+        let UsageUpdate::Set { usage, has_cost } = obs.usage else {
+            panic!("expected totals");
+        };
+        assert!(!has_cost);
+        assert_eq!((usage.input_tokens, usage.output_tokens), (5, 9));
     }
 
     #[test]
