@@ -1,4 +1,4 @@
-//! Data-driven checks of every harness adapter against hand-written streams.
+//! Data-driven checks of every harness adapter against streams.
 //!
 //! Each `tests/fixtures/<harness>/<case>.jsonl` is folded with the real fold
 //! API and compared with `<case>.expect.json`. Every fixture is folded whole,
@@ -6,6 +6,14 @@
 //! the same report; a fixture naming its `runtime` is also folded with
 //! detection and must give the same report again. The fixtures were written
 //! from `agent-formats.md`, not copied from agent output.
+//!
+//! `tests/real/<harness>/` holds our own streams that reproduce the event
+//! structure and field set of real recordings found in public repositories
+//! (listed, with what colibri reported on each, in `tests/real/SOURCES.md`);
+//! they are checked the same way. Real recordings themselves are not
+//! committed: when `COLIBRI_REAL_CORPUS` names a directory, every `*.jsonl`
+//! under it is folded and compared with its `*.report.json`, written in the
+//! same expect format.
 //!
 //! Expect fields (all but `timeline` and `state` optional): `timeline` (the
 //! states from `idle` on), `state`, `runtime`, `session_id`, `usage`
@@ -25,26 +33,32 @@ use colibri::fold::{fold_bytes, fold_chunks};
 use colibri::protocol::FoldReport;
 use serde_json::Value;
 
-fn fixture_root() -> PathBuf {
+fn repo_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
-        .join("fixtures")
+        .join(name)
 }
 
-/// Every `*.jsonl` under the fixture root, sorted, with its expect file.
-fn fixtures() -> Vec<(PathBuf, PathBuf)> {
+/// Every `*.jsonl` under `root` (at any depth), sorted, each with the file
+/// beside it that ends in `expect_suffix` instead of `.jsonl`.
+fn cases(root: &Path, expect_suffix: &str) -> Vec<(PathBuf, PathBuf)> {
     let mut out = Vec::new();
-    let harnesses = std::fs::read_dir(fixture_root()).expect("tests/fixtures exists");
-    for dir in harnesses {
-        let dir = dir.expect("readable fixture dir").path();
-        if !dir.is_dir() {
-            continue;
-        }
-        for entry in std::fs::read_dir(&dir).expect("readable harness dir") {
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{} is not readable: {e}", dir.display()));
+        for entry in entries {
             let path = entry.expect("readable entry").path();
-            if path.extension().is_some_and(|e| e == "jsonl") {
-                let expect = path.with_extension("expect.json");
-                assert!(expect.exists(), "{} has no expect file", path.display());
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "jsonl") {
+                let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+                let expect = path.with_file_name(format!("{stem}{expect_suffix}"));
+                assert!(
+                    expect.exists(),
+                    "{} has no {expect_suffix} file",
+                    path.display()
+                );
                 out.push((path, expect));
             }
         }
@@ -203,56 +217,116 @@ fn check_expect(name: &str, expect: &Value, report: &FoldReport, turns: u64) {
     }
 }
 
-#[test]
-fn every_fixture_folds_as_expected() {
-    let all = fixtures();
-    let count = all.len();
-    for (jsonl, expect_path) in all {
-        let name = jsonl
-            .strip_prefix(fixture_root())
-            .unwrap_or(&jsonl)
-            .display()
-            .to_string();
-        let bytes = std::fs::read(&jsonl).expect("fixture readable");
-        let expect: Value =
-            serde_json::from_slice(&std::fs::read(&expect_path).expect("expect readable"))
-                .expect("expect is JSON");
-        let max_line = expect
-            .get("max_line")
-            .and_then(Value::as_u64)
-            .map_or(DEFAULT_MAX_LINE, |m| m as usize);
-        let exit = expect.get("exit").and_then(parse_exit);
-        let runtime = expect.get("runtime").map(|r| {
-            Runtime::parse(r.as_str().expect("runtime is a string"))
-                .expect("runtime is a known harness")
-        });
+/// How hard a stream is folded: every cut for the streams in the repo,
+/// fewer for recordings kept outside it, which may be megabytes long.
+#[derive(Copy, Clone, PartialEq)]
+enum Cuts {
+    All,
+    Some,
+}
 
-        let (pane, report) = fold_chunks(runtime, max_line, [bytes.as_slice()], exit);
-        check_expect(&name, &expect, &report, pane.turns());
+/// Folds one stream as its expect file says and asserts the report, then
+/// folds it again cut in other places and asserts the same report.
+fn fold_and_check(root: &Path, jsonl: &Path, expect_path: &Path, cuts: Cuts) {
+    let name = jsonl
+        .strip_prefix(root)
+        .unwrap_or(jsonl)
+        .display()
+        .to_string();
+    let bytes = std::fs::read(jsonl).expect("stream readable");
+    let expect: Value =
+        serde_json::from_slice(&std::fs::read(expect_path).expect("expect readable"))
+            .expect("expect is JSON");
+    let max_line = expect
+        .get("max_line")
+        .and_then(Value::as_u64)
+        .map_or(DEFAULT_MAX_LINE, |m| m as usize);
+    let exit = expect.get("exit").and_then(parse_exit);
+    let runtime = expect.get("runtime").map(|r| {
+        Runtime::parse(r.as_str().expect("runtime is a string"))
+            .expect("runtime is a known harness")
+    });
 
-        // Any cut of the stream gives the same report.
+    let (pane, report) = fold_chunks(runtime, max_line, [bytes.as_slice()], exit);
+    check_expect(&name, &expect, &report, pane.turns());
+
+    // Any cut of the stream gives the same report.
+    if cuts == Cuts::All {
         let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
         assert_eq!(
             fold_chunks(runtime, max_line, bytewise, exit).1,
             report,
             "{name}: byte by byte"
         );
-        let mut rng = SplitMix(seed_of(&name));
-        for round in 0..16 {
-            let max_chunk = [3, 17, 64, 512][round % 4];
-            let chunks = random_chunks(&bytes, &mut rng, max_chunk);
-            let (p, r) = fold_chunks(runtime, max_line, chunks, exit);
-            assert_eq!(r, report, "{name}: random chunks, round {round}");
-            assert_eq!(p.turns(), pane.turns(), "{name}: turns, round {round}");
-        }
+    }
+    let rounds = if cuts == Cuts::All { 16 } else { 4 };
+    let mut rng = SplitMix(seed_of(&name));
+    for round in 0..rounds {
+        let max_chunk = [3, 17, 64, 512][round % 4];
+        let chunks = random_chunks(&bytes, &mut rng, max_chunk);
+        let (p, r) = fold_chunks(runtime, max_line, chunks, exit);
+        assert_eq!(r, report, "{name}: random chunks, round {round}");
+        assert_eq!(p.turns(), pane.turns(), "{name}: turns, round {round}");
+    }
 
-        // Detection reaches the same report as a named runtime.
-        if runtime.is_some() {
-            let detected = fold_bytes(None, max_line, &bytes, exit);
-            assert_eq!(detected, report, "{name}: with runtime detection");
-        }
+    // Detection reaches the same report as a named runtime.
+    if runtime.is_some() {
+        let detected = fold_bytes(None, max_line, &bytes, exit);
+        assert_eq!(detected, report, "{name}: with runtime detection");
+    }
+}
+
+#[test]
+fn every_fixture_folds_as_expected() {
+    let root = repo_dir("fixtures");
+    let all = cases(&root, ".expect.json");
+    let count = all.len();
+    for (jsonl, expect) in all {
+        fold_and_check(&root, &jsonl, &expect, Cuts::All);
     }
     assert!(count >= 40, "expected about 40 fixtures, found {count}");
+}
+
+/// Our own streams shaped like the real recordings listed in
+/// `tests/real/SOURCES.md`: at least three per harness that has any.
+#[test]
+fn every_real_shaped_stream_folds_as_expected() {
+    let root = repo_dir("real");
+    let all = cases(&root, ".expect.json");
+    for harness in ["claude", "codex", "opencode"] {
+        let n = all
+            .iter()
+            .filter(|(p, _)| p.parent().is_some_and(|d| d.ends_with(harness)))
+            .count();
+        assert!(
+            n >= 3,
+            "tests/real/{harness} holds {n} streams, want 3 or more"
+        );
+    }
+    for (jsonl, expect) in all {
+        fold_and_check(&root, &jsonl, &expect, Cuts::All);
+    }
+}
+
+/// Real recordings kept outside the repository (see `tests/real/SOURCES.md`
+/// for why they are not committed): each `X.jsonl` under the directory named
+/// by `COLIBRI_REAL_CORPUS` must fold to what `X.report.json` says.
+#[test]
+fn real_recordings_outside_the_repo_fold_as_reported() {
+    let Some(dir) = std::env::var_os("COLIBRI_REAL_CORPUS") else {
+        eprintln!("COLIBRI_REAL_CORPUS is not set: no outside recordings folded");
+        return;
+    };
+    let root = PathBuf::from(dir);
+    let all = cases(&root, ".report.json");
+    assert!(
+        !all.is_empty(),
+        "COLIBRI_REAL_CORPUS={} holds no *.jsonl",
+        root.display()
+    );
+    for (jsonl, report) in all {
+        fold_and_check(&root, &jsonl, &report, Cuts::Some);
+    }
 }
 
 /// A Pi stream with one 3 MiB `message_update` line in the middle.
