@@ -423,8 +423,8 @@ fn system_observation<'a>(l: &Line<'a>) -> Observation<'a> {
             _ => Observation::new(Signal::Meta),
         },
         Some(
-            "hook_started" | "hook_progress" | "hook_response" | "task_started"
-            | "task_progress" | "task_notification" | "task_updated" | "commands_changed",
+            "hook_started" | "hook_progress" | "hook_response" | "task_started" | "task_progress"
+            | "task_notification" | "task_updated" | "commands_changed",
         ) => Observation::new(Signal::Meta),
         _ => Observation::unknown(),
     }
@@ -622,7 +622,12 @@ mod tests {
             panic!("expected totals");
         };
         assert_eq!(
-            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens),
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens
+            ),
             (1000, 71, 30, 40)
         );
         // An empty modelUsage falls back to the results' own usage.
@@ -644,22 +649,34 @@ mod tests {
             (format!("{:?}", o.signal), o.error.map(|e| e.into_owned()))
         };
         assert_eq!(
-            obs(&mut st, r#"{"type":"system","subtype":"status","status":"compacting","session_id":"s"}"#),
+            obs(
+                &mut st,
+                r#"{"type":"system","subtype":"status","status":"compacting","session_id":"s"}"#
+            ),
             ("Working".to_string(), None)
         );
         assert_eq!(
-            obs(&mut st, r#"{"type":"system","subtype":"status","status":null,"compact_result":"success"}"#),
+            obs(
+                &mut st,
+                r#"{"type":"system","subtype":"status","status":null,"compact_result":"success"}"#
+            ),
             ("Meta".to_string(), None)
         );
         assert_eq!(
-            obs(&mut st, r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"too_few_groups"}"#),
+            obs(
+                &mut st,
+                r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"too_few_groups"}"#
+            ),
             (
                 "Meta".to_string(),
                 Some("compaction failed: too_few_groups".to_string())
             )
         );
         assert_eq!(
-            obs(&mut st, r#"{"type":"system","subtype":"thinking_tokens","estimated_tokens":50,"estimated_tokens_delta":50}"#),
+            obs(
+                &mut st,
+                r#"{"type":"system","subtype":"thinking_tokens","estimated_tokens":50,"estimated_tokens_delta":50}"#
+            ),
             ("Working".to_string(), None)
         );
     }

@@ -257,7 +257,10 @@ mod tests {
         };
         // The first line becomes the session; later ones keep their signal.
         let _ = signal(&mut st, "");
-        assert_eq!(signal(&mut st, r#","reason":"tool-calls""#), Signal::Working);
+        assert_eq!(
+            signal(&mut st, r#","reason":"tool-calls""#),
+            Signal::Working
+        );
         assert_eq!(signal(&mut st, ""), Signal::Working);
         assert_eq!(signal(&mut st, r#","reason":"unknown""#), Signal::Working);
         assert_eq!(signal(&mut st, r#","reason":"stop""#), Signal::Finished);
