@@ -666,6 +666,9 @@ pub(crate) mod tests {
             stall_after_ms: 600_000,
             scope: "operator".into(),
             logs: Default::default(),
+            reloads: 0,
+            reload_errors: 0,
+            restart_needed: Vec::new(),
         };
         let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
         let text = status_summary(&st, now);

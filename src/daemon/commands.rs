@@ -179,6 +179,17 @@ impl Daemon {
         }
     }
 
+    fn operator_only<T: Default>(
+        &self,
+        scope: &Scope,
+        field: impl Fn(&crate::daemon::settings::ReloadStatus) -> T,
+    ) -> T {
+        match scope {
+            Scope::Operator => field(&self.settings.reload),
+            _ => T::default(),
+        }
+    }
+
     fn status_data(&self, scope: &Scope, t: Timestamp) -> StatusData {
         let mut states: BTreeMap<String, usize> = BTreeMap::new();
         let mut stalled = 0;
@@ -245,6 +256,10 @@ impl Daemon {
                     last_error: h.last_error,
                 }
             },
+            // The daemon's configuration is the operator's business.
+            reloads: self.operator_only(scope, |r| r.reloads),
+            reload_errors: self.operator_only(scope, |r| r.reload_errors),
+            restart_needed: self.operator_only(scope, |r| r.restart_needed.clone()),
         }
     }
 
@@ -339,6 +354,9 @@ impl Daemon {
             return Err("colibrid is stopping".into());
         }
         let argv = self.spawn_argv(&a)?;
+        if let Some(stall) = a.stall_after {
+            crate::config::check_stall_after(stall.0).map_err(|e| format!("stall_after: {e}"))?;
+        }
         let session = match &a.session_id {
             Some(s) if !SessionStore::valid_session_id(s) => {
                 return Err(format!(
