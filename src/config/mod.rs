@@ -598,7 +598,8 @@ pub fn plan(started: &Config, previous: &Config, new: &Config) -> ReloadPlan {
     }
 }
 
-fn is_reloadable(key: &str) -> bool {
+/// Whether SIGHUP applies a dotted key (`daemon.stall_after`).
+pub fn is_reloadable(key: &str) -> bool {
     RELOADABLE_KEYS.iter().any(|k| match k.strip_suffix('.') {
         Some(section) => key
             .strip_prefix(section)
