@@ -179,17 +179,6 @@ impl Daemon {
         }
     }
 
-    fn operator_only<T: Default>(
-        &self,
-        scope: &Scope,
-        field: impl Fn(&crate::daemon::settings::ReloadStatus) -> T,
-    ) -> T {
-        match scope {
-            Scope::Operator => field(&self.settings.reload),
-            _ => T::default(),
-        }
-    }
-
     fn status_data(&self, scope: &Scope, t: Timestamp) -> StatusData {
         let mut states: BTreeMap<String, usize> = BTreeMap::new();
         let mut stalled = 0;
@@ -202,6 +191,7 @@ impl Daemon {
             }
             let _ = k;
         }
+        let reload = self.settings.reload.shown_to(scope);
         StatusData {
             host: self.settings.daemon.host.clone(),
             os: self.os.clone(),
@@ -256,10 +246,9 @@ impl Daemon {
                     last_error: h.last_error,
                 }
             },
-            // The daemon's configuration is the operator's business.
-            reloads: self.operator_only(scope, |r| r.reloads),
-            reload_errors: self.operator_only(scope, |r| r.reload_errors),
-            restart_needed: self.operator_only(scope, |r| r.restart_needed.clone()),
+            reloads: reload.reloads,
+            reload_errors: reload.reload_errors,
+            restart_needed: reload.restart_needed,
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::config::{Config, DaemonSection, ReloadPlan};
 use crate::daemon::alert::AlertConfig;
+use crate::daemon::conn::Scope;
 use crate::daemon::diag::{log_error, log_info, log_warn};
 use crate::daemon::store::StoreConfig;
 
@@ -85,6 +86,15 @@ pub struct ReloadStatus {
 }
 
 impl ReloadStatus {
+    /// What `status` shows on a socket: the daemon's configuration is the
+    /// operator's business, so a jail socket sees zeros.
+    pub fn shown_to(&self, scope: &Scope) -> ReloadStatus {
+        match scope {
+            Scope::Operator => self.clone(),
+            Scope::Jail(_) => ReloadStatus::default(),
+        }
+    }
+
     /// Counts one reload and says on stderr what it did, key by key.
     pub fn record(&mut self, outcome: &Result<Reload, String>) {
         match outcome {
