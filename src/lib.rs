@@ -16,3 +16,4 @@ pub mod daemon;
 pub mod fold;
 pub mod platform;
 pub mod protocol;
+pub mod syslog;

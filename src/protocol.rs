@@ -616,6 +616,15 @@ pub struct StatusData {
     pub scope: String,
     /// Session-log health: what could not be written, and what waits.
     pub logs: LogHealth,
+    /// SIGHUP reloads that read a valid configuration.
+    #[serde(default)]
+    pub reloads: u64,
+    /// SIGHUP reloads refused (the running configuration was kept).
+    #[serde(default)]
+    pub reload_errors: u64,
+    /// Keys changed in the file that apply only after a restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restart_needed: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,8 @@
 //! Repository invariants that code review would otherwise have to catch:
 //! every socket command and watch event is documented in docs/PROTOCOL.md,
-//! and `cfg(target_os)` appears only under src/platform/.
+//! `cfg(target_os)` appears only under src/platform/, the core stays pure,
+//! the top-level modules import each other without a circle, and
+//! colibri.toml(5) marks exactly the keys SIGHUP reloads.
 
 use colibri::core::state::AgentState;
 use colibri::protocol::{WatchKind, COMMAND_NAMES};
@@ -124,4 +126,208 @@ fn target_os_cfg_lives_only_in_platform() {
         offenders.is_empty(),
         "cfg(target_os) outside src/platform: {offenders:?}"
     );
+}
+
+/// Every `.rs` file under `src/<dir>` (or the file `src/<dir>.rs`), with its
+/// code lines: comment lines dropped, so prose may name what code may not use.
+fn rust_sources_in(dir: &str) -> Vec<(String, Vec<String>)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut stack = vec![root.join(dir)];
+    let file = root.join(format!("{dir}.rs"));
+    if file.is_file() {
+        stack.push(file);
+    }
+    let mut out = Vec::new();
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            let entries = std::fs::read_dir(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            stack.extend(entries.flatten().map(|e| e.path()));
+            continue;
+        }
+        if path.extension().is_none_or(|ext| ext != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        let code = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .map(str::to_owned)
+            .collect();
+        let shown = path.strip_prefix(&root).unwrap_or(&path);
+        out.push((format!("src/{}", shown.display()), code));
+    }
+    assert!(!out.is_empty(), "no Rust sources under src/{dir}");
+    out
+}
+
+/// Whether `word` occurs in `line` as a whole identifier path segment.
+fn mentions_word(line: &str, word: &str) -> bool {
+    line.match_indices(word).any(|(i, _)| {
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        let before = line[..i].chars().next_back().is_none_or(|c| !ident(c));
+        let after = line[i + word.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !ident(c));
+        before && after
+    })
+}
+
+/// The core decides; it never does I/O, calls the OS or reads a clock (time
+/// is an argument), so it can be tested and replayed deterministically.
+#[test]
+fn the_core_does_no_io_and_reads_no_clock() {
+    // Paths that mean I/O, OS calls, clocks or the daemon. The core needs
+    // none, not even `std::io::Write`: it returns values.
+    const DENIED: [&str; 14] = [
+        "std::fs",
+        "std::io",
+        "std::net",
+        "std::os",
+        "std::process",
+        "std::thread",
+        "std::env",
+        "SystemTime::now",
+        "Instant::now",
+        "crate::daemon",
+        "crate::platform",
+        "crate::config",
+        "mio::",
+        "tokio",
+    ];
+    const DENIED_CRATES: [&str; 2] = ["libc", "nix"];
+    // `use std::{fs, io::Read}` names a module without `std::fs`.
+    const DENIED_IN_GROUPS: [&str; 7] = ["fs", "io", "net", "os", "process", "thread", "env"];
+    let mut offenders = Vec::new();
+    for (file, code) in rust_sources_in("core") {
+        let joined: String = code.join(" ");
+        for line in &code {
+            for denied in DENIED {
+                if line.contains(denied) {
+                    offenders.push(format!("{file}: `{denied}` in {:?}", line.trim()));
+                }
+            }
+            for krate in DENIED_CRATES {
+                if mentions_word(line, krate) {
+                    offenders.push(format!("{file}: `{krate}` in {:?}", line.trim()));
+                }
+            }
+        }
+        let flat: String = joined.split_whitespace().collect();
+        for group in flat.split("std::{").skip(1) {
+            let items = group.split('}').next().unwrap_or("");
+            for item in items.split(',') {
+                let module = item.split("::").next().unwrap_or("");
+                if DENIED_IN_GROUPS.contains(&module) {
+                    offenders.push(format!("{file}: `std::{{{module}, ..}}`"));
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "src/core/ must stay pure:\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The top-level modules of src/ and which of them each one imports
+/// (`crate::NAME`). `config` once imported `daemon::alert` while the daemon
+/// imported `config`: a circle that made neither usable alone.
+#[test]
+fn top_level_modules_import_each_other_without_a_circle() {
+    const MODULES: [&str; 9] = [
+        "core", "protocol", "syslog", "config", "platform", "daemon", "client", "fold", "cli",
+    ];
+    let mut imports: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> =
+        Default::default();
+    for module in MODULES {
+        let deps = imports.entry(module).or_default();
+        for (_, code) in rust_sources_in(module) {
+            for line in &code {
+                for other in MODULES {
+                    let path = format!("crate::{other}");
+                    if other != module
+                        && line.match_indices(&path).any(|(i, _)| {
+                            !line[i + path.len()..]
+                                .starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                        })
+                    {
+                        deps.insert(other);
+                    }
+                }
+            }
+        }
+    }
+    // The named layering, so a new edge is a decision and not an accident.
+    let leaves = ["core", "syslog"];
+    for leaf in leaves {
+        assert!(
+            imports[leaf]
+                .iter()
+                .all(|d| leaves.contains(d) && *d != leaf),
+            "src/{leaf} is a leaf but imports {:?}",
+            imports[leaf]
+        );
+    }
+    assert!(
+        !imports["config"].contains("daemon"),
+        "src/config/ imports the daemon: config is read by the daemon, not the reverse"
+    );
+    // Any circle at all: depth-first search for a back edge.
+    fn visit<'a>(
+        m: &'a str,
+        imports: &std::collections::BTreeMap<&'a str, std::collections::BTreeSet<&'a str>>,
+        path: &mut Vec<&'a str>,
+        done: &mut std::collections::BTreeSet<&'a str>,
+    ) {
+        if let Some(start) = path.iter().position(|p| *p == m) {
+            panic!("import circle: {} -> {m}", path[start..].join(" -> "));
+        }
+        if !done.insert(m) {
+            return;
+        }
+        path.push(m);
+        for dep in &imports[m] {
+            visit(dep, imports, path, done);
+        }
+        path.pop();
+    }
+    let mut done = Default::default();
+    for module in MODULES {
+        visit(module, &imports, &mut Vec::new(), &mut done);
+    }
+}
+
+/// colibri.toml(5) marks with `reload` exactly the keys SIGHUP applies.
+#[test]
+fn the_reload_marks_in_colibri_toml_5_match_the_code() {
+    let man = read("man/colibri.toml.5");
+    let mut section = String::new();
+    let mut checked = 0;
+    for line in man.lines() {
+        if let Some(name) = line.strip_prefix(".Ss [") {
+            section = name.trim_end_matches(']').to_owned();
+            continue;
+        }
+        let Some(item) = line.strip_prefix(".It Ic ") else {
+            continue;
+        };
+        if !["daemon", "syslog", "sessions", "restart"].contains(&section.as_str()) {
+            continue;
+        }
+        let key = format!("{section}.{}", item.split_whitespace().next().unwrap_or(""));
+        let marked = item.contains(", reload") || item.ends_with("reload");
+        assert_eq!(
+            marked,
+            colibri::config::is_reloadable(&key),
+            "colibri.toml(5) {} `{key}` as reloaded on SIGHUP; config::RELOADABLE_KEYS does {}",
+            if marked { "marks" } else { "does not mark" },
+            if marked { "not" } else { "" }
+        );
+        checked += 1;
+    }
+    assert!(checked > 20, "only {checked} keys found in colibri.toml(5)");
+    assert!(colibri::config::is_reloadable("providers.any"));
+    assert!(!colibri::config::is_reloadable("jails.any"));
 }

@@ -3,15 +3,14 @@
 //!
 //! Exit status: 0 after an orderly stop (or a good `--check-config`),
 //! 1 when the daemon could not start or failed while running, 2 for a bad
-//! command line or configuration.
+//! command line or configuration (every error found is printed).
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use colibri::config::{self, DaemonArgs};
-use colibri::daemon::diag::{self, Level};
-use colibri::daemon::{Daemon, Settings};
+use colibri::config::{self, Config, ConfigError, DaemonArgs};
+use colibri::daemon::{diag, Daemon, Reload, Reloader, Settings};
 
 fn main() -> ExitCode {
     if let Err(e) = colibri::platform::ensure_std_fds() {
@@ -22,7 +21,9 @@ fn main() -> ExitCode {
     let cfg = match config::load(&args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("colibrid: {e}");
+            for one in e.each() {
+                eprintln!("colibrid: {one}");
+            }
             return ExitCode::from(2);
         }
     };
@@ -30,15 +31,9 @@ fn main() -> ExitCode {
         print!("{}", config::render_effective(&cfg));
         return ExitCode::SUCCESS;
     }
-    diag::set_level(Level::parse(cfg.daemon.log_level.name()).unwrap_or(Level::Info));
+    diag::set_level(cfg.daemon.log_level);
     let settings = Settings::from_config(&cfg);
-    let reload_args = args.clone();
-    let reloader: colibri::daemon::Reloader = Box::new(move || {
-        config::load(&reload_args)
-            .map(|c| Settings::from_config(&c))
-            .map_err(|e| e.to_string())
-    });
-    let daemon = match Daemon::start(settings, reloader) {
+    let daemon = match Daemon::start(settings, reloader(args, cfg)) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("colibrid: {e}");
@@ -52,4 +47,27 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Reads the configuration again for SIGHUP and plans the reload against
+/// the configuration colibrid started with and the one loaded last. The log
+/// level is applied here; the loop applies the rest of the plan.
+fn reloader(args: DaemonArgs, started: Config) -> Reloader {
+    let mut previous = started.clone();
+    Box::new(move || {
+        let new = config::load(&args).map_err(|e| one_line(&e))?;
+        let plan = config::plan(&started, &previous, &new);
+        diag::set_level(new.daemon.log_level);
+        let settings = Settings::from_config(&new);
+        previous = new;
+        Ok(Reload { settings, plan })
+    })
+}
+
+fn one_line(e: &ConfigError) -> String {
+    e.each()
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -284,6 +284,17 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
                 .unwrap_or_default()
         );
     }
+    if s.reload_errors > 0 || !s.restart_needed.is_empty() {
+        let waiting = match s.restart_needed.as_slice() {
+            [] => String::new(),
+            keys => format!("; restart to apply {}", keys.join(", ")),
+        };
+        let _ = writeln!(
+            out,
+            "config:   {} reload(s), {} refused{waiting}",
+            s.reloads, s.reload_errors
+        );
+    }
     let _ = writeln!(
         out,
         "clients:  {} connection(s), {} watcher(s)",
@@ -666,6 +677,9 @@ pub(crate) mod tests {
             stall_after_ms: 600_000,
             scope: "operator".into(),
             logs: Default::default(),
+            reloads: 0,
+            reload_errors: 0,
+            restart_needed: Vec::new(),
         };
         let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
         let text = status_summary(&st, now);
@@ -678,5 +692,19 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(text.contains("stall:    after 10m00s\n"), "{text}");
+        assert!(!text.contains("config:"), "quiet while all is well: {text}");
+        let st = StatusData {
+            reloads: 2,
+            reload_errors: 1,
+            restart_needed: vec!["daemon.max_line".into(), "daemon.socket".into()],
+            ..st
+        };
+        let text = status_summary(&st, now);
+        assert!(
+            text.contains(
+                "config:   2 reload(s), 1 refused; restart to apply daemon.max_line, daemon.socket\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -19,13 +19,11 @@ use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::io;
 use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
-use std::str::FromStr;
+use std::path::Path;
 use std::time::Duration;
 
-pub use syslog::Facility;
-
 use crate::core::time::Timestamp;
+pub use crate::syslog::{facility_name, parse_facility, Facility, Severity, UnknownSeverity};
 
 /// The syslog APP-NAME of every alert; syslog.d routes on it.
 pub const APP_NAME: &str = "colibri";
@@ -68,102 +66,6 @@ impl AlertKind {
     }
 }
 
-/// Syslog severities, most severe first, so `a < b` means `a` is more severe.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Severity {
-    Emerg = 0,
-    Alert = 1,
-    Crit = 2,
-    Err = 3,
-    Warning = 4,
-    Notice = 5,
-    Info = 6,
-    Debug = 7,
-}
-
-impl Severity {
-    /// The canonical syslog.conf name, as accepted by `FromStr`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Severity::Emerg => "emerg",
-            Severity::Alert => "alert",
-            Severity::Crit => "crit",
-            Severity::Err => "err",
-            Severity::Warning => "warning",
-            Severity::Notice => "notice",
-            Severity::Info => "info",
-            Severity::Debug => "debug",
-        }
-    }
-}
-
-impl fmt::Display for Severity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The error for a name that is not a syslog severity.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown syslog level {0:?} (expected emerg, alert, crit, err, warning, notice, info or debug)"
-)]
-pub struct UnknownSeverity(pub String);
-
-impl FromStr for Severity {
-    type Err = UnknownSeverity;
-
-    /// Accepts the syslog.conf(5) names and their common aliases.
-    fn from_str(s: &str) -> Result<Severity, UnknownSeverity> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "emerg" | "panic" => Severity::Emerg,
-            "alert" => Severity::Alert,
-            "crit" => Severity::Crit,
-            "err" | "error" => Severity::Err,
-            "warning" | "warn" => Severity::Warning,
-            "notice" => Severity::Notice,
-            "info" => Severity::Info,
-            "debug" => Severity::Debug,
-            _ => return Err(UnknownSeverity(s.to_owned())),
-        })
-    }
-}
-
-/// Parses a facility name (`daemon`, `user`, `local0`..`local7`, ...).
-pub fn parse_facility(name: &str) -> Option<Facility> {
-    Facility::from_str(name).ok()
-}
-
-/// The syslog.conf name of a facility (the inverse of [`parse_facility`]).
-pub fn facility_name(facility: Facility) -> &'static str {
-    match facility {
-        Facility::LOG_KERN => "kern",
-        Facility::LOG_USER => "user",
-        Facility::LOG_MAIL => "mail",
-        Facility::LOG_DAEMON => "daemon",
-        Facility::LOG_AUTH => "auth",
-        Facility::LOG_SYSLOG => "syslog",
-        Facility::LOG_LPR => "lpr",
-        Facility::LOG_NEWS => "news",
-        Facility::LOG_UUCP => "uucp",
-        Facility::LOG_CRON => "cron",
-        Facility::LOG_AUTHPRIV => "authpriv",
-        Facility::LOG_FTP => "ftp",
-        Facility::LOG_NTP => "ntp",
-        Facility::LOG_AUDIT => "audit",
-        Facility::LOG_ALERT => "alert",
-        Facility::LOG_CLOCK_DAEMON => "clock_daemon",
-        Facility::LOG_LOCAL0 => "local0",
-        Facility::LOG_LOCAL1 => "local1",
-        Facility::LOG_LOCAL2 => "local2",
-        Facility::LOG_LOCAL3 => "local3",
-        Facility::LOG_LOCAL4 => "local4",
-        Facility::LOG_LOCAL5 => "local5",
-        Facility::LOG_LOCAL6 => "local6",
-        Facility::LOG_LOCAL7 => "local7",
-    }
-}
-
 /// What one alert says about its pane; absent keys are left out of the body.
 #[derive(Copy, Clone, Debug, Default)]
 pub struct AlertFields<'a> {
@@ -179,35 +81,8 @@ pub struct AlertFields<'a> {
     pub exit_signal: Option<i32>,
 }
 
-/// Alert settings; built from `[syslog]` and the flags, replaced on SIGHUP.
-#[derive(Clone, Debug)]
-pub struct AlertConfig {
-    pub enabled: bool,
-    /// The datagram socket to send to; `None` means the system log, the first
-    /// of [`SYSTEM_LOG_SOCKETS`] that exists.
-    pub socket: Option<PathBuf>,
-    pub facility: Facility,
-    /// The least severe level still sent (`Info` sends everything but debug).
-    pub min_level: Severity,
-    /// Alerts a pane may send in a burst; 0 is treated as 1.
-    pub rate_burst: u32,
-    /// Time for an empty bucket to refill completely; zero disables the limit.
-    pub rate_window: Duration,
-}
-
-impl Default for AlertConfig {
-    /// The defaults of SPEC.md: enabled, system log, daemon, info, 5 per 1m.
-    fn default() -> Self {
-        AlertConfig {
-            enabled: true,
-            socket: None,
-            facility: Facility::LOG_DAEMON,
-            min_level: Severity::Info,
-            rate_burst: 5,
-            rate_window: Duration::from_secs(60),
-        }
-    }
-}
+/// Alert settings: the resolved `[syslog]` section, replaced on SIGHUP.
+pub use crate::config::SyslogSection as AlertConfig;
 
 /// Why a message that passed the filters was not delivered.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -617,6 +492,7 @@ fn truncate(value: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
     use std::time::Instant;
 
     const T0: u64 = 1_779_883_200_123; // 2026-05-27T12:00:00.123Z

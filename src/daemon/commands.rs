@@ -191,6 +191,7 @@ impl Daemon {
             }
             let _ = k;
         }
+        let reload = self.settings.reload.shown_to(scope);
         StatusData {
             host: self.settings.daemon.host.clone(),
             os: self.os.clone(),
@@ -245,6 +246,9 @@ impl Daemon {
                     last_error: h.last_error,
                 }
             },
+            reloads: reload.reloads,
+            reload_errors: reload.reload_errors,
+            restart_needed: reload.restart_needed,
         }
     }
 
@@ -339,6 +343,9 @@ impl Daemon {
             return Err("colibrid is stopping".into());
         }
         let argv = self.spawn_argv(&a)?;
+        if let Some(stall) = a.stall_after {
+            crate::config::check_stall_after(stall.0).map_err(|e| format!("stall_after: {e}"))?;
+        }
         let session = match &a.session_id {
             Some(s) if !SessionStore::valid_session_id(s) => {
                 return Err(format!(

@@ -6,34 +6,8 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    Error = 0,
-    Warn = 1,
-    Info = 2,
-    Debug = 3,
-}
-
-impl Level {
-    pub fn parse(s: &str) -> Option<Level> {
-        match s.to_ascii_lowercase().as_str() {
-            "error" => Some(Level::Error),
-            "warn" | "warning" => Some(Level::Warn),
-            "info" => Some(Level::Info),
-            "debug" => Some(Level::Debug),
-            _ => None,
-        }
-    }
-
-    fn tag(self) -> &'static str {
-        match self {
-            Level::Error => "error",
-            Level::Warn => "warn",
-            Level::Info => "info",
-            Level::Debug => "debug",
-        }
-    }
-}
+/// The same levels `--log-level` and `[daemon] log_level` name.
+pub use crate::config::LogLevel as Level;
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);
 
@@ -47,7 +21,7 @@ pub fn enabled(level: Level) -> bool {
 
 pub fn log(level: Level, args: std::fmt::Arguments<'_>) {
     if enabled(level) {
-        eprintln!("colibrid: {}: {}", level.tag(), args);
+        eprintln!("colibrid: {}: {}", level.name(), args);
     }
 }
 

@@ -1539,25 +1539,24 @@ impl Daemon {
     }
 
     fn reload(&mut self) {
-        match (self.reloader)() {
-            Ok(new) => {
-                log_info!("reloaded configuration");
-                self.alerter.reconfigure(new.alert.clone());
-                if new.daemon.heartbeat != self.settings.daemon.heartbeat {
-                    let _ = self
-                        .heartbeat
-                        .arm_periodic(self.poll.registry(), new.daemon.heartbeat);
-                }
-                self.settings.daemon.stall_after = new.daemon.stall_after;
-                self.settings.daemon.heartbeat = new.daemon.heartbeat;
-                self.settings.daemon.shutdown_grace = new.daemon.shutdown_grace;
-                self.settings.restart_backoff = new.restart_backoff;
-                self.settings.max_restarts = new.max_restarts;
-                self.settings.providers = new.providers;
-                self.settings.alert = new.alert;
-            }
-            Err(e) => log_error!("reload failed, keeping the running configuration: {e}"),
+        let outcome = (self.reloader)();
+        self.settings.reload.record(&outcome);
+        let Ok(crate::daemon::Reload { settings: new, .. }) = outcome else {
+            return;
+        };
+        self.alerter.reconfigure(new.alert.clone());
+        if new.daemon.heartbeat != self.settings.daemon.heartbeat {
+            let _ = self
+                .heartbeat
+                .arm_periodic(self.poll.registry(), new.daemon.heartbeat);
         }
+        self.settings.daemon.stall_after = new.daemon.stall_after;
+        self.settings.daemon.heartbeat = new.daemon.heartbeat;
+        self.settings.daemon.shutdown_grace = new.daemon.shutdown_grace;
+        self.settings.restart_backoff = new.restart_backoff;
+        self.settings.max_restarts = new.max_restarts;
+        self.settings.providers = new.providers;
+        self.settings.alert = new.alert;
     }
 
     fn on_heartbeat(&mut self, t: Timestamp) {

@@ -17,7 +17,7 @@ pub mod source;
 pub mod store;
 
 pub use event_loop::{now, Daemon, DaemonError};
-pub use settings::Settings;
+pub use settings::{Reload, Settings};
 
 /// Re-reads the configuration for SIGHUP; set by the binary at start.
-pub type Reloader = Box<dyn Fn() -> Result<Settings, String>>;
+pub type Reloader = Box<dyn FnMut() -> Result<Reload, String>>;

@@ -144,6 +144,20 @@ fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
     }
 }
 
+/// Sends SIGHUP and waits until `status` counts the outcome in `counter`
+/// (`reloads` or `reload_errors`); returns that status.
+fn hup_and_wait(d: &Colibrid, counter: &str) -> Value {
+    let before = d.ok(json!({"cmd":"status"}))[counter]
+        .as_u64()
+        .expect("status counts reloads");
+    let pid = nix::unistd::Pid::from_raw(d.pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
+    wait_for(Duration::from_secs(10), counter, || {
+        let st = d.ok(json!({"cmd":"status"}));
+        (st[counter].as_u64() == Some(before + 1)).then_some(st)
+    })
+}
+
 #[test]
 fn sighup_reloads_the_configuration() {
     let mut d = Colibrid::start(&[]);
@@ -152,24 +166,117 @@ fn sighup_reloads_the_configuration() {
     d.terminate();
     d.args = vec!["--config".into(), cfg.display().to_string()];
     d.launch();
+    let st = d.ok(json!({"cmd":"status"}));
+    assert_eq!(st["stall_after_ms"], json!(600_000));
     assert_eq!(
-        d.ok(json!({"cmd":"status"}))["stall_after_ms"],
-        json!(600_000)
+        (&st["reloads"], &st["reload_errors"]),
+        (&json!(0), &json!(0))
     );
-    std::fs::write(&cfg, "[daemon]\nstall_after = \"90s\"\n").expect("cfg");
-    let pid = nix::unistd::Pid::from_raw(d.pid());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
-    wait_for(Duration::from_secs(10), "the new threshold", || {
-        (d.ok(json!({"cmd":"status"}))["stall_after_ms"] == json!(90_000)).then_some(())
-    });
-    // A broken file keeps the running configuration.
+    assert!(st.get("restart_needed").is_none(), "{st}");
+
+    // A reloadable key is applied; a key only a restart can apply is named.
+    std::fs::write(&cfg, "[daemon]\nstall_after = \"90s\"\nmax_line = 4096\n").expect("cfg");
+    let st = hup_and_wait(&d, "reloads");
+    assert_eq!(st["stall_after_ms"], json!(90_000));
+    assert_eq!(st["reload_errors"], json!(0));
+    assert_eq!(st["restart_needed"], json!(["daemon.max_line"]));
+
+    // A broken file keeps the running configuration, and is counted.
     std::fs::write(&cfg, "[daemon]\nstall_after = \"soon\"\n").expect("cfg");
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        d.ok(json!({"cmd":"status"}))["stall_after_ms"],
-        json!(90_000)
+    let st = hup_and_wait(&d, "reload_errors");
+    assert_eq!(st["reloads"], json!(1));
+    assert_eq!(st["stall_after_ms"], json!(90_000));
+    assert_eq!(st["restart_needed"], json!(["daemon.max_line"]));
+
+    // Back to the file colibrid started with: nothing waits for a restart.
+    std::fs::write(&cfg, "[daemon]\nstall_after = \"10m\"\n").expect("cfg");
+    let st = hup_and_wait(&d, "reloads");
+    assert_eq!(st["stall_after_ms"], json!(600_000));
+    assert!(st.get("restart_needed").is_none(), "{st}");
+}
+
+#[test]
+fn check_config_prints_every_error_and_exits_2() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cfg = dir.path().join("three.toml");
+    std::fs::write(
+        &cfg,
+        concat!(
+            "[daemon]\n",
+            "stall_after = \"0s\"\n",
+            "heartbeat = \"30s\"\n",
+            "socket_mode = 660\n",
+            "[syslog]\n",
+            "facility = \"daemons\"\n",
+        ),
+    )
+    .expect("write");
+    let out = Command::new(COLIBRID)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--check-config")
+        .env_remove("COLIBRI_SOCKET")
+        .env_remove("COLIBRI_STATE_DIR")
+        .output()
+        .expect("run colibrid");
+    assert_eq!(out.status.code(), Some(2), "the documented exit status");
+    assert!(out.stdout.is_empty(), "no configuration is printed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    let at = |n: u32, key: &str| format!("colibrid: {}:{n}: {key}: ", cfg.display());
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(lines[0].starts_with(&at(2, "daemon.stall_after")), "{err}");
+    assert!(lines[1].starts_with(&at(4, "daemon.socket_mode")), "{err}");
+    assert!(lines[2].starts_with(&at(6, "syslog.facility")), "{err}");
+}
+
+#[test]
+fn spawn_refuses_the_stall_thresholds_the_config_refuses() {
+    let d = Colibrid::start(&[]);
+    let o = colibri(
+        &d,
+        &[
+            "spawn",
+            "--stall-after",
+            "0s",
+            "--",
+            "/bin/sh",
+            "-c",
+            "sleep 30",
+        ],
     );
+    assert!(!o.status.success(), "0s was accepted: {}", stdout(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("stall_after: must be greater than zero"),
+        "{err}"
+    );
+    for stall in [json!(0), json!("0ms"), json!(u64::MAX), json!("400years")] {
+        let r = d.request(
+            json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","sleep 30"],"stall_after": stall}),
+        );
+        assert_eq!(
+            r["ok"],
+            json!(false),
+            "stall_after {stall} was accepted: {r}"
+        );
+        assert!(
+            r["error"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("stall_after: "),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        d.ok(json!({"cmd":"status"}))["agents"],
+        json!(0),
+        "no pane was made"
+    );
+    let r = d.request(
+        json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","sleep 30"],"stall_after": 90_000}),
+    );
+    assert_eq!(r["ok"], json!(true), "{r}");
 }
 
 #[test]

@@ -113,7 +113,20 @@ fn paused_agents_are_stopped_and_never_stalled() {
         std::thread::sleep(Duration::from_millis(200));
         (size(&counter) == a).then_some(a)
     });
-    std::thread::sleep(Duration::from_millis(400));
+    // A control agent with the same threshold, started after the pause and
+    // silent from then on: once it is stalled, the paused agent has been
+    // silent past the threshold too, and would be stalled if it could.
+    let control = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "echo '{\"type\":\"agent_start\"}'; sleep 60",
+        ],
+        json!({"stall_after":"200ms"}),
+    );
+    d.wait_pane(&control, "the control agent to stall", |p| {
+        p["stalled"] == json!(true)
+    });
     let p = d.pane(&id);
     assert_eq!(p["paused"], json!(true));
     assert_eq!(p["stalled"], json!(false), "paused is never stalled");
@@ -347,7 +360,7 @@ fn orphaned_grandchildren_are_reaped_not_left_as_zombies() {
 fn signal_agent_delivers_named_and_numbered_signals() {
     let d = Colibrid::start(&[]);
     let id = d.spawn(
-        &["/bin/sh", "-c", "t() { echo '{\"type\":\"turn_start\"}'; }; trap t USR1; echo '{\"type\":\"agent_start\"}'; while :; do sleep 0.05; done"],
+        &["/bin/sh", "-c", "t() { echo '{\"type\":\"turn_start\"}'; }; u() { echo '{\"type\":\"turn_end\"}'; }; trap t USR1; trap u USR2; echo '{\"type\":\"agent_start\"}'; while :; do sleep 0.05; done"],
         json!({"runtime":"pi"}),
     );
     d.wait_state(&id, "working");
@@ -356,9 +369,14 @@ fn signal_agent_delivers_named_and_numbered_signals() {
     d.wait_pane(&id, "the trap's line", |p| {
         p["counters"]["events"] == json!(2)
     });
-    // Delivered once, not once to the group and again to its leader.
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(d.pane(&id)["counters"]["events"], json!(2));
+    // Delivered once, not once to the group and again to its leader. USR2,
+    // sent after, is a fence: its line follows any second USR1 line, so once
+    // it is counted, a second delivery would have been counted too.
+    d.ok(json!({"cmd":"signal-agent","agent_id": id, "signal":"USR2"}));
+    let p = d.wait_pane(&id, "the fence's line", |p| {
+        p["counters"]["events"].as_u64() >= Some(3)
+    });
+    assert_eq!(p["counters"]["events"], json!(3), "{p}");
     let bad = d.request(json!({"cmd":"signal-agent","agent_id": id, "signal":"SIGNOPE"}));
     assert_eq!(bad["ok"], json!(false));
     d.ok(json!({"cmd":"signal-agent","agent_id": id, "signal": 15}));

@@ -313,20 +313,11 @@ fn failing_log_writes_raise_one_alert_and_never_spin() {
         (st["logs"]["failed_writes"].as_u64().unwrap_or(0) > 0).then_some(())
     });
     // The agent is held back (backpressure), and the daemon does not spin.
-    let ticks = |pid: i32| -> u64 {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let f: Vec<u64> = s
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .unwrap_or("")
-            .split_whitespace()
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0)
-    };
-    let before = ticks(d.pid());
+    // A reading that cannot be taken fails (see `cpu_ticks`): 0 is a
+    // measurement here, never a default.
+    let before = cpu_ticks(d.pid());
     std::thread::sleep(Duration::from_secs(1));
-    let used = ticks(d.pid()) - before;
+    let used = cpu_ticks(d.pid()) - before;
     assert!(
         used < 30,
         "colibrid used {used} ticks of 100 in a second while its disk failed"
@@ -341,4 +332,27 @@ fn failing_log_writes_raise_one_alert_and_never_spin() {
         json!(true),
         "and everyone else is served"
     );
+}
+
+/// User plus system CPU time of a process, in clock ticks, from
+/// `/proc/PID/stat` (fields 14 and 15; the name in field 2 may hold spaces,
+/// so fields are counted after its closing parenthesis). A missing or
+/// unreadable reading fails the test rather than measuring nothing.
+fn cpu_ticks(pid: i32) -> u64 {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e} (this test needs Linux's /proc)"));
+    let after_name = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("{path}: no process name in {stat:?}"));
+    // After the name come field 3 (state) onwards: utime is the 12th.
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let field = |n: usize| -> u64 {
+        fields
+            .get(n - 3)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{path}: field {n} missing or not a number in {stat:?}"))
+    };
+    field(14) + field(15)
 }

@@ -1,0 +1,79 @@
+//! `colibrid --check-config`: the effective configuration as TOML. The
+//! output is itself a valid config file that loads back to the same values.
+//! The same serialization lets [`super::changed_keys`] compare two
+//! configurations key by key.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serializer;
+
+use super::{Config, LogLevel};
+use crate::syslog::{facility_name, Facility, Severity};
+
+/// The effective configuration as TOML, headed by the file it came from.
+pub fn render_effective(config: &Config) -> String {
+    let mut out = String::new();
+    let source = config
+        .source
+        .as_deref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "none".to_owned());
+    let _ = writeln!(out, "# colibrid effective configuration (file: {source})");
+    match toml::to_string(config) {
+        Ok(text) => out.push_str(&text),
+        Err(e) => {
+            let _ = writeln!(out, "# cannot render the configuration: {e}");
+        }
+    }
+    out
+}
+
+/// Every `section.key` (for maps, `providers.NAME`) and its rendered value.
+pub(super) fn keyed(config: &Config) -> BTreeMap<String, toml::Value> {
+    let mut keys = BTreeMap::new();
+    let Ok(toml::Value::Table(sections)) = toml::Value::try_from(config) else {
+        return keys;
+    };
+    for (section, value) in sections {
+        match value {
+            toml::Value::Table(table) => {
+                for (key, value) in table {
+                    keys.insert(format!("{section}.{key}"), value);
+                }
+            }
+            other => {
+                keys.insert(section, other);
+            }
+        }
+    }
+    keys
+}
+
+pub(super) fn duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(*d).to_string())
+}
+
+pub(super) fn durations<S: Serializer>(list: &[Duration], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(
+        list.iter()
+            .map(|d| humantime::format_duration(*d).to_string()),
+    )
+}
+
+pub(super) fn mode<S: Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{mode:04o}"))
+}
+
+pub(super) fn log_level<S: Serializer>(level: &LogLevel, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(level.name())
+}
+
+pub(super) fn facility<S: Serializer>(facility: &Facility, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(facility_name(*facility))
+}
+
+pub(super) fn severity<S: Serializer>(level: &Severity, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(level.name())
+}

@@ -1,0 +1,748 @@
+//! The configuration's unit tests: layers, validation, rendering, reload.
+
+use super::*;
+use crate::syslog::facility_name;
+use clap::Parser as _;
+
+fn parse(text: &str) -> Result<Layer, ConfigError> {
+    parse_file(Path::new("/etc/colibri.toml"), text)
+}
+
+fn parse_err(text: &str) -> ConfigError {
+    match parse(text) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+fn resolve(args: &DaemonArgs, file: Option<(&Path, &Layer)>) -> Result<Config, ConfigError> {
+    let source = file.map(|(path, _)| path.to_path_buf());
+    let file = file.map(|(_, layer)| layer.clone()).unwrap_or_default();
+    args.layer().or(file).resolve(source)
+}
+
+fn resolve_with(args: &DaemonArgs, file: Option<&Layer>) -> Config {
+    let path = Path::new("/etc/colibri.toml");
+    resolve(args, file.map(|f| (path, f))).expect("resolves")
+}
+
+#[test]
+fn defaults_match_the_spec() {
+    let config = resolve_with(&DaemonArgs::default(), None);
+    let d = &config.daemon;
+    assert_eq!(config.source, None);
+    assert_eq!(d.socket, Path::new("/var/run/colibri/colibri.sock"));
+    assert_eq!(d.socket_mode, 0o660);
+    assert_eq!(d.socket_group, None);
+    assert_eq!(d.state_dir, Path::new("/var/db/colibri"));
+    assert_eq!(d.host, system_hostname());
+    assert_eq!(d.stall_after, Duration::from_secs(600));
+    assert_eq!(d.heartbeat, Duration::from_secs(30));
+    assert_eq!(d.shutdown_grace, Duration::from_secs(5));
+    assert_eq!(d.max_line, 1_048_576);
+    assert_eq!(d.max_request, 1_048_576);
+    assert_eq!(d.max_connections, 256);
+    assert_eq!(d.log_level, LogLevel::Info);
+    assert_eq!(
+        d.agent_path,
+        "/sbin:/bin:/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin"
+    );
+    let s = &config.syslog;
+    assert!(s.enabled);
+    assert_eq!(s.socket, None);
+    assert_eq!(facility_name(s.facility), "daemon");
+    assert_eq!(s.min_level, Severity::Info);
+    assert_eq!(s.rate_burst, 5);
+    assert_eq!(s.rate_window, Duration::from_secs(60));
+    assert_eq!(
+        config.sessions,
+        SessionsSection {
+            rotate_bytes: 67_108_864,
+            rotate_turns: 500,
+            flush_budget: 4_194_304,
+            buffer_limit: 8_388_608,
+        }
+    );
+    let minutes: Vec<u64> = config
+        .restart
+        .backoff
+        .iter()
+        .map(|d| d.as_secs() / 60)
+        .collect();
+    assert_eq!(minutes, [1, 5, 15, 30, 60]);
+    assert_eq!(config.restart.max_restarts, 5);
+    assert_eq!(
+        config.providers.keys().collect::<Vec<_>>(),
+        ["anthropic", "deepseek", "openrouter"]
+    );
+    assert_eq!(
+        config.providers["openrouter"].argv,
+        [
+            "pi",
+            "--mode",
+            "rpc",
+            "--provider",
+            "openrouter",
+            "--model",
+            "{model}"
+        ]
+    );
+    assert!(config.jails.is_empty());
+    let alert = &config.syslog;
+    assert!(alert.enabled);
+    assert_eq!(alert.min_level, Severity::Info);
+    assert_eq!(alert.rate_burst, 5);
+}
+
+#[test]
+fn sample_config_from_the_spec_loads() {
+    let file = parse(
+        r#"
+[daemon]
+socket = "/tmp/c.sock"
+socket_mode = "0640"
+socket_group = "colibri"
+state_dir = "/tmp/state"
+host = "buildbox"
+stall_after = "90s"
+heartbeat = "15s"
+shutdown_grace = "2s"
+max_line = 4096
+max_request = 8192
+max_connections = 8
+log_level = "debug"
+
+[syslog]
+enabled = true
+socket = "/var/run/log"
+facility = "local3"
+level = "notice"
+rate_burst = 2
+rate_window = "30s"
+
+[sessions]
+rotate_bytes = 1000
+rotate_turns = 10
+flush_budget = 100
+buffer_limit = 200
+
+[restart]
+backoff = ["1s", "2m"]
+max_restarts = 3
+
+[providers.deepseek]
+argv = ["pi", "--provider", "deepseek", "--model", "{model}"]
+
+[providers.local]
+argv = ["ollama-agent", "{model}"]
+
+[jails.agents1]
+socket = "/var/run/colibri/jails/agents1/colibri.sock"
+
+[jails.agents2]
+"#,
+    )
+    .expect("sample parses");
+    let config = resolve_with(&DaemonArgs::default(), Some(&file));
+    assert_eq!(
+        config.source.as_deref(),
+        Some(Path::new("/etc/colibri.toml"))
+    );
+    assert_eq!(config.daemon.socket_mode, 0o640);
+    assert_eq!(config.daemon.socket_group.as_deref(), Some("colibri"));
+    assert_eq!(config.daemon.host, "buildbox");
+    assert_eq!(config.daemon.stall_after, Duration::from_secs(90));
+    assert_eq!(config.daemon.max_connections, 8);
+    assert_eq!(config.daemon.log_level, LogLevel::Debug);
+    assert_eq!(facility_name(config.syslog.facility), "local3");
+    assert_eq!(config.syslog.min_level, Severity::Notice);
+    assert_eq!(config.sessions.buffer_limit, 200);
+    assert_eq!(
+        config.restart.backoff,
+        [Duration::from_secs(1), Duration::from_secs(120)]
+    );
+    // File providers override by name and add to the built-ins.
+    assert_eq!(config.providers["deepseek"].argv[1], "--provider");
+    assert_eq!(config.providers["local"].argv, ["ollama-agent", "{model}"]);
+    assert!(config.providers.contains_key("anthropic"));
+    assert_eq!(
+        config.jails["agents2"].socket,
+        Path::new("/var/run/colibri/jails/agents2/colibri.sock")
+    );
+    let alert = &config.syslog;
+    assert_eq!(alert.socket.as_deref(), Some(Path::new("/var/run/log")));
+    assert_eq!(alert.rate_window, Duration::from_secs(30));
+    assert_eq!(alert.min_level, Severity::Notice);
+}
+
+#[test]
+fn flag_beats_file_beats_default() {
+    let file = parse(
+        r#"
+[daemon]
+socket = "/file.sock"
+state_dir = "/file/state"
+stall_after = "20m"
+log_level = "warn"
+[syslog]
+facility = "local1"
+enabled = true
+"#,
+    )
+    .expect("parses");
+    let args = DaemonArgs {
+        socket: Some(PathBuf::from("/flag.sock")),
+        stall_after: Some(Duration::from_secs(5)),
+        syslog_facility: Some(Facility::LOG_LOCAL7),
+        no_syslog: true,
+        ..DaemonArgs::default()
+    };
+    let config = resolve_with(&args, Some(&file));
+    assert_eq!(config.daemon.socket, Path::new("/flag.sock"));
+    assert_eq!(config.daemon.stall_after, Duration::from_secs(5));
+    assert_eq!(facility_name(config.syslog.facility), "local7");
+    assert!(!config.syslog.enabled);
+    // Not on the command line: the file wins over the default.
+    assert_eq!(config.daemon.state_dir, Path::new("/file/state"));
+    assert_eq!(config.daemon.log_level, LogLevel::Warn);
+    // In neither: the default.
+    assert_eq!(config.daemon.heartbeat, DEFAULT_HEARTBEAT);
+}
+
+/// Runs in a child process with a controlled environment, so the test
+/// neither mutates nor depends on this process's environment.
+#[test]
+fn env_sits_between_flag_and_file() {
+    const CHILD: &str = "COLIBRI_CONFIG_TEST_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let file = parse(concat!(
+            "[daemon]\n",
+            "state_dir = \"/file/state\"\n",
+            "log_level = \"warn\"\n",
+            "host = \"filehost\"\n",
+            "agent_path = \"/file/bin\"\n",
+        ))
+        .expect("parses");
+        let args =
+            DaemonArgs::try_parse_from(["colibrid", "--socket", "/flag.sock"]).expect("args parse");
+        let config = resolve_with(&args, Some(&file));
+        // Flag beats env.
+        assert_eq!(config.daemon.socket, Path::new("/flag.sock"));
+        // Env beats file.
+        assert_eq!(config.daemon.state_dir, Path::new("/env/state"));
+        assert_eq!(config.daemon.log_level, LogLevel::Debug);
+        // File beats default.
+        assert_eq!(config.daemon.host, "filehost");
+        assert_eq!(config.daemon.agent_path, "/env/bin:/usr/bin");
+        assert_eq!(args.config.as_deref(), Some(Path::new("/env/colibri.toml")));
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let output = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "config::tests::env_sits_between_flag_and_file",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("COLIBRI_SOCKET", "/env.sock")
+        .env("COLIBRI_STATE_DIR", "/env/state")
+        .env("COLIBRI_LOG", "debug")
+        .env("COLIBRI_AGENT_PATH", "/env/bin:/usr/bin")
+        .env("COLIBRI_CONFIG", "/env/colibri.toml")
+        .output()
+        .expect("run the child test");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn flags_parse_and_reject_bad_values() {
+    let args = DaemonArgs::try_parse_from([
+        "colibrid",
+        "--socket-mode",
+        "0600",
+        "--stall-after",
+        "90s",
+        "--max-line",
+        "4096",
+        "--syslog-facility",
+        "local0",
+        "--alert-level",
+        "warning",
+        "--jail-socket",
+        "a1=/run/a1.sock",
+        "--jail-socket",
+        "b2=/run/b2.sock",
+        "--no-syslog",
+        "--check-config",
+    ])
+    .expect("valid flags");
+    assert_eq!(args.socket_mode, Some(0o600));
+    assert_eq!(args.stall_after, Some(Duration::from_secs(90)));
+    assert_eq!(args.max_line, Some(4096));
+    assert!(matches!(args.syslog_facility, Some(Facility::LOG_LOCAL0)));
+    assert_eq!(args.alert_level, Some(Severity::Warning));
+    assert_eq!(args.jail_socket.len(), 2);
+    assert_eq!(args.jail_socket[1].jail, "b2");
+    assert!(args.no_syslog && args.check_config);
+    for bad in [
+        ["--socket-mode", "999"],
+        ["--stall-after", "10x"],
+        ["--stall-after", "0s"],
+        ["--max-line", "0"],
+        ["--syslog-facility", "daemons"],
+        ["--alert-level", "loud"],
+        ["--jail-socket", "nopath"],
+        ["--jail-socket", "../x=/p"],
+    ] {
+        let result = DaemonArgs::try_parse_from(["colibrid", bad[0], bad[1]]);
+        assert!(result.is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn jail_socket_flags_merge_with_the_file() {
+    let file =
+        parse("[jails.a1]\nsocket = \"/file/a1.sock\"\n[jails.b2]\nsocket = \"/file/b2.sock\"\n")
+            .expect("parses");
+    let args = DaemonArgs {
+        jail_socket: vec![
+            JailSocketArg {
+                jail: "b2".into(),
+                socket: "/flag/b2.sock".into(),
+            },
+            JailSocketArg {
+                jail: "c3".into(),
+                socket: "/flag/c3.sock".into(),
+            },
+        ],
+        ..DaemonArgs::default()
+    };
+    let config = resolve_with(&args, Some(&file));
+    let sockets: Vec<(&str, &Path)> = config
+        .jails
+        .iter()
+        .map(|(name, l)| (name.as_str(), l.socket.as_path()))
+        .collect();
+    assert_eq!(
+        sockets,
+        [
+            ("a1", Path::new("/file/a1.sock")),
+            ("b2", Path::new("/flag/b2.sock")),
+            ("c3", Path::new("/flag/c3.sock")),
+        ]
+    );
+}
+
+#[test]
+fn a_jail_cannot_share_a_socket() {
+    let args = DaemonArgs {
+        socket: Some("/run/op.sock".into()),
+        jail_socket: vec![JailSocketArg {
+            jail: "a1".into(),
+            socket: "/run/op.sock".into(),
+        }],
+        ..DaemonArgs::default()
+    };
+    let err = resolve(&args, None).expect_err("clash");
+    assert_eq!(
+        err.to_string(),
+        "jails.a1.socket: /run/op.sock is also the operator socket"
+    );
+    let file = parse("[jails.a]\nsocket = \"/s\"\n[jails.b]\nsocket = \"/s\"\n").expect("parses");
+    let err =
+        resolve(&DaemonArgs::default(), Some((Path::new("/c.toml"), &file))).expect_err("clash");
+    assert_eq!(
+        err.to_string(),
+        "/c.toml: jails.b.socket: /s is also the socket of jail \"a\""
+    );
+}
+
+#[test]
+fn unknown_key_names_file_line_and_key() {
+    let err = parse_err("[daemon]\nsocket = \"/x\"\n\nstal_after = \"10m\"\n");
+    match &err {
+        ConfigError::Syntax {
+            path,
+            line,
+            column,
+            key,
+            msg,
+        } => {
+            assert_eq!(path, Path::new("/etc/colibri.toml"));
+            assert_eq!(*line, 4);
+            assert_eq!(*column, 1);
+            assert_eq!(key.as_deref(), Some("daemon.stal_after"));
+            assert!(msg.contains("unknown field `stal_after`"), "{msg}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(err
+        .to_string()
+        .starts_with("/etc/colibri.toml:4:1: daemon.stal_after: unknown field `stal_after`"));
+
+    let err = parse_err("[daemon]\n[sylog]\nenabled = false\n");
+    assert!(
+        err.to_string()
+            .starts_with("/etc/colibri.toml:2:2: sylog: unknown field `sylog`"),
+        "{err}"
+    );
+    let err = parse_err("[providers.x]\nargv = [\"a\"]\nenv = {}\n");
+    assert!(
+        err.to_string()
+            .starts_with("/etc/colibri.toml:3:1: providers.x.env: unknown field `env`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn type_and_syntax_errors_name_the_line() {
+    let err = parse_err("[daemon]\nmax_line = \"big\"\n");
+    assert!(
+        err.to_string()
+            .starts_with("/etc/colibri.toml:2:12: daemon.max_line: invalid type"),
+        "{err}"
+    );
+    let err = parse_err("[daemon]\nmax_line = -1\n");
+    assert!(
+        err.to_string()
+            .starts_with("/etc/colibri.toml:2:12: daemon.max_line: "),
+        "{err}"
+    );
+    let err = parse_err("[daemon]\nsocket = \"/x\n");
+    match err {
+        ConfigError::Syntax { line, key, .. } => {
+            assert_eq!(line, 2);
+            assert_eq!(key, None);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn expect_invalid(text: &str, want_line: usize, want_key: &str, want_msg: &str) {
+    let (line, key, msg) = invalid(text);
+    assert_eq!(line, Some(want_line), "{text}");
+    assert_eq!(key, want_key, "{text}");
+    assert!(msg.contains(want_msg), "{text}: {msg}");
+}
+
+fn invalid(text: &str) -> (Option<usize>, String, String) {
+    match parse_err(text) {
+        ConfigError::Invalid {
+            path,
+            line,
+            key,
+            msg,
+        } => {
+            assert_eq!(path.as_deref(), Some(Path::new("/etc/colibri.toml")));
+            (line, key, msg)
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_values_name_key_and_line() {
+    let text = concat!(
+        "# comment\n[daemon]\nsocket = \"/x\"\nheartbeat = \"30s\"\n",
+        "\n\nstall_after = \"10x\"\n",
+    );
+    let err = parse_err(text);
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with("/etc/colibri.toml:7: daemon.stall_after: invalid duration \"10x\": "),
+        "{shown}"
+    );
+
+    expect_invalid(
+        "[daemon]\nsocket_mode = \"999\"\n",
+        2,
+        "daemon.socket_mode",
+        "not an octal number",
+    );
+    expect_invalid(
+        "[daemon]\nsocket_mode = \"01777\"\n",
+        2,
+        "daemon.socket_mode",
+        "at most 0777",
+    );
+    expect_invalid(
+        "[daemon]\nheartbeat = \"0s\"\n",
+        2,
+        "daemon.heartbeat",
+        "greater than zero",
+    );
+    expect_invalid(
+        "[daemon]\nlog_level = \"chatty\"\n",
+        2,
+        "daemon.log_level",
+        "invalid log level",
+    );
+    expect_invalid(
+        "\n[syslog]\nfacility = \"daemons\"\n",
+        3,
+        "syslog.facility",
+        "unknown syslog facility",
+    );
+    expect_invalid(
+        "[syslog]\nlevel = \"loud\"\n",
+        2,
+        "syslog.level",
+        "unknown syslog level",
+    );
+    expect_invalid(
+        "[syslog]\nrate_burst = 0\n",
+        2,
+        "syslog.rate_burst",
+        "out of range",
+    );
+    expect_invalid(
+        "[restart]\nbackoff = [\"1m\",\n  \"5q\"]\n",
+        3,
+        "restart.backoff",
+        "invalid duration \"5q\"",
+    );
+    expect_invalid(
+        "[providers.p]\nargv = []\n",
+        2,
+        "providers.p.argv",
+        "program name",
+    );
+    let (line, key, _) = invalid("[jails.\"a/b\"]\nsocket = \"/s\"\n");
+    assert_eq!((line, key.as_str()), (Some(1), "jails.a/b"));
+}
+
+#[test]
+fn modes_parse_as_octal() {
+    assert_eq!(parse_mode("0660"), Ok(0o660));
+    assert_eq!(parse_mode("660"), Ok(0o660));
+    assert_eq!(parse_mode("0o600"), Ok(0o600));
+    assert!(parse_mode("").is_err());
+    assert!(parse_mode("0x1ff").is_err());
+    let file = parse("[daemon]\nsocket_mode = 0o640\n").expect("toml octal integer");
+    assert_eq!(file.daemon.socket_mode, Some(0o640));
+    // A bare integer is decimal to TOML: 660 would silently be 0o1224.
+    let err = parse("[daemon]\nsocket_mode = 660\n").expect_err("a decimal integer is refused");
+    assert!(err.to_string().contains("write it in octal"), "{err}");
+}
+
+#[test]
+fn missing_file_is_a_read_error_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("absent.toml");
+    let args = DaemonArgs {
+        config: Some(path.clone()),
+        ..DaemonArgs::default()
+    };
+    match load(&args) {
+        Err(ConfigError::Read { path: p, source }) => {
+            assert_eq!(p, path);
+            assert_eq!(source.kind(), io::ErrorKind::NotFound);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn load_reads_the_named_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("colibri.toml");
+    std::fs::write(&path, "[daemon]\nheartbeat = \"7s\"\n").expect("write config");
+    let args = DaemonArgs {
+        config: Some(path.clone()),
+        ..DaemonArgs::default()
+    };
+    let config = load(&args).expect("loads");
+    assert_eq!(config.source.as_deref(), Some(path.as_path()));
+    assert_eq!(config.daemon.heartbeat, Duration::from_secs(7));
+}
+
+#[test]
+fn effective_config_renders_and_loads_back() {
+    let file = parse(
+        r#"
+[daemon]
+socket_group = "colibri"
+stall_after = "90s"
+[syslog]
+socket = "/tmp/log"
+level = "warning"
+[jails.j1]
+[providers.x]
+argv = ["x", "{model}"]
+"#,
+    )
+    .expect("parses");
+    let config = resolve_with(&DaemonArgs::default(), Some(&file));
+    let text = render_effective(&config);
+    assert!(text.starts_with("# colibrid effective configuration (file: /etc/colibri.toml)\n"));
+    assert!(text.contains("socket_mode = \"0660\""), "{text}");
+    assert!(text.contains("stall_after = \"1m 30s\""), "{text}");
+    assert!(text.contains("[providers.x]"), "{text}");
+
+    let again = parse(&text).expect("rendered config parses");
+    let round = resolve_with(&DaemonArgs::default(), Some(&again));
+    assert_eq!(round.daemon, config.daemon);
+    assert_eq!(round.sessions, config.sessions);
+    assert_eq!(round.restart, config.restart);
+    assert_eq!(round.providers, config.providers);
+    assert_eq!(round.jails, config.jails);
+    assert_eq!(round.syslog.socket, config.syslog.socket);
+    assert_eq!(round.syslog.min_level, Severity::Warning);
+    assert_eq!(facility_name(round.syslog.facility), "daemon");
+}
+
+#[test]
+fn every_invalid_value_in_the_file_is_reported() {
+    let text = concat!(
+        "[daemon]\n",
+        "stall_after = \"0s\"\n",
+        "socket_mode = \"999\"\n",
+        "[syslog]\n",
+        "level = \"loud\"\n",
+    );
+    let err = parse_err(text);
+    let each: Vec<String> = err.each().iter().map(|e| e.to_string()).collect();
+    assert_eq!(each.len(), 3, "{each:#?}");
+    assert!(
+        each[0].starts_with("/etc/colibri.toml:2: daemon.stall_after: "),
+        "{each:#?}"
+    );
+    assert!(each[0].contains("greater than zero"), "{each:#?}");
+    assert!(
+        each[1].starts_with("/etc/colibri.toml:3: daemon.socket_mode: "),
+        "{each:#?}"
+    );
+    assert!(
+        each[2].starts_with("/etc/colibri.toml:5: syslog.level: "),
+        "{each:#?}"
+    );
+    assert_eq!(err.to_string(), each.join("\n"));
+}
+
+#[test]
+fn a_stall_threshold_has_one_check_for_file_flag_and_request() {
+    for bad in ["0s", "0ms", "400years"] {
+        let file = format!("[daemon]\nstall_after = \"{bad}\"\n");
+        let (line, key, _) = invalid(&file);
+        assert_eq!(
+            (line, key.as_str()),
+            (Some(2), "daemon.stall_after"),
+            "{bad}"
+        );
+        let flag = DaemonArgs::try_parse_from(["colibrid", "--stall-after", bad]);
+        assert!(flag.is_err(), "--stall-after {bad} was accepted");
+    }
+    // What `spawn-agent {"stall_after": 18446744073709551615}` asks for.
+    assert!(check_stall_after(Duration::from_millis(u64::MAX)).is_err());
+    assert!(check_stall_after(Duration::ZERO).is_err());
+    assert_eq!(
+        check_stall_after(Duration::from_secs(90)),
+        Ok(Duration::from_secs(90))
+    );
+    assert!(check_stall_after(MAX_DURATION).is_ok());
+    // Other durations share the upper bound.
+    expect_invalid(
+        "[restart]\nbackoff = [\"1m\", \"1000years\"]\n",
+        2,
+        "restart.backoff",
+        "must be at most",
+    );
+}
+
+#[test]
+fn agent_path_comes_from_file_or_flag_and_must_be_absolute() {
+    let file = parse("[daemon]\nagent_path = \"/opt/bin:/usr/bin\"\n").expect("parses");
+    let config = resolve_with(&DaemonArgs::default(), Some(&file));
+    assert_eq!(config.daemon.agent_path, "/opt/bin:/usr/bin");
+    let args =
+        DaemonArgs::try_parse_from(["colibrid", "--agent-path", "/flag/bin"]).expect("valid flag");
+    assert_eq!(
+        resolve_with(&args, Some(&file)).daemon.agent_path,
+        "/flag/bin"
+    );
+    expect_invalid(
+        "[daemon]\nagent_path = \"/bin:bin\"\n",
+        2,
+        "daemon.agent_path",
+        "not an absolute directory",
+    );
+    expect_invalid(
+        "[daemon]\nagent_path = \"\"\n",
+        2,
+        "daemon.agent_path",
+        "empty",
+    );
+    assert!(DaemonArgs::try_parse_from(["colibrid", "--agent-path", "."]).is_err());
+}
+
+fn config_of(text: &str) -> Config {
+    resolve_with(&DaemonArgs::default(), Some(&parse(text).expect("parses")))
+}
+
+#[test]
+fn reload_plan_applies_what_it_can_and_names_the_rest() {
+    let started = config_of("[daemon]\nsocket = \"/run/a.sock\"\n");
+    let same = config_of("[daemon]\nsocket = \"/run/a.sock\"\n");
+    assert_eq!(plan(&started, &started, &same), ReloadPlan::default());
+
+    let new = config_of(concat!(
+        "[daemon]\n",
+        "socket = \"/run/b.sock\"\n",
+        "stall_after = \"90s\"\n",
+        "max_line = 4096\n",
+        "log_level = \"debug\"\n",
+        "[syslog]\n",
+        "level = \"warning\"\n",
+        "[sessions]\n",
+        "rotate_turns = 7\n",
+        "[providers.local2]\n",
+        "argv = [\"x\"]\n",
+        "[jails.j1]\n",
+    ));
+    let first = plan(&started, &started, &new);
+    assert_eq!(
+        first.applied,
+        [
+            "daemon.log_level",
+            "daemon.stall_after",
+            "providers.local2",
+            "syslog.level"
+        ]
+    );
+    assert_eq!(
+        first.restart_needed,
+        [
+            "daemon.max_line",
+            "daemon.socket",
+            "jails.j1",
+            "sessions.rotate_turns"
+        ]
+    );
+    // Loaded again unchanged: nothing new to apply, and the keys that wait
+    // for a restart are still named.
+    let again = plan(&started, &new, &new);
+    assert!(again.applied.is_empty(), "{again:?}");
+    assert_eq!(again.restart_needed, first.restart_needed);
+    // Put back as started: nothing waits any more.
+    let back = plan(&started, &new, &same);
+    assert!(back.restart_needed.is_empty(), "{back:?}");
+    assert!(back.applied.contains(&"daemon.stall_after".to_owned()));
+}
+
+#[test]
+fn every_reloadable_key_names_a_real_key() {
+    let keys = render::keyed(&config_of(""));
+    for reloadable in RELOADABLE_KEYS {
+        assert!(
+            keys.keys()
+                .any(|key| key == reloadable || key.starts_with(reloadable)),
+            "{reloadable} is not a key of the configuration"
+        );
+    }
+}
