@@ -1381,6 +1381,9 @@ impl Daemon {
         let spec = platform::SpawnSpec {
             argv: recipe.argv.clone(),
             env,
+            // None = platform::DEFAULT_AGENT_PATH; to be wired to the
+            // config's `[daemon] agent_path` once src/config/ has it.
+            agent_path: None,
             clear_env: false,
             cwd: recipe.cwd.clone(),
             jail,
