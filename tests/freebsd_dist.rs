@@ -37,8 +37,12 @@ fn devd_resume_rule_matches_the_kernels_power_event() {
     // "resume", NULL); devd.conf(5) lists the same system/subsystem/type.
     let conf = read("dist/devd/colibri.conf");
     let matches = devd_matches(&conf, "notify 100 {");
-    let expected = [("system", "kern"), ("subsystem", "power"), ("type", "resume")]
-        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    let expected = [
+        ("system", "kern"),
+        ("subsystem", "power"),
+        ("type", "resume"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
     assert_eq!(matches, expected);
     assert!(conf.contains(r#"action "/usr/local/bin/colibri hint resume";"#));
 }
@@ -106,4 +110,25 @@ fn pkg_plist_owns_the_syslog_d_directory() {
     let plist = read("port/sysutils/colibri/pkg-plist");
     assert!(plist.lines().any(|l| l == "etc/syslog.d/colibri.conf"));
     assert!(plist.lines().any(|l| l == "@dir etc/syslog.d"));
+}
+
+#[test]
+fn jails_md_creates_the_mount_source_before_applying_the_template() {
+    // Older Bastille refuses a MOUNT whose host path does not exist, which
+    // aborts `bastille template`.
+    let doc = read("docs/JAILS.md");
+    let position = |needle: &str| {
+        doc.find(needle)
+            .unwrap_or_else(|| panic!("docs/JAILS.md lacks {needle:?}"))
+    };
+    let creates =
+        position("service colibri restart        # creates /var/run/colibri/jails/agents1");
+    let applies = position("bastille template agents1 colibri/colibri-agent");
+    assert!(
+        creates < applies,
+        "the directory is created after the template runs"
+    );
+    // The code reads the jail's /etc/passwd (platform::lookup_user).
+    assert!(!doc.contains("`/etc/master.passwd`, not the host's"));
+    assert!(doc.contains("`/etc/passwd` (and its groups in the jail's `/etc/group`)"));
 }
