@@ -616,6 +616,18 @@ pub struct StatusData {
     pub scope: String,
     /// Session-log health: what could not be written, and what waits.
     pub logs: LogHealth,
+    /// Syslog alert counters since start (daemon-wide: zero on a jail socket).
+    #[serde(default)]
+    pub alerts: AlertHealth,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AlertHealth {
+    pub sent: u64,
+    pub rate_limited: u64,
+    pub dropped: u64,
+    /// Alerts sent with values cut to fit one syslog datagram.
+    pub truncated: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -284,6 +284,13 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
                 .unwrap_or_default()
         );
     }
+    if s.alerts.dropped > 0 || s.alerts.truncated > 0 {
+        let _ = writeln!(
+            out,
+            "alerts:   {} sent, {} dropped, {} cut to fit",
+            s.alerts.sent, s.alerts.dropped, s.alerts.truncated
+        );
+    }
     let _ = writeln!(
         out,
         "clients:  {} connection(s), {} watcher(s)",
@@ -666,6 +673,7 @@ pub(crate) mod tests {
             stall_after_ms: 600_000,
             scope: "operator".into(),
             logs: Default::default(),
+            alerts: Default::default(),
         };
         let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
         let text = status_summary(&st, now);
@@ -678,5 +686,22 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(text.contains("stall:    after 10m00s\n"), "{text}");
+        assert!(
+            !text.contains("alerts:"),
+            "quiet while nothing was lost: {text}"
+        );
+        let cut = StatusData {
+            alerts: crate::protocol::AlertHealth {
+                sent: 9,
+                truncated: 2,
+                ..Default::default()
+            },
+            ..st
+        };
+        let text = status_summary(&cut, now);
+        assert!(
+            text.contains("alerts:   9 sent, 0 dropped, 2 cut to fit\n"),
+            "{text}"
+        );
     }
 }
