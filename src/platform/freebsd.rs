@@ -4,7 +4,8 @@
 //! type-checked there (`cargo check --target x86_64-unknown-freebsd`) and
 //! written from the FreeBSD 14 sources and man pages summarised in
 //! `notes/freebsd.md`. The portable tests in `platform/tests.rs` are the
-//! first thing to run on a 14.x host; beyond them, verify:
+//! first thing to run on a 14.x host, then `scripts/freebsd-smoke.sh`, which
+//! exercises each item below through the real daemon; it checks:
 //! - `ExitWatch`: EVFILT_PROC/NOTE_EXIT added to mio's kqueue comes out of
 //!   `Poll::poll` with our token (mio decodes `Token(udata)`), including the
 //!   immediate note when the child is already a zombie at registration.

@@ -88,8 +88,9 @@ pub const DEFAULT_AGENT_PATH: &str = "/sbin:/bin:/usr/sbin:/usr/bin:/usr/local/s
 /// What to start on a PTY, and as whom.
 #[derive(Clone, Debug, Default)]
 pub struct SpawnSpec {
-    /// Program and arguments; `argv[0]` is looked up in `PATH` (inside the
-    /// jail when `jail` is set, since the lookup happens after the attach).
+    /// Program and arguments; `argv[0]` is looked up before fork in the
+    /// agent's `PATH` (see `agent_path`), in the jail's view of the
+    /// filesystem when `jail` is set.
     pub argv: Vec<String>,
     /// Variables set on top of the inherited (or cleared) environment; they
     /// win over everything the spawn fills in (`PATH`, `HOME`, `USER`, ...).

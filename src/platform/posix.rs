@@ -1,8 +1,9 @@
 //! POSIX code that is the same on Linux and FreeBSD.
 //!
 //! PTY set-up (raw mode, window size), master reads and writes, the spawn
-//! recipe (std `Command` plus an async-signal-safe `pre_exec`), reaping,
-//! `killpg`, resource limits and passwd/group parsing. The OS files call in
+//! (the agent's environment and program lookup before fork, then fork and an
+//! async-signal-safe child), reaping, `killpg`, resource limits and
+//! passwd/group parsing. The OS files call in
 //! here for the common part and keep only what really differs.
 
 use std::ffi::{CStr, CString, OsString};
