@@ -98,7 +98,8 @@ pub struct SpawnSpec {
     /// The agent's `PATH` when `env` has none, also used to find `argv[0]`
     /// before fork; `None` means [`DEFAULT_AGENT_PATH`].
     pub agent_path: Option<String>,
-    /// Start from an empty environment instead of the daemon's.
+    /// Start from an empty environment instead of the daemon's (`PATH` and
+    /// the account's `HOME`, `USER`, `LOGNAME`, `SHELL` are still set).
     pub clear_env: bool,
     /// Working directory; with `jail` it is a path inside the jail (default `/`).
     pub cwd: Option<PathBuf>,
