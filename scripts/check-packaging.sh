@@ -5,6 +5,8 @@
 # Checks, each reported as ok, FAIL or skip:
 #   - rc.d/colibri and the port's files/colibri.in (with %%PREFIX%% set to
 #     /usr/local) pass `sh -n` and `shellcheck -s sh`, and are the same file;
+#   - scripts/freebsd-smoke.sh, scripts/release.sh and scripts/port-crates.sh
+#     pass `sh -n` and `shellcheck -s sh`;
 #   - run against a stub rc.subr, rc.d/colibri hands daemon(8) the expected
 #     arguments and its reload sends SIGHUP to colibrid's pid, not daemon's;
 #   - man/* pass `mandoc -Tlint -Wwarning`;
@@ -66,7 +68,7 @@ rc_template="$port_dir/files/colibri.in"
 rc_expanded="$tmp_dir/colibri.in.sh"
 sed 's|%%PREFIX%%|/usr/local|g' "$rc_template" >"$rc_expanded"
 
-for script in rc.d/colibri "$rc_expanded"; do
+for script in rc.d/colibri "$rc_expanded" scripts/freebsd-smoke.sh scripts/release.sh scripts/port-crates.sh; do
 	case $script in
 	"$rc_expanded") label="$rc_template (PREFIX=/usr/local)" ;;
 	*) label=$script ;;

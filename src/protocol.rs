@@ -625,6 +625,18 @@ pub struct StatusData {
     /// Keys changed in the file that apply only after a restart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub restart_needed: Vec<String>,
+    /// Syslog alert counters since start (daemon-wide: zero on a jail socket).
+    #[serde(default)]
+    pub alerts: AlertHealth,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AlertHealth {
+    pub sent: u64,
+    pub rate_limited: u64,
+    pub dropped: u64,
+    /// Alerts sent with values cut to fit one syslog datagram.
+    pub truncated: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

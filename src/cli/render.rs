@@ -295,6 +295,13 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
             s.reloads, s.reload_errors
         );
     }
+    if s.alerts.dropped > 0 || s.alerts.truncated > 0 {
+        let _ = writeln!(
+            out,
+            "alerts:   {} sent, {} dropped, {} cut to fit",
+            s.alerts.sent, s.alerts.dropped, s.alerts.truncated
+        );
+    }
     let _ = writeln!(
         out,
         "clients:  {} connection(s), {} watcher(s)",
@@ -680,6 +687,7 @@ pub(crate) mod tests {
             reloads: 0,
             reload_errors: 0,
             restart_needed: Vec::new(),
+            alerts: Default::default(),
         };
         let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
         let text = status_summary(&st, now);
@@ -704,6 +712,23 @@ pub(crate) mod tests {
             text.contains(
                 "config:   2 reload(s), 1 refused; restart to apply daemon.max_line, daemon.socket\n"
             ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("alerts:"),
+            "quiet while nothing was lost: {text}"
+        );
+        let cut = StatusData {
+            alerts: crate::protocol::AlertHealth {
+                sent: 9,
+                truncated: 2,
+                ..Default::default()
+            },
+            ..st
+        };
+        let text = status_summary(&cut, now);
+        assert!(
+            text.contains("alerts:   9 sent, 0 dropped, 2 cut to fit\n"),
             "{text}"
         );
     }

@@ -55,7 +55,7 @@ pub const DEFAULT_MAX_REQUEST: usize = 1_048_576;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 pub const DEFAULT_LOG_LEVEL: LogLevel = LogLevel::Info;
 /// The PATH an agent gets when its spawn request does not set one.
-pub const DEFAULT_AGENT_PATH: &str = "/sbin:/bin:/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin";
+pub use crate::platform::DEFAULT_AGENT_PATH;
 pub const DEFAULT_SYSLOG_FACILITY: Facility = Facility::LOG_DAEMON;
 pub const DEFAULT_ALERT_LEVEL: Severity = Severity::Info;
 pub const DEFAULT_RATE_BURST: u32 = 5;

@@ -10,7 +10,16 @@
 //!
 //! Messages are RFC 5424 (`<PRI>1 TIMESTAMP HOST colibri PID MSGID - body`)
 //! because FreeBSD syslogd reads an RFC 3164 timestamp as local time while
-//! every formatter stamps UTC (see notes/freebsd.md §7). The header is written
+//! every formatter stamps UTC (see notes/freebsd.md §7). TIMESTAMP carries
+//! the local UTC offset (`2026-05-27T14:00:00.123+02:00`, RFC 5424 §6.2.3),
+//! so alerts read like the local-time lines around them in `/var/log`; the
+//! instant is the caller's `now`, only the offset is looked up.
+//!
+//! A message never exceeds [`MAX_DATAGRAM_BYTES`]: FreeBSD 14 refuses a
+//! larger local datagram with EMSGSIZE (`net.local.dgram.maxdgram`, 2 KiB),
+//! so the alert would be lost. Long values are cut, marked with `…`, and the
+//! message says `truncated=N` (bytes cut); [`AlertStats::truncated`] counts
+//! such alerts. The header is written
 //! here, not by `syslog::Formatter5424`: that formatter takes MSGID as a `u32`
 //! and reads the clock itself, and colibri needs a word as MSGID and the
 //! caller's time. The `syslog` crate still supplies [`Facility`].
@@ -39,6 +48,18 @@ pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
 /// The longest value kept in a message body; longer ones are cut (at a char
 /// boundary) so a message stays under FreeBSD syslogd's 8 KiB line limit.
 pub const MAX_VALUE_BYTES: usize = 512;
+
+/// The longest datagram sent: FreeBSD 14's default `net.local.dgram.maxdgram`
+/// (`unpdg_maxdgram = 2*1024` in sys/kern/uipc_usrreq.c; a larger send fails
+/// EMSGSIZE). FreeBSD 15 raised it to 8 KiB; 2 KiB fits both.
+pub const MAX_DATAGRAM_BYTES: usize = 2048;
+
+/// Appended to a value that was cut.
+const CUT_MARK: &str = "…";
+
+/// The smallest per-value limit tried when fitting a message; at this limit
+/// every message fits (see `fit_message`), the hard cut is a backstop only.
+const MIN_VALUE_BYTES: usize = 32;
 
 /// The transition an alert reports; its name is the RFC 5424 MSGID.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -127,6 +148,9 @@ pub struct AlertStats {
     pub sent: u64,
     pub rate_limited: u64,
     pub dropped: u64,
+    /// Alerts sent with values cut short (to fit [`MAX_DATAGRAM_BYTES`], or
+    /// a value over [`MAX_VALUE_BYTES`]).
+    pub truncated: u64,
 }
 
 /// One pane's token bucket. `level` is in units of "token × ms / burst" so
@@ -153,6 +177,8 @@ pub struct Alerter {
     stats: AlertStats,
     /// Reused message buffer, so a steady stream of alerts does not allocate.
     message: String,
+    /// The local UTC offset in seconds at an instant; tests pin it.
+    utc_offset: fn(i64) -> Option<i32>,
 }
 
 impl Alerter {
@@ -168,6 +194,7 @@ impl Alerter {
             buckets: HashMap::new(),
             stats: AlertStats::default(),
             message: String::new(),
+            utc_offset: crate::platform::utc_offset_seconds,
         };
         if alerter.cfg.enabled {
             alerter.socket = connect(alerter.cfg.socket.as_deref()).ok();
@@ -212,24 +239,23 @@ impl Alerter {
         };
 
         let mut message = std::mem::take(&mut self.message);
-        message.clear();
-        let pri = self.cfg.facility as u8 | severity as u8;
-        write_message(
-            &mut message,
-            pri,
-            now,
-            &self.hostname,
-            self.pid,
+        let header = Header {
+            pri: self.cfg.facility as u8 | severity as u8,
+            timestamp: local_timestamp(now, (self.utc_offset)(unix_secs(now))),
+            hostname: &self.hostname,
+            pid: self.pid,
             kind,
-            f,
-            suppressed,
-        );
+        };
+        let cut = fit_message(&mut message, &header, f, suppressed);
         let outcome = self.send(message.as_bytes(), now);
         self.message = message;
 
         match outcome {
             AlertOutcome::Sent => {
                 self.stats.sent += 1;
+                if cut > 0 {
+                    self.stats.truncated += 1;
+                }
                 if let Some(bucket) = self.buckets.get_mut(f.pane) {
                     bucket.suppressed = 0;
                 }
@@ -398,26 +424,102 @@ fn local_hostname() -> String {
     }
 }
 
-/// Writes `<PRI>1 TIMESTAMP HOST colibri PID MSGID - body`.
-#[allow(clippy::too_many_arguments)]
-fn write_message(
-    out: &mut String,
+/// The RFC 5424 header fields of one alert.
+struct Header<'a> {
     pri: u8,
-    now: Timestamp,
-    hostname: &str,
+    timestamp: String,
+    hostname: &'a str,
     pid: u32,
     kind: AlertKind,
+}
+
+fn unix_secs(t: Timestamp) -> i64 {
+    i64::try_from(t.as_millis() / 1000).unwrap_or(i64::MAX)
+}
+
+/// RFC 5424 TIMESTAMP in local time: `now` shifted by `offset_secs` and
+/// written with that offset (`+02:00`), or `Z` when the offset is zero or
+/// unknown. Offsets are whole minutes in RFC 5424 (TIME-NUMOFFSET); the
+/// seconds of historic local mean times are dropped from both parts.
+fn local_timestamp(now: Timestamp, offset_secs: Option<i32>) -> String {
+    let offset_minutes = offset_secs.unwrap_or(0) / 60;
+    if offset_minutes == 0 {
+        return now.to_rfc3339();
+    }
+    let shift_ms = u64::from(offset_minutes.unsigned_abs()) * 60_000;
+    let local_ms = if offset_minutes > 0 {
+        now.as_millis().checked_add(shift_ms)
+    } else {
+        now.as_millis().checked_sub(shift_ms)
+    };
+    let Some(local_ms) = local_ms else {
+        return now.to_rfc3339();
+    };
+    let local = Timestamp::from_millis(local_ms).to_rfc3339();
+    let Some(wall) = local.strip_suffix('Z') else {
+        return now.to_rfc3339();
+    };
+    let sign = if offset_minutes > 0 { '+' } else { '-' };
+    let abs = offset_minutes.unsigned_abs();
+    format!("{wall}{sign}{:02}:{:02}", abs / 60, abs % 60)
+}
+
+/// Writes the message into `out` (cleared first) so that it fits in
+/// [`MAX_DATAGRAM_BYTES`], and returns the bytes cut from values (0 if
+/// nothing was cut). The per-value limit halves from [`MAX_VALUE_BYTES`]
+/// until the message fits; at [`MIN_VALUE_BYTES`] it always does (header at
+/// most ~330 bytes, eight values of at most 4 × 32 escaped bytes), and a
+/// hard cut at a char boundary is the backstop. A cut message ends with
+/// `truncated=N`.
+fn fit_message(
+    out: &mut String,
+    header: &Header<'_>,
     f: &AlertFields<'_>,
     suppressed: u64,
-) {
+) -> usize {
+    // Room for " truncated=<usize>".
+    const TRAILER: usize = 32;
+    let mut limit = MAX_VALUE_BYTES;
+    let mut cut = loop {
+        out.clear();
+        let cut = write_message(out, header, f, suppressed, limit);
+        if out.len() + TRAILER <= MAX_DATAGRAM_BYTES || limit <= MIN_VALUE_BYTES {
+            break cut;
+        }
+        limit /= 2;
+    };
+    if out.len() + TRAILER > MAX_DATAGRAM_BYTES {
+        let keep = floor_char_boundary(out, MAX_DATAGRAM_BYTES - TRAILER - CUT_MARK.len());
+        cut += out.len() - keep;
+        out.truncate(keep);
+        out.push_str(CUT_MARK);
+    }
+    if cut > 0 {
+        let _ = write!(out, " truncated={cut}");
+    }
+    cut
+}
+
+/// Writes `<PRI>1 TIMESTAMP HOST colibri PID MSGID - body` with every value
+/// cut to `limit` bytes; returns the bytes cut.
+fn write_message(
+    out: &mut String,
+    h: &Header<'_>,
+    f: &AlertFields<'_>,
+    suppressed: u64,
+    limit: usize,
+) -> usize {
     // Writing to a String cannot fail; the results are ignored for that reason.
     let _ = write!(
         out,
-        "<{pri}>1 {} {hostname} {APP_NAME} {pid} {} - ",
-        now.to_rfc3339(),
-        kind.msgid()
+        "<{}>1 {} {} {APP_NAME} {} {} - ",
+        h.pri,
+        h.timestamp,
+        h.hostname,
+        h.pid,
+        h.kind.msgid()
     );
-    push_pair(out, "pane", f.pane);
+    let mut cut = push_pair(out, "pane", f.pane, limit);
     let optional = [
         ("name", f.name),
         ("runtime", f.runtime),
@@ -429,7 +531,7 @@ fn write_message(
     ];
     for (key, value) in optional {
         if let Some(value) = value {
-            push_pair(out, key, value);
+            cut += push_pair(out, key, value, limit);
         }
     }
     if let Some(code) = f.exit_code {
@@ -441,25 +543,34 @@ fn write_message(
     if suppressed > 0 {
         let _ = write!(out, " suppressed={suppressed}");
     }
+    cut
 }
 
 /// Appends ` key=value` (no leading space for the first pair), quoting the
 /// value when it is empty or holds a space, quote, backslash, `=` or control
-/// character, so the body always splits back into its pairs.
-fn push_pair(out: &mut String, key: &str, value: &str) {
+/// character, so the body always splits back into its pairs. A value over
+/// `limit` bytes is cut at a char boundary and marked; returns the bytes cut.
+fn push_pair(out: &mut String, key: &str, value: &str, limit: usize) -> usize {
     if !out.ends_with(' ') {
         out.push(' ');
     }
     out.push_str(key);
     out.push('=');
-    let value = truncate(value, MAX_VALUE_BYTES);
+    let (value, cut) = if value.len() > limit {
+        let kept = truncate(value, limit.saturating_sub(CUT_MARK.len()));
+        (kept, value.len() - kept.len())
+    } else {
+        (value, 0)
+    };
+    let mark = if cut > 0 { CUT_MARK } else { "" };
     let needs_quotes = value.is_empty()
         || value
             .chars()
             .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\' | '='));
     if !needs_quotes {
         out.push_str(value);
-        return;
+        out.push_str(mark);
+        return cut;
     }
     out.push('"');
     for c in value.chars() {
@@ -475,18 +586,25 @@ fn push_pair(out: &mut String, key: &str, value: &str) {
             c => out.push(c),
         }
     }
+    out.push_str(mark);
     out.push('"');
+    cut
 }
 
 fn truncate(value: &str, max: usize) -> &str {
-    if value.len() <= max {
-        return value;
+    &value[..floor_char_boundary(value, max)]
+}
+
+/// The largest char boundary of `s` at or below `max`.
+fn floor_char_boundary(s: &str, max: usize) -> usize {
+    if s.len() <= max {
+        return s.len();
     }
     let mut end = max;
-    while !value.is_char_boundary(end) {
+    while !s.is_char_boundary(end) {
         end -= 1;
     }
-    &value[..end]
+    end
 }
 
 #[cfg(test)]
@@ -566,6 +684,7 @@ mod tests {
     fn message_is_rfc5424_with_key_value_body() {
         let rx = Receiver::bind();
         let mut alerter = Alerter::new(config(&rx.path));
+        alerter.utc_offset = |_| Some(0);
         let f = AlertFields {
             pane: "p1",
             name: Some("fixer"),
@@ -604,8 +723,128 @@ mod tests {
             AlertStats {
                 sent: 1,
                 rate_limited: 0,
-                dropped: 0
+                dropped: 0,
+                truncated: 0,
             }
+        );
+    }
+
+    #[test]
+    fn timestamps_carry_the_local_offset() {
+        let noon = at(0); // 2026-05-27T12:00:00.123Z
+        assert_eq!(local_timestamp(noon, Some(0)), "2026-05-27T12:00:00.123Z");
+        assert_eq!(local_timestamp(noon, None), "2026-05-27T12:00:00.123Z");
+        assert_eq!(
+            local_timestamp(noon, Some(2 * 3600)),
+            "2026-05-27T14:00:00.123+02:00"
+        );
+        assert_eq!(
+            local_timestamp(noon, Some(-(5 * 3600 + 1800))),
+            "2026-05-27T06:30:00.123-05:30"
+        );
+        // 01:00 UTC on the 28th is still the 27th far west of Greenwich.
+        assert_eq!(
+            local_timestamp(at(13 * 3_600_000), Some(-14 * 3600)),
+            "2026-05-27T11:00:00.123-14:00"
+        );
+
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(config(&rx.path));
+        alerter.utc_offset = |_| Some(3600);
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &fields("p1"), noon),
+            AlertOutcome::Sent
+        );
+        assert_eq!(split(&rx.recv()).0[1], "2026-05-27T13:00:00.123+01:00");
+    }
+
+    #[test]
+    fn the_platform_offset_is_that_of_the_local_zone() {
+        // Whatever TZ this runs under, the offset is whole minutes within
+        // ±26 h and the same for one instant asked twice.
+        let secs = unix_secs(at(0));
+        let offset = crate::platform::utc_offset_seconds(secs).expect("localtime_r");
+        assert!(offset.abs() <= 26 * 3600, "{offset}");
+        assert_eq!(crate::platform::utc_offset_seconds(secs), Some(offset));
+    }
+
+    #[test]
+    fn long_alerts_are_cut_to_fit_one_datagram_and_counted() {
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(AlertConfig {
+            rate_window: Duration::ZERO,
+            ..config(&rx.path)
+        });
+        // Every value long, multi-byte and full of characters that escape
+        // to four bytes: unfitted this is far over 2 KiB.
+        let long = "é\u{1}\"".repeat(400);
+        let f = AlertFields {
+            pane: "p1",
+            name: Some(&long),
+            runtime: Some(&long),
+            state: "blocked",
+            session: Some(&long),
+            cwd: Some(&long),
+            jail: Some(&long),
+            reason: Some(&long),
+            exit_code: Some(1),
+            exit_signal: None,
+        };
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &f, at(0)),
+            AlertOutcome::Sent
+        );
+        let message = rx.recv(); // panics unless valid UTF-8
+        assert!(
+            message.len() <= MAX_DATAGRAM_BYTES,
+            "{} bytes",
+            message.len()
+        );
+        let (header, body) = split(&message);
+        assert_eq!(header[5], "blocked");
+        assert!(body.starts_with("pane=p1 name=\"é"), "{body}");
+        assert!(body.contains(&format!("{CUT_MARK}\" runtime=")), "{body}");
+        assert!(body.contains(" exit_code=1 "), "{body}");
+        let cut: usize = body
+            .rsplit_once(" truncated=")
+            .and_then(|(_, n)| n.parse().ok())
+            .expect("a truncated=N trailer");
+        assert!(cut > 6 * (long.len() - MAX_VALUE_BYTES), "cut {cut}");
+        assert_eq!(alerter.stats().truncated, 1);
+
+        // A short alert is not cut and not counted.
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &fields("p1"), at(1)),
+            AlertOutcome::Sent
+        );
+        assert!(!rx.recv().contains("truncated="));
+        assert_eq!(alerter.stats().truncated, 1);
+        assert_eq!(alerter.stats().sent, 2);
+    }
+
+    #[test]
+    fn the_backstop_cut_keeps_utf8_and_the_limit() {
+        // A header longer than the datagram (an absurd hostname) leaves no
+        // room even at the smallest value limit: the hard cut applies.
+        let header = Header {
+            pri: 28,
+            timestamp: at(0).to_rfc3339(),
+            hostname: &"h".repeat(3000),
+            pid: 1,
+            kind: AlertKind::Blocked,
+        };
+        let mut out = String::new();
+        let reason = "é".repeat(100);
+        let f = AlertFields {
+            reason: Some(&reason),
+            ..fields("p1")
+        };
+        let cut = fit_message(&mut out, &header, &f, 0);
+        assert!(out.len() <= MAX_DATAGRAM_BYTES, "{}", out.len());
+        assert!(cut > 1000, "{cut}");
+        assert!(
+            out.ends_with(&format!("{CUT_MARK} truncated={cut}")),
+            "{out}"
         );
     }
 
@@ -661,11 +900,11 @@ mod tests {
     #[test]
     fn values_are_quoted_only_when_needed() {
         let mut out = String::new();
-        push_pair(&mut out, "a", "plain/path-1.2");
-        push_pair(&mut out, "b", "");
-        push_pair(&mut out, "c", "x=y");
-        push_pair(&mut out, "d", "back\\slash");
-        push_pair(&mut out, "e", "two\nlines");
+        push_pair(&mut out, "a", "plain/path-1.2", MAX_VALUE_BYTES);
+        push_pair(&mut out, "b", "", MAX_VALUE_BYTES);
+        push_pair(&mut out, "c", "x=y", MAX_VALUE_BYTES);
+        push_pair(&mut out, "d", "back\\slash", MAX_VALUE_BYTES);
+        push_pair(&mut out, "e", "two\nlines", MAX_VALUE_BYTES);
         assert_eq!(
             out,
             r#" a=plain/path-1.2 b="" c="x=y" d="back\\slash" e="two\nlines""#
@@ -734,7 +973,8 @@ mod tests {
             AlertStats {
                 sent: 5,
                 rate_limited: 4,
-                dropped: 0
+                dropped: 0,
+                truncated: 0,
             }
         );
     }
@@ -831,7 +1071,8 @@ mod tests {
             AlertStats {
                 sent: 1,
                 rate_limited: 0,
-                dropped: 2
+                dropped: 2,
+                truncated: 0,
             }
         );
     }

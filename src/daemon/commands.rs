@@ -23,7 +23,7 @@ use crate::daemon::source::ConnId;
 use crate::daemon::store::{ExitRecord, LineClass, Recovery, SessionStore};
 use crate::platform;
 use crate::protocol::{
-    self, AgentArgs, Command, EmitArgs, InputArgs, LogHealth, PaneV1, PaneV2, Request,
+    self, AgentArgs, AlertHealth, Command, EmitArgs, InputArgs, LogHealth, PaneV1, PaneV2, Request,
     SessionSummary, SignalArgs, SnapshotV1, SnapshotV2, SpawnArgs, SpawnData, StatusData,
     WatchKind, WireExit, WireRestart, SNAPSHOT_V1, SNAPSHOT_V2,
 };
@@ -249,6 +249,18 @@ impl Daemon {
             reloads: reload.reloads,
             reload_errors: reload.reload_errors,
             restart_needed: reload.restart_needed,
+            alerts: match scope {
+                Scope::Operator => {
+                    let a = self.alerter.stats();
+                    AlertHealth {
+                        sent: a.sent,
+                        rate_limited: a.rate_limited,
+                        dropped: a.dropped,
+                        truncated: a.truncated,
+                    }
+                }
+                Scope::Jail(_) => AlertHealth::default(),
+            },
         }
     }
 

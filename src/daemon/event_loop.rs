@@ -18,7 +18,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use mio::net::{UnixListener, UnixStream};
 use mio::unix::SourceFd;
@@ -108,7 +108,9 @@ pub struct Daemon {
     pub(crate) alerter: Alerter,
     signals: SignalSource,
     heartbeat: KernelTimer,
-    shutdown_timer: Option<(KernelTimer, Token)>,
+    /// The timer, its token, and when it is due (monotonic): see
+    /// `shutdown_timer_fired` for why the due time is kept.
+    shutdown_timer: Option<(KernelTimer, Token, Instant)>,
     pending: VecDeque<Pending>,
     pending_set: BTreeSet<Pending>,
     dirty_conns: BTreeSet<usize>,
@@ -1381,6 +1383,7 @@ impl Daemon {
         let spec = platform::SpawnSpec {
             argv: recipe.argv.clone(),
             env,
+            agent_path: Some(self.settings.daemon.agent_path.clone()),
             clear_env: false,
             cwd: recipe.cwd.clone(),
             jail,
@@ -1610,14 +1613,13 @@ impl Daemon {
         let token = self.tokens.insert(Source::Shutdown);
         match KernelTimer::new(self.poll.registry(), token) {
             Ok(mut timer) => {
-                let _ = timer.arm_oneshot(
-                    self.poll.registry(),
-                    self.settings
-                        .daemon
-                        .shutdown_grace
-                        .max(Duration::from_millis(1)),
-                );
-                self.shutdown_timer = Some((timer, token));
+                let grace = self
+                    .settings
+                    .daemon
+                    .shutdown_grace
+                    .max(Duration::from_millis(1));
+                let _ = timer.arm_oneshot(self.poll.registry(), grace);
+                self.shutdown_timer = Some((timer, token, Instant::now() + grace));
             }
             Err(e) => {
                 log_warn!("no shutdown timer ({e}); killing agents now");
@@ -1646,11 +1648,19 @@ impl Daemon {
     }
 
     fn shutdown_timer_fired(&mut self, t: Timestamp) {
-        let fired = self
-            .shutdown_timer
-            .as_mut()
-            .map_or(0, |(timer, _)| timer.acknowledge());
-        if fired == 0 {
+        let Some((timer, _, due)) = self.shutdown_timer.as_mut() else {
+            return;
+        };
+        if timer.acknowledge() == 0 {
+            return;
+        }
+        // A stale event whose token was reused for this timer (a kevent left
+        // behind by a removed pane) reads as "fired" on FreeBSD, where
+        // acknowledge cannot see the expiration count: it must not cut the
+        // grace period short. Not due yet: re-arm for the time left.
+        let left = due.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            let _ = timer.arm_oneshot(self.poll.registry(), left);
             return;
         }
         match self.life {
@@ -1658,8 +1668,9 @@ impl Daemon {
                 let left = self.agents.iter().filter(|a| a.proc.is_some()).count();
                 log_warn!("grace period over: KILL to {left} agent(s)");
                 self.kill_all();
-                if let Some((timer, _)) = self.shutdown_timer.as_mut() {
+                if let Some((timer, _, due)) = self.shutdown_timer.as_mut() {
                     let _ = timer.arm_oneshot(self.poll.registry(), DRAIN_GRACE);
+                    *due = Instant::now() + DRAIN_GRACE;
                 }
                 self.life = Life::Stopping {
                     killed: true,

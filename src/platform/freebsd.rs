@@ -4,7 +4,8 @@
 //! type-checked there (`cargo check --target x86_64-unknown-freebsd`) and
 //! written from the FreeBSD 14 sources and man pages summarised in
 //! `notes/freebsd.md`. The portable tests in `platform/tests.rs` are the
-//! first thing to run on a 14.x host; beyond them, verify:
+//! first thing to run on a 14.x host, then `scripts/freebsd-smoke.sh`, which
+//! exercises each item below through the real daemon; it checks:
 //! - `ExitWatch`: EVFILT_PROC/NOTE_EXIT added to mio's kqueue comes out of
 //!   `Poll::poll` with our token (mio decodes `Token(udata)`), including the
 //!   immediate note when the child is already a zombie at registration.
@@ -87,7 +88,7 @@ pub fn spawn_on_pty(spec: &SpawnSpec, slave: &OwnedFd) -> Result<Pid, SpawnError
             })
         }
     };
-    posix::spawn_with(spec, slave, jail, cloexec_inherited)
+    posix::spawn_with(spec, slave, jail, close_inherited)
 }
 
 fn path_cstring(path: &Path, what: &'static str) -> Result<CString, SpawnError> {
@@ -104,15 +105,17 @@ fn jail_attach(jid: i32) -> io::Result<()> {
     Ok(())
 }
 
-/// close_range(3, ~0, CLOSE_RANGE_CLOEXEC), else the fcntl loop. Runs in
-/// the child between fork and exec.
-fn cloexec_inherited() -> io::Result<()> {
-    // SAFETY: close_range takes integers and only changes descriptor flags here.
-    let rc = unsafe { libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) };
+/// close_range(3, ~0, 0) (FreeBSD 12.2+; what libc's closefrom(3) calls),
+/// else the close loop. Runs in the child between fork and exec, before
+/// jail_attach (see `posix::child_setup`).
+fn close_inherited() -> io::Result<()> {
+    // SAFETY: close_range takes integers; closing the child's fds 3.. is
+    // intended (nothing after fork uses them).
+    let rc = unsafe { libc::close_range(3, u32::MAX, 0) };
     if rc == 0 {
         return Ok(());
     }
-    posix::cloexec_fds_from_3_by_loop()
+    posix::close_fds_from_3_by_loop()
 }
 
 /// One kevent change record; `udata` carries the mio token.
@@ -540,13 +543,10 @@ pub fn signal_tree(pid: Pid, sig: i32) -> io::Result<()> {
                 (&mut request as *mut ProcctlReaperKill).cast(),
             )
         };
-        if rc == 0 {
-            // The subtree holds the agent and every descendant, its process
-            // group included: one delivery each, nothing more to send.
-            return Ok(());
-        }
-        if Errno::last() != Errno::ESRCH {
-            reaper_error = Some(io::Error::last_os_error());
+        let outcome = (rc == -1).then(io::Error::last_os_error);
+        match posix::after_reaper_kill(outcome, request.rk_killed) {
+            posix::AfterReaperKill::Done(result) => return result,
+            posix::AfterReaperKill::SignalGroup { reaper_error: e } => reaper_error = e,
         }
     }
     let group_result = posix::signal_group_and_leader(pid, sig);

@@ -32,25 +32,19 @@ pub fn spawn_on_pty(spec: &SpawnSpec, slave: &OwnedFd) -> Result<Pid, SpawnError
     if spec.jail.is_some() {
         return Err(SpawnError::Unsupported("jails are FreeBSD-only"));
     }
-    posix::spawn_with(spec, slave, None, cloexec_inherited)
+    posix::spawn_with(spec, slave, None, close_inherited)
 }
 
-/// close_range(3, ~0, CLOSE_RANGE_CLOEXEC) (Linux 5.11), else the fcntl loop.
-/// Runs in the child between fork and exec.
-fn cloexec_inherited() -> io::Result<()> {
-    // SAFETY: close_range takes three integers and only changes descriptor flags.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
+/// close_range(3, ~0, 0) (Linux 5.9), else the close loop. Runs in the
+/// child between fork and exec (see `posix::child_setup`).
+fn close_inherited() -> io::Result<()> {
+    // SAFETY: close_range takes three integers; closing the child's fds 3..
+    // is intended (nothing after fork uses them).
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
     if rc == 0 {
         return Ok(());
     }
-    posix::cloexec_fds_from_3_by_loop()
+    posix::close_fds_from_3_by_loop()
 }
 
 /// A pidfd for one child, registered READABLE: it becomes readable when the

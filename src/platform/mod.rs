@@ -47,7 +47,7 @@ pub use os::{
 };
 pub use posix::{
     ensure_std_fds, hostname, lookup_user, raise_fd_limit, read_master, reap, reap_any,
-    set_window_size, signal_group, write_nonblocking,
+    set_window_size, signal_group, utc_offset_seconds, write_nonblocking,
 };
 
 /// A process id, as the kernel and `libc::pid_t` spell it.
@@ -78,15 +78,28 @@ pub enum ReadOutcome {
     Eof,
 }
 
+/// The agent's `PATH` when neither the spawn's `env` nor the daemon's
+/// configuration gives one (the `[daemon] agent_path` default). rc(8) and
+/// service(8) start the daemon with `PATH=/sbin:/bin:/usr/sbin:/usr/bin`,
+/// where `pi`, `claude`, `codex` and `node` (all in `/usr/local/bin` on
+/// FreeBSD) are not found; the daemon's own PATH is never the agent's.
+pub const DEFAULT_AGENT_PATH: &str = "/sbin:/bin:/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin";
+
 /// What to start on a PTY, and as whom.
 #[derive(Clone, Debug, Default)]
 pub struct SpawnSpec {
-    /// Program and arguments; `argv[0]` is looked up in `PATH` (inside the
-    /// jail when `jail` is set, since the lookup happens after the attach).
+    /// Program and arguments; `argv[0]` is looked up before fork in the
+    /// agent's `PATH` (see `agent_path`), in the jail's view of the
+    /// filesystem when `jail` is set.
     pub argv: Vec<String>,
-    /// Variables set on top of the inherited (or cleared) environment.
+    /// Variables set on top of the inherited (or cleared) environment; they
+    /// win over everything the spawn fills in (`PATH`, `HOME`, `USER`, ...).
     pub env: Vec<(String, String)>,
-    /// Start from an empty environment instead of the daemon's.
+    /// The agent's `PATH` when `env` has none, also used to find `argv[0]`
+    /// before fork; `None` means [`DEFAULT_AGENT_PATH`].
+    pub agent_path: Option<String>,
+    /// Start from an empty environment instead of the daemon's (`PATH` and
+    /// the account's `HOME`, `USER`, `LOGNAME`, `SHELL` are still set).
     pub clear_env: bool,
     /// Working directory; with `jail` it is a path inside the jail (default `/`).
     pub cwd: Option<PathBuf>,
@@ -110,6 +123,8 @@ pub struct JailTarget {
 /// fork and exec may not allocate or read files).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UserIds {
+    /// Login name from the passwd entry (the agent's `USER` and `LOGNAME`).
+    pub name: String,
     pub uid: u32,
     pub gid: u32,
     /// Supplementary groups, primary group first.
@@ -117,6 +132,8 @@ pub struct UserIds {
     /// Home directory as the passwd file says (inside the jail for a jail's
     /// passwd file).
     pub home: Option<PathBuf>,
+    /// Login shell from the passwd entry (the agent's `SHELL`).
+    pub shell: Option<PathBuf>,
 }
 
 /// Why [`spawn_on_pty`] or [`resolve_jail`] failed.

@@ -1,11 +1,12 @@
 //! POSIX code that is the same on Linux and FreeBSD.
 //!
 //! PTY set-up (raw mode, window size), master reads and writes, the spawn
-//! recipe (std `Command` plus an async-signal-safe `pre_exec`), reaping,
-//! `killpg`, resource limits and passwd/group parsing. The OS files call in
+//! (the agent's environment and program lookup before fork, then fork and an
+//! async-signal-safe child), reaping, `killpg`, resource limits and
+//! passwd/group parsing. The OS files call in
 //! here for the common part and keep only what really differs.
 
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -18,7 +19,9 @@ use nix::pty::PtyMaster;
 use nix::sys::stat::Mode;
 use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
 
-use super::{ExitStatus, Pid, PtyPair, ReadOutcome, SpawnError, SpawnSpec, UserIds};
+use super::{
+    ExitStatus, Pid, PtyPair, ReadOutcome, SpawnError, SpawnSpec, UserIds, DEFAULT_AGENT_PATH,
+};
 
 /// Opens a PTY pair; `pts_name` is the one OS-specific step (the slave's path).
 pub(super) fn open_pty_with(
@@ -197,6 +200,38 @@ pub(super) fn signal_group_and_leader(pid: Pid, sig: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// What `signal_tree` does after a PROC_REAP_KILL (FreeBSD).
+// Used by freebsd.rs; compiled everywhere so the decision is tested on Linux.
+#[cfg_attr(not(target_os = "freebsd"), allow(dead_code))]
+#[derive(Debug)]
+pub(super) enum AfterReaperKill {
+    /// The subtree got the signal (or some of it did): send nothing more.
+    Done(io::Result<()>),
+    /// Nobody was signalled: fall back to the process group, then report
+    /// `reaper_error` if there was one worth reporting.
+    SignalGroup { reaper_error: Option<io::Error> },
+}
+
+/// Decides from procctl's result (`None` = success) and `rk_killed`.
+/// A success means the subtree, which holds the agent's process group,
+/// was signalled: one delivery each. A failure with `rk_killed > 0` is
+/// partial: cr_cansignal refused some member, but every process counted in
+/// `rk_killed` got the signal (reap_kill_proc_locked in
+/// sys/kern/kern_procctl.c counts each pksignal), so a group kill would
+/// signal those twice, and two SIGINTs mean "force quit" to some agents:
+/// report the error instead. ESRCH with nobody signalled is not an error.
+#[cfg_attr(not(target_os = "freebsd"), allow(dead_code))]
+pub(super) fn after_reaper_kill(failure: Option<io::Error>, killed: u32) -> AfterReaperKill {
+    let Some(err) = failure else {
+        return AfterReaperKill::Done(Ok(()));
+    };
+    if killed > 0 {
+        return AfterReaperKill::Done(Err(err));
+    }
+    let reaper_error = (err.raw_os_error() != Some(libc::ESRCH)).then_some(err);
+    AfterReaperKill::SignalGroup { reaper_error }
+}
+
 /// Signals only the process group `pgid` (the group of an agent that has
 /// already been reaped: its pid may be reused, its group id may not while
 /// the group has members). ESRCH (an empty group) is not an error.
@@ -207,6 +242,20 @@ pub fn signal_group(pgid: Pid, sig: i32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The local time zone's offset from UTC, in seconds east, at `unix_secs`
+/// (localtime_r's `tm_gmtoff`, from TZ or /etc/localtime). Not a clock read:
+/// the caller passes the instant. `None` if the time cannot be converted.
+pub fn utc_offset_seconds(unix_secs: i64) -> Option<i32> {
+    let t = libc::time_t::try_from(unix_secs).ok()?;
+    // SAFETY: tm is plain data (integers and a pointer); all-zero is valid.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call; localtime_r writes only tm.
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return None;
+    }
+    i32::try_from(tm.tm_gmtoff).ok()
 }
 
 /// Opens /dev/null on any of fds 0-2 that is closed, so that no descriptor
@@ -296,6 +345,7 @@ pub fn lookup_user(root: &Path, user: &str) -> io::Result<UserIds> {
     let uid: u32 = fields[2].parse().map_err(|_| malformed())?;
     let gid: u32 = fields[3].parse().map_err(|_| malformed())?;
     let home = (!fields[5].is_empty()).then(|| fields[5].into());
+    let shell = (!fields[6].is_empty()).then(|| fields[6].into());
 
     let mut groups = vec![gid];
     let group_path = root.join("etc/group");
@@ -312,10 +362,12 @@ pub fn lookup_user(root: &Path, user: &str) -> io::Result<UserIds> {
         Err(e) => return Err(e),
     }
     Ok(UserIds {
+        name: name.to_owned(),
         uid,
         gid,
         groups,
         home,
+        shell,
     })
 }
 
@@ -369,13 +421,13 @@ struct ChildCreds {
 /// Starts `spec.argv` on the PTY slave. Everything that allocates happens
 /// here, before fork; the `pre_exec` closure only makes system calls.
 ///
-/// `cloexec_inherited` is the OS's way to mark every descriptor from 3 up
-/// close-on-exec in the child (see [`cloexec_fds_from_3_by_loop`]).
+/// `close_inherited` is the OS's way to close every descriptor from 3 up in
+/// the child (see [`close_fds_from_3_by_loop`]).
 pub(super) fn spawn_with(
     spec: &SpawnSpec,
     slave: &OwnedFd,
     jail: Option<JailEntry>,
-    cloexec_inherited: fn() -> io::Result<()>,
+    close_inherited: fn() -> io::Result<()>,
 ) -> Result<Pid, SpawnError> {
     let (program, args) = spec.argv.split_first().ok_or(SpawnError::EmptyArgv)?;
     if spec.argv.iter().any(|a| a.contains('\0')) {
@@ -408,16 +460,21 @@ pub(super) fn spawn_with(
 
     // Everything that allocates or can fail for a reason worth a clear
     // reply happens here, before fork: the child only makes system calls.
-    let env = merged_env(spec);
     let root = spec
         .jail
         .as_ref()
         .map_or_else(|| Path::new("/").to_path_buf(), |j| j.root.clone());
+    let inherited = if spec.clear_env {
+        Vec::new()
+    } else {
+        std::env::vars_os().collect()
+    };
+    let env = agent_env(inherited, spec, || own_account(&root));
     let search_path = env
         .iter()
         .find(|(k, _)| k.as_bytes() == b"PATH")
         .map_or_else(
-            || b"/usr/local/bin:/usr/bin:/bin".to_vec(),
+            || DEFAULT_AGENT_PATH.as_bytes().to_vec(),
             |(_, v)| v.as_bytes().to_vec(),
         );
     let exe = resolve_program(
@@ -472,7 +529,7 @@ pub(super) fn spawn_with(
     if pid == 0 {
         let stage = child_main(
             slave_fd,
-            cloexec_inherited,
+            close_inherited,
             jail.as_ref(),
             creds.as_ref(),
             cwd.as_deref(),
@@ -488,36 +545,117 @@ pub(super) fn spawn_with(
     Ok(pid)
 }
 
-/// The daemon's environment with the spawn's variables applied on top
-/// (later entries win), or only the spawn's with `clear_env`.
-fn merged_env(spec: &SpawnSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = if spec.clear_env {
-        Vec::new()
-    } else {
-        std::env::vars_os().collect()
-    };
+type EnvVars = Vec<(OsString, OsString)>;
+
+/// The agent's environment, built before fork from `inherited` (the
+/// daemon's, or nothing with `clear_env`):
+/// - `PATH` is `spec.agent_path` (else [`DEFAULT_AGENT_PATH`]), never the
+///   daemon's: under rc(8) that is `/sbin:/bin:/usr/sbin:/usr/bin`.
+/// - With `spec.user`, `HOME`, `USER`, `LOGNAME` and `SHELL` come from that
+///   user's passwd entry (the daemon's values belong to another account).
+/// - Without it the agent runs as the daemon's own uid. The daemon's values
+///   are kept when it has a real `HOME`; when `HOME` is missing or `/` (what
+///   rc(8) and service(8) set), the daemon was started without a login, so
+///   the four come from the passwd entry of the daemon's own uid
+///   (`own_account`, only called then), each one only if it is missing
+///   (`HOME` also when it is `/`).
+/// - `spec.env` goes on top and wins over all of the above.
+pub(super) fn agent_env(
+    inherited: EnvVars,
+    spec: &SpawnSpec,
+    own_account: impl FnOnce() -> Option<UserIds>,
+) -> EnvVars {
+    let mut env = inherited;
+    let path = spec.agent_path.as_deref().unwrap_or(DEFAULT_AGENT_PATH);
+    set_var(&mut env, "PATH", path.into());
+    match &spec.user {
+        Some(user) => {
+            for (key, value) in account_vars(user) {
+                set_var(&mut env, key, value);
+            }
+        }
+        None => {
+            let home_is_rc_default = get_var(&env, "HOME").is_none_or(|h| h.as_bytes() == b"/");
+            if home_is_rc_default {
+                for (key, value) in own_account().iter().flat_map(account_vars) {
+                    let missing = match get_var(&env, key) {
+                        None => true,
+                        Some(v) => key == "HOME" && v.as_bytes() == b"/",
+                    };
+                    if missing {
+                        set_var(&mut env, key, value);
+                    }
+                }
+            }
+        }
+    }
     for (k, v) in &spec.env {
-        env.retain(|(ek, _)| ek.as_bytes() != k.as_bytes());
-        env.push((k.into(), v.into()));
+        set_var(&mut env, k, v.into());
     }
     env
 }
 
+/// HOME, USER, LOGNAME and SHELL as login(1) sets them from a passwd entry.
+/// An empty home is `/` and an empty shell `/bin/sh`, as login(1) does.
+fn account_vars(user: &UserIds) -> [(&'static str, OsString); 4] {
+    let home = user
+        .home
+        .as_ref()
+        .map_or_else(|| OsString::from("/"), |h| h.clone().into_os_string());
+    let shell = user
+        .shell
+        .as_ref()
+        .map_or_else(|| OsString::from("/bin/sh"), |s| s.clone().into_os_string());
+    [
+        ("HOME", home),
+        ("USER", OsString::from(&user.name)),
+        ("LOGNAME", OsString::from(&user.name)),
+        ("SHELL", shell),
+    ]
+}
+
+/// The passwd entry of the daemon's effective uid in `<root>/etc/passwd`
+/// (the jail's file for a jailed spawn, where the agent runs as that uid).
+fn own_account(root: &Path) -> Option<UserIds> {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    lookup_user(root, &euid.to_string())
+        .ok()
+        .filter(|u| u.uid == euid)
+}
+
+fn get_var<'a>(env: &'a EnvVars, key: &str) -> Option<&'a OsString> {
+    env.iter()
+        .find(|(k, _)| k.as_bytes() == key.as_bytes())
+        .map(|(_, v)| v)
+}
+
+/// Replaces every `key` entry (an inherited environment may repeat one) with
+/// one at the end.
+fn set_var(env: &mut EnvVars, key: &str, value: OsString) {
+    env.retain(|(k, _)| k.as_bytes() != key.as_bytes());
+    env.push((key.into(), value));
+}
+
 /// Finds the program to exec as `execvp` would, but before fork, so that a
-/// missing program is an error the spawn request can report. Paths are
-/// checked under `root` (a jail's root); a name without `/` is searched in
-/// `search_path`. Inside a jail the path returned is the jail's view.
-fn resolve_program(
+/// missing program is an error the spawn request can report. A name without
+/// `/` is searched in `search_path`. With `jailed`, paths are the jail's
+/// view: they are checked under `root` with every symlink resolved inside
+/// the jail ([`resolve_in_root`]), and the path returned is the jail's view.
+pub(super) fn resolve_program(
     program: &str,
     search_path: &[u8],
     root: &Path,
     cwd: Option<&Path>,
     jailed: bool,
 ) -> Result<PathBuf, SpawnError> {
-    let under_root = |p: &Path| -> PathBuf {
-        match p.strip_prefix("/") {
-            Ok(rel) => root.join(rel),
-            Err(_) => root.join(p),
+    // The host file a candidate names, or None if it does not exist.
+    let host_view = |candidate: &Path| -> Option<PathBuf> {
+        if jailed {
+            let jail_cwd = cwd.unwrap_or(Path::new("/"));
+            resolve_in_root(root, &jail_cwd.join(candidate)).ok()
+        } else {
+            Some(cwd.map_or_else(|| candidate.to_path_buf(), |c| c.join(candidate)))
         }
     };
     let is_exec = |p: &Path| -> bool {
@@ -526,15 +664,7 @@ fn resolve_program(
     let not_found = |what: String| SpawnError::Io(io::Error::new(io::ErrorKind::NotFound, what));
     if program.contains('/') {
         let p = Path::new(program);
-        let host_view = if p.is_absolute() {
-            under_root(p)
-        } else if jailed {
-            // Relative to a directory inside the jail: checked at exec time.
-            return Ok(p.to_path_buf());
-        } else {
-            cwd.map_or_else(|| p.to_path_buf(), |c| c.join(p))
-        };
-        if is_exec(&host_view) {
+        if host_view(p).is_some_and(|h| is_exec(&h)) {
             return Ok(p.to_path_buf());
         }
         return Err(not_found(format!("{program}: no such executable file")));
@@ -546,16 +676,67 @@ fn resolve_program(
             Path::new(std::ffi::OsStr::from_bytes(dir))
         };
         let candidate = dir.join(program);
-        let host_view = if candidate.is_absolute() {
-            under_root(&candidate)
-        } else {
-            cwd.map_or_else(|| candidate.clone(), |c| c.join(&candidate))
-        };
-        if is_exec(&host_view) {
+        if host_view(&candidate).is_some_and(|h| is_exec(&h)) {
             return Ok(candidate);
         }
     }
     Err(not_found(format!("{program}: not found in PATH")))
+}
+
+/// The symlink budget of one lookup: FreeBSD's MAXSYMLINKS (sys/sys/param.h)
+/// is 32, Linux's 40; the smaller one errs on the side of "not found".
+const MAX_SYMLINKS: usize = 32;
+
+/// The host path of `path` as a process chrooted to `root` would reach it:
+/// every symlink on the way is read and followed inside `root` (an absolute
+/// target restarts at `root`, `..` never climbs above it), which is what
+/// namei(9) does after jail_attach(2). Following them on the host instead
+/// breaks Bastille thin jails, whose `/bin`, `/usr/bin`, ... are symlinks
+/// such as `/usr/bin -> /.bastille/usr/bin` that only resolve inside the
+/// jail. The result has no symlinks left in it; an error means the path
+/// does not resolve (missing component, not a directory, symlink loop).
+pub(super) fn resolve_in_root(root: &Path, path: &Path) -> io::Result<PathBuf> {
+    let mut pending: Vec<OsString> = Vec::new();
+    push_components(&mut pending, path);
+    let mut resolved = PathBuf::new();
+    let mut links = 0;
+    while let Some(part) = pending.pop() {
+        if part == ".." {
+            resolved.pop();
+            continue;
+        }
+        let next = resolved.join(&part);
+        let host = root.join(&next);
+        if !std::fs::symlink_metadata(&host)?.file_type().is_symlink() {
+            resolved = next;
+            continue;
+        }
+        links += 1;
+        if links > MAX_SYMLINKS {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        let target = std::fs::read_link(&host)?;
+        if target.is_absolute() {
+            resolved = PathBuf::new();
+        }
+        push_components(&mut pending, &target);
+    }
+    Ok(root.join(resolved))
+}
+
+/// Pushes `path`'s components onto a stack so that the first one pops
+/// first; `/` and `.` are dropped, `..` is kept for the walk to apply.
+fn push_components(stack: &mut Vec<OsString>, path: &Path) {
+    use std::path::Component;
+    let parts: Vec<OsString> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect();
+    stack.extend(parts.into_iter().rev());
 }
 
 /// Runs in the child between fork and exec. Returns (only on failure) the
@@ -563,7 +744,7 @@ fn resolve_program(
 #[allow(clippy::too_many_arguments)]
 fn child_main(
     slave_fd: RawFd,
-    cloexec_inherited: fn() -> io::Result<()>,
+    close_inherited: fn() -> io::Result<()>,
     jail: Option<&JailEntry>,
     creds: Option<&ChildCreds>,
     cwd: Option<&CStr>,
@@ -583,7 +764,7 @@ fn child_main(
             return "chdir";
         }
     }
-    if child_setup(cloexec_inherited, jail, creds).is_err() {
+    if child_setup(close_inherited, jail, creds).is_err() {
         return "setup (setsid, TIOCSCTTY, jail, credentials)";
     }
     // SAFETY: exe, argv and envp are NUL-terminated strings and arrays built
@@ -643,17 +824,21 @@ fn child_creds(user: &UserIds) -> ChildCreds {
 
 /// Runs in the child between fork and exec. Async-signal-safe calls only.
 fn child_setup(
-    cloexec_inherited: fn() -> io::Result<()>,
+    close_inherited: fn() -> io::Result<()>,
     jail: Option<&JailEntry>,
     creds: Option<&ChildCreds>,
 ) -> io::Result<()> {
     reset_signals()?;
     // Our own descriptors are all CLOEXEC, but the daemon may have inherited
     // some that are not (seen in practice: a supervisor's pipe at fd 251).
-    // Marking, not closing: std reports exec failure through a CLOEXEC pipe
-    // that must stay open until exec. Done before jail_attach, so no host
-    // descriptor can follow the agent into a jail.
-    cloexec_inherited()?;
+    // Closed, not only marked close-on-exec, and before jail_attach: FreeBSD's
+    // jail_attach(2) fails EPERM while the process holds any open directory
+    // descriptor, close-on-exec or not (do_jail_attach -> pwd_chroot_chdir
+    // in sys/kern/kern_descrip.c calls chroot_refuse_vdir_fds
+    // unconditionally, unlike chroot(2)), and no host descriptor may follow
+    // the agent into a jail. Nothing after fork needs fds 3 and up: the
+    // slave is already on 0-2 and a failure is reported on fd 2.
+    close_inherited()?;
     // A new session without a controlling terminal, so TIOCSCTTY can take the
     // PTY. (Never combine with Command::process_group: setsid fails EPERM for
     // a group leader.)
@@ -734,10 +919,10 @@ fn drop_privileges(creds: &ChildCreds) -> io::Result<()> {
     Ok(())
 }
 
-/// Marks descriptors 3.. close-on-exec one by one, up to the RLIMIT_NOFILE
-/// soft limit (capped at 65536). The fallback for kernels whose close_range
-/// lacks CLOSE_RANGE_CLOEXEC; runs in the child, async-signal-safe.
-pub(super) fn cloexec_fds_from_3_by_loop() -> io::Result<()> {
+/// Closes descriptors 3.. one by one, up to the RLIMIT_NOFILE soft limit
+/// (capped at 65536). The fallback for kernels without close_range(2); runs
+/// in the child, async-signal-safe.
+pub(super) fn close_fds_from_3_by_loop() -> io::Result<()> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -749,8 +934,8 @@ pub(super) fn cloexec_fds_from_3_by_loop() -> io::Result<()> {
         1024
     };
     for fd in 3..top {
-        // SAFETY: F_SETFD on a descriptor number; EBADF for unused numbers is expected.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        // SAFETY: close on a descriptor number; EBADF for unused numbers is expected.
+        unsafe { libc::close(fd) };
     }
     Ok(())
 }

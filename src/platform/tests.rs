@@ -229,10 +229,137 @@ fn spawn_applies_env_cwd_and_clear_env() {
     };
     let (output, status) = PtyChild::spawn(&spec).finish();
     assert_eq!(status, ExitStatus::Code(0));
+    // A cleared environment still gets the account's HOME (see agent_env):
+    // the passwd entry of our own uid, when the host has one.
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let home = lookup_user(std::path::Path::new("/"), &euid.to_string())
+        .ok()
+        .filter(|u| u.uid == euid)
+        .map_or_else(
+            || "unset".to_owned(),
+            |u| {
+                u.home
+                    .map_or_else(|| "/".to_owned(), |h| h.display().to_string())
+            },
+        );
     assert_eq!(
         String::from_utf8_lossy(&output),
-        format!("bar|unset|{}", cwd.display())
+        format!("bar|{home}|{}", cwd.display())
     );
+}
+
+/// What rc(8) and service(8) hand an rc script (and so colibrid): no login.
+fn rc_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    vec![
+        ("PATH".into(), "/sbin:/bin:/usr/sbin:/usr/bin".into()),
+        ("HOME".into(), "/".into()),
+        ("RC_PID".into(), "17".into()),
+    ]
+}
+
+fn account(name: &str, uid: u32, home: &str, shell: &str) -> UserIds {
+    UserIds {
+        name: name.into(),
+        uid,
+        gid: uid,
+        groups: vec![uid],
+        home: Some(home.into()),
+        shell: Some(shell.into()),
+    }
+}
+
+fn env_value<'a>(
+    env: &'a [(std::ffi::OsString, std::ffi::OsString)],
+    key: &str,
+) -> Option<&'a str> {
+    let mut found = env.iter().filter(|(k, _)| k == key);
+    let value = found.next().map(|(_, v)| v.to_str().expect("UTF-8 value"));
+    assert!(found.next().is_none(), "{key} set twice in {env:?}");
+    value
+}
+
+#[test]
+fn agent_env_under_rc_gets_the_agent_path_and_the_users_account() {
+    let spec = SpawnSpec {
+        argv: argv(&["pi"]),
+        user: Some(account("agent", 1001, "/home/agent", "/bin/sh")),
+        ..SpawnSpec::default()
+    };
+    let env = posix::agent_env(rc_environment(), &spec, || {
+        panic!("the daemon's own account is not needed with a user")
+    });
+    assert_eq!(env_value(&env, "PATH"), Some(DEFAULT_AGENT_PATH));
+    assert!(DEFAULT_AGENT_PATH.split(':').any(|d| d == "/usr/local/bin"));
+    assert_eq!(env_value(&env, "HOME"), Some("/home/agent"));
+    assert_eq!(env_value(&env, "USER"), Some("agent"));
+    assert_eq!(env_value(&env, "LOGNAME"), Some("agent"));
+    assert_eq!(env_value(&env, "SHELL"), Some("/bin/sh"));
+    assert_eq!(env_value(&env, "RC_PID"), Some("17"));
+}
+
+#[test]
+fn agent_env_under_rc_without_user_takes_the_daemons_own_account() {
+    let spec = SpawnSpec {
+        argv: argv(&["pi"]),
+        agent_path: Some("/opt/bin:/usr/bin:/bin".into()),
+        ..SpawnSpec::default()
+    };
+    let env = posix::agent_env(rc_environment(), &spec, || {
+        Some(account("root", 0, "/root", "/bin/csh"))
+    });
+    assert_eq!(env_value(&env, "PATH"), Some("/opt/bin:/usr/bin:/bin"));
+    assert_eq!(env_value(&env, "HOME"), Some("/root"));
+    assert_eq!(env_value(&env, "USER"), Some("root"));
+    assert_eq!(env_value(&env, "LOGNAME"), Some("root"));
+    assert_eq!(env_value(&env, "SHELL"), Some("/bin/csh"));
+}
+
+#[test]
+fn agent_env_keeps_a_logged_in_daemons_account_and_the_spawns_own_values() {
+    let inherited = vec![
+        ("PATH".into(), "/home/op/bin:/usr/bin".into()),
+        ("HOME".into(), "/home/op".into()),
+        ("USER".into(), "op".into()),
+    ];
+    let spec = SpawnSpec {
+        argv: argv(&["pi"]),
+        env: vec![
+            ("PATH".into(), "/custom/bin".into()),
+            ("SHELL".into(), "/bin/zsh".into()),
+        ],
+        ..SpawnSpec::default()
+    };
+    let env = posix::agent_env(inherited, &spec, || {
+        panic!("a daemon with a real HOME keeps its own account")
+    });
+    assert_eq!(env_value(&env, "PATH"), Some("/custom/bin"));
+    assert_eq!(env_value(&env, "HOME"), Some("/home/op"));
+    assert_eq!(env_value(&env, "USER"), Some("op"));
+    assert_eq!(env_value(&env, "LOGNAME"), None);
+    assert_eq!(env_value(&env, "SHELL"), Some("/bin/zsh"));
+}
+
+#[test]
+fn spawn_finds_and_passes_the_agent_path_not_the_daemons() {
+    let bin = tempfile::tempdir().expect("tempdir");
+    let probe = bin.path().join("colibri-path-probe");
+    std::fs::write(&probe, "#!/bin/sh\nprintf '%s' \"$PATH\"\n").expect("write probe");
+    std::fs::set_permissions(&probe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod probe");
+    let agent_path = format!("{}:/usr/bin:/bin", bin.path().display());
+    assert!(
+        std::env::var("PATH").map_or(true, |p| !p.contains(&bin.path().display().to_string())),
+        "the test process's PATH must not already find the probe"
+    );
+    let spec = SpawnSpec {
+        argv: argv(&["colibri-path-probe"]),
+        agent_path: Some(agent_path.clone()),
+        ..SpawnSpec::default()
+    };
+    let (output, status) = PtyChild::spawn(&spec).finish();
+    assert_eq!(status, ExitStatus::Code(0));
+    assert_eq!(String::from_utf8_lossy(&output), agent_path);
 }
 
 #[test]
@@ -247,10 +374,12 @@ fn spawn_switches_user_when_root() {
         (u, g, vec![g])
     };
     let user = UserIds {
+        name: "agent".into(),
         uid,
         gid,
         groups: groups.clone(),
         home: None,
+        shell: None,
     };
     let spec = SpawnSpec {
         argv: argv(&["/bin/sh", "-c", "id -u; id -g; id -G"]),
@@ -587,10 +716,12 @@ fn lookup_user_parses_passwd_and_group() {
     assert_eq!(
         agent,
         UserIds {
+            name: "agent".into(),
             uid: 1001,
             gid: 1001,
             groups: vec![1001, 2000, 44],
-            home: Some("/home/agent".into())
+            home: Some("/home/agent".into()),
+            shell: Some("/bin/sh".into()),
         }
     );
     let by_uid = lookup_user(root.path(), "1001").expect("by uid");
@@ -599,6 +730,116 @@ fn lookup_user_parses_passwd_and_group() {
     assert_eq!(root_user.groups, vec![0]);
     let missing = lookup_user(root.path(), "nobody").expect_err("no such user");
     assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+}
+
+/// A Bastille thin jail: base directories are symlinks into `/.bastille`,
+/// which resolve only inside the jail.
+fn thin_jail() -> tempfile::TempDir {
+    let root = tempfile::tempdir().expect("tempdir");
+    let base = root.path().join(".bastille");
+    for dir in ["bin", "usr/bin", "usr/local/bin"] {
+        std::fs::create_dir_all(base.join(dir)).expect("mkdir base");
+    }
+    std::fs::create_dir_all(root.path().join("usr/local")).expect("mkdir usr/local");
+    std::os::unix::fs::symlink("/.bastille/bin", root.path().join("bin")).expect("ln bin");
+    std::os::unix::fs::symlink("/.bastille/usr/bin", root.path().join("usr/bin"))
+        .expect("ln usr/bin");
+    // A relative link with more `..` than there are levels: stays at the root.
+    std::os::unix::fs::symlink(
+        "../../../../../.bastille/usr/local/bin",
+        root.path().join("usr/local/bin"),
+    )
+    .expect("ln usr/local/bin");
+    for tool in ["bin/sh", "usr/bin/env", "usr/local/bin/node"] {
+        let path = base.join(tool);
+        std::fs::write(&path, "#!/bin/sh\n").expect("write tool");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod tool");
+    }
+    root
+}
+
+#[test]
+fn thin_jail_programs_resolve_through_symlinks_inside_the_jail() {
+    let jail = thin_jail();
+    let root = jail.path();
+    let path = b"/sbin:/bin:/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin";
+    let found = |program: &str| posix::resolve_program(program, path, root, None, true);
+    assert_eq!(found("sh").expect("sh"), std::path::Path::new("/bin/sh"));
+    assert_eq!(
+        found("env").expect("env"),
+        std::path::Path::new("/usr/bin/env")
+    );
+    assert_eq!(
+        found("node").expect("node"),
+        std::path::Path::new("/usr/local/bin/node")
+    );
+    assert_eq!(
+        found("/usr/bin/env").expect("absolute env"),
+        std::path::Path::new("/usr/bin/env")
+    );
+    let missing = found("claude").expect_err("not in the jail");
+    assert!(
+        missing.to_string().contains("not found in PATH"),
+        "{missing}"
+    );
+    assert_eq!(
+        posix::resolve_in_root(root, std::path::Path::new("/usr/bin/env")).expect("resolve"),
+        root.join(".bastille/usr/bin/env")
+    );
+}
+
+#[test]
+fn jail_symlinks_cannot_point_outside_the_jail_root() {
+    let outer = tempfile::tempdir().expect("tempdir");
+    let host_tool = outer.path().join("host-only");
+    std::fs::write(&host_tool, "#!/bin/sh\n").expect("write host tool");
+    std::fs::set_permissions(
+        &host_tool,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod host tool");
+    let root = outer.path().join("jail");
+    std::fs::create_dir_all(root.join("usr/bin")).expect("mkdir");
+    // On the host this climbs out of the jail to `host-only`; inside it,
+    // `..` stops at the root and an absolute target starts there.
+    std::os::unix::fs::symlink("../../../host-only", root.join("usr/bin/up")).expect("ln up");
+    std::os::unix::fs::symlink(&host_tool, root.join("usr/bin/abs")).expect("ln abs");
+    std::os::unix::fs::symlink("loop", root.join("usr/bin/loop")).expect("ln loop");
+    for program in ["up", "abs", "loop"] {
+        let err = posix::resolve_program(program, b"/usr/bin", &root, None, true)
+            .expect_err("a link out of the jail must not resolve to the host file");
+        assert!(err.to_string().contains("not found"), "{program}: {err}");
+    }
+    let looped = posix::resolve_in_root(&root, std::path::Path::new("/usr/bin/loop"))
+        .expect_err("a symlink loop");
+    assert_eq!(looped.raw_os_error(), Some(libc::ELOOP));
+}
+
+#[test]
+fn a_partial_reaper_kill_is_not_followed_by_a_group_kill() {
+    let eperm = || Some(std::io::Error::from_raw_os_error(libc::EPERM));
+    let esrch = || Some(std::io::Error::from_raw_os_error(libc::ESRCH));
+    assert!(matches!(
+        posix::after_reaper_kill(None, 3),
+        posix::AfterReaperKill::Done(Ok(()))
+    ));
+    match posix::after_reaper_kill(eperm(), 2) {
+        posix::AfterReaperKill::Done(Err(e)) => assert_eq!(e.raw_os_error(), Some(libc::EPERM)),
+        other => panic!("partial failure must not signal again: {other:?}"),
+    }
+    match posix::after_reaper_kill(eperm(), 0) {
+        posix::AfterReaperKill::SignalGroup {
+            reaper_error: Some(e),
+        } => {
+            assert_eq!(e.raw_os_error(), Some(libc::EPERM))
+        }
+        other => panic!("nobody signalled: fall back to the group: {other:?}"),
+    }
+    assert!(matches!(
+        posix::after_reaper_kill(esrch(), 0),
+        posix::AfterReaperKill::SignalGroup { reaper_error: None }
+    ));
 }
 
 #[test]

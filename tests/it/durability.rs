@@ -202,3 +202,38 @@ fn no_reply_reports_a_line_before_its_log_holds_it() {
         "the emitted line is in the log once its reply was sent"
     );
 }
+
+#[test]
+fn long_alert_values_are_cut_and_status_counts_them() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = SyslogSink::bind(dir.path());
+    let arg = format!("--syslog-socket={}", sink.path.display());
+    let d = Colibrid::start(&[&arg]);
+    let mut seen = Vec::new();
+    // A 2.5 KB working directory: the alert's cwd value is cut.
+    let mut cwd = dir.path().to_path_buf();
+    for i in 0..10 {
+        cwd.push(format!("{i}{}", "d".repeat(249)));
+    }
+    std::fs::create_dir_all(&cwd).expect("long cwd");
+    let line = r#"{"type":"extension_ui_request","id":"1","method":"confirm","title":"ok?"}"#;
+    let script = format!("echo '{line}'; read x");
+    d.spawn(
+        &["/bin/sh", "-c", &script],
+        json!({"runtime":"pi", "cwd": cwd.display().to_string()}),
+    );
+    let m = sink.wait_for(" blocked ", &mut seen);
+    assert!(m.len() <= 2048, "{} bytes", m.len());
+    let cut: usize = m
+        .rsplit_once(" truncated=")
+        .and_then(|(_, n)| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no truncated=N in {m}"));
+    assert!(cut >= cwd.as_os_str().len() - 512, "cut {cut} of {m}");
+    assert!(m.contains("…"), "{m}");
+    let status = d.ok(json!({"cmd":"status"}));
+    assert_eq!(status["alerts"]["truncated"], json!(1), "{status}");
+    assert!(
+        status["alerts"]["sent"].as_u64().unwrap_or(0) >= 1,
+        "{status}"
+    );
+}
