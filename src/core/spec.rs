@@ -536,6 +536,96 @@ pub fn alerts(actual: Actual, pane: AgentState) -> bool {
     }
 }
 
+/// What follows an agent's exit, by its policy and its restarts so far.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AfterExit {
+    /// Not restarted: its policy does not want it, or it was stopped on
+    /// purpose ([`Actual::Exited`] or [`Actual::Stopped`]).
+    Stay,
+    /// Restarted after `delay`; this is restart number `attempt` in a row.
+    Restart { attempt: u32, delay: Duration },
+    /// Its policy wants it back but its restarts are used up
+    /// ([`Actual::GivenUp`]): mark it, emit an event, alert.
+    GiveUp { attempts: u32 },
+}
+
+/// Decides what follows an exit that left the pane in `state`, after a run
+/// of `ran_for`, when `attempts` restarts in a row came before it. A run
+/// that outlived the longest backoff step was healthy, so the count starts
+/// over. An empty `backoff` or `max_restarts` of 0 gives up at once.
+pub fn after_exit(
+    wanted: &Wanted,
+    policy: RestartPolicy,
+    state: AgentState,
+    ran_for: Duration,
+    attempts: u32,
+    max_restarts: u32,
+    backoff: &[Duration],
+) -> AfterExit {
+    if !wanted.is_up() || !policy.restarts_after(state) {
+        return AfterExit::Stay;
+    }
+    let attempts = match backoff.last() {
+        Some(longest) if ran_for >= *longest => 0,
+        _ => attempts,
+    };
+    let step = usize::try_from(attempts).unwrap_or(usize::MAX);
+    match backoff.get(step).or(backoff.last()) {
+        Some(delay) if attempts < max_restarts => AfterExit::Restart {
+            attempt: attempts.saturating_add(1),
+            delay: *delay,
+        },
+        _ => AfterExit::GiveUp { attempts },
+    }
+}
+
+/// What colibrid keeps of a declared or spawned agent across its own
+/// restarts: the recipe, whether it should run, and the harness's session
+/// to resume it in. One line of JSON, versioned like [`AgentSpec::encode`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentRecord {
+    pub spec: AgentSpec,
+    pub wanted: Wanted,
+    /// The pane that last ran it, so its history stays attached.
+    #[serde(default)]
+    pub pane_id: Option<String>,
+    /// The session id the harness itself reported (not colibri's).
+    #[serde(default)]
+    pub harness_session: Option<String>,
+}
+
+impl AgentRecord {
+    pub fn encode(&self) -> String {
+        serde_json::to_string(&Persisted {
+            version: SPEC_VERSION,
+            spec: self,
+        })
+        .unwrap_or_default()
+    }
+
+    pub fn decode(text: &str) -> Result<AgentRecord, DecodeError> {
+        let persisted: Persisted<AgentRecord> = serde_json::from_str(text)?;
+        if persisted.version != SPEC_VERSION {
+            return Err(DecodeError::Version(persisted.version));
+        }
+        let record = persisted.spec;
+        check_agent_name(&record.spec.name).map_err(DecodeError::Invalid)?;
+        check_argv(&record.spec.argv).map_err(DecodeError::Invalid)?;
+        Ok(record)
+    }
+
+    /// The argv to start it with when colibrid starts again: resumed in its
+    /// harness session where it has one and its recipe can resume, else
+    /// its own argv.
+    pub fn start_argv(&self) -> Vec<String> {
+        self.harness_session
+            .as_deref()
+            .and_then(|session| resume_argv(&self.spec, session))
+            .unwrap_or_else(|| self.spec.argv.clone())
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Serde helpers: durations persist as integer milliseconds, the runtime by
 // its wire name.
@@ -884,5 +974,149 @@ mod tests {
         }
         assert!(alerts(Actual::Exited, AgentState::Error));
         assert!(!alerts(Actual::Exited, AgentState::Done));
+    }
+
+    #[test]
+    fn an_exit_restarts_with_backoff_then_gives_up() {
+        let backoff = [Duration::from_secs(1), Duration::from_secs(5)];
+        let short = Duration::from_millis(10);
+        let exit = |attempts| {
+            after_exit(
+                &Wanted::Up,
+                RestartPolicy::Always,
+                AgentState::Error,
+                short,
+                attempts,
+                3,
+                &backoff,
+            )
+        };
+        assert_eq!(
+            exit(0),
+            AfterExit::Restart {
+                attempt: 1,
+                delay: backoff[0]
+            }
+        );
+        assert_eq!(
+            exit(1),
+            AfterExit::Restart {
+                attempt: 2,
+                delay: backoff[1]
+            }
+        );
+        assert_eq!(
+            exit(2),
+            AfterExit::Restart {
+                attempt: 3,
+                delay: backoff[1]
+            },
+            "the last step repeats"
+        );
+        assert_eq!(exit(3), AfterExit::GiveUp { attempts: 3 });
+        // A healthy run (longer than the longest step) starts the count over.
+        assert_eq!(
+            after_exit(
+                &Wanted::Up,
+                RestartPolicy::Always,
+                AgentState::Done,
+                backoff[1],
+                3,
+                3,
+                &backoff
+            ),
+            AfterExit::Restart {
+                attempt: 1,
+                delay: backoff[0]
+            }
+        );
+        assert_eq!(
+            after_exit(
+                &Wanted::Up,
+                RestartPolicy::Always,
+                AgentState::Error,
+                short,
+                0,
+                3,
+                &[]
+            ),
+            AfterExit::GiveUp { attempts: 0 }
+        );
+    }
+
+    #[test]
+    fn an_exit_stays_down_when_stopped_on_purpose_or_not_wanted_by_the_policy() {
+        let backoff = [Duration::from_secs(1)];
+        let short = Duration::from_millis(10);
+        let stopped = Wanted::Down {
+            by: StopCause::Shutdown,
+            reason: None,
+        };
+        assert_eq!(
+            after_exit(
+                &stopped,
+                RestartPolicy::Always,
+                AgentState::Error,
+                short,
+                0,
+                3,
+                &backoff
+            ),
+            AfterExit::Stay
+        );
+        assert_eq!(
+            after_exit(
+                &Wanted::Up,
+                RestartPolicy::OnFailure,
+                AgentState::Done,
+                short,
+                0,
+                3,
+                &backoff
+            ),
+            AfterExit::Stay
+        );
+        assert_eq!(
+            after_exit(
+                &Wanted::Up,
+                RestartPolicy::Never,
+                AgentState::Error,
+                short,
+                0,
+                3,
+                &backoff
+            ),
+            AfterExit::Stay
+        );
+    }
+
+    #[test]
+    fn a_record_survives_encode_and_resumes_its_harness_session() {
+        let record = AgentRecord {
+            spec: full_spec(),
+            wanted: Wanted::Down {
+                by: StopCause::Shutdown,
+                reason: None,
+            },
+            pane_id: Some("dc663815-1111-4000-8000-000000000001".into()),
+            harness_session: Some("3f9f74a6".into()),
+        };
+        let back = AgentRecord::decode(&record.encode()).ok();
+        assert_eq!(back.as_ref(), Some(&record));
+        assert_eq!(
+            record.start_argv(),
+            strings(&["claude", "-p", "--verbose", "--resume", "3f9f74a6"])
+        );
+        let fresh = AgentRecord {
+            harness_session: None,
+            ..record.clone()
+        };
+        assert_eq!(fresh.start_argv(), record.spec.argv);
+        let unsafe_id = AgentRecord {
+            harness_session: Some("--x".into()),
+            ..record
+        };
+        assert_eq!(unsafe_id.start_argv(), unsafe_id.spec.argv);
+        assert!(AgentRecord::decode("{\"version\":9}").is_err());
     }
 }
