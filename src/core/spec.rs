@@ -615,6 +615,16 @@ impl AgentRecord {
         Ok(record)
     }
 
+    /// Whether a pane spawned by hand (not declared) is started again when
+    /// colibrid starts: it was wanted up, or stopped only by the shutdown
+    /// or an operator, and its policy restarts it at all. Its process died
+    /// with colibrid, which is not its own failure, so `on-failure` counts
+    /// as well as `always`. Declared agents follow `autostart` instead
+    /// ([`crate::core::reconcile::plan`]).
+    pub fn comes_back_at_start(&self) -> bool {
+        self.wanted.at_next_start().is_up() && self.spec.restart != RestartPolicy::Never
+    }
+
     /// The argv to start it with when colibrid starts again: resumed in its
     /// harness session where it has one and its recipe can resume, else
     /// its own argv.
@@ -1118,5 +1128,27 @@ mod tests {
         };
         assert_eq!(unsafe_id.start_argv(), unsafe_id.spec.argv);
         assert!(AgentRecord::decode("{\"version\":9}").is_err());
+    }
+
+    #[test]
+    fn a_spawned_record_comes_back_at_start_if_its_policy_restarts_it() {
+        let with = |restart, by: Option<StopCause>| AgentRecord {
+            spec: AgentSpec {
+                restart,
+                ..AgentSpec::new("w", strings(&["pi"]))
+            },
+            wanted: by.map_or(Wanted::Up, |by| Wanted::Down { by, reason: None }),
+            pane_id: None,
+            harness_session: None,
+        };
+        assert!(with(RestartPolicy::Always, None).comes_back_at_start());
+        assert!(with(RestartPolicy::OnFailure, Some(StopCause::Shutdown)).comes_back_at_start());
+        assert!(with(
+            RestartPolicy::Always,
+            Some(StopCause::Operator { who: "op".into() })
+        )
+        .comes_back_at_start());
+        assert!(!with(RestartPolicy::Never, None).comes_back_at_start());
+        assert!(!with(RestartPolicy::Always, Some(StopCause::Removed)).comes_back_at_start());
     }
 }
