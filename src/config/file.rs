@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::agents::{RawAgent, RawResume};
 use super::{
     check_agent_path, check_jail_name, default_jail_socket, parse_duration, parse_mode,
     parse_positive_duration, parse_stall_after, positive_usize, ConfigError, DaemonLayer,
@@ -75,6 +76,10 @@ struct RawFile {
     providers: BTreeMap<String, Spanned<RawProvider>>,
     #[serde(default)]
     jails: BTreeMap<String, Spanned<RawJail>>,
+    #[serde(default)]
+    agents: BTreeMap<String, Spanned<RawAgent>>,
+    #[serde(default)]
+    resume: BTreeMap<String, Spanned<RawResume>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -171,7 +176,7 @@ struct RawJail {
 
 /// Checks the values serde cannot, and keeps every failure, each naming
 /// file, line and key.
-struct Validator<'a> {
+pub(super) struct Validator<'a> {
     path: &'a Path,
     text: &'a str,
     errors: Vec<ConfigError>,
@@ -179,12 +184,15 @@ struct Validator<'a> {
 
 impl Validator<'_> {
     fn file(&mut self, raw: RawFile) -> Layer {
+        let providers = self.providers(raw.providers);
         Layer {
             daemon: self.daemon(raw.daemon),
             syslog: self.syslog(raw.syslog),
             sessions: self.sessions(raw.sessions),
             restart: self.restart(raw.restart),
-            providers: self.providers(raw.providers),
+            agents: self.agents(raw.agents, &providers),
+            resume: self.resume(raw.resume),
+            providers,
             jails: self.jails(raw.jails),
         }
     }
@@ -320,7 +328,7 @@ impl Validator<'_> {
     }
 
     /// The checked value, or `None` when absent or invalid (then recorded).
-    fn opt<T, U>(
+    pub(super) fn opt<T, U>(
         &mut self,
         value: Option<Spanned<T>>,
         key: &str,
@@ -329,7 +337,7 @@ impl Validator<'_> {
         value.and_then(|value| self.one(value, key, check))
     }
 
-    fn one<T, U>(
+    pub(super) fn one<T, U>(
         &mut self,
         value: Spanned<T>,
         key: &str,
@@ -345,13 +353,22 @@ impl Validator<'_> {
         }
     }
 
-    fn invalid(&mut self, span: Range<usize>, key: &str, msg: String) {
+    pub(super) fn invalid(&mut self, span: Range<usize>, key: &str, msg: String) {
         self.errors.push(ConfigError::Invalid {
             path: Some(self.path.to_path_buf()),
-            line: Some(line_column(self.text, span.start).0),
+            line: Some(self.line_of(span.start)),
             key: key.to_owned(),
             msg,
         });
+    }
+
+    /// The 1-based line of a byte offset of the file.
+    pub(super) fn line_of(&self, offset: usize) -> usize {
+        line_column(self.text, offset).0
+    }
+
+    pub(super) fn error_count(&self) -> usize {
+        self.errors.len()
     }
 }
 

@@ -22,6 +22,7 @@
 //! This module depends on nothing in `daemon` (`tests/tidy.rs` holds that):
 //! syslog names come from the leaf [`crate::syslog`].
 
+mod agents;
 mod file;
 mod flags;
 mod render;
@@ -33,8 +34,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::core::spec::AgentSpec;
 use crate::syslog::{Facility, Severity};
 
+pub use agents::{default_resume, AgentDecl, Launch, ResumeRecipe, LOCAL_PROVIDER};
 pub use file::{load_file, parse_file};
 pub use flags::{DaemonArgs, JailSocketArg};
 pub use render::render_effective;
@@ -259,11 +262,20 @@ pub struct Config {
     pub providers: BTreeMap<String, Provider>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub jails: BTreeMap<String, JailListener>,
+    /// Resume templates by runtime name, colibri's defaults under the
+    /// file's `[resume.RUNTIME]`.
+    pub resume: BTreeMap<String, ResumeRecipe>,
+    /// `[agents.NAME]`, resolved: argv expanded, resume template chosen.
+    #[serde(
+        serialize_with = "agents::render",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub agents: BTreeMap<String, AgentSpec>,
 }
 
 /// Every source's values; the file gives one, the flags and environment
-/// another. Providers and jails are maps: a layer's entries replace the
-/// lower layer's entries of the same name.
+/// another. Providers, jails, agents and resume templates are maps: a
+/// layer's entries replace the lower layer's entries of the same name.
 #[derive(Debug, Clone, Default)]
 pub struct Layer {
     pub daemon: DaemonLayer,
@@ -272,6 +284,9 @@ pub struct Layer {
     pub restart: RestartLayer,
     pub providers: BTreeMap<String, Provider>,
     pub jails: BTreeMap<String, JailListener>,
+    pub agents: BTreeMap<String, AgentDecl>,
+    /// Runtime name to template; empty means never resume.
+    pub resume: BTreeMap<String, Vec<String>>,
 }
 
 impl Layer {
@@ -281,6 +296,10 @@ impl Layer {
         providers.extend(self.providers);
         let mut jails = lower.jails;
         jails.extend(self.jails);
+        let mut agents = lower.agents;
+        agents.extend(self.agents);
+        let mut resume = lower.resume;
+        resume.extend(self.resume);
         Layer {
             daemon: self.daemon.or(lower.daemon),
             syslog: self.syslog.or(lower.syslog),
@@ -288,6 +307,8 @@ impl Layer {
             restart: self.restart.or(lower.restart),
             providers,
             jails,
+            agents,
+            resume,
         }
     }
 
@@ -295,6 +316,14 @@ impl Layer {
     pub fn resolve(self, source: Option<PathBuf>) -> Result<Config, ConfigError> {
         let mut providers = default_providers();
         providers.extend(self.providers);
+        let mut resume = default_resume();
+        resume.extend(
+            self.resume
+                .into_iter()
+                .map(|(runtime, argv)| (runtime, ResumeRecipe { argv })),
+        );
+        let (agents, mut errors) =
+            agents::resolve_agents(self.agents, &providers, &resume, source.as_ref());
         let config = Config {
             source,
             daemon: self.daemon.resolve(),
@@ -303,9 +332,14 @@ impl Layer {
             restart: self.restart.resolve(),
             providers,
             jails: self.jails,
+            resume,
+            agents,
         };
-        check_listeners(&config)?;
-        Ok(config)
+        errors.extend(check_listeners(&config));
+        match ConfigError::from_list(errors) {
+            Some(errors) => Err(errors),
+            None => Ok(config),
+        }
     }
 }
 
@@ -397,7 +431,7 @@ pub fn load(args: &DaemonArgs) -> Result<Config, ConfigError> {
 
 /// Two listeners on one path would make the second bind fail or, worse,
 /// hand a jail the operator socket.
-fn check_listeners(config: &Config) -> Result<(), ConfigError> {
+fn check_listeners(config: &Config) -> Vec<ConfigError> {
     let mut seen: BTreeMap<&Path, &str> = BTreeMap::new();
     let mut errors = Vec::new();
     for (name, listener) in &config.jails {
@@ -417,7 +451,7 @@ fn check_listeners(config: &Config) -> Result<(), ConfigError> {
         }
         seen.insert(&listener.socket, name);
     }
-    ConfigError::from_list(errors).map_or(Ok(()), Err)
+    errors
 }
 
 /// The built-in providers: Pi in RPC mode for each known model provider.
@@ -561,8 +595,11 @@ fn system_hostname() -> String {
 
 /// Keys a running colibrid takes over on SIGHUP (`Daemon::reload` and the
 /// binary's reloader apply exactly these); a whole section when the name
-/// ends with a dot. Every other key needs a restart.
-pub const RELOADABLE_KEYS: [&str; 7] = [
+/// ends with a dot. Every other key needs a restart. `agents.NAME` keys are
+/// applied by reconciling ([`crate::core::reconcile::plan`]): the agent
+/// starts, stops, restarts or takes its new policy, as `supervisorctl
+/// update` does; `resume.` templates are read at the next resume.
+pub const RELOADABLE_KEYS: [&str; 9] = [
     "daemon.stall_after",
     "daemon.heartbeat",
     "daemon.shutdown_grace",
@@ -570,6 +607,8 @@ pub const RELOADABLE_KEYS: [&str; 7] = [
     "syslog.",
     "restart.",
     "providers.",
+    "agents.",
+    "resume.",
 ];
 
 /// What a reload does with what changed in the configuration.
@@ -580,6 +619,17 @@ pub struct ReloadPlan {
     /// Keys whose new value differs from what the daemon started with and
     /// that only a restart puts into effect.
     pub restart_needed: Vec<String>,
+}
+
+impl ReloadPlan {
+    /// The declared agents among the applied keys (`agents.NAME`): the
+    /// names whose tables were added, removed or changed, which the daemon
+    /// reconciles.
+    pub fn agents(&self) -> impl Iterator<Item = &str> {
+        self.applied
+            .iter()
+            .filter_map(|key| key.strip_prefix("agents."))
+    }
 }
 
 /// Compares a newly loaded configuration with the one loaded before

@@ -1,6 +1,8 @@
 //! The configuration's unit tests: layers, validation, rendering, reload.
 
 use super::*;
+use crate::core::spec::RestartPolicy;
+use crate::core::taxonomy::Runtime;
 use crate::syslog::facility_name;
 use clap::Parser as _;
 
@@ -737,7 +739,7 @@ fn reload_plan_applies_what_it_can_and_names_the_rest() {
 
 #[test]
 fn every_reloadable_key_names_a_real_key() {
-    let keys = render::keyed(&config_of(""));
+    let keys = render::keyed(&config_of("[agents.a]\nargv = [\"x\"]\n"));
     for reloadable in RELOADABLE_KEYS {
         assert!(
             keys.keys()
@@ -745,4 +747,346 @@ fn every_reloadable_key_names_a_real_key() {
             "{reloadable} is not a key of the configuration"
         );
     }
+}
+
+// ---------------------------------------------------------------------------
+// [agents.NAME] and [resume.RUNTIME]
+
+const DECLARED: &str = r#"
+[agents.fixer]
+argv = ["/usr/local/bin/claude", "-p", "--output-format", "stream-json", "--verbose"]
+cwd = "/src/repo"
+env = { TERM = "xterm-256color", LANG = "C.UTF-8" }
+user = "agent"
+restart = "on-failure"
+backoff = ["10s", "1m"]
+max_restarts = 3
+stall_after = "15m"
+
+[agents.reviewer]
+provider = "deepseek"
+model = "deepseek-chat"
+autostart = false
+
+[agents.tool]
+provider = "local"
+model = "/opt/bin/my-agent"
+runtime = "zot"
+resume = ["{program}", "--again", "{session}"]
+"#;
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn declared_agents_resolve_into_specs() {
+    let config = config_of(DECLARED);
+    assert_eq!(
+        config.agents.keys().collect::<Vec<_>>(),
+        ["fixer", "reviewer", "tool"]
+    );
+
+    let fixer = &config.agents["fixer"];
+    assert_eq!(fixer.name, "fixer");
+    assert_eq!(fixer.argv[0], "/usr/local/bin/claude");
+    assert_eq!(fixer.runtime, None);
+    assert_eq!(fixer.cwd.as_deref(), Some(Path::new("/src/repo")));
+    assert_eq!(fixer.env["TERM"], "xterm-256color");
+    assert_eq!(fixer.user.as_deref(), Some("agent"));
+    assert_eq!(fixer.restart, RestartPolicy::OnFailure);
+    assert_eq!(
+        fixer.backoff,
+        Some(vec![Duration::from_secs(10), Duration::from_secs(60)])
+    );
+    assert_eq!(fixer.max_restarts, Some(3));
+    assert_eq!(fixer.stall_after, Some(Duration::from_secs(15 * 60)));
+    assert!(fixer.autostart);
+    // No runtime given: the program's base name says Claude, whose default
+    // resume template applies.
+    assert_eq!(
+        fixer.resume,
+        Some(strings(&["{argv}", "--resume", "{session}"]))
+    );
+    assert_eq!(
+        crate::core::spec::resume_argv(fixer, "abc-123").map(|argv| argv[4..].to_vec()),
+        Some(strings(&["--verbose", "--resume", "abc-123"]))
+    );
+
+    // A provider expands through its template, as spawn-agent does.
+    let reviewer = &config.agents["reviewer"];
+    assert_eq!(
+        reviewer.argv,
+        strings(&[
+            "pi",
+            "--mode",
+            "rpc",
+            "--provider",
+            "deepseek",
+            "--model",
+            "deepseek-chat"
+        ])
+    );
+    assert!(!reviewer.autostart);
+    assert_eq!(reviewer.restart, RestartPolicy::Never);
+    assert_eq!(
+        reviewer.resume,
+        Some(strings(&["{argv}", "--session", "{session}"]))
+    );
+
+    // The contract's "local" provider runs the model as the executable.
+    let tool = &config.agents["tool"];
+    assert_eq!(tool.argv, ["/opt/bin/my-agent"]);
+    assert_eq!(tool.runtime, Some(Runtime::Zot));
+    assert_eq!(
+        tool.resume,
+        Some(strings(&["{program}", "--again", "{session}"]))
+    );
+}
+
+#[test]
+fn resume_sections_override_and_disable_the_defaults() {
+    let config = config_of(concat!(
+        "[resume.zot]\n",
+        "argv = [\"{argv}\", \"--session\", \"{session}\"]\n",
+        "[resume.claude]\n",
+        "argv = []\n",
+        "[agents.z]\n",
+        "argv = [\"zot\", \"--json\"]\n",
+        "[agents.c]\n",
+        "argv = [\"claude\", \"-p\"]\n",
+        "[agents.plain]\n",
+        "argv = [\"my-agent\"]\n",
+    ));
+    assert_eq!(
+        config.agents["z"].resume,
+        Some(strings(&["{argv}", "--session", "{session}"]))
+    );
+    assert_eq!(config.agents["c"].resume, None, "resume.claude = []");
+    assert_eq!(config.agents["plain"].resume, None, "no known harness");
+    assert!(config.resume["claude"].argv.is_empty());
+    assert_eq!(config.resume["codex"].argv[2], "resume");
+    // Without a config, every harness with a default has it.
+    let defaults = config_of("");
+    assert!(defaults.agents.is_empty());
+    assert!(defaults.resume["zot"].argv.is_empty());
+    assert!(!defaults.resume["pi"].argv.is_empty());
+}
+
+#[test]
+fn bad_agent_values_name_key_and_line() {
+    let cases: &[(&str, usize, &str, &str)] = &[
+        (
+            "[agents.cafe]\nargv = [\"x\"]\n",
+            1,
+            "agents.cafe",
+            "reads as a pane id",
+        ),
+        (
+            "[agents.\"1x\"]\nargv = [\"x\"]\n",
+            1,
+            "agents.1x",
+            "invalid agent name",
+        ),
+        (
+            "[agents.a]\nuser = \"u\"\n",
+            1,
+            "agents.a",
+            "needs argv, or provider",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nprovider = \"deepseek\"\n",
+            2,
+            "agents.a",
+            "not both",
+        ),
+        (
+            "[agents.a]\nargv = []\n",
+            2,
+            "agents.a.argv",
+            "program name",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nmodel = \"m\"\n",
+            3,
+            "agents.a.model",
+            "provider",
+        ),
+        (
+            "[agents.a]\nprovider = \"nowhere\"\nmodel = \"m\"\n",
+            2,
+            "agents.a.provider",
+            "unknown provider",
+        ),
+        (
+            "[agents.a]\nprovider = \"local\"\n",
+            2,
+            "agents.a.provider",
+            "needs model",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nruntime = \"vim\"\n",
+            3,
+            "agents.a.runtime",
+            "unknown runtime",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\ncwd = \"src\"\n",
+            3,
+            "agents.a.cwd",
+            "absolute",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nenv = { \"A-B\" = \"1\" }\n",
+            3,
+            "agents.a.env",
+            "invalid variable name",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\njail = \"a/b\"\n",
+            3,
+            "agents.a.jail",
+            "jail name",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nrestart = \"sometimes\"\n",
+            3,
+            "agents.a.restart",
+            "restart policy",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nbackoff = [\"1m\", \"soon\"]\n",
+            3,
+            "agents.a.backoff",
+            "invalid duration",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nmax_restarts = 5000000000\n",
+            3,
+            "agents.a.max_restarts",
+            "out of range",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nstall_after = \"0s\"\n",
+            3,
+            "agents.a.stall_after",
+            "greater than zero",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nresume = [\"x\", \"--continue\"]\n",
+            3,
+            "agents.a.resume",
+            "{session}",
+        ),
+        (
+            "[resume.vim]\nargv = [\"vim\", \"{session}\"]\n",
+            1,
+            "resume.vim",
+            "unknown runtime",
+        ),
+        (
+            "[resume.pi]\nargv = [\"pi\"]\n",
+            2,
+            "resume.pi.argv",
+            "{session}",
+        ),
+    ];
+    for (text, line, key, msg) in cases {
+        expect_invalid(text, *line, key, msg);
+    }
+    // Types and unknown keys are serde's, with the key named.
+    let err = parse_err("[agents.a]\nargv = [\"x\"]\ncolour = \"red\"\n");
+    assert!(err.to_string().contains("colour"), "{err}");
+    assert!(err.to_string().starts_with("/etc/colibri.toml:3:"), "{err}");
+}
+
+#[test]
+fn every_bad_agent_value_is_reported_in_file_order() {
+    let text = concat!(
+        "[agents.one]\n",
+        "argv = [\"x\"]\n",
+        "restart = \"maybe\"\n",
+        "stall_after = \"0s\"\n",
+        "[agents.two]\n",
+        "provider = \"nowhere\"\n",
+        "[daemon]\n",
+        "heartbeat = \"0s\"\n",
+    );
+    let err = parse_err(text);
+    let each: Vec<String> = err.each().iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        each,
+        [
+            "/etc/colibri.toml:3: agents.one.restart: invalid restart policy \"maybe\" (never, on-failure, always)",
+            "/etc/colibri.toml:4: agents.one.stall_after: invalid duration \"0s\": must be greater than zero",
+            "/etc/colibri.toml:6: agents.two.provider: unknown provider \"nowhere\": configure [providers.nowhere] argv = [...]",
+            "/etc/colibri.toml:8: daemon.heartbeat: invalid duration \"0s\": must be greater than zero",
+        ]
+    );
+}
+
+#[test]
+fn declared_agents_render_and_load_back() {
+    let config = config_of(DECLARED);
+    let text = render_effective(&config);
+    assert!(text.contains("[agents.fixer]"), "{text}");
+    assert!(text.contains("stall_after = \"15m\""), "{text}");
+    assert!(text.contains("[resume.codex]"), "{text}");
+    assert!(
+        !text.contains("provider = \"deepseek\""),
+        "the argv is rendered: {text}"
+    );
+    let again = parse(&text).expect("rendered config parses");
+    let round = resolve_with(&DaemonArgs::default(), Some(&again));
+    assert_eq!(round.agents, config.agents);
+    assert_eq!(round.resume, config.resume);
+}
+
+#[test]
+fn reload_reconciles_declared_agents() {
+    let started = config_of(DECLARED);
+    let changed = config_of(&DECLARED.replace("max_restarts = 3", "max_restarts = 4"));
+    let reload = plan(&started, &started, &changed);
+    assert_eq!(reload.applied, ["agents.fixer"]);
+    assert!(reload.restart_needed.is_empty(), "{reload:?}");
+    assert_eq!(reload.agents().collect::<Vec<_>>(), ["fixer"]);
+
+    let fewer = config_of(concat!("[agents.fixer]\n", "argv = [\"claude\"]\n"));
+    let reload = plan(&started, &started, &fewer);
+    assert_eq!(
+        reload.agents().collect::<Vec<_>>(),
+        ["fixer", "reviewer", "tool"]
+    );
+    assert!(reload.restart_needed.is_empty(), "{reload:?}");
+
+    // What the daemon then does, agent by agent.
+    let declared: Vec<_> = fewer.agents.values().cloned().collect();
+    let table: Vec<_> = started
+        .agents
+        .values()
+        .map(|spec| crate::core::reconcile::TableEntry {
+            name: spec.name.clone(),
+            fingerprint: spec.fingerprint(),
+            origin: crate::core::reconcile::Origin::Declared,
+            wanted: crate::core::spec::Wanted::Up,
+            actual: crate::core::spec::Actual::Running,
+        })
+        .collect();
+    let names: Vec<String> =
+        crate::core::reconcile::plan(&declared, &table, crate::core::reconcile::Occasion::Reload)
+            .iter()
+            .map(|change| {
+                use crate::core::reconcile::AgentChange;
+                let kind = match change {
+                    AgentChange::Start(_) => "start",
+                    AgentChange::Declare(_) => "declare",
+                    AgentChange::Stop { .. } => "stop",
+                    AgentChange::Restart(_) => "restart",
+                    AgentChange::Update(_) => "update",
+                    AgentChange::Clash { .. } => "clash",
+                };
+                format!("{kind} {}", change.name())
+            })
+            .collect();
+    assert_eq!(names, ["stop reviewer", "stop tool", "restart fixer"]);
 }

@@ -7,7 +7,10 @@
 
 pub mod ingest;
 pub mod pane;
+pub mod reconcile;
+pub mod resolve;
 pub mod signal;
+pub mod spec;
 pub mod state;
 pub mod supervisor;
 pub mod taxonomy;

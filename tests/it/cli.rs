@@ -231,6 +231,75 @@ fn check_config_prints_every_error_and_exits_2() {
 }
 
 #[test]
+fn check_config_validates_and_prints_declared_agents() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        concat!(
+            "[agents.cafe]\n",
+            "argv = [\"x\"]\n",
+            "[agents.fixer]\n",
+            "argv = [\"claude\", \"-p\"]\n",
+            "restart = \"sometimes\"\n",
+            "[agents.reviewer]\n",
+            "provider = \"nowhere\"\n",
+        ),
+    )
+    .expect("write");
+    let check = |cfg: &std::path::Path| {
+        Command::new(COLIBRID)
+            .arg("--config")
+            .arg(cfg)
+            .arg("--check-config")
+            .env_remove("COLIBRI_SOCKET")
+            .env_remove("COLIBRI_STATE_DIR")
+            .output()
+            .expect("run colibrid")
+    };
+    let out = check(&bad);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    let at = |n: u32, key: &str| format!("colibrid: {}:{n}: {key}: ", bad.display());
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(lines[0].starts_with(&at(1, "agents.cafe")), "{err}");
+    assert!(
+        lines[1].starts_with(&at(5, "agents.fixer.restart")),
+        "{err}"
+    );
+    assert!(
+        lines[2].starts_with(&at(7, "agents.reviewer.provider")),
+        "{err}"
+    );
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        concat!(
+            "[agents.fixer]\n",
+            "argv = [\"claude\", \"-p\"]\n",
+            "restart = \"always\"\n",
+        ),
+    )
+    .expect("write");
+    let out = check(&good);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[agents.fixer]"), "{text}");
+    assert!(text.contains("restart = \"always\""), "{text}");
+    assert!(
+        text.contains(r#"resume = ["{argv}", "--resume", "{session}"]"#),
+        "the default resume template is shown: {text}"
+    );
+}
+
+#[test]
 fn spawn_refuses_the_stall_thresholds_the_config_refuses() {
     let d = Colibrid::start(&[]);
     let o = colibri(
