@@ -1,0 +1,34 @@
+/* Writes 42-byte JSONL lines (a Pi turn_start event with padding) to stdout
+ * as fast as it takes them: COUNT lines, or forever when COUNT is 0.
+ * Usage: streamer [COUNT=0] */
+#include "common.h"
+#include <string.h>
+
+#define LINE "{\"type\":\"turn_start\",\"pad\":\"xxxxxxxxxxx\"}\n"
+#define LINE_LEN 42
+#define PER_WRITE 1560 /* 65,520 bytes */
+
+int main(int argc, char **argv) {
+    long long count = argc > 1 ? atoll(argv[1]) : 0;
+    static char buf[LINE_LEN * PER_WRITE];
+    _Static_assert(sizeof(LINE) - 1 == LINE_LEN, "42-byte line");
+    for (int i = 0; i < PER_WRITE; i++) memcpy(buf + i * LINE_LEN, LINE, LINE_LEN);
+    long long left = count;
+    for (;;) {
+        size_t lines = PER_WRITE;
+        if (count > 0) {
+            if (left == 0) return 0;
+            if (left < PER_WRITE) lines = (size_t)left;
+            left -= (long long)lines;
+        }
+        size_t len = lines * LINE_LEN, off = 0;
+        while (off < len) {
+            ssize_t w = write(1, buf + off, len - off);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                return 1;
+            }
+            off += (size_t)w;
+        }
+    }
+}
