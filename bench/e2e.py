@@ -389,6 +389,72 @@ class Bench:
                  f"{looped[0]} snapshots meanwhile)", "p99 <= 5 ms" if big else "")
         self.row(f"daemon RSS at {n}", f"{rss:.1f} MiB (peak {hwm:.1f} MiB)", "<= 50 MB" if big else "")
 
+    # -- state-change burst ----------------------------------------------
+
+    def burst_one(self, watchers, lines):
+        """10 agents print `lines` lines each, every one a state change,
+        while `watchers` watch clients read continuously; counts the
+        watchers dropped and those that got all 10 exits."""
+        d = Daemon(self)
+        clients = []
+        try:
+            clients = [WatchClient(self, d.socket) for _ in range(watchers)]
+            conn = d.conn()
+            ids = set()
+            for _ in range(10):
+                data = conn.req({"cmd": "spawn-agent", "argv": [self.bin("streamer"), str(lines), "states"],
+                                 "runtime": "pi", "session_id": "burst"})
+                ids.add(data["agent_id"])
+            exits = {c: 0 for c in clients}
+            dropped = {}
+            open_ = {c.proc.stdout.fileno(): c for c in clients}
+            deadline = time.monotonic() + 180
+            while open_ and time.monotonic() < deadline:
+                ready = select.select(list(open_), [], [], 1)[0]
+                for fd in ready:
+                    c = open_[fd]
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        del open_[fd]
+                        continue
+                    c.buf += chunk
+                    *done, c.buf = c.buf.split(b"\n")
+                    for line in done:
+                        word = line.split(b" ", 2)
+                        if word[0] == b"dropped":
+                            dropped[c] = int(word[1])
+                        elif word[0].decode() in ids:
+                            exits[c] += 1
+                    if c in dropped or exits[c] == len(ids):
+                        del open_[fd]
+            complete = sum(1 for c in clients if exits[c] == len(ids))
+            status = conn.req({"cmd": "status"})
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                panes = conn.req({"cmd": "snapshot", "schema": "v2"})["panes"]
+                if sum(1 for p in panes if p["id"] in ids and p.get("exit") is not None) == len(ids):
+                    break
+                time.sleep(0.05)
+            published = d.conn().req({"cmd": "watch"})["seq"]
+        finally:
+            for c in clients:
+                c.stop()
+            d.stop()
+        where = ""
+        if dropped:
+            lo, hi = min(dropped.values()), max(dropped.values())
+            where = f" (after {lo} lines)" if lo == hi else f" (after {lo}-{hi} lines)"
+        self.row(f"state-change burst, 10 agents x {lines:,} lines, {watchers} watcher(s)",
+                 f"{len(dropped)} of {watchers} dropped{where}; {complete} of {watchers} saw all 10 exits; "
+                 f"{status.get('watchers', '?')} still watching at the end; {published:,} events published",
+                 "no watcher that reads continuously is dropped")
+
+    def burst(self):
+        lines = self.args.burst_lines
+        print(f"state-change burst: 10 agents, {lines} state-changing lines each", flush=True)
+        for watchers in (1, 100):
+            self.burst_one(watchers, lines)
+
     # -- one stream -------------------------------------------------------
 
     def stream(self):
@@ -446,21 +512,23 @@ def main():
     ap.add_argument("--colibrid", required=True)
     ap.add_argument("--bin", required=True, help="directory of the built C programs")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and agents; under 2 minutes")
-    ap.add_argument("--only", choices=["exit", "scale", "stream"], action="append")
+    ap.add_argument("--only", choices=["exit", "burst", "scale", "stream"], action="append")
     ap.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")])
     args = ap.parse_args()
     if args.quick:
-        args.exits, args.scale_exits, args.stream_lines = 50, 20, 500_000
+        args.exits, args.scale_exits, args.stream_lines, args.burst_lines = 50, 20, 500_000, 2_000
         args.scale = args.scale or [100, 1000]
     else:
-        args.exits, args.scale_exits, args.stream_lines = 200, 50, 2_000_000
+        args.exits, args.scale_exits, args.stream_lines, args.burst_lines = 200, 50, 2_000_000, 10_000
         args.scale = args.scale or [100, 1000, 4000, 10000]
-    only = set(args.only or ["exit", "scale", "stream"])
+    only = set(args.only or ["exit", "burst", "scale", "stream"])
     b = Bench(args)
     started = time.monotonic()
     try:
         if "exit" in only:
             b.exit_notice()
+        if "burst" in only:
+            b.burst()
         if "scale" in only:
             for n in args.scale:
                 try:

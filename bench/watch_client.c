@@ -3,7 +3,9 @@
  * "ready" once the first line (the reply) arrives, then for every line whose
  * event is "exited" prints "PANE NS", NS being CLOCK_MONOTONIC read as soon
  * as the read() that delivered the line returned. A reply with "ok":false
- * (the daemon dropping this watcher) is printed as "dropped LINE" and ends it.
+ * (the daemon dropping this watcher) is printed as "dropped N LINE" and ends
+ * it, N being the number of lines received before it; when the daemon
+ * closes the connection it prints "eof N".
  * Usage: watch_client SOCKET [REQUEST] */
 #include "common.h"
 #include <string.h>
@@ -12,12 +14,15 @@
 
 #define BUF (1 << 20)
 
+static unsigned long long lines_seen;
+
 static void on_line(char *line, size_t len, uint64_t at, int *seen_reply) {
     line[len] = 0;
+    lines_seen++;
     if (!*seen_reply) {
         *seen_reply = 1;
         if (strstr(line, "\"ok\":false")) {
-            printf("dropped %s\n", line);
+            printf("dropped %llu %s\n", lines_seen, line);
             exit(3);
         }
         printf("ready\n");
@@ -25,7 +30,7 @@ static void on_line(char *line, size_t len, uint64_t at, int *seen_reply) {
         return;
     }
     if (strstr(line, "\"ok\":false")) {
-        printf("dropped %s\n", line);
+        printf("dropped %llu %s\n", lines_seen, line);
         fflush(stdout);
         exit(3);
     }
@@ -61,7 +66,10 @@ int main(int argc, char **argv) {
         ssize_t r = read(s, buf + have, BUF - have);
         uint64_t at = mono_ns();
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return 0;
+        if (r <= 0) {
+            printf("eof %llu\n", lines_seen);
+            return 0;
+        }
         have += (size_t)r;
         size_t start = 0;
         for (size_t i = have - (size_t)r; i < have; i++) {
