@@ -117,10 +117,13 @@ class Daemon:
         self.socket = os.path.join(self.dir, "c.sock")
         self.sink = SyslogSink(os.path.join(self.dir, "log"))
         env = dict(os.environ, COLIBRI_LOG="warn")
-        self.proc = subprocess.Popen(
-            [bench.colibrid, "--socket", self.socket, "--state-dir", os.path.join(self.dir, "state"),
-             "--syslog-socket", self.sink.path],
-            env=env, stdout=subprocess.DEVNULL)
+        self.bench = bench
+        self.stderr_path = os.path.join(self.dir, "colibrid.stderr")
+        with open(self.stderr_path, "wb") as stderr:
+            self.proc = subprocess.Popen(
+                [bench.colibrid, "--socket", self.socket, "--state-dir", os.path.join(self.dir, "state"),
+                 "--syslog-socket", self.sink.path],
+                env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -143,6 +146,7 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
         self.sink.sock.close()
+        self.bench.daemon_warnings(self.stderr_path)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -198,6 +202,21 @@ class Bench:
         self.tmp = tempfile.mkdtemp(prefix="colibri-e2e-")
         self.rows = []  # (what, measured, target, floor)
         self.notes = []
+        self.current = ""  # the scenario running, for notes
+
+    def daemon_warnings(self, path):
+        """The daemon's warnings, each kind once with a count, as notes."""
+        try:
+            with open(path, errors="replace") as f:
+                lines = [line.strip() for line in f if line.strip()]
+        except OSError:
+            return
+        counts = {}
+        for line in lines:
+            counts[line] = counts.get(line, 0) + 1
+        for line, n in counts.items():
+            times = f" ({n}x)" if n > 1 else ""
+            self.notes.append(f"{self.current}: colibrid said{times}: {line}")
 
     def bin(self, name):
         return os.path.join(self.bindir, name)
@@ -229,6 +248,7 @@ class Bench:
         return [(got[p] - stamped[p]) / 1e6 for p in got if p in stamped]
 
     def colibri_exit_notice(self, n, streamers):
+        self.current = f"exit notice, {streamers} streaming"
         d = Daemon(self)
         try:
             conn = d.conn()
@@ -316,6 +336,7 @@ class Bench:
         when 10,000 were asked for, even if the fd limit allowed fewer."""
         big = (asked or n) >= 10000
         print(f"scale: {n} agents", flush=True)
+        self.current = f"scale {n}"
         fl = subprocess.run([self.bin("floor_spawn"), str(n), self.bin("idle_agent")], capture_output=True,
                             text=True, timeout=300)
         floor = dict(kv.split("=") for kv in fl.stdout.split()[1:])
@@ -395,6 +416,7 @@ class Bench:
         """10 agents print `lines` lines each, every one a state change,
         while `watchers` watch clients read continuously; counts the
         watchers dropped and those that got all 10 exits."""
+        self.current = f"burst, {watchers} watchers"
         d = Daemon(self)
         clients = []
         try:
@@ -460,6 +482,7 @@ class Bench:
     def stream(self):
         lines = self.args.stream_lines
         print(f"one PTY stream: {lines} lines of 42 bytes", flush=True)
+        self.current = "stream"
         fl = subprocess.run([self.bin("floor_read"), str(lines), self.bin("streamer")], capture_output=True,
                             text=True, timeout=300)
         floor = dict(kv.split("=") for kv in fl.stdout.split()[1:])
