@@ -466,7 +466,7 @@ class Bench:
         if dropped:
             lo, hi = min(dropped.values()), max(dropped.values())
             where = f" (after {lo} lines)" if lo == hi else f" (after {lo}-{hi} lines)"
-        self.row(f"state-change burst, 10 agents x {lines:,} lines, {watchers} watcher(s)",
+        self.row(f"state-change burst, 10 agents x {lines:,} lines, {watchers} watcher{'s' if watchers > 1 else ''}",
                  f"{len(dropped)} of {watchers} dropped{where}; {complete} of {watchers} saw all 10 exits; "
                  f"{status.get('watchers', '?')} still watching at the end; {published:,} events published",
                  "no watcher that reads continuously is dropped")
