@@ -423,7 +423,7 @@ class Bench:
         """10 agents print `lines` lines each, every one a state change,
         while `watchers` watch clients read continuously; counts the
         watchers dropped and those that got all 10 exits."""
-        self.current = f"burst, {watchers} watchers"
+        self.current = f"burst, {watchers} watcher" + ("s" if watchers > 1 else "")
         d = Daemon(self)
         clients = []
         try:
