@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prints every benchmark figure in docs/PERFORMANCE.md.
+# Prints the criterion and cargo-bench figures in docs/PERFORMANCE.md; the
+# end-to-end figures, next to C floors, come from bench/e2e.sh.
 # Usage: bench/run.sh [ingest-core|daemon|all]   (default all; ~5 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."

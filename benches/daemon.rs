@@ -159,6 +159,12 @@ fn wait_exit(pid: i32) {
 /// Child exit (seen through our own exit watch, in a thread blocked on it)
 /// to the arrival of the daemon's `exited` event (seen by a thread blocked
 /// reading the watch stream). Both threads are woken by the kernel.
+///
+/// The clock starts after the kernel has woken our own watcher of the
+/// exit, and the daemon runs with `--no-syslog`: this is the daemon's side
+/// only, useful to compare commits, not what a client sees. The end-to-end
+/// figure (a child that stamps before `_exit`, a separate watch client,
+/// syslog on) is `bench/e2e.sh`.
 fn exit_notice() {
     let d = Daemon::start(&[]);
     let mut c = d.conn();
@@ -200,7 +206,7 @@ fn exit_notice() {
     }
     lat.sort_by(f64::total_cmp);
     println!(
-        "exit_notice: {n} exits, p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        "exit_notice (daemon side only, --no-syslog; end to end: bench/e2e.sh): {n} exits, p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
         pct(&lat, 0.5),
         pct(&lat, 0.99),
         pct(&lat, 1.0)

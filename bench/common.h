@@ -1,0 +1,59 @@
+/* Shared by the C benchmark programs: a monotonic clock in ns and a child
+ * started on a fresh PTY the way colibrid starts an agent (session leader,
+ * the PTY as its controlling terminal and stdio). */
+#ifndef BENCH_COMMON_H
+#define BENCH_COMMON_H
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void die(const char *what) {
+    perror(what);
+    exit(1);
+}
+
+/* Opens a PTY, forks, execs argv on its slave; returns the child's pid and
+ * stores the (non-blocking, close-on-exec) master in *master. */
+static inline pid_t spawn_on_pty(char *const argv[], int *master) {
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0) die("posix_openpt");
+    if (grantpt(m) < 0 || unlockpt(m) < 0) die("grantpt/unlockpt");
+    char name[128];
+    if (ptsname_r(m, name, sizeof name) != 0) die("ptsname_r");
+    pid_t pid = fork();
+    if (pid < 0) die("fork");
+    if (pid == 0) {
+        setsid();
+        int s = open(name, O_RDWR);
+        if (s < 0) _exit(126);
+        ioctl(s, TIOCSCTTY, 0);
+        struct termios t; /* raw, as colibrid sets its agents' PTYs */
+        if (tcgetattr(s, &t) == 0) {
+            cfmakeraw(&t);
+            tcsetattr(s, TCSANOW, &t);
+        }
+        dup2(s, 0);
+        dup2(s, 1);
+        dup2(s, 2);
+        if (s > 2) close(s);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    fcntl(m, F_SETFL, fcntl(m, F_GETFL) | O_NONBLOCK);
+    *master = m;
+    return pid;
+}
+#endif

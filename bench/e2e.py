@@ -1,0 +1,584 @@
+#!/usr/bin/env python3
+"""End-to-end benchmarks of colibrid, measured the way supervisors are
+measured, each next to a C floor measured the same way in the same run.
+
+Run it through bench/e2e.sh, which builds the C programs and colibrid and
+raises the limits 10,000 PTYs need. Every latency is between two
+processes other than the daemon: a child (bench/stamp_exit) reads
+CLOCK_MONOTONIC just before _exit, and a watch client in its own process
+(bench/watch_client) reads it when the `exited` event arrives. The daemon
+runs with syslog alerts on, sent to a datagram socket this script owns.
+Standard library only.
+"""
+
+import argparse
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values, p):
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, round((len(s) - 1) * p))]
+
+
+def proc_status(pid, key):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_ms(pid):
+    """A process's CPU time in ms: from /proc/PID/schedstat (ns, the time
+    on CPU) where the kernel has it, else utime + stime from /proc/PID/stat
+    (clock ticks, 10 ms: too coarse for 100 spawns)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) * TICK_MS
+
+
+def comm_is(pid, name):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() == name[:15]
+    except OSError:
+        return False
+
+
+class SyslogSink:
+    """A datagram socket standing in for syslogd; counts what arrives."""
+
+    def __init__(self, path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.count = 0
+        self.by_kind = {}
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        while True:
+            try:
+                msg = self.sock.recv(65536)
+            except OSError:
+                return
+            self.count += 1
+            # RFC 5424: <PRI>1 TIME HOST APP PID MSGID ...
+            parts = msg.split(b" ", 6)
+            kind = parts[5].decode(errors="replace") if len(parts) > 5 else "?"
+            self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
+
+
+class Conn:
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.r = self.sock.makefile("rb", buffering=1 << 20)
+
+    def send(self, obj):
+        self.sock.sendall(json.dumps(obj).encode() + b"\n")
+
+    def line(self):
+        raw = self.r.readline()
+        if not raw:
+            raise RuntimeError("daemon closed the connection")
+        return raw
+
+    def req(self, obj):
+        self.send(obj)
+        reply = json.loads(self.line())
+        if not reply.get("ok"):
+            raise RuntimeError(f"{obj} -> {reply}")
+        return reply["data"]
+
+    def close(self):
+        self.sock.close()
+
+
+class Daemon:
+    def __init__(self, bench):
+        self.dir = tempfile.mkdtemp(prefix="colibri-e2e-", dir=bench.tmp)
+        self.socket = os.path.join(self.dir, "c.sock")
+        self.sink = SyslogSink(os.path.join(self.dir, "log"))
+        env = dict(os.environ, COLIBRI_LOG="warn")
+        self.bench = bench
+        self.stderr_path = os.path.join(self.dir, "colibrid.stderr")
+        with open(self.stderr_path, "wb") as stderr:
+            self.proc = subprocess.Popen(
+                [bench.colibrid, "--socket", self.socket, "--state-dir", os.path.join(self.dir, "state"),
+                 "--syslog-socket", self.sink.path],
+                env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                Conn(self.socket).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("colibrid did not start")
+                time.sleep(0.01)
+        self.pid = self.proc.pid
+
+    def conn(self):
+        return Conn(self.socket)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.sink.sock.close()
+        self.bench.daemon_warnings(self.stderr_path)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class WatchClient:
+    """bench/watch_client in its own process; yields (pane, ns) per exit."""
+
+    def __init__(self, bench, socket_path, request=None):
+        argv = [bench.bin("watch_client"), socket_path] + ([request] if request else [])
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+        self.buf = b""
+        first = self.next_line(30)
+        if first != "ready":
+            raise RuntimeError(f"watch client: {first}")
+
+    def next_line(self, timeout):
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise RuntimeError("watch client: no event in time")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise RuntimeError("watch client ended (dropped, or the daemon closed it)")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode()
+
+    def wait_exit(self, pane, timeout=30):
+        while True:
+            line = self.next_line(timeout)
+            if line.startswith("dropped"):
+                raise RuntimeError(f"watcher dropped: {line}")
+            got, ns = line.split()
+            if got == pane:
+                return int(ns)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def read_stamps(path):
+    with open(path) as f:
+        return {int(p): int(ns) for p, ns in (line.split() for line in f if line.strip())}
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.bindir = args.bin
+        self.colibrid = args.colibrid
+        self.tmp = tempfile.mkdtemp(prefix="colibri-e2e-")
+        self.rows = []  # (what, measured, target, floor)
+        self.notes = []
+        self.current = ""  # the scenario running, for notes
+
+    def daemon_warnings(self, path):
+        """The daemon's warnings, each kind once with a count, as notes."""
+        try:
+            with open(path, errors="replace") as f:
+                lines = [line.strip() for line in f if line.strip()]
+        except OSError:
+            return
+        counts = {}
+        for line in lines:
+            counts[line] = counts.get(line, 0) + 1
+        for line, n in counts.items():
+            times = f" ({n}x)" if n > 1 else ""
+            self.notes.append(f"{self.current}: colibrid said{times}: {line}")
+
+    def bin(self, name):
+        return os.path.join(self.bindir, name)
+
+    def row(self, what, measured, target="", floor=""):
+        self.rows.append((what, measured, target, floor))
+        print(f"  {what}: {measured}" + (f"  [floor {floor}]" if floor else ""), flush=True)
+
+    # -- exit notice ------------------------------------------------------
+
+    def start_streamers(self, conn, n):
+        ids = []
+        for _ in range(n):
+            d = conn.req({"cmd": "spawn-agent", "argv": [self.bin("streamer")], "runtime": "pi",
+                          "session_id": "streamers"})
+            ids.append(d["agent_id"])
+        return ids
+
+    def colibri_exits(self, d, n, watch, conn, code=0):
+        """n agents in a row, each exiting 20 ms after it starts; the
+        latency from its stamp to the watch client's receipt."""
+        stamps = os.path.join(d.dir, f"stamps-{time.monotonic_ns()}")
+        got = {}
+        for _ in range(n):
+            data = conn.req({"cmd": "spawn-agent", "argv": [self.bin("stamp_exit"), stamps, "20000", str(code)],
+                             "session_id": "exits"})
+            got[data["pid"]] = watch.wait_exit(data["agent_id"])
+        stamped = read_stamps(stamps)
+        return [(got[p] - stamped[p]) / 1e6 for p in got if p in stamped]
+
+    def colibri_exit_notice(self, n, streamers):
+        self.current = f"exit notice, {streamers} streaming"
+        d = Daemon(self)
+        try:
+            conn = d.conn()
+            if streamers:
+                self.start_streamers(conn, streamers)
+                time.sleep(0.5)
+            watch = WatchClient(self, d.socket)
+            alerts0 = d.sink.count
+            lat = self.colibri_exits(d, n, watch, conn)
+            watch.stop()
+            return lat, d.sink.count - alerts0
+        finally:
+            d.stop()
+
+    def floor_exit_notice(self, n, streamers):
+        sock = os.path.join(self.tmp, f"floor-{time.monotonic_ns()}.sock")
+        stamps = sock + ".stamps"
+        floor = subprocess.Popen([self.bin("floor_pidfd"), sock, self.bin("stamp_exit"), stamps, str(n),
+                                  str(streamers), self.bin("streamer")], stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(sock):
+            if time.monotonic() > deadline:
+                raise RuntimeError("floor_pidfd did not listen")
+            time.sleep(0.005)
+        watch = WatchClient(self, sock)
+        got = {}
+        for _ in range(n):
+            line = watch.next_line(30)
+            pane, ns = line.split()
+            got[int(pane)] = int(ns)
+        floor.wait(timeout=30)
+        watch.stop()
+        stamped = read_stamps(stamps)
+        return [(got[p] - stamped[p]) / 1e6 for p in got if p in stamped]
+
+    def exit_notice(self):
+        n = self.args.exits
+        print(f"exit notice end to end: {n} exits (child stamps before _exit -> watch client process stamps on receipt)",
+              flush=True)
+        for streamers, label in [(0, "quiet"), (10, "10 agents streaming")]:
+            floor = self.floor_exit_notice(n, streamers)
+            lat, alerts = self.colibri_exit_notice(n, streamers)
+            fl = f"p50 {pct(floor, .5):.3f} ms, p99 {pct(floor, .99):.3f} ms"
+            target = ("p50 <= 1.5x floor, p99 <= 2 ms" if not streamers else "p50 <= 2 ms, p99 <= 10 ms")
+            self.row(f"exit notice, {label}",
+                     f"p50 {pct(lat, .5):.3f} ms, p99 {pct(lat, .99):.3f} ms, max {pct(lat, 1):.3f} ms "
+                     f"({len(lat)} exits, {alerts} syslog alerts)", target, fl)
+
+    # -- scale ------------------------------------------------------------
+
+    def spawn_many(self, d, n):
+        """n idle agents pipelined on one connection (a writer thread, so
+        neither side waits on a full socket buffer); returns their pids."""
+        conn = d.conn()
+        req = json.dumps({"cmd": "spawn-agent", "argv": [self.bin("idle_agent")], "runtime": "pi"}).encode() + b"\n"
+
+        def writer():
+            for _ in range(n):
+                conn.sock.sendall(req)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        pids = []
+        for _ in range(n):
+            reply = json.loads(conn.line())
+            if not reply.get("ok"):
+                raise RuntimeError(f"spawn {len(pids)}: {reply}")
+            pids.append(reply["data"]["pid"])
+        t.join()
+        conn.close()
+        return pids
+
+    def snapshot_lat(self, conn, cmd, rounds):
+        lat, size = [], 0
+        for _ in range(rounds):
+            t0 = time.monotonic_ns()
+            conn.send(cmd)
+            raw = conn.line()
+            lat.append((time.monotonic_ns() - t0) / 1e6)
+            size = len(raw)
+        return lat, size
+
+    def scale_one(self, n, asked=None):
+        """Scale figures at n agents; the issue's 10,000-agent targets apply
+        when 10,000 were asked for, even if the fd limit allowed fewer."""
+        big = (asked or n) >= 10000
+        print(f"scale: {n} agents", flush=True)
+        self.current = f"scale {n}"
+        fl = subprocess.run([self.bin("floor_spawn"), str(n), self.bin("idle_agent")], capture_output=True,
+                            text=True, timeout=300)
+        floor = dict(kv.split("=") for kv in fl.stdout.split()[1:])
+        d = Daemon(self)
+        pids = []
+        try:
+            cpu0 = cpu_ms(d.pid)
+            t0 = time.monotonic()
+            pids.extend(self.spawn_many(d, n))
+            t_replies = time.monotonic() - t0
+            deadline = time.monotonic() + 120
+            left = list(pids)
+            while left and time.monotonic() < deadline:
+                left = [p for p in left if not comm_is(p, "idle_agent")]
+            t_exec = time.monotonic() - t0
+            spawn_cpu = (cpu_ms(d.pid) - cpu0) / n
+            if left:
+                self.notes.append(f"{len(left)} of {n} agents had not exec'd after 120 s")
+            conn = d.conn()
+            # Every pane has read its header before snapshots are timed.
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                snap = conn.req({"cmd": "snapshot", "schema": "v2"})
+                if sum(1 for p in snap["panes"] if p["counters"]["events"] >= 1) >= n:
+                    break
+                time.sleep(0.05)
+            rounds = max(20, min(300, 200_000 // n))
+            v1, v1_size = self.snapshot_lat(conn, {"cmd": "glasspane-snapshot"}, rounds)
+            v2, v2_size = self.snapshot_lat(conn, {"cmd": "snapshot", "schema": "v2"}, max(10, rounds // 2))
+            rss = proc_status(d.pid, "VmRSS") / 1024
+            hwm = proc_status(d.pid, "VmHWM") / 1024
+            # The exit notice while another client loops snapshots.
+            stop = threading.Event()
+            looped = [0]
+
+            def looper():
+                c = d.conn()
+                while not stop.is_set():
+                    c.send({"cmd": "glasspane-snapshot"})
+                    c.line()
+                    looped[0] += 1
+                c.close()
+
+            lt = threading.Thread(target=looper)
+            lt.start()
+            watch = WatchClient(self, d.socket)
+            exits = self.colibri_exits(d, self.args.scale_exits, watch, conn)
+            stop.set()
+            lt.join()
+            watch.stop()
+            conn.close()
+        finally:
+            d.stop()
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+        f_exec = float(floor["execd_ms"])
+        self.row(f"spawn {n} agents until all exec'd",
+                 f"{t_exec * 1000:.0f} ms ({t_exec * 1000 / f_exec:.2f}x floor; replies in {t_replies * 1000:.0f} ms), "
+                 f"daemon CPU {spawn_cpu:.3f} ms/spawn",
+                 "<= 1.3x floor" if big else "",
+                 f"{f_exec:.0f} ms, {float(floor['cpu_ms_per_spawn']):.3f} ms CPU/spawn")
+        self.row(f"glasspane-snapshot (v1) at {n}", f"p50 {pct(v1, .5):.2f} ms, p99 {pct(v1, .99):.2f} ms "
+                 f"({v1_size} B, {len(v1)} rounds)", "p99 <= 15 ms" if big else "")
+        self.row(f"snapshot v2 at {n}", f"p50 {pct(v2, .5):.2f} ms, p99 {pct(v2, .99):.2f} ms "
+                 f"({v2_size} B, {len(v2)} rounds)", "p99 <= 15 ms" if big else "")
+        self.row(f"exit notice at {n}, a client looping snapshots",
+                 f"p50 {pct(exits, .5):.3f} ms, p99 {pct(exits, .99):.3f} ms ({len(exits)} exits, "
+                 f"{looped[0]} snapshots meanwhile)", "p99 <= 5 ms" if big else "")
+        self.row(f"daemon RSS at {n}", f"{rss:.1f} MiB (peak {hwm:.1f} MiB)", "<= 50 MB" if big else "")
+
+    # -- state-change burst ----------------------------------------------
+
+    def burst_one(self, watchers, lines):
+        """10 agents print `lines` lines each, every one a state change,
+        while `watchers` watch clients read continuously; counts the
+        watchers dropped and those that got all 10 exits."""
+        self.current = f"burst, {watchers} watcher" + ("s" if watchers > 1 else "")
+        d = Daemon(self)
+        clients = []
+        try:
+            clients = [WatchClient(self, d.socket) for _ in range(watchers)]
+            conn = d.conn()
+            ids = set()
+            for _ in range(10):
+                data = conn.req({"cmd": "spawn-agent", "argv": [self.bin("streamer"), str(lines), "states"],
+                                 "runtime": "pi", "session_id": "burst"})
+                ids.add(data["agent_id"])
+            exits = {c: 0 for c in clients}
+            dropped = {}
+            open_ = {c.proc.stdout.fileno(): c for c in clients}
+            deadline = time.monotonic() + 180
+            while open_ and time.monotonic() < deadline:
+                ready = select.select(list(open_), [], [], 1)[0]
+                for fd in ready:
+                    c = open_[fd]
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        del open_[fd]
+                        continue
+                    c.buf += chunk
+                    *done, c.buf = c.buf.split(b"\n")
+                    for line in done:
+                        word = line.split(b" ", 2)
+                        if word[0] == b"dropped":
+                            dropped[c] = int(word[1])
+                        elif word[0].decode() in ids:
+                            exits[c] += 1
+                    if c in dropped or exits[c] == len(ids):
+                        del open_[fd]
+            complete = sum(1 for c in clients if exits[c] == len(ids))
+            status = conn.req({"cmd": "status"})
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                panes = conn.req({"cmd": "snapshot", "schema": "v2"})["panes"]
+                if sum(1 for p in panes if p["id"] in ids and p.get("exit") is not None) == len(ids):
+                    break
+                time.sleep(0.05)
+            published = d.conn().req({"cmd": "watch"})["seq"]
+        finally:
+            for c in clients:
+                c.stop()
+            d.stop()
+        where = ""
+        if dropped:
+            lo, hi = min(dropped.values()), max(dropped.values())
+            where = f" (after {lo} lines)" if lo == hi else f" (after {lo}-{hi} lines)"
+        self.row(f"state-change burst, 10 agents x {lines:,} lines, {watchers} watcher{'s' if watchers > 1 else ''}",
+                 f"{len(dropped)} of {watchers} dropped{where}; {complete} of {watchers} saw all 10 exits; "
+                 f"{status.get('watchers', '?')} still watching at the end; {published:,} events published",
+                 "no watcher that reads continuously is dropped")
+
+    def burst(self):
+        lines = self.args.burst_lines
+        print(f"state-change burst: 10 agents, {lines} state-changing lines each", flush=True)
+        for watchers in (1, 100):
+            self.burst_one(watchers, lines)
+
+    # -- one stream -------------------------------------------------------
+
+    def stream(self):
+        lines = self.args.stream_lines
+        print(f"one PTY stream: {lines} lines of 42 bytes", flush=True)
+        self.current = "stream"
+        fl = subprocess.run([self.bin("floor_read"), str(lines), self.bin("streamer")], capture_output=True,
+                            text=True, timeout=300)
+        floor = dict(kv.split("=") for kv in fl.stdout.split()[1:])
+        d = Daemon(self)
+        try:
+            conn = d.conn()
+            watch = Conn(d.socket)
+            watch.req({"cmd": "watch"})
+            cpu0 = cpu_ms(d.pid)
+            t0 = time.monotonic()
+            data = conn.req({"cmd": "spawn-agent", "argv": [self.bin("streamer"), str(lines)], "runtime": "pi"})
+            while True:
+                ev = json.loads(watch.line())
+                if ev.get("event") == "exited" and ev.get("pane") == data["agent_id"]:
+                    break
+            secs = time.monotonic() - t0
+            cpu = cpu_ms(d.pid) - cpu0
+            snap = conn.req({"cmd": "snapshot", "schema": "v2"})
+            pane = next(p for p in snap["panes"] if p["id"] == data["agent_id"])
+            events = pane["counters"]["events"]
+        finally:
+            d.stop()
+        mib_s = lines * 42 / secs / 1048576
+        f_mib, f_cpu = float(floor["mib_s"]), float(floor["cpu_ms"])
+        self.row("one PTY stream of 42-byte lines",
+                 f"{mib_s:.1f} MiB/s ({mib_s / f_mib:.2f}x floor), daemon CPU {cpu:.0f} ms "
+                 f"({cpu / f_cpu:.2f}x floor), {events} of {lines} lines parsed and logged",
+                 ">= floor speed, <= 1.5x floor CPU", f"{f_mib:.1f} MiB/s, {f_cpu:.0f} ms CPU")
+
+
+# The daemon holds about 2 fds per agent (its PTY master and its pidfd),
+# plus sockets, logs and the like; this much is kept free for those.
+FD_HEADROOM = 400
+
+
+def fit_fd_limit(bench, n):
+    """The largest agent count up to n that RLIMIT_NOFILE allows, with a
+    note in the table when that is fewer than n."""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    fits = (limit - FD_HEADROOM) // 2
+    if fits >= n:
+        return n
+    bench.notes.append(f"{n:,} agents need about {2 * n + FD_HEADROOM:,} fds in the daemon; RLIMIT_NOFILE "
+                       f"is {limit:,} here (a hard limit this user cannot raise), so that run used {fits:,} agents")
+    return fits
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--colibrid", required=True)
+    ap.add_argument("--bin", required=True, help="directory of the built C programs")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and agents; under 2 minutes")
+    ap.add_argument("--only", choices=["exit", "burst", "scale", "stream"], action="append")
+    ap.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")])
+    args = ap.parse_args()
+    if args.quick:
+        args.exits, args.scale_exits, args.stream_lines, args.burst_lines = 50, 20, 500_000, 2_000
+        args.scale = args.scale or [100, 1000]
+    else:
+        args.exits, args.scale_exits, args.stream_lines, args.burst_lines = 200, 50, 2_000_000, 10_000
+        args.scale = args.scale or [100, 1000, 4000, 10000]
+    only = set(args.only or ["exit", "burst", "scale", "stream"])
+    b = Bench(args)
+    started = time.monotonic()
+    try:
+        if "exit" in only:
+            b.exit_notice()
+        if "burst" in only:
+            b.burst()
+        if "scale" in only:
+            for n in args.scale:
+                try:
+                    b.scale_one(fit_fd_limit(b, n), n)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                    b.row(f"scale {n}", f"FAILED: {e}")
+        if "stream" in only:
+            b.stream()
+    finally:
+        shutil.rmtree(b.tmp, ignore_errors=True)
+    print()
+    print(f"| what | measured | target (issue 12) | C floor, same run |")
+    print(f"| --- | --- | --- | --- |")
+    for what, measured, target, floor in b.rows:
+        print(f"| {what} | {measured} | {target} | {floor} |")
+    for note in b.notes:
+        print(f"note: {note}")
+    print(f"({time.monotonic() - started:.0f} s; load average at the end: "
+          f"{' '.join(open('/proc/loadavg').read().split()[:3])})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+/* The floor for the exit notice: what a bare C supervisor loop achieves.
+ * Listens on SOCKET and waits for one client (bench/watch_client), then
+ * starts STREAMERS copies of STREAMER on PTYs and reads them (one 64 KiB
+ * read per ready PTY per pass, counting lines), and EXITS times in a row
+ * starts STAMP_EXIT on a PTY, waits for its exit through a pidfd in the
+ * same epoll set, reaps it, drains its PTY and writes one line
+ * {"event":"exited","pane":"PID"} to the client. No logging, no syslog.
+ * Usage: floor_pidfd SOCKET STAMP_EXIT STAMPFILE EXITS STREAMERS STREAMER */
+#include "common.h"
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#define MAX_STREAMERS 256
+#define TAG_CHILD_EXIT (1ull << 40)
+
+static int pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+int main(int argc, char **argv) {
+    if (argc < 7) {
+        fprintf(stderr, "usage: floor_pidfd SOCKET STAMP_EXIT STAMPFILE EXITS STREAMERS STREAMER\n");
+        return 2;
+    }
+    int exits = atoi(argv[4]), nstream = atoi(argv[5]);
+    if (nstream > MAX_STREAMERS) nstream = MAX_STREAMERS;
+    signal(SIGPIPE, SIG_IGN);
+    int ls = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strncpy(sa.sun_path, argv[1], sizeof sa.sun_path - 1);
+    unlink(argv[1]);
+    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 4) < 0) die("bind/listen");
+    int client = accept(ls, NULL, NULL);
+    if (client < 0) die("accept");
+    static const char hello[] = "{\"ok\":true,\"error\":null,\"data\":{\"watching\":true}}\n";
+    if (write(client, hello, sizeof hello - 1) < 0) die("write hello");
+
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    int smaster[MAX_STREAMERS];
+    pid_t spid[MAX_STREAMERS];
+    char *sargv[] = {argv[6], NULL};
+    for (int i = 0; i < nstream; i++) {
+        spid[i] = spawn_on_pty(sargv, &smaster[i]);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, smaster[i], &ev);
+    }
+    static char buf[65536];
+    unsigned long long lines = 0, bytes = 0;
+    char *cargv[] = {argv[2], argv[3], "20000", "0", NULL};
+    for (int k = 0; k < exits; k++) {
+        int cm;
+        pid_t cp = spawn_on_pty(cargv, &cm);
+        int pfd = pidfd_open(cp);
+        if (pfd < 0) die("pidfd_open");
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_CHILD_EXIT};
+        epoll_ctl(ep, EPOLL_CTL_ADD, pfd, &ev);
+        int done = 0;
+        while (!done) {
+            struct epoll_event evs[64];
+            int n = epoll_wait(ep, evs, 64, -1);
+            for (int i = 0; i < n; i++) {
+                uint64_t tag = evs[i].data.u64;
+                if (tag == TAG_CHILD_EXIT) {
+                    waitpid(cp, NULL, 0);
+                    while (read(cm, buf, sizeof buf) > 0) {
+                    }
+                    epoll_ctl(ep, EPOLL_CTL_DEL, pfd, NULL);
+                    close(pfd);
+                    close(cm);
+                    char line[96];
+                    int len = snprintf(line, sizeof line, "{\"event\":\"exited\",\"pane\":\"%d\"}\n", (int)cp);
+                    if (write(client, line, (size_t)len) != len) die("write client");
+                    done = 1;
+                    continue;
+                }
+                ssize_t r = read(smaster[tag], buf, sizeof buf);
+                if (r <= 0) {
+                    if (r < 0 && errno == EAGAIN) continue;
+                    epoll_ctl(ep, EPOLL_CTL_DEL, smaster[tag], NULL);
+                    continue;
+                }
+                bytes += (unsigned long long)r;
+                for (ssize_t j = 0; j < r; j++) lines += buf[j] == '\n';
+            }
+        }
+    }
+    for (int i = 0; i < nstream; i++) {
+        kill(spid[i], SIGKILL);
+        waitpid(spid[i], NULL, 0);
+    }
+    fprintf(stderr, "floor_pidfd: %d exits, read %llu lines (%llu bytes) from %d streamers\n", exits, lines, bytes, nstream);
+    return 0;
+}
