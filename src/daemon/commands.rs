@@ -10,8 +10,7 @@ use std::str::FromStr;
 
 use serde_json::{json, Value};
 
-use crate::core::pane::{ExitStatus, LineKind, PaneId};
-use crate::core::supervisor::PaneKey;
+use crate::core::pane::{ExitStatus, LineKind, Pane, PaneId};
 use crate::core::taxonomy::{self, Runtime};
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{
@@ -19,6 +18,7 @@ use crate::daemon::agent::{
 };
 use crate::daemon::conn::{Scope, WatchFilter};
 use crate::daemon::event_loop::Daemon;
+use crate::daemon::panes::PaneKey;
 use crate::daemon::source::ConnId;
 use crate::daemon::store::{ExitRecord, LineClass, Recovery, SessionStore};
 use crate::platform;
@@ -98,22 +98,17 @@ impl Daemon {
 
     /// A pane by id or by name, visible in `scope`.
     fn resolve(&self, scope: &Scope, agent_id: &str) -> Result<PaneKey, String> {
-        let key = self.sup.key(agent_id).or_else(|| {
-            self.sup
+        let key = self.panes.key(agent_id).or_else(|| {
+            self.panes
                 .iter()
-                .find(|(_, p)| p.name.as_deref() == Some(agent_id))
+                .find(|(_, s)| s.pane.name.as_deref() == Some(agent_id))
                 .map(|(k, _)| k)
         });
         let Some(key) = key else {
             return Err(format!("no agent {agent_id:?}"));
         };
         if let Scope::Jail(j) = scope {
-            if self
-                .agents
-                .get(key.0 as usize)
-                .and_then(|a| a.jail.as_deref())
-                != Some(j.as_str())
-            {
+            if self.panes.agent(key).and_then(|a| a.jail.as_deref()) != Some(j.as_str()) {
                 return Err(format!("no agent {agent_id:?}"));
             }
         }
@@ -124,10 +119,7 @@ impl Daemon {
         match scope {
             Scope::Operator => true,
             Scope::Jail(j) => {
-                self.agents
-                    .get(key.0 as usize)
-                    .and_then(|a| a.jail.as_deref())
-                    == Some(j.as_str())
+                self.panes.agent(key).and_then(|a| a.jail.as_deref()) == Some(j.as_str())
             }
         }
     }
@@ -139,10 +131,10 @@ impl Daemon {
             host: self.settings.daemon.host.clone(),
             observed_at: t.to_rfc3339(),
             panes: self
-                .sup
+                .panes
                 .iter()
                 .filter(|(k, _)| self.visible(scope, *k))
-                .map(|(_, p)| PaneV1::from_pane(p, t, stall))
+                .map(|(_, s)| PaneV1::from_pane(&s.pane, t, stall))
                 .collect(),
         }
     }
@@ -150,12 +142,13 @@ impl Daemon {
     pub(crate) fn snapshot_v2(&self, scope: &Scope, t: Timestamp) -> SnapshotV2 {
         let stall = self.settings.daemon.stall_after;
         let panes = self
-            .sup
+            .panes
             .iter()
             .filter(|(k, _)| self.visible(scope, *k))
-            .map(|(k, p)| {
-                let mut v = PaneV2::from_pane(p, t, stall);
-                if let Some(a) = self.agents.get(k.0 as usize) {
+            .map(|(_, s)| {
+                let mut v = PaneV2::from_pane(&s.pane, t, stall);
+                {
+                    let a = &s.agent;
                     v.daemon_session = Some(a.session.clone());
                     v.jail = a.jail.clone();
                     v.pid = a.running_pid();
@@ -183,13 +176,20 @@ impl Daemon {
         let mut states: BTreeMap<String, usize> = BTreeMap::new();
         let mut stalled = 0;
         let mut agents = 0;
-        for (k, p) in self.sup.iter().filter(|(k, _)| self.visible(scope, *k)) {
+        let mut running = 0;
+        let mut own_sessions: Vec<&str> = Vec::new();
+        for (_, s) in self.panes.iter().filter(|(k, _)| self.visible(scope, *k)) {
             agents += 1;
-            *states.entry(p.state().as_str().to_string()).or_default() += 1;
-            if p.is_stalled(t, self.settings.daemon.stall_after) {
+            *states
+                .entry(s.pane.state().as_str().to_string())
+                .or_default() += 1;
+            if s.pane.is_stalled(t, self.settings.daemon.stall_after) {
                 stalled += 1;
             }
-            let _ = k;
+            if s.agent.running_pid().is_some() {
+                running += 1;
+            }
+            own_sessions.push(s.agent.session.as_str());
         }
         StatusData {
             host: self.settings.daemon.host.clone(),
@@ -198,28 +198,14 @@ impl Daemon {
             pid: std::process::id(),
             started_at: self.started_at.to_rfc3339(),
             agents,
-            running: self
-                .agents
-                .iter()
-                .enumerate()
-                .filter(|(i, a)| {
-                    a.running_pid().is_some() && self.visible(scope, PaneKey(*i as u32))
-                })
-                .count(),
+            running,
             // Daemon-wide counts are the operator's business only.
             sessions: match scope {
                 Scope::Operator => self.store.list().len(),
                 Scope::Jail(_) => {
-                    let mut own: Vec<&str> = self
-                        .agents
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| self.visible(scope, PaneKey(*i as u32)))
-                        .map(|(_, a)| a.session.as_str())
-                        .collect();
-                    own.sort_unstable();
-                    own.dedup();
-                    own.len()
+                    own_sessions.sort_unstable();
+                    own_sessions.dedup();
+                    own_sessions.len()
                 }
             },
             connections: if *scope == Scope::Operator {
@@ -351,9 +337,9 @@ impl Daemon {
         if let Some(n) = &a.name {
             if n.is_empty()
                 || self
-                    .sup
+                    .panes
                     .iter()
-                    .any(|(_, p)| p.name.as_deref() == Some(n.as_str()))
+                    .any(|(_, s)| s.pane.name.as_deref() == Some(n.as_str()))
             {
                 return Err(format!("name {n:?} is empty or already used"));
             }
@@ -390,7 +376,6 @@ impl Daemon {
             rows: a.rows.unwrap_or(50).max(1),
             runtime: a.runtime,
         };
-        let key = PaneKey(self.sup.len() as u32);
         let pane_id = uuid::Uuid::new_v4().to_string();
         let agent_name = Path::new(&recipe.argv[0]).file_name().map_or_else(
             || recipe.argv[0].clone(),
@@ -398,29 +383,31 @@ impl Daemon {
         );
         // The pane and its agent record exist before the process so the
         // tokens the process registers already name them.
-        let k2 = self
-            .sup
-            .attach_pane_at(PaneId(pane_id.clone()), &agent_name, recipe.runtime, t);
-        debug_assert_eq!(k2, key);
-        if let Some(p) = self.sup.get_mut(key) {
-            p.name = a.name.clone();
-            p.stall_after = a.stall_after.map(|d| d.0);
-            let shown_cwd = cwd.clone().or_else(|| std::env::current_dir().ok());
-            p.set_cwd(shown_cwd.map(|c| c.display().to_string()));
-        }
+        let mut pane = Pane::new(
+            PaneId(pane_id.clone()),
+            agent_name.clone(),
+            recipe.runtime,
+            self.settings.daemon.max_line,
+            t,
+        );
+        pane.name = a.name.clone();
+        pane.stall_after = a.stall_after.map(|d| d.0);
+        let shown_cwd = cwd.clone().or_else(|| std::env::current_dir().ok());
+        pane.set_cwd(shown_cwd.map(|c| c.display().to_string()));
         let restart = RestartState {
             policy,
             max: a.max_restarts.unwrap_or(self.settings.max_restarts),
             attempts: 0,
             next_at: None,
         };
-        self.agents.push(Agent::new(
+        let agent = Agent::new(
             pane_id.clone(),
             session.clone(),
             a.jail.clone(),
             Some(recipe.clone()),
             restart,
-        ));
+        );
+        let key = self.panes.insert(pane, agent);
         let cwd_s = cwd.as_ref().map(|c| c.display().to_string());
         self.store.ensure_session(
             &session,
@@ -450,7 +437,7 @@ impl Daemon {
             }
             Err(why) => {
                 let reason = format!("spawn failed: {why}");
-                if let Some(p) = self.sup.get_mut(key) {
+                if let Some(p) = self.panes.pane_mut(key) {
                     p.fail(reason.clone(), t, &mut self.transitions);
                 }
                 self.store.exit(
@@ -475,7 +462,7 @@ impl Daemon {
 
     fn cmd_kill(&mut self, a: &AgentArgs, t: Timestamp) -> Reply {
         let key = self.resolve(&Scope::Operator, &a.agent_id)?;
-        let agent = &mut self.agents[key.0 as usize];
+        let agent = self.panes.agent_mut(key).ok_or_else(|| gone(&a.agent_id))?;
         let pane_id = agent.pane_id.clone();
         if agent.timer_mode == TimerMode::Restart {
             agent.restart.next_at = None;
@@ -489,7 +476,7 @@ impl Daemon {
         agent.stopped_by = Some("killed by operator".into());
         platform::signal_tree(pid, libc::SIGKILL).map_err(|e| format!("kill: {e}"))?;
         // The contract: a forced kill is folded as an error at once.
-        if let Some(p) = self.sup.get_mut(key) {
+        if let Some(p) = self.panes.pane_mut(key) {
             p.fail("killed by operator".into(), t, &mut self.transitions);
         }
         self.after_ingest(key, t);
@@ -498,7 +485,7 @@ impl Daemon {
 
     fn cmd_pause(&mut self, a: &AgentArgs, pause: bool, t: Timestamp) -> Reply {
         let key = self.resolve(&Scope::Operator, &a.agent_id)?;
-        let agent = &mut self.agents[key.0 as usize];
+        let agent = self.panes.agent_mut(key).ok_or_else(|| gone(&a.agent_id))?;
         let pane_id = agent.pane_id.clone();
         let Some(pid) = agent.running_pid() else {
             return Err(format!("agent {pane_id} is not running"));
@@ -509,7 +496,7 @@ impl Daemon {
         let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
         platform::signal_tree(pid, sig).map_err(|e| format!("signal: {e}"))?;
         agent.paused = pause;
-        if let Some(p) = self.sup.get_mut(key) {
+        if let Some(p) = self.panes.pane_mut(key) {
             p.paused = pause;
             if !pause {
                 // Time spent stopped is not silence.
@@ -538,7 +525,7 @@ impl Daemon {
     fn cmd_signal(&mut self, a: &SignalArgs) -> Reply {
         let key = self.resolve(&Scope::Operator, &a.agent_id)?;
         let sig = parse_signal(&a.signal)?;
-        let agent = &self.agents[key.0 as usize];
+        let agent = self.panes.agent(key).ok_or_else(|| gone(&a.agent_id))?;
         let Some(pid) = agent.running_pid() else {
             return Err(format!("agent {} is not running", agent.pane_id));
         };
@@ -548,7 +535,7 @@ impl Daemon {
 
     fn cmd_send(&mut self, a: &InputArgs) -> Reply {
         let key = self.resolve(&Scope::Operator, &a.agent_id)?;
-        let agent = &mut self.agents[key.0 as usize];
+        let agent = self.panes.agent_mut(key).ok_or_else(|| gone(&a.agent_id))?;
         let pane_id = agent.pane_id.clone();
         let Some(proc_) = agent.proc.as_mut().filter(|p| p.status.is_none()) else {
             return Err(format!("agent {pane_id} is not running"));
@@ -574,8 +561,8 @@ impl Daemon {
         let line = serde_json::to_vec(&a.event).map_err(|e| e.to_string())?;
         let kind = self.ingest_external(key, &line, t);
         let state = self
-            .sup
-            .get(key)
+            .panes
+            .pane(key)
             .map(|p| p.state().as_str())
             .unwrap_or("idle");
         Ok(json!({"accepted": kind == LineKind::Event, "state": state}))
@@ -588,7 +575,9 @@ impl Daemon {
                 let mut ids = Vec::with_capacity(list.len());
                 for p in &list {
                     let key = self.resolve(scope, p)?;
-                    ids.push(self.agents[key.0 as usize].pane_id.clone());
+                    if let Some(a) = self.panes.agent(key) {
+                        ids.push(a.pane_id.clone());
+                    }
                 }
                 Some(ids)
             }
@@ -619,10 +608,10 @@ impl Daemon {
             .get(id.0)
             .and_then(|c| platform::peer_cred(std::os::fd::AsFd::as_fd(&c.stream)).ok());
         let panes: Vec<String> = self
-            .sup
+            .panes
             .iter()
             .filter(|(k, _)| self.visible(scope, *k))
-            .map(|(_, p)| p.id.0.clone())
+            .map(|(_, s)| s.pane.id.0.clone())
             .collect();
         json!({
             "scope": scope.name(),
@@ -638,14 +627,14 @@ impl Daemon {
             return Err(format!("unknown hint {kind:?} (resume)"));
         }
         // The host slept: silence during the sleep is not the agents' fault.
-        let keys: Vec<PaneKey> = self.sup.iter().map(|(k, _)| k).collect();
+        let keys: Vec<PaneKey> = self.panes.keys();
         for &k in &keys {
-            if let Some(p) = self.sup.get_mut(k) {
+            if let Some(p) = self.panes.pane_mut(k) {
                 p.rebase_quiet(t);
             }
             if self
-                .agents
-                .get(k.0 as usize)
+                .panes
+                .agent(k)
                 .is_some_and(|a| a.timer_mode == TimerMode::Stall)
             {
                 self.disarm_pane_timer(k);
@@ -665,35 +654,42 @@ impl Daemon {
         let n = rec.panes.len();
         for rp in rec.panes {
             let runtime = rp.runtime.as_deref().and_then(Runtime::parse);
-            let key = self.sup.attach_pane_at(
-                PaneId(rp.pane.clone()),
-                &rp.agent,
-                runtime,
-                rp.attached_at,
-            );
-            if (key.0 as usize) < self.agents.len() {
-                let _ = self.sup.reattach(key, runtime, rp.attached_at);
-                let a = &mut self.agents[key.0 as usize];
-                a.generation = rp.generation;
-                a.session = rp.session.clone();
-            } else {
-                let mut agent = Agent::new(
-                    rp.pane.clone(),
-                    rp.session.clone(),
-                    rp.jail.clone(),
-                    None,
-                    RestartState {
-                        policy: RestartPolicy::Never,
-                        max: 0,
-                        attempts: 0,
-                        next_at: None,
-                    },
-                );
-                agent.generation = rp.generation;
-                agent.runtime_indexed = true;
-                self.agents.push(agent);
-            }
-            let Some(pane) = self.sup.get_mut(key) else {
+            let max_line = self.settings.daemon.max_line;
+            let key = match self.panes.key(&rp.pane) {
+                Some(key) => {
+                    self.panes.reattach(key, runtime, max_line, rp.attached_at);
+                    if let Some(a) = self.panes.agent_mut(key) {
+                        a.generation = rp.generation;
+                        a.session = rp.session.clone();
+                    }
+                    key
+                }
+                None => {
+                    let mut agent = Agent::new(
+                        rp.pane.clone(),
+                        rp.session.clone(),
+                        rp.jail.clone(),
+                        None,
+                        RestartState {
+                            policy: RestartPolicy::Never,
+                            max: 0,
+                            attempts: 0,
+                            next_at: None,
+                        },
+                    );
+                    agent.generation = rp.generation;
+                    agent.runtime_indexed = true;
+                    let pane = Pane::new(
+                        PaneId(rp.pane.clone()),
+                        rp.agent.clone(),
+                        runtime,
+                        max_line,
+                        rp.attached_at,
+                    );
+                    self.panes.insert(pane, agent)
+                }
+            };
+            let Some(pane) = self.panes.pane_mut(key) else {
                 continue;
             };
             pane.name = rp.name.clone();
@@ -778,4 +774,8 @@ fn parse_signal(v: &Value) -> Result<i32, String> {
         }
         _ => Err("signal must be a name or a number".into()),
     }
+}
+
+fn gone(agent_id: &str) -> String {
+    format!("no agent {agent_id:?}")
 }

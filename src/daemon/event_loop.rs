@@ -28,12 +28,12 @@ use slab::Slab;
 use crate::core::ingest::{Frame, LineFramer};
 use crate::core::pane::{ExitStatus, LineKind, Transition};
 use crate::core::state::AgentState;
-use crate::core::supervisor::{PaneKey, Supervisor};
 use crate::core::time::Timestamp;
-use crate::daemon::agent::{Agent, Proc, Recipe, TimerMode};
+use crate::daemon::agent::{Proc, Recipe, TimerMode};
 use crate::daemon::alert::{AlertFields, AlertKind, Alerter};
 use crate::daemon::conn::{Conn, Scope};
 use crate::daemon::diag::{log_debug, log_error, log_info, log_warn};
+use crate::daemon::panes::{PaneKey, PaneTable, Slot};
 use crate::daemon::settings::{Settings, DRAIN_GRACE};
 use crate::daemon::source::{ConnId, Source, Tokens};
 use crate::daemon::store::{CompactionProgress, ExitRecord, LineRecord, SessionStore};
@@ -102,8 +102,7 @@ pub struct Daemon {
     pub(crate) tokens: Tokens,
     listeners: Vec<Listener>,
     pub(crate) conns: Slab<Conn>,
-    pub(crate) sup: Supervisor,
-    pub(crate) agents: Vec<Agent>,
+    pub(crate) panes: PaneTable,
     pub(crate) store: SessionStore,
     pub(crate) alerter: Alerter,
     signals: SignalSource,
@@ -190,13 +189,12 @@ impl Daemon {
             );
         }
         let mut d = Daemon {
-            sup: Supervisor::new(settings.daemon.max_line),
+            panes: PaneTable::default(),
             settings,
             poll,
             tokens,
             listeners: Vec::new(),
             conns: Slab::new(),
-            agents: Vec::new(),
             store,
             alerter,
             signals,
@@ -351,11 +349,7 @@ impl Daemon {
                     self.write_input(key);
                 }
                 if readable {
-                    if let Some(p) = self
-                        .agents
-                        .get_mut(key.0 as usize)
-                        .and_then(|a| a.proc.as_mut())
-                    {
+                    if let Some(p) = self.panes.agent_mut(key).and_then(|a| a.proc.as_mut()) {
                         p.read_pending = true;
                     }
                     self.read_pty(key, t);
@@ -396,8 +390,11 @@ impl Daemon {
         if !self.store_blocked.is_empty() {
             let blocked: Vec<PaneKey> = self.store_blocked.iter().copied().collect();
             for key in blocked {
-                let session = &self.agents[key.0 as usize].session;
-                if !self.store_pending && !self.store.over_limit(session) {
+                let Some(agent) = self.panes.agent(key) else {
+                    self.store_blocked.remove(&key);
+                    continue;
+                };
+                if !self.store_pending && !self.store.over_limit(&agent.session) {
                     self.store_blocked.remove(&key);
                     self.read_pty(key, t);
                 }
@@ -691,8 +688,8 @@ impl Daemon {
         }
         let pane_jail = kind
             .pane()
-            .and_then(|p| self.sup.key(p))
-            .and_then(|k| self.agents.get(k.0 as usize))
+            .and_then(|p| self.panes.key(p))
+            .and_then(|k| self.panes.agent(k))
             .and_then(|a| a.jail.clone());
         let ev = WatchEvent {
             seq: self.seq,
@@ -745,10 +742,9 @@ impl Daemon {
     // Agents: output
 
     fn read_pty(&mut self, key: PaneKey, t: Timestamp) {
-        let k = key.0 as usize;
         let mut budget = PTY_READ_BUDGET;
         loop {
-            let Some(agent) = self.agents.get_mut(k) else {
+            let Some(agent) = self.panes.agent_mut(key) else {
                 return;
             };
             if self.store_pending || self.store.over_limit(&agent.session) {
@@ -797,8 +793,7 @@ impl Daemon {
 
     /// Frames `read_buf[..n]`, feeds each line to the pane and its log.
     fn ingest_chunk(&mut self, key: PaneKey, n: usize, t: Timestamp) {
-        let k = key.0 as usize;
-        let (Some(agent), Some(pane)) = (self.agents.get_mut(k), self.sup.get_mut(key)) else {
+        let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return;
         };
         let Some(proc_) = agent.proc.as_mut() else {
@@ -825,8 +820,7 @@ impl Daemon {
 
     /// Feeds one line that did not come from the PTY (`emit`).
     pub(crate) fn ingest_external(&mut self, key: PaneKey, line: &[u8], t: Timestamp) -> LineKind {
-        let k = key.0 as usize;
-        let (Some(agent), Some(pane)) = (self.agents.get_mut(k), self.sup.get_mut(key)) else {
+        let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return LineKind::Malformed;
         };
         let turns_before = pane.turns();
@@ -867,7 +861,7 @@ impl Daemon {
     }
 
     fn on_transition(&mut self, key: PaneKey, tr: &Transition, t: Timestamp) {
-        let Some(pane) = self.sup.get(key) else {
+        let Some(pane) = self.panes.pane(key) else {
             return;
         };
         let reason = match tr.to {
@@ -894,13 +888,13 @@ impl Daemon {
 
     /// Records a detected runtime in the session index, once per pane.
     fn index_runtime(&mut self, key: PaneKey, t: Timestamp) {
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return;
         };
         if agent.runtime_indexed {
             return;
         }
-        let Some(rt) = self.sup.get(key).and_then(|p| p.runtime()) else {
+        let Some(rt) = pane.runtime() else {
             return;
         };
         agent.runtime_indexed = true;
@@ -915,7 +909,7 @@ impl Daemon {
         reason: Option<&str>,
         t: Timestamp,
     ) {
-        let (Some(pane), Some(agent)) = (self.sup.get(key), self.agents.get(key.0 as usize)) else {
+        let (Some(pane), Some(agent)) = (self.panes.pane(key), self.panes.agent(key)) else {
             return;
         };
         let exit = pane.exit();
@@ -948,12 +942,12 @@ impl Daemon {
     /// Events never re-arm a running timer: it is re-armed when it fires.
     pub(crate) fn refresh_stall(&mut self, key: PaneKey, t: Timestamp) {
         let default = self.settings.daemon.stall_after;
-        let Some(pane) = self.sup.get(key) else {
+        let Some(pane) = self.panes.pane(key) else {
             return;
         };
         let deadline = pane.stall_deadline(default);
         let quiet = pane.quiet_since();
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         if let Some(at) = agent.stalled_at_quiet {
@@ -966,7 +960,7 @@ impl Daemon {
                 return;
             }
         }
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         if agent.timer_mode != TimerMode::Disarmed {
@@ -977,8 +971,7 @@ impl Daemon {
     }
 
     fn arm_pane_timer(&mut self, key: PaneKey, mode: TimerMode, after: Duration, t: Timestamp) {
-        let k = key.0 as usize;
-        let Some(agent) = self.agents.get_mut(k) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         if agent.timer.is_none() {
@@ -1006,7 +999,7 @@ impl Daemon {
     }
 
     pub(crate) fn disarm_pane_timer(&mut self, key: PaneKey) {
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         agent.timer_mode = TimerMode::Disarmed;
@@ -1017,7 +1010,7 @@ impl Daemon {
     }
 
     fn pane_timer(&mut self, key: PaneKey, t: Timestamp) {
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         let fired = agent
@@ -1054,7 +1047,7 @@ impl Daemon {
     }
 
     fn stall_check(&mut self, key: PaneKey, t: Timestamp) {
-        let Some(pane) = self.sup.get(key) else {
+        let Some(pane) = self.panes.pane(key) else {
             return;
         };
         let Some(deadline) = pane.stall_deadline(self.settings.daemon.stall_after) else {
@@ -1066,7 +1059,7 @@ impl Daemon {
         }
         let quiet = pane.quiet_since();
         let silent_ms = t.since(quiet).as_millis() as u64;
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         if agent.stalled_at_quiet.is_some() {
@@ -1092,11 +1085,7 @@ impl Daemon {
     // Agents: exit
 
     fn exit_notice(&mut self, key: PaneKey, t: Timestamp) {
-        let Some(pid) = self
-            .agents
-            .get(key.0 as usize)
-            .and_then(|a| a.running_pid())
-        else {
+        let Some(pid) = self.panes.agent(key).and_then(|a| a.running_pid()) else {
             return;
         };
         match platform::reap(pid) {
@@ -1109,7 +1098,7 @@ impl Daemon {
     /// The process is gone (reaped): drain the PTY, then finish the pane
     /// once the PTY has reached its end too.
     pub(crate) fn process_exited(&mut self, key: PaneKey, status: ExitStatus, t: Timestamp) {
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         let Some(proc_) = agent.proc.as_mut() else {
@@ -1131,7 +1120,7 @@ impl Daemon {
             proc_.pid
         );
         self.read_pty(key, t);
-        let Some(agent) = self.agents.get(key.0 as usize) else {
+        let Some(agent) = self.panes.agent(key) else {
             return;
         };
         let Some(proc_) = agent.proc.as_ref() else {
@@ -1147,7 +1136,7 @@ impl Daemon {
     }
 
     fn pty_eof(&mut self, key: PaneKey, t: Timestamp) {
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         let Some(proc_) = agent.proc.as_mut() else {
@@ -1168,8 +1157,7 @@ impl Daemon {
     /// Both the exit and the end of output have happened: fold the exit,
     /// log it, release the fds, and decide on a restart.
     fn finish(&mut self, key: PaneKey, t: Timestamp) {
-        let k = key.0 as usize;
-        let Some(agent) = self.agents.get_mut(k) else {
+        let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return;
         };
         let Some(mut proc_) = agent.proc.take() else {
@@ -1187,9 +1175,6 @@ impl Daemon {
             }
         }
         let status = proc_.status.unwrap_or(ExitStatus::Unknown);
-        let Some(pane) = self.sup.get_mut(key) else {
-            return;
-        };
         // A last line without a newline is still a line.
         let mut sink = LineSink {
             max_line: proc_.framer.max_line() as u64,
@@ -1258,7 +1243,7 @@ impl Daemon {
             return;
         }
         let backoff = self.settings.restart_backoff.clone();
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         if agent.stopped_by.is_some() || agent.recipe.is_none() {
@@ -1306,7 +1291,7 @@ impl Daemon {
     }
 
     fn restart_now(&mut self, key: PaneKey, t: Timestamp) {
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         agent.restart.next_at = None;
@@ -1316,11 +1301,13 @@ impl Daemon {
         agent.generation += 1;
         agent.stalled_at_quiet = None;
         let generation = agent.generation;
+        let agent_pane_id = agent.pane_id.clone();
         let runtime = recipe.runtime;
-        let _ = self.sup.reattach(key, runtime, t);
+        self.panes
+            .reattach(key, runtime, self.settings.daemon.max_line, t);
         match self.start_process(key, &recipe, t) {
             Ok(pid) => {
-                let pane = self.agents[key.0 as usize].pane_id.clone();
+                let pane = agent_pane_id.clone();
                 self.log_attach(key, &recipe, t);
                 self.publish(
                     WatchKind::Restarted {
@@ -1332,7 +1319,7 @@ impl Daemon {
                 );
             }
             Err(why) => {
-                if let Some(pane) = self.sup.get_mut(key) {
+                if let Some(pane) = self.panes.pane_mut(key) {
                     pane.fail(format!("restart failed: {why}"), t, &mut self.transitions);
                 }
                 self.after_ingest(key, t);
@@ -1366,7 +1353,11 @@ impl Daemon {
             }
             None => None,
         };
-        let pane_id = self.agents[key.0 as usize].pane_id.clone();
+        let pane_id = self
+            .panes
+            .agent(key)
+            .map(|a| a.pane_id.clone())
+            .ok_or_else(|| "the pane is gone".to_string())?;
         let socket = if jail.is_some() {
             "/var/colibri/colibri.sock".to_string()
         } else {
@@ -1431,9 +1422,10 @@ impl Daemon {
             input: VecDeque::new(),
             write_interest: false,
         };
-        let agent = &mut self.agents[key.0 as usize];
-        agent.proc = Some(proc_);
-        agent.paused = false;
+        if let Some(agent) = self.panes.agent_mut(key) {
+            agent.proc = Some(proc_);
+            agent.paused = false;
+        }
         self.push_pending(Pending::Pty(key));
         if already {
             self.push_pending(Pending::Exit(key));
@@ -1442,10 +1434,10 @@ impl Daemon {
     }
 
     pub(crate) fn log_attach(&mut self, key: PaneKey, recipe: &Recipe, t: Timestamp) {
-        let Some(agent) = self.agents.get(key.0 as usize) else {
+        let Some(agent) = self.panes.agent(key) else {
             return;
         };
-        let Some(pane) = self.sup.get(key) else {
+        let Some(pane) = self.panes.pane(key) else {
             return;
         };
         let rec = crate::daemon::store::AttachRecord {
@@ -1466,7 +1458,7 @@ impl Daemon {
 
     /// Writes queued `send-input` bytes; write interest only while some wait.
     pub(crate) fn write_input(&mut self, key: PaneKey) {
-        let Some(agent) = self.agents.get_mut(key.0 as usize) else {
+        let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
         let Some(proc_) = agent.proc.as_mut() else {
@@ -1524,11 +1516,7 @@ impl Daemon {
     /// statuses to their panes (their exit watch may still fire: ignored).
     fn reap_children(&mut self, t: Timestamp) {
         while let Some((pid, status)) = platform::reap_any() {
-            let key = self
-                .agents
-                .iter()
-                .position(|a| a.running_pid() == Some(pid))
-                .map(|i| PaneKey(i as u32));
+            let key = self.panes.by_pid(pid);
             match key {
                 Some(key) => self.process_exited(key, status, t),
                 None => {
@@ -1561,7 +1549,7 @@ impl Daemon {
     }
 
     fn on_heartbeat(&mut self, t: Timestamp) {
-        let n = self.sup.len();
+        let n = self.panes.len();
         self.publish(WatchKind::Heartbeat { panes: n }, t);
         if let Some(session) = self.store.heartbeat(t) {
             log_info!("rotating session {session}");
@@ -1592,8 +1580,10 @@ impl Daemon {
                 let _ = self.poll.registry().deregister(&mut socket);
             }
         }
-        for i in 0..self.agents.len() {
-            let agent = &mut self.agents[i];
+        for key in self.panes.keys() {
+            let Some(agent) = self.panes.agent_mut(key) else {
+                continue;
+            };
             agent
                 .stopped_by
                 .get_or_insert_with(|| "daemon shutdown".to_string());
@@ -1632,7 +1622,7 @@ impl Daemon {
     }
 
     fn kill_all(&mut self) {
-        for a in &self.agents {
+        for a in self.panes.agents() {
             match &a.proc {
                 Some(p) if p.status.is_none() => {
                     let _ = platform::signal_tree(p.pid, libc::SIGKILL);
@@ -1656,7 +1646,7 @@ impl Daemon {
         }
         match self.life {
             Life::Stopping { killed: false, .. } => {
-                let left = self.agents.iter().filter(|a| a.proc.is_some()).count();
+                let left = self.panes.agents().filter(|a| a.proc.is_some()).count();
                 log_warn!("grace period over: KILL to {left} agent(s)");
                 self.kill_all();
                 if let Some((timer, _)) = self.shutdown_timer.as_mut() {
@@ -1681,7 +1671,7 @@ impl Daemon {
         let Life::Stopping { hard_deadline, .. } = self.life else {
             return false;
         };
-        let all_done = self.agents.iter().all(|a| a.proc.is_none());
+        let all_done = self.panes.agents().all(|a| a.proc.is_none());
         all_done || hard_deadline.is_some_and(|d| t >= d)
     }
 

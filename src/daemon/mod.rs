@@ -3,8 +3,8 @@
 //! Entry point: [`Daemon::start`] then [`Daemon::run`] (see
 //! `src/bin/colibrid.rs`). Code map: `event_loop` (the loop, PTY reads,
 //! exits, timers, shutdown), `commands` (socket commands, recovery),
-//! `conn` (one client), `source` (the token slab), `agent` (per-pane
-//! process state), `store` (session logs), `alert` (syslog), `settings`.
+//! `conn` (one client), `source` (the token slab), `panes` (the one
+//! owner of per-pane state), `agent` (per-pane process state), `store` (session logs), `alert` (syslog), `settings`.
 
 pub mod agent;
 pub mod alert;
@@ -12,6 +12,7 @@ pub(crate) mod commands;
 pub mod conn;
 pub mod diag;
 pub mod event_loop;
+pub mod panes;
 pub mod settings;
 pub mod source;
 pub mod store;

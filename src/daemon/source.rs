@@ -9,7 +9,7 @@
 use mio::Token;
 use slab::Slab;
 
-use crate::core::supervisor::PaneKey;
+use crate::daemon::panes::PaneKey;
 
 /// Index of a client connection in the daemon's connection slab.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
