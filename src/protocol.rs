@@ -714,6 +714,11 @@ pub enum WatchKind {
         generation: u32,
         pid: i32,
     },
+    /// The restart policy wanted another run but `attempts` are used up.
+    RestartsExhausted {
+        pane: String,
+        attempts: u32,
+    },
     Heartbeat {
         panes: usize,
     },
@@ -730,7 +735,8 @@ impl WatchKind {
             | WatchKind::Resumed { pane }
             | WatchKind::Exited { pane, .. }
             | WatchKind::RestartScheduled { pane, .. }
-            | WatchKind::Restarted { pane, .. } => Some(pane),
+            | WatchKind::Restarted { pane, .. }
+            | WatchKind::RestartsExhausted { pane, .. } => Some(pane),
             WatchKind::Heartbeat { .. } => None,
         }
     }

@@ -64,6 +64,10 @@ fn every_watch_kind() -> Vec<WatchKind> {
             generation: 1,
             pid: 1,
         },
+        WatchKind::RestartsExhausted {
+            pane: p(),
+            attempts: 3,
+        },
         WatchKind::Heartbeat { panes: 0 },
     ];
     for k in &all {
@@ -77,6 +81,7 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::Exited { .. }
             | WatchKind::RestartScheduled { .. }
             | WatchKind::Restarted { .. }
+            | WatchKind::RestartsExhausted { .. }
             | WatchKind::Heartbeat { .. } => {}
         }
     }

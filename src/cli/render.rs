@@ -388,6 +388,12 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
                 who(pane)
             )
         }
+        WatchKind::RestartsExhausted { pane, attempts } => {
+            format!(
+                "{} not restarted again ({attempts} restarts used)",
+                who(pane)
+            )
+        }
         WatchKind::Heartbeat { panes } => format!("heartbeat ({panes} pane(s))"),
     };
     format!("{time} #{} {what}", ev.seq)

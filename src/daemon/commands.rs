@@ -10,17 +10,17 @@ use std::str::FromStr;
 
 use serde_json::{json, Value};
 
+use crate::core::lifecycle::{Life, LifeEvent, RestartPlan};
 use crate::core::pane::{ExitStatus, LineKind, Pane, PaneId};
 use crate::core::taxonomy::{self, Runtime};
 use crate::core::time::Timestamp;
-use crate::daemon::agent::{
-    Agent, Recipe, RestartPolicy, RestartState, TimerMode, INPUT_QUEUE_LIMIT,
-};
+use crate::daemon::agent::{Agent, Recipe, RestartPolicy, RestartState, INPUT_QUEUE_LIMIT};
 use crate::daemon::conn::{Scope, WatchFilter};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::PaneKey;
 use crate::daemon::source::ConnId;
 use crate::daemon::store::{ExitRecord, LineClass, Recovery, SessionStore};
+use crate::daemon::timers::Deadline;
 use crate::platform;
 use crate::protocol::{
     self, AgentArgs, Command, EmitArgs, InputArgs, LogHealth, PaneV1, PaneV2, Request,
@@ -157,7 +157,7 @@ impl Daemon {
                         v.restart = Some(WireRestart {
                             policy: a.restart.policy.as_str().to_string(),
                             attempts: a.restart.attempts,
-                            next_at: a.restart.next_at.map(|n| n.to_rfc3339()),
+                            next_at: a.next_restart_at().map(|n| n.to_rfc3339()),
                         });
                     }
                 }
@@ -398,7 +398,6 @@ impl Daemon {
             policy,
             max: a.max_restarts.unwrap_or(self.settings.max_restarts),
             attempts: 0,
-            next_at: None,
         };
         let agent = Agent::new(
             pane_id.clone(),
@@ -419,6 +418,7 @@ impl Daemon {
         let name = a.name.clone();
         match self.start_process(key, &recipe, t) {
             Ok(pid) => {
+                self.life_event(key, LifeEvent::Spawned, t);
                 self.publish(
                     WatchKind::Attached {
                         pane: pane_id.clone(),
@@ -452,6 +452,9 @@ impl Daemon {
                     t,
                 );
                 self.after_ingest(key, t);
+                // A first spawn that fails is the operator's to retry.
+                let restart = RestartPlan::No;
+                self.life_event(key, LifeEvent::SpawnFailed { restart }, t);
                 Err(reason)
             }
         }
@@ -464,10 +467,9 @@ impl Daemon {
         let key = self.resolve(&Scope::Operator, &a.agent_id)?;
         let agent = self.panes.agent_mut(key).ok_or_else(|| gone(&a.agent_id))?;
         let pane_id = agent.pane_id.clone();
-        if agent.timer_mode == TimerMode::Restart {
-            agent.restart.next_at = None;
+        if matches!(agent.life, Life::Backoff { .. }) {
             agent.stopped_by = Some("killed by operator".into());
-            self.disarm_pane_timer(key);
+            self.life_event(key, LifeEvent::Stop, t);
             return Ok(json!({"agent_id": pane_id, "status": "stopped"}));
         }
         let Some(pid) = agent.running_pid() else {
@@ -632,13 +634,7 @@ impl Daemon {
             if let Some(p) = self.panes.pane_mut(k) {
                 p.rebase_quiet(t);
             }
-            if self
-                .panes
-                .agent(k)
-                .is_some_and(|a| a.timer_mode == TimerMode::Stall)
-            {
-                self.disarm_pane_timer(k);
-            }
+            self.clear_deadline(k, Deadline::Stall, t);
             self.refresh_stall(k, t);
         }
         Ok(json!({"rebased": keys.len()}))
@@ -674,7 +670,6 @@ impl Daemon {
                             policy: RestartPolicy::Never,
                             max: 0,
                             attempts: 0,
-                            next_at: None,
                         },
                     );
                     agent.generation = rp.generation;

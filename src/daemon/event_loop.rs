@@ -26,10 +26,11 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use crate::core::ingest::{Frame, LineFramer};
+use crate::core::lifecycle::{self, Effect as LifeEffect, LifeEvent, RestartPlan};
 use crate::core::pane::{ExitStatus, LineKind, Transition};
 use crate::core::state::AgentState;
 use crate::core::time::Timestamp;
-use crate::daemon::agent::{Proc, Recipe, TimerMode};
+use crate::daemon::agent::{Proc, Recipe};
 use crate::daemon::alert::{AlertFields, AlertKind, Alerter};
 use crate::daemon::conn::{Conn, Scope};
 use crate::daemon::diag::{log_debug, log_error, log_info, log_warn};
@@ -37,6 +38,7 @@ use crate::daemon::panes::{PaneKey, PaneTable, Slot};
 use crate::daemon::settings::{Settings, DRAIN_GRACE};
 use crate::daemon::source::{ConnId, Source, Tokens};
 use crate::daemon::store::{CompactionProgress, ExitRecord, LineRecord, SessionStore};
+use crate::daemon::timers::Deadline;
 use crate::platform::{self, DaemonSignal, KernelTimer, ReadOutcome, SignalSource};
 use crate::protocol::{self, WatchEvent, WatchKind};
 
@@ -937,19 +939,16 @@ impl Daemon {
     // -----------------------------------------------------------------------
     // Agents: stall deadlines
 
-    /// Arms the pane's timer for its stall deadline if nothing else holds
-    /// it, and ends a reported stall once the pane is heard from again.
-    /// Events never re-arm a running timer: it is re-armed when it fires.
+    /// Sets the pane's stall deadline unless one is set, and ends a
+    /// reported stall once the pane is heard from again. Events never move
+    /// a set stall deadline: it is re-checked when it comes due.
     pub(crate) fn refresh_stall(&mut self, key: PaneKey, t: Timestamp) {
         let default = self.settings.daemon.stall_after;
-        let Some(pane) = self.panes.pane(key) else {
+        let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return;
         };
         let deadline = pane.stall_deadline(default);
         let quiet = pane.quiet_since();
-        let Some(agent) = self.panes.agent_mut(key) else {
-            return;
-        };
         if let Some(at) = agent.stalled_at_quiet {
             if quiet != at || deadline.is_none() {
                 agent.stalled_at_quiet = None;
@@ -960,52 +959,30 @@ impl Daemon {
                 return;
             }
         }
-        let Some(agent) = self.panes.agent_mut(key) else {
-            return;
-        };
-        if agent.timer_mode != TimerMode::Disarmed {
-            return;
-        }
         let Some(deadline) = deadline else { return };
-        self.arm_pane_timer(key, TimerMode::Stall, deadline.since(t), t);
-    }
-
-    fn arm_pane_timer(&mut self, key: PaneKey, mode: TimerMode, after: Duration, t: Timestamp) {
-        let Some(agent) = self.panes.agent_mut(key) else {
+        let Some(agent) = self.panes.agent(key) else {
             return;
         };
-        if agent.timer.is_none() {
-            let token = self.tokens.insert(Source::PaneTimer(key));
-            match KernelTimer::new(self.poll.registry(), token) {
-                Ok(timer) => agent.timer = Some((timer, token)),
-                Err(e) => {
-                    self.tokens.remove(token);
-                    log_warn!("cannot create a timer for pane {}: {e}", agent.pane_id);
-                    return;
-                }
-            }
-        }
-        let Some((timer, _)) = agent.timer.as_mut() else {
-            return;
-        };
-        let after = after.max(Duration::from_millis(1));
-        match timer.arm_oneshot(self.poll.registry(), after) {
-            Ok(()) => {
-                agent.timer_mode = mode;
-                agent.timer_due = Some(t.plus(after));
-            }
-            Err(e) => log_warn!("cannot arm the timer of pane {}: {e}", agent.pane_id),
+        if agent.timers.due(Deadline::Stall).is_none() {
+            self.set_deadline(key, Deadline::Stall, deadline, t);
         }
     }
 
-    pub(crate) fn disarm_pane_timer(&mut self, key: PaneKey) {
+    fn set_deadline(&mut self, key: PaneKey, d: Deadline, at: Timestamp, t: Timestamp) {
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
-        agent.timer_mode = TimerMode::Disarmed;
-        agent.timer_due = None;
-        if let Some((timer, _)) = agent.timer.as_mut() {
-            let _ = timer.disarm(self.poll.registry());
+        if let Err(e) = agent
+            .timers
+            .set(d, at, t, self.poll.registry(), &mut self.tokens, key)
+        {
+            log_warn!("cannot arm a timer for pane {}: {e}", agent.pane_id);
+        }
+    }
+
+    pub(crate) fn clear_deadline(&mut self, key: PaneKey, d: Deadline, t: Timestamp) {
+        if let Some(agent) = self.panes.agent_mut(key) {
+            agent.timers.clear(d, t, self.poll.registry());
         }
     }
 
@@ -1013,36 +990,12 @@ impl Daemon {
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
-        let fired = agent
-            .timer
-            .as_mut()
-            .map_or(0, |(timer, _)| timer.acknowledge());
-        if fired == 0 {
-            return;
-        }
-        // The wall clock is read once per wakeup in milliseconds; allow for
-        // that rounding, but not for an event that belongs to an earlier arm.
-        if let Some(due) = agent.timer_due {
-            if t.plus(Duration::from_millis(5)) < due {
-                let (mode, left) = (agent.timer_mode, due.since(t));
-                self.arm_pane_timer(key, mode, left, t);
-                return;
+        for d in agent.timers.fired(t, self.poll.registry()) {
+            match d {
+                Deadline::Stall => self.stall_check(key, t),
+                Deadline::Drain => self.life_event(key, LifeEvent::DrainTimeout, t),
+                Deadline::Backoff => self.life_event(key, LifeEvent::BackoffDue, t),
             }
-        }
-        agent.timer_due = None;
-        let mode = std::mem::replace(&mut agent.timer_mode, TimerMode::Disarmed);
-        match mode {
-            TimerMode::Disarmed => {}
-            TimerMode::Stall => self.stall_check(key, t),
-            TimerMode::Drain => {
-                // A grandchild still holds the PTY: end its group and finish.
-                // The agent is reaped, so only its group id is still safe.
-                if let Some(p) = agent.proc.as_ref() {
-                    let _ = platform::signal_group(p.pid, libc::SIGKILL);
-                }
-                self.finish(key, t);
-            }
-            TimerMode::Restart => self.restart_now(key, t),
         }
     }
 
@@ -1054,7 +1007,7 @@ impl Daemon {
             return;
         };
         if t < deadline {
-            self.arm_pane_timer(key, TimerMode::Stall, deadline.since(t), t);
+            self.set_deadline(key, Deadline::Stall, deadline, t);
             return;
         }
         let quiet = pane.quiet_since();
@@ -1082,6 +1035,98 @@ impl Daemon {
     }
 
     // -----------------------------------------------------------------------
+    // Agents: life (the table is `core::lifecycle`; this applies its effects)
+
+    pub(crate) fn life_event(&mut self, key: PaneKey, ev: LifeEvent, t: Timestamp) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let (life, effects) = lifecycle::step(agent.life, ev);
+        agent.life = life;
+        for fx in effects {
+            self.apply_life(key, fx, t);
+        }
+    }
+
+    fn apply_life(&mut self, key: PaneKey, fx: LifeEffect, t: Timestamp) {
+        match fx {
+            LifeEffect::ArmDrain => self.set_deadline(key, Deadline::Drain, t.plus(DRAIN_GRACE), t),
+            LifeEffect::KillGroup => {
+                // A grandchild still holds the PTY: end its group. The agent
+                // is reaped, so only its group id is still safe.
+                if let Some(p) = self.panes.agent(key).and_then(|a| a.proc.as_ref()) {
+                    let _ = platform::signal_group(p.pid, libc::SIGKILL);
+                }
+            }
+            LifeEffect::Finish => self.finish(key, t),
+            LifeEffect::ScheduleRestart { attempt, at } => {
+                let Some(agent) = self.panes.agent_mut(key) else {
+                    return;
+                };
+                agent.restart.attempts = attempt;
+                let pane = agent.pane_id.clone();
+                log_info!(
+                    "pane {pane} restarts in {} (attempt {attempt})",
+                    humantime::format_duration(at.since(t))
+                );
+                self.set_deadline(key, Deadline::Backoff, at, t);
+                self.publish(
+                    WatchKind::RestartScheduled {
+                        pane,
+                        attempt,
+                        next_at: at.to_rfc3339(),
+                    },
+                    t,
+                );
+            }
+            LifeEffect::Start => self.restart_now(key, t),
+            LifeEffect::CancelRestart => self.clear_deadline(key, Deadline::Backoff, t),
+            LifeEffect::RestartsExhausted { attempts } => {
+                let Some(agent) = self.panes.agent(key) else {
+                    return;
+                };
+                let pane = agent.pane_id.clone();
+                log_info!("pane {pane} will not be restarted: {attempts} restarts used");
+                let reason = format!("{attempts} restarts used; not restarted again");
+                self.alert(key, AlertKind::RestartsExhausted, Some(&reason), t);
+                self.publish(WatchKind::RestartsExhausted { pane, attempts }, t);
+            }
+            LifeEffect::Release => {
+                if let Some(agent) = self.panes.agent_mut(key) {
+                    agent.timers.release(self.poll.registry(), &mut self.tokens);
+                }
+            }
+        }
+    }
+
+    /// Whether the run that ended in `state` after `ran_for` restarts.
+    fn restart_plan(
+        &self,
+        key: PaneKey,
+        state: AgentState,
+        ran_for: Duration,
+        t: Timestamp,
+    ) -> RestartPlan {
+        let Some(agent) = self.panes.agent(key) else {
+            return RestartPlan::No;
+        };
+        if !matches!(self.life, Life::Running)
+            || agent.stopped_by.is_some()
+            || agent.recipe.is_none()
+        {
+            return RestartPlan::No;
+        }
+        lifecycle::plan_restart(
+            agent.rule(),
+            agent.restart.attempts,
+            state,
+            ran_for,
+            &self.settings.restart_backoff,
+            t,
+        )
+    }
+
+    // -----------------------------------------------------------------------
     // Agents: exit
 
     fn exit_notice(&mut self, key: PaneKey, t: Timestamp) {
@@ -1095,8 +1140,8 @@ impl Daemon {
         }
     }
 
-    /// The process is gone (reaped): drain the PTY, then finish the pane
-    /// once the PTY has reached its end too.
+    /// The process is gone (reaped): read what its PTY still holds; the
+    /// pane finishes once the PTY has reached its end too.
     pub(crate) fn process_exited(&mut self, key: PaneKey, status: ExitStatus, t: Timestamp) {
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
@@ -1119,20 +1164,10 @@ impl Daemon {
             agent.pane_id,
             proc_.pid
         );
+        // Reads cut short by a budget or a log backlog continue meanwhile;
+        // an end of file reached here comes before the exit in the table.
         self.read_pty(key, t);
-        let Some(agent) = self.panes.agent(key) else {
-            return;
-        };
-        let Some(proc_) = agent.proc.as_ref() else {
-            return;
-        };
-        if proc_.eof {
-            self.finish(key, t);
-        } else {
-            // Until the PTY's end of file (reads cut short by a budget or a
-            // log backlog continue meanwhile), but never longer than this.
-            self.arm_pane_timer(key, TimerMode::Drain, DRAIN_GRACE, t);
-        }
+        self.life_event(key, LifeEvent::Exited, t);
     }
 
     fn pty_eof(&mut self, key: PaneKey, t: Timestamp) {
@@ -1147,15 +1182,11 @@ impl Daemon {
             let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
             proc_.pty_registered = false;
         }
-        if proc_.status.is_some() {
-            self.finish(key, t);
-        }
-        // Otherwise the agent closed its terminal but lives on; its exit
-        // notice will finish the pane.
+        self.life_event(key, LifeEvent::PtyEof, t);
     }
 
     /// Both the exit and the end of output have happened: fold the exit,
-    /// log it, release the fds, and decide on a restart.
+    /// log it, release the process's fds, and decide on a restart.
     fn finish(&mut self, key: PaneKey, t: Timestamp) {
         let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return;
@@ -1168,12 +1199,8 @@ impl Daemon {
             let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
         }
         self.tokens.remove(proc_.pty_token);
-        if agent.timer_mode == TimerMode::Drain || agent.timer_mode == TimerMode::Stall {
-            agent.timer_mode = TimerMode::Disarmed;
-            if let Some((timer, _)) = agent.timer.as_mut() {
-                let _ = timer.disarm(self.poll.registry());
-            }
-        }
+        agent.timers.clear(Deadline::Drain, t, self.poll.registry());
+        agent.timers.clear(Deadline::Stall, t, self.poll.registry());
         let status = proc_.status.unwrap_or(ExitStatus::Unknown);
         // A last line without a newline is still a line.
         let mut sink = LineSink {
@@ -1228,86 +1255,27 @@ impl Daemon {
             },
             t,
         );
-        self.maybe_schedule_restart(key, state, ran_for, t);
+        let restart = self.restart_plan(key, state, ran_for, t);
+        self.life_event(key, LifeEvent::Ended { restart }, t);
         self.accept_blocked = true;
-    }
-
-    fn maybe_schedule_restart(
-        &mut self,
-        key: PaneKey,
-        state: AgentState,
-        ran_for: Duration,
-        t: Timestamp,
-    ) {
-        if !matches!(self.life, Life::Running) {
-            return;
-        }
-        let backoff = self.settings.restart_backoff.clone();
-        let Some(agent) = self.panes.agent_mut(key) else {
-            return;
-        };
-        if agent.stopped_by.is_some() || agent.recipe.is_none() {
-            return;
-        }
-        let wanted = match agent.restart.policy {
-            crate::daemon::agent::RestartPolicy::Never => false,
-            crate::daemon::agent::RestartPolicy::OnFailure => state == AgentState::Error,
-            crate::daemon::agent::RestartPolicy::Always => true,
-        };
-        if !wanted {
-            return;
-        }
-        // A run that outlived the longest backoff step was healthy: the
-        // count of consecutive restarts starts over.
-        if backoff.last().is_some_and(|last| ran_for >= *last) {
-            agent.restart.attempts = 0;
-        }
-        let Some(delay) = agent.restart_delay(&backoff) else {
-            log_info!(
-                "pane {} will not be restarted: {} restarts used",
-                agent.pane_id,
-                agent.restart.attempts
-            );
-            agent.restart.next_at = None;
-            return;
-        };
-        agent.restart.attempts += 1;
-        let next_at = t.plus(delay);
-        agent.restart.next_at = Some(next_at);
-        let (pane, attempt) = (agent.pane_id.clone(), agent.restart.attempts);
-        log_info!(
-            "pane {pane} restarts in {} (attempt {attempt})",
-            humantime::format_duration(delay)
-        );
-        self.arm_pane_timer(key, TimerMode::Restart, delay, t);
-        self.publish(
-            WatchKind::RestartScheduled {
-                pane,
-                attempt,
-                next_at: next_at.to_rfc3339(),
-            },
-            t,
-        );
     }
 
     fn restart_now(&mut self, key: PaneKey, t: Timestamp) {
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
-        agent.restart.next_at = None;
         let Some(recipe) = agent.recipe.clone() else {
             return;
         };
         agent.generation += 1;
         agent.stalled_at_quiet = None;
         let generation = agent.generation;
-        let agent_pane_id = agent.pane_id.clone();
-        let runtime = recipe.runtime;
+        let pane = agent.pane_id.clone();
         self.panes
-            .reattach(key, runtime, self.settings.daemon.max_line, t);
+            .reattach(key, recipe.runtime, self.settings.daemon.max_line, t);
         match self.start_process(key, &recipe, t) {
             Ok(pid) => {
-                let pane = agent_pane_id.clone();
+                self.life_event(key, LifeEvent::Spawned, t);
                 self.log_attach(key, &recipe, t);
                 self.publish(
                     WatchKind::Restarted {
@@ -1323,7 +1291,8 @@ impl Daemon {
                     pane.fail(format!("restart failed: {why}"), t, &mut self.transitions);
                 }
                 self.after_ingest(key, t);
-                self.maybe_schedule_restart(key, AgentState::Error, Duration::ZERO, t);
+                let restart = self.restart_plan(key, AgentState::Error, Duration::ZERO, t);
+                self.life_event(key, LifeEvent::SpawnFailed { restart }, t);
             }
         }
     }
@@ -1587,16 +1556,13 @@ impl Daemon {
             agent
                 .stopped_by
                 .get_or_insert_with(|| "daemon shutdown".to_string());
-            if agent.timer_mode == TimerMode::Restart {
-                agent.timer_mode = TimerMode::Disarmed;
-                agent.restart.next_at = None;
-            }
             if let Some(pid) = agent.running_pid() {
                 if agent.paused {
                     let _ = platform::signal_tree(pid, libc::SIGCONT);
                 }
                 let _ = platform::signal_tree(pid, libc::SIGTERM);
             }
+            self.life_event(key, LifeEvent::Stop, t);
         }
         let token = self.tokens.insert(Source::Shutdown);
         match KernelTimer::new(self.poll.registry(), token) {

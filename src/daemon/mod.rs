@@ -16,6 +16,7 @@ pub mod panes;
 pub mod settings;
 pub mod source;
 pub mod store;
+pub mod timers;
 
 pub use event_loop::{now, Daemon, DaemonError};
 pub use settings::Settings;

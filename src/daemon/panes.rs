@@ -200,7 +200,6 @@ mod tests {
                 policy: RestartPolicy::Never,
                 max: 0,
                 attempts: 0,
-                next_at: None,
             },
         );
         (pane, agent)
