@@ -660,6 +660,9 @@ pub struct SessionSummary {
 /// whole daemon, so a gap tells a watcher it missed something.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WatchEvent {
+    /// Names the daemon's run; `seq` starts over in a new epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
     pub seq: u64,
     pub at: String,
     #[serde(flatten)]

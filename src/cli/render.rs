@@ -589,6 +589,7 @@ pub(crate) mod tests {
         let mut names = BTreeMap::new();
         names.insert("0b7e5c1a-9d2f".to_string(), "pi-dialog".to_string());
         let ev = WatchEvent {
+            epoch: None,
             seq: 12,
             at: "2026-05-27T12:00:03.250Z".into(),
             kind: WatchKind::State {
@@ -603,6 +604,7 @@ pub(crate) mod tests {
             "12:00:03.250 #12 0b7e5c1a (pi-dialog) working → blocked (Apply the migration?)"
         );
         let ev = WatchEvent {
+            epoch: None,
             seq: 13,
             at: "x".into(),
             kind: WatchKind::Exited {

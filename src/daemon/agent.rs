@@ -85,6 +85,8 @@ pub struct Agent {
     pub paused: bool,
     /// The session index has this pane's runtime (given or detected).
     pub runtime_indexed: bool,
+    /// This run's failure was alerted (the bus alerts one per failure).
+    pub failure_alerted: bool,
 }
 
 impl Agent {
@@ -110,6 +112,7 @@ impl Agent {
             stopped_by: None,
             paused: false,
             runtime_indexed: false,
+            failure_alerted: false,
         }
     }
 

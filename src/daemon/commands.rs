@@ -214,7 +214,7 @@ impl Daemon {
                 0
             },
             watchers: if *scope == Scope::Operator {
-                self.watchers.len()
+                self.bus.watchers()
             } else {
                 0
             },
@@ -588,10 +588,8 @@ impl Daemon {
             return Err("connection closed".into());
         };
         conn.watch = Some(WatchFilter { panes });
-        if !self.watchers.contains(&id) {
-            self.watchers.push(id);
-        }
-        Ok(json!({"watching": true, "seq": self.seq}))
+        self.bus.subscribe(id);
+        Ok(json!({"watching": true, "seq": self.bus.seq(), "epoch": self.bus.epoch()}))
     }
 
     fn cmd_compact(&mut self, session: &str) -> Reply {

@@ -31,7 +31,8 @@ use crate::core::pane::{ExitStatus, LineKind, Transition};
 use crate::core::state::AgentState;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Proc, Recipe};
-use crate::daemon::alert::{AlertFields, AlertKind, Alerter};
+use crate::daemon::alert::Alerter;
+use crate::daemon::bus::{self, Bus, Outlets};
 use crate::daemon::conn::{Conn, Scope};
 use crate::daemon::diag::{log_debug, log_error, log_info, log_warn};
 use crate::daemon::panes::{PaneKey, PaneTable, Slot};
@@ -40,7 +41,7 @@ use crate::daemon::source::{ConnId, Source, Tokens};
 use crate::daemon::store::{CompactionProgress, ExitRecord, LineRecord, SessionStore};
 use crate::daemon::timers::Deadline;
 use crate::platform::{self, DaemonSignal, KernelTimer, ReadOutcome, SignalSource};
-use crate::protocol::{self, WatchEvent, WatchKind};
+use crate::protocol::{self, WatchKind};
 
 /// Bytes read from one PTY per wakeup before other sources get a turn.
 const PTY_READ_BUDGET: usize = 256 * 1024;
@@ -113,8 +114,7 @@ pub struct Daemon {
     pending: VecDeque<Pending>,
     pending_set: BTreeSet<Pending>,
     dirty_conns: BTreeSet<usize>,
-    pub(crate) watchers: Vec<ConnId>,
-    pub(crate) seq: u64,
+    pub(crate) bus: Bus,
     pub(crate) transitions: Vec<Transition>,
     read_buf: Vec<u8>,
     life: Life,
@@ -205,8 +205,7 @@ impl Daemon {
             pending: VecDeque::new(),
             pending_set: BTreeSet::new(),
             dirty_conns: BTreeSet::new(),
-            watchers: Vec::new(),
-            seq: 0,
+            bus: Bus::new(uuid::Uuid::new_v4().simple().to_string()),
             transitions: Vec::new(),
             read_buf: vec![0; READ_BUF],
             life: Life::Running,
@@ -414,7 +413,7 @@ impl Daemon {
             (Some(kind), false) => {
                 // Said once per episode; status shows the running counts.
                 log_warn!("session log writes fail ({kind:?}); data stays buffered and is retried");
-                self.log_write_alert(t);
+                bus::log_write_alert(&mut self.alerter, &self.store.health(), t);
                 self.store_failing = true;
             }
             (None, true) if report.written > 0 => {
@@ -449,25 +448,6 @@ impl Daemon {
                 self.accept(i, t);
             }
         }
-    }
-
-    /// Tells the operator the logs are failing, with what is lost so far.
-    /// Rate-limited like a pane's alerts (under the pseudo-pane `colibrid`).
-    fn log_write_alert(&mut self, t: Timestamp) {
-        let h = self.store.health();
-        let reason = format!(
-            "{}; {} bytes waiting, {} bytes lost",
-            h.last_error.as_deref().unwrap_or("write failed"),
-            h.pending_bytes,
-            h.lost_bytes
-        );
-        let fields = AlertFields {
-            pane: "colibrid",
-            state: "running",
-            reason: Some(&reason),
-            ..AlertFields::default()
-        };
-        self.alerter.alert(AlertKind::LogWrite, &fields, t);
     }
 
     // -----------------------------------------------------------------------
@@ -673,71 +653,22 @@ impl Daemon {
         let mut conn = self.conns.remove(id.0);
         let _ = self.poll.registry().deregister(&mut conn.stream);
         self.tokens.remove(conn.token);
-        self.watchers.retain(|w| *w != id);
+        self.bus.unsubscribe(id);
         self.accept_blocked = true;
     }
 
     // -----------------------------------------------------------------------
     // Watch
 
-    /// Numbers an event and queues it to every watcher that wants it. A
-    /// watcher whose queue is full is dropped with a final error line; the
-    /// agents never wait for it.
+    /// Hands an event to the bus: the one way out to watchers and syslog.
     pub(crate) fn publish(&mut self, kind: WatchKind, t: Timestamp) {
-        self.seq += 1;
-        if self.watchers.is_empty() {
-            return;
-        }
-        let pane_jail = kind
-            .pane()
-            .and_then(|p| self.panes.key(p))
-            .and_then(|k| self.panes.agent(k))
-            .and_then(|a| a.jail.clone());
-        let ev = WatchEvent {
-            seq: self.seq,
-            at: t.to_rfc3339(),
-            kind,
+        let out = Outlets {
+            conns: &mut self.conns,
+            panes: &mut self.panes,
+            alerter: &mut self.alerter,
+            dirty: &mut self.dirty_conns,
         };
-        let mut bytes = match serde_json::to_vec(&ev) {
-            Ok(b) => b,
-            Err(e) => {
-                log_error!("cannot encode a watch event: {e}");
-                return;
-            }
-        };
-        bytes.push(b'\n');
-        let frame: Rc<[u8]> = Rc::from(bytes);
-        let mut dropped = Vec::new();
-        for &id in &self.watchers {
-            let Some(conn) = self.conns.get_mut(id.0) else {
-                continue;
-            };
-            let Some(filter) = &conn.watch else { continue };
-            // Agent scope sees its own jail's panes and nothing daemon-wide.
-            if let Scope::Jail(j) = &conn.scope {
-                if pane_jail.as_deref() != Some(j.as_str()) {
-                    continue;
-                }
-            }
-            if let (Some(panes), Some(p)) = (&filter.panes, ev.kind.pane()) {
-                if !panes.iter().any(|x| x == p) {
-                    continue;
-                }
-            }
-            if !conn.enqueue(frame.clone()) {
-                let msg = format!(
-                    "watcher fell behind at seq {}; dropped (reconnect and take a snapshot)",
-                    ev.seq
-                );
-                conn.drop_backlog_and_close(Rc::from(protocol::err_line(None, &msg)), t);
-                dropped.push(id);
-            }
-            self.dirty_conns.insert(id.0);
-        }
-        if !dropped.is_empty() {
-            log_warn!("dropped {} watcher(s) that fell behind", dropped.len());
-            self.watchers.retain(|w| !dropped.contains(w));
-        }
+        self.bus.emit(kind, t, out);
     }
 
     // -----------------------------------------------------------------------
@@ -872,11 +803,6 @@ impl Daemon {
             _ => None,
         };
         let pane_id = pane.id.0.clone();
-        match tr.to {
-            AgentState::Blocked => self.alert(key, AlertKind::Blocked, reason.as_deref(), t),
-            AgentState::Error => self.alert(key, AlertKind::Error, reason.as_deref(), t),
-            _ => {}
-        }
         self.publish(
             WatchKind::State {
                 pane: pane_id,
@@ -904,38 +830,6 @@ impl Daemon {
             .ensure_session(&agent.session, Some(rt.as_str()), None, t);
     }
 
-    pub(crate) fn alert(
-        &mut self,
-        key: PaneKey,
-        kind: AlertKind,
-        reason: Option<&str>,
-        t: Timestamp,
-    ) {
-        let (Some(pane), Some(agent)) = (self.panes.pane(key), self.panes.agent(key)) else {
-            return;
-        };
-        let exit = pane.exit();
-        let fields = AlertFields {
-            pane: pane.id.as_str(),
-            name: pane.name.as_deref(),
-            runtime: pane.runtime().map(|r| r.as_str()),
-            state: pane.state().as_str(),
-            session: Some(agent.session.as_str()),
-            cwd: pane.cwd(),
-            jail: agent.jail.as_deref(),
-            reason,
-            exit_code: match exit {
-                Some(ExitStatus::Code(c)) => Some(c),
-                _ => None,
-            },
-            exit_signal: match exit {
-                Some(ExitStatus::Signal(s)) => Some(s),
-                _ => None,
-            },
-        };
-        self.alerter.alert(kind, &fields, t);
-    }
-
     // -----------------------------------------------------------------------
     // Agents: stall deadlines
 
@@ -953,7 +847,6 @@ impl Daemon {
             if quiet != at || deadline.is_none() {
                 agent.stalled_at_quiet = None;
                 let pane_id = agent.pane_id.clone();
-                self.alert(key, AlertKind::Unstalled, None, t);
                 self.publish(WatchKind::Unstalled { pane: pane_id }, t);
             } else {
                 return;
@@ -1020,11 +913,6 @@ impl Daemon {
         }
         agent.stalled_at_quiet = Some(quiet);
         let pane_id = agent.pane_id.clone();
-        let reason = format!(
-            "silent for {}",
-            humantime::format_duration(Duration::from_secs(silent_ms / 1000))
-        );
-        self.alert(key, AlertKind::Stalled, Some(&reason), t);
         self.publish(
             WatchKind::Stalled {
                 pane: pane_id,
@@ -1087,8 +975,6 @@ impl Daemon {
                 };
                 let pane = agent.pane_id.clone();
                 log_info!("pane {pane} will not be restarted: {attempts} restarts used");
-                let reason = format!("{attempts} restarts used; not restarted again");
-                self.alert(key, AlertKind::RestartsExhausted, Some(&reason), t);
                 self.publish(WatchKind::RestartsExhausted { pane, attempts }, t);
             }
             LifeEffect::Release => {
@@ -1245,8 +1131,6 @@ impl Daemon {
         let ran_for = t.since(proc_.started);
         drop(proc_);
         self.after_ingest(key, t);
-        let kind = AlertKind::Exited;
-        self.alert(key, kind, reason.as_deref(), t);
         self.publish(
             WatchKind::Exited {
                 pane: pane_id,

@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod alert;
+pub mod bus;
 pub(crate) mod commands;
 pub mod conn;
 pub mod diag;

@@ -89,3 +89,31 @@ fn spent_restarts_raise_a_watch_event_and_an_alert() {
     assert_eq!(p["generation"], json!(1));
     assert!(p["restart"]["next_at"].is_null(), "{p}");
 }
+
+// See: issue 9 item 12 ("every failure sends two identical alerts").
+#[test]
+fn each_failure_sends_exactly_one_alert() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = SyslogSink::bind(dir.path());
+    let arg = format!("--syslog-socket={}", sink.path.display());
+    let d = Colibrid::start(&[&arg]);
+    let failed = d.spawn(&["/bin/sh", "-c", "exit 3"], json!({}));
+    d.wait_state(&failed, "error");
+    let killed = d.spawn(&["/bin/sh", "-c", "sleep 30"], json!({}));
+    d.ok(json!({"cmd":"kill-agent","agent_id": killed}));
+    d.wait_pane(&killed, "the killed agent reaped", |p| {
+        p["state"] == json!("error") && p["exit"]["signal"] == json!(9)
+    });
+    // Alerts leave in order: once a later pane's alert is in, every alert
+    // of the two failures is in too.
+    let marker = d.spawn(&["/bin/sh", "-c", "exit 0"], json!({}));
+    let mut seen = Vec::new();
+    sink.wait_for(&format!("pane={marker}"), &mut seen);
+    for id in [&failed, &killed] {
+        let mine: Vec<&String> = seen
+            .iter()
+            .filter(|m| m.contains(&format!("pane={id}")))
+            .collect();
+        assert_eq!(mine.len(), 1, "one alert per failure: {mine:#?}");
+    }
+}
