@@ -11,7 +11,6 @@ use std::path::PathBuf;
 
 use mio::Token;
 
-use crate::core::ingest::LineFramer;
 use crate::core::lifecycle::{Life, RestartRule};
 use crate::core::pane::ExitStatus;
 use crate::core::taxonomy::Runtime;
@@ -60,7 +59,6 @@ pub struct Proc {
     pub exit_watch: Option<ExitWatch>,
     pub exit_token: Token,
     pub status: Option<ExitStatus>,
-    pub framer: LineFramer,
     pub input: VecDeque<u8>,
     pub write_interest: bool,
 }

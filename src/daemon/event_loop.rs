@@ -25,7 +25,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use crate::core::ingest::{Frame, LineFramer};
+use crate::core::ingest::Frame;
 use crate::core::lifecycle::{self, Effect as LifeEffect, LifeEvent, RestartPlan};
 use crate::core::pane::{ExitStatus, LineKind, Transition};
 use crate::core::state::AgentState;
@@ -724,55 +724,34 @@ impl Daemon {
         self.after_ingest(key, t);
     }
 
-    /// Frames `read_buf[..n]`, feeds each line to the pane and its log.
+    /// Feeds `read_buf[..n]` to the pane (the single ingest entry), which
+    /// hands each line back, classified, for the session log.
     fn ingest_chunk(&mut self, key: PaneKey, n: usize, t: Timestamp) {
         let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return;
         };
-        let Some(proc_) = agent.proc.as_mut() else {
+        if agent.proc.is_none() {
             return;
-        };
-        pane.count_bytes(n);
+        }
         let turns_before = pane.turns();
-        let mut sink = LineSink {
-            max_line: proc_.framer.max_line() as u64,
-            store: &mut self.store,
-            session: &agent.session,
-            pane_id: &agent.pane_id,
-            pane,
-            out: &mut self.transitions,
-            t,
-        };
-        proc_.framer.feed(&self.read_buf[..n], |frame| {
-            sink.take(frame);
+        let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
+        pane.ingest_with(&self.read_buf[..n], t, &mut self.transitions, |f, k| {
+            log.line(f, k)
         });
         for _ in turns_before..pane.turns() {
             self.store.note_turn(&agent.session);
         }
     }
 
-    /// Feeds one line that did not come from the PTY (`emit`).
+    /// Feeds one line that did not come from the PTY (`emit`), through the
+    /// same entry as PTY output.
     pub(crate) fn ingest_external(&mut self, key: PaneKey, line: &[u8], t: Timestamp) -> LineKind {
         let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return LineKind::Malformed;
         };
         let turns_before = pane.turns();
-        pane.count_bytes(line.len() + 1);
-        let frame = if line.len() > self.settings.daemon.max_line {
-            Frame::Oversize
-        } else {
-            Frame::Line(line)
-        };
-        let kind = LineSink {
-            max_line: self.settings.daemon.max_line as u64,
-            store: &mut self.store,
-            session: &agent.session,
-            pane_id: &agent.pane_id,
-            pane: &mut *pane,
-            out: &mut self.transitions,
-            t,
-        }
-        .take(frame);
+        let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
+        let kind = pane.ingest_line_with(line, t, &mut self.transitions, |f, k| log.line(f, k));
         if pane.turns() > turns_before {
             self.store.note_turn(&agent.session);
         }
@@ -1077,7 +1056,7 @@ impl Daemon {
         let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return;
         };
-        let Some(mut proc_) = agent.proc.take() else {
+        let Some(proc_) = agent.proc.take() else {
             return;
         };
         if proc_.pty_registered {
@@ -1089,18 +1068,8 @@ impl Daemon {
         agent.timers.clear(Deadline::Stall, t, self.poll.registry());
         let status = proc_.status.unwrap_or(ExitStatus::Unknown);
         // A last line without a newline is still a line.
-        let mut sink = LineSink {
-            max_line: proc_.framer.max_line() as u64,
-            store: &mut self.store,
-            session: &agent.session,
-            pane_id: &agent.pane_id,
-            pane: &mut *pane,
-            out: &mut self.transitions,
-            t,
-        };
-        proc_.framer.finish(|frame| {
-            sink.take(frame);
-        });
+        let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
+        pane.finish_stream_with(t, &mut self.transitions, |f, k| log.line(f, k));
         pane.exited(status, t, &mut self.transitions);
         if agent.paused {
             agent.paused = false;
@@ -1271,7 +1240,6 @@ impl Daemon {
             exit_watch,
             exit_token,
             status: None,
-            framer: LineFramer::new(self.settings.daemon.max_line),
             input: VecDeque::new(),
             write_interest: false,
         };
@@ -1549,28 +1517,40 @@ impl Daemon {
     }
 }
 
-/// Where a framed line goes: into the pane (which classifies it), then into
-/// its session log as the pane classified it.
-struct LineSink<'a> {
+/// Where a classified line goes: into its session log, as the pane
+/// classified it (`Event`, `Raw` or `Oversize`).
+struct LogSink<'a> {
     store: &'a mut SessionStore,
     session: &'a str,
     pane_id: &'a str,
-    pane: &'a mut crate::core::pane::Pane,
-    out: &'a mut Vec<Transition>,
     max_line: u64,
     t: Timestamp,
 }
 
-impl LineSink<'_> {
-    fn take(&mut self, frame: Frame<'_>) -> LineKind {
-        let kind = self.pane.ingest_frame(frame, self.t, self.out);
+impl<'a> LogSink<'a> {
+    fn new(
+        store: &'a mut SessionStore,
+        session: &'a str,
+        pane_id: &'a str,
+        pane: &crate::core::pane::Pane,
+        t: Timestamp,
+    ) -> LogSink<'a> {
+        LogSink {
+            store,
+            session,
+            pane_id,
+            max_line: pane.max_line() as u64,
+            t,
+        }
+    }
+
+    fn line(&mut self, frame: Frame<'_>, kind: LineKind) {
         let rec = match (kind, frame) {
             (LineKind::Event, Frame::Line(l)) => LineRecord::Event(l),
             (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),
             (LineKind::Oversize, _) | (_, Frame::Oversize) => LineRecord::Oversize(self.max_line),
-            (LineKind::Blank, _) => return kind,
+            (LineKind::Blank, _) => return,
         };
         self.store.append(self.session, self.pane_id, rec, self.t);
-        kind
     }
 }

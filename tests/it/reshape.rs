@@ -117,3 +117,101 @@ fn each_failure_sends_exactly_one_alert() {
         assert_eq!(mine.len(), 1, "one alert per failure: {mine:#?}");
     }
 }
+
+/// Lines for generated streams: every fixture line, some hostile ones.
+fn stream_lines() -> Vec<Vec<u8>> {
+    let mut lines: Vec<Vec<u8>> = vec![
+        br#"{"type":5}"#.to_vec(),
+        br#"{"type":"session","id":"a","id":"b"}"#.to_vec(),
+        b"[\"session\",\"id\"]".to_vec(),
+        b"{}".to_vec(),
+        b"not json at all".to_vec(),
+    ];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for dir in std::fs::read_dir(root).expect("fixture root").flatten() {
+        for entry in std::fs::read_dir(dir.path())
+            .expect("fixture dir")
+            .flatten()
+        {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "jsonl") {
+                let bytes = std::fs::read(&path).expect("fixture readable");
+                lines.extend(bytes.split(|b| *b == b'\n').map(<[u8]>::to_vec));
+            }
+        }
+    }
+    lines
+}
+
+// See: review-round2 P5 (fold and the live daemon ingested through
+// separate paths, checked by one three-line test).
+#[test]
+fn any_stream_folds_offline_to_what_the_live_daemon_reports() {
+    use colibri::core::pane::ExitStatus;
+    use colibri::core::taxonomy::Runtime;
+    use colibri::fold::fold_bytes;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+    use proptest::sample::select;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let d = Colibrid::start(&[]);
+    let max_line = colibri::core::ingest::DEFAULT_MAX_LINE;
+    let lines = stream_lines();
+    let line = prop_oneof![
+        6 => select(lines),
+        1 => vec(any::<u8>(), 0..48),
+        1 => Just(Vec::new()),
+    ];
+    let runtime = prop_oneof![Just(None), select(Runtime::ALL.to_vec()).prop_map(Some)];
+    let case = (vec(line, 0..24), any::<bool>(), runtime);
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        ..Config::default()
+    });
+    let n = std::cell::Cell::new(0u32);
+    runner
+        .run(&case, |(lines, final_newline, runtime)| {
+            n.set(n.get() + 1);
+            let mut bytes = lines.join(&b'\n');
+            if final_newline {
+                bytes.push(b'\n');
+            }
+            let file = d.path(&format!("stream-{}", n.get()));
+            std::fs::write(&file, &bytes).expect("write stream");
+            let mut extra = json!({});
+            if let Some(rt) = runtime {
+                extra["runtime"] = json!(rt);
+            }
+            let path = file.display().to_string();
+            let id = d.spawn(&["/bin/cat", &path], extra);
+            let live = wait_for(Duration::from_secs(20), "the agent's exit", || {
+                let snap = d.ok(json!({"cmd":"snapshot","schema":"v2"}));
+                let p = snap["panes"]
+                    .as_array()
+                    .and_then(|ps| ps.iter().find(|p| p["id"] == json!(id)).cloned())?;
+                (!p["exit"].is_null()).then_some(p)
+            });
+            let offline = fold_bytes(runtime, max_line, &bytes, Some(ExitStatus::Code(0)));
+            let offline = serde_json::to_value(&offline).expect("report");
+            for field in [
+                "state",
+                "runtime",
+                "session_id",
+                "counters",
+                "usage",
+                "last_error",
+                "blocked_reason",
+                "exit",
+            ] {
+                prop_assert_eq!(&live[field], &offline[field], "field {}", field);
+            }
+            prop_assert_eq!(&live["last_tool"]["name"], &offline["last_tool"]["name"]);
+            prop_assert_eq!(
+                &live["last_tool"]["summary"],
+                &offline["last_tool"]["summary"]
+            );
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
