@@ -23,7 +23,7 @@ use crate::daemon::diag::{log_error, log_warn};
 use crate::daemon::panes::{PaneTable, Slot};
 use crate::daemon::source::ConnId;
 use crate::daemon::store::StoreHealth;
-use crate::protocol::{self, WatchEvent, WatchKind};
+use crate::protocol::{self, ErrorCode, WatchEvent, WatchKind};
 
 #[derive(Debug)]
 pub struct Bus {
@@ -125,7 +125,10 @@ impl Bus {
                     "watcher fell behind at seq {}; dropped (reconnect and take a snapshot)",
                     ev.seq
                 );
-                conn.drop_backlog_and_close(Rc::from(protocol::err_line(None, &msg)), t);
+                conn.drop_backlog_and_close(
+                    Rc::from(protocol::err_line(None, ErrorCode::Busy, &msg)),
+                    t,
+                );
                 dropped.push(id);
             }
             out.dirty.insert(id.0);

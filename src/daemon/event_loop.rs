@@ -41,7 +41,7 @@ use crate::daemon::source::{ConnId, Source, Tokens};
 use crate::daemon::store::{CompactionProgress, ExitRecord, LineRecord, SessionStore};
 use crate::daemon::timers::Deadline;
 use crate::platform::{self, DaemonSignal, KernelTimer, ReadOutcome, SignalSource};
-use crate::protocol::{self, WatchKind};
+use crate::protocol::{self, ErrorCode, WatchKind};
 
 /// Bytes read from one PTY per wakeup before other sources get a turn.
 const PTY_READ_BUDGET: usize = 256 * 1024;
@@ -477,14 +477,18 @@ impl Daemon {
                 }
             };
             if self.conns.len() >= self.settings.daemon.max_connections {
-                let line = protocol::err_line(None, "too many connections; try again later");
+                let line = protocol::err_line(
+                    None,
+                    ErrorCode::Busy,
+                    "too many connections; try again later",
+                );
                 let _ = io::Write::write(&mut stream, &line);
                 continue;
             }
             if let Scope::Jail(jail) = &scope {
                 if let Err(why) = self.check_jail_peer(&stream, jail) {
                     log_warn!("refused a connection on the socket of jail {jail}: {why}");
-                    let line = protocol::err_line(None, &why);
+                    let line = protocol::err_line(None, ErrorCode::Forbidden, &why);
                     let _ = io::Write::write(&mut stream, &line);
                     continue;
                 }
@@ -577,6 +581,7 @@ impl Daemon {
                 conn.requests.clear();
                 let line = protocol::err_line(
                     None,
+                    ErrorCode::BadRequest,
                     &format!(
                         "request line exceeds {} bytes; closing",
                         self.settings.daemon.max_request
@@ -604,7 +609,7 @@ impl Daemon {
         }
         let reply = match protocol::Request::parse(line) {
             Ok(req) => self.handle(id, req, t),
-            Err((rid, e)) => Some(protocol::err_line(rid.as_ref(), &e.to_string())),
+            Err((rid, e)) => Some(protocol::err_line(rid.as_ref(), e.code(), &e.to_string())),
         };
         if let Some(reply) = reply {
             self.send(id, Rc::from(reply), t);
@@ -619,7 +624,11 @@ impl Daemon {
         if !conn.enqueue(frame) && conn.watch.is_none() {
             log_warn!("closing a client that does not read its replies");
             conn.drop_backlog_and_close(
-                Rc::from(protocol::err_line(None, "reply queue full; closing")),
+                Rc::from(protocol::err_line(
+                    None,
+                    ErrorCode::Busy,
+                    "reply queue full; closing",
+                )),
                 t,
             );
         }

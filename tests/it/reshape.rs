@@ -215,3 +215,31 @@ fn any_stream_folds_offline_to_what_the_live_daemon_reports() {
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+// See: review-round2 P7 (errors were strings with no code on the wire).
+#[test]
+fn error_replies_carry_a_stable_code_next_to_the_message() {
+    let d = Colibrid::start(&[]);
+    let code = |v: serde_json::Value| {
+        let r = d.request(v);
+        assert_eq!(r["ok"], json!(false), "{r}");
+        assert!(r["error"].is_string(), "{r}");
+        r["code"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(
+        code(json!({"cmd":"kill-agent","agent_id":"nobody"})),
+        "not_found"
+    );
+    assert_eq!(code(json!({"cmd":"no-such-command"})), "unknown_command");
+    assert_eq!(code(json!({"cmd":"kill-agent"})), "invalid");
+    assert_eq!(code(json!({"cmd":"snapshot","schema":"v9"})), "invalid");
+    let id = d.spawn(&["/bin/sh", "-c", "exit 0"], json!({}));
+    d.wait_pane(&id, "the agent reaped", |p| !p["exit"].is_null());
+    assert_eq!(
+        code(json!({"cmd":"pause-agent","agent_id": id})),
+        "not_running"
+    );
+    // Success replies keep the contract's three fields and no code.
+    let ok = d.request(json!({"cmd":"status"}));
+    assert!(ok.get("code").is_none(), "{ok}");
+}
