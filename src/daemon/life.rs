@@ -104,7 +104,6 @@ impl Daemon {
         );
     }
 
-
     pub(crate) fn life_event(&mut self, key: PaneKey, ev: LifeEvent, t: Timestamp) {
         let Some(agent) = self.panes.agent_mut(key) else {
             return;

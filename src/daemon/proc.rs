@@ -440,7 +440,6 @@ impl Daemon {
         self.store.attach(&agent.session, &rec, t);
     }
 
-
     /// Writes queued `send-input` bytes; write interest only while some wait.
     pub(crate) fn write_input(&mut self, key: PaneKey) {
         let Some(agent) = self.panes.agent_mut(key) else {

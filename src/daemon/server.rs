@@ -299,7 +299,6 @@ impl Daemon {
         self.accept_blocked = true;
     }
 
-
     /// Hands an event to the bus: the one way out to watchers and syslog.
     pub(crate) fn publish(&mut self, kind: WatchKind, t: Timestamp) {
         let out = Outlets {
