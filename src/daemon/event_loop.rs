@@ -82,7 +82,7 @@ pub(crate) struct Listener {
 }
 
 #[derive(Debug)]
-pub(crate) enum Life {
+pub(crate) enum RunState {
     Running,
     /// SIGTERM sent to every agent; `killed` once SIGKILL followed.
     Stopping {
@@ -109,7 +109,7 @@ pub struct Daemon {
     pub(crate) bus: Bus,
     pub(crate) transitions: Vec<Transition>,
     pub(crate) read_buf: Vec<u8>,
-    pub(crate) life: Life,
+    pub(crate) run_state: RunState,
     pub(crate) accept_blocked: bool,
     pub(crate) started_at: Timestamp,
     /// The kernel's name and release, read once at start.
@@ -159,7 +159,7 @@ impl Daemon {
 
         let (mut store, recovery) = SessionStore::open(settings.store.clone())
             .map_err(|e| DaemonError::Store(e.to_string()))?;
-        store.set_classifier(Box::new(crate::daemon::commands::classify_line));
+        store.set_classifier(Box::new(crate::daemon::classify::classify_line));
         for p in &recovery.problems {
             log_warn!("session store: {p}");
         }
@@ -200,7 +200,7 @@ impl Daemon {
             bus: Bus::new(uuid::Uuid::new_v4().simple().to_string()),
             transitions: Vec::new(),
             read_buf: vec![0; READ_BUF],
-            life: Life::Running,
+            run_state: RunState::Running,
             accept_blocked: false,
             started_at: t0,
             os: platform::os_release(),

@@ -7,7 +7,7 @@ use crate::core::lifecycle::{self, Effect as LifeEffect, LifeEvent, RestartPlan}
 use crate::core::state::AgentState;
 use crate::core::time::Timestamp;
 use crate::daemon::diag::{log_info, log_warn};
-use crate::daemon::event_loop::{Daemon, Life};
+use crate::daemon::event_loop::{Daemon, RunState};
 use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::settings::DRAIN_GRACE;
 use crate::daemon::timers::Deadline;
@@ -175,7 +175,7 @@ impl Daemon {
         let Some(agent) = self.panes.agent(key) else {
             return RestartPlan::No;
         };
-        if !matches!(self.life, Life::Running)
+        if !matches!(self.run_state, RunState::Running)
             || agent.stopped_by.is_some()
             || agent.recipe.is_none()
         {

@@ -14,6 +14,7 @@
 pub mod agent;
 pub mod alert;
 pub mod bus;
+mod classify;
 pub(crate) mod commands;
 pub mod conn;
 pub mod diag;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::core::lifecycle::LifeEvent;
 use crate::core::time::Timestamp;
 use crate::daemon::diag::{log_debug, log_error, log_info, log_warn};
-use crate::daemon::event_loop::{Daemon, Life, LINGER};
+use crate::daemon::event_loop::{Daemon, RunState, LINGER};
 use crate::daemon::settings::DRAIN_GRACE;
 use crate::daemon::source::{ConnId, Source};
 use crate::platform::{self, DaemonSignal, KernelTimer};
@@ -79,11 +79,11 @@ impl Daemon {
     }
 
     pub(crate) fn begin_shutdown(&mut self, t: Timestamp) {
-        if matches!(self.life, Life::Stopping { .. }) {
+        if matches!(self.run_state, RunState::Stopping { .. }) {
             return;
         }
         log_info!("stopping: no new connections, TERM to every agent");
-        self.life = Life::Stopping {
+        self.run_state = RunState::Stopping {
             killed: false,
             hard_deadline: None,
         };
@@ -122,7 +122,7 @@ impl Daemon {
             Err(e) => {
                 log_warn!("no shutdown timer ({e}); killing agents now");
                 self.kill_all();
-                self.life = Life::Stopping {
+                self.run_state = RunState::Stopping {
                     killed: true,
                     hard_deadline: Some(t.plus(DRAIN_GRACE)),
                 };
@@ -153,31 +153,31 @@ impl Daemon {
         if fired == 0 {
             return;
         }
-        match self.life {
-            Life::Stopping { killed: false, .. } => {
+        match self.run_state {
+            RunState::Stopping { killed: false, .. } => {
                 let left = self.panes.agents().filter(|a| a.proc.is_some()).count();
                 log_warn!("grace period over: KILL to {left} agent(s)");
                 self.kill_all();
                 if let Some((timer, _)) = self.shutdown_timer.as_mut() {
                     let _ = timer.arm_oneshot(self.poll.registry(), DRAIN_GRACE);
                 }
-                self.life = Life::Stopping {
+                self.run_state = RunState::Stopping {
                     killed: true,
                     hard_deadline: Some(t.plus(DRAIN_GRACE)),
                 };
             }
-            Life::Stopping { killed: true, .. } => {
-                self.life = Life::Stopping {
+            RunState::Stopping { killed: true, .. } => {
+                self.run_state = RunState::Stopping {
                     killed: true,
                     hard_deadline: Some(t),
                 };
             }
-            Life::Running => {}
+            RunState::Running => {}
         }
     }
 
     pub(crate) fn ready_to_exit(&self, t: Timestamp) -> bool {
-        let Life::Stopping { hard_deadline, .. } = self.life else {
+        let RunState::Stopping { hard_deadline, .. } = self.run_state else {
             return false;
         };
         let all_done = self.panes.agents().all(|a| a.proc.is_none());
@@ -204,6 +204,6 @@ impl Daemon {
     }
 
     pub(crate) fn is_stopping(&self) -> bool {
-        matches!(self.life, Life::Stopping { .. })
+        matches!(self.run_state, RunState::Stopping { .. })
     }
 }

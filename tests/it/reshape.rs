@@ -204,9 +204,20 @@ fn any_stream_folds_offline_to_what_the_live_daemon_reports() {
                 "blocked_reason",
                 "exit",
             ] {
-                prop_assert_eq!(&live[field], &offline[field], "field {}", field);
+                prop_assert_eq!(
+                    &live[field],
+                    &offline[field],
+                    "field {} of stream {:?}",
+                    field,
+                    String::from_utf8_lossy(&bytes)
+                );
             }
-            prop_assert_eq!(&live["last_tool"]["name"], &offline["last_tool"]["name"]);
+            prop_assert_eq!(
+                &live["last_tool"]["name"],
+                &offline["last_tool"]["name"],
+                "stream {:?}",
+                String::from_utf8_lossy(&bytes)
+            );
             prop_assert_eq!(
                 &live["last_tool"]["summary"],
                 &offline["last_tool"]["summary"]

@@ -26,8 +26,6 @@ use crate::protocol::{
     self, Command, CommandError, CommandScope, ErrorCode, Reply, Request, COMMANDS,
 };
 
-pub(crate) use session::classify_line;
-
 /// Who called, on which socket, when.
 pub(crate) struct Call {
     pub conn: ConnId,

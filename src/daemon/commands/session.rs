@@ -1,9 +1,9 @@
 //! Session logs: `get-session` and `compact-session`, and what compaction
 //! may drop.
 
-use crate::core::taxonomy::{self, Runtime};
+use crate::daemon::classify::classify_line;
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::store::{LineClass, StoreError};
+use crate::daemon::store::StoreError;
 use crate::protocol::{Command, CommandError, CompactReply, ErrorCode, Reply};
 
 use super::{mismatch, Call};
@@ -40,17 +40,4 @@ fn store_error(e: StoreError) -> CommandError {
         StoreError::Locked { .. } | StoreError::Io { .. } => ErrorCode::Store,
     };
     CommandError::new(code, e.to_string())
-}
-
-/// What log compaction may drop, by the session's runtime (Pi's taxonomy
-/// when unknown): streaming deltas, but never turn boundaries.
-pub(crate) fn classify_line(runtime: Option<&str>, line: &[u8]) -> LineClass {
-    let rt = runtime.and_then(Runtime::parse).unwrap_or(Runtime::Pi);
-    if taxonomy::is_turn_boundary(rt, line) {
-        LineClass::Boundary
-    } else if taxonomy::is_stream_delta(rt, line) {
-        LineClass::Delta
-    } else {
-        LineClass::Keep
-    }
 }
