@@ -80,7 +80,6 @@ pub struct Agent {
     pub stalled_at_quiet: Option<Timestamp>,
     /// Why the operator or the daemon ended it (kill, shutdown): no restart.
     pub stopped_by: Option<String>,
-    pub paused: bool,
     /// The session index has this pane's runtime (given or detected).
     pub runtime_indexed: bool,
     /// This run's failure was alerted (the bus alerts one per failure).
@@ -108,7 +107,6 @@ impl Agent {
             timers: PaneTimers::default(),
             stalled_at_quiet: None,
             stopped_by: None,
-            paused: false,
             runtime_indexed: false,
             failure_alerted: false,
         }

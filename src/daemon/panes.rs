@@ -19,11 +19,7 @@ use crate::core::time::Timestamp;
 use crate::daemon::agent::Agent;
 use crate::platform::Pid;
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PaneKey {
-    index: u32,
-    generation: u32,
-}
+pub use crate::daemon::source::PaneKey;
 
 /// One pane: the core's view and the daemon's process state.
 #[derive(Debug)]
@@ -59,10 +55,7 @@ impl PaneTable {
             Some(index) => {
                 let e = &mut self.entries[index as usize];
                 e.slot = slot;
-                PaneKey {
-                    index,
-                    generation: e.generation,
-                }
+                PaneKey::new(index, e.generation)
             }
             None => {
                 let index = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
@@ -70,10 +63,7 @@ impl PaneTable {
                     generation: 0,
                     slot,
                 });
-                PaneKey {
-                    index,
-                    generation: 0,
-                }
+                PaneKey::new(index, 0)
             }
         };
         self.by_id.insert(id, key);
@@ -84,29 +74,29 @@ impl PaneTable {
     /// Takes a pane out. Its key, and every token carrying it, is stale from
     /// now on, even after the slot is reused.
     pub fn remove(&mut self, key: PaneKey) -> Option<Slot> {
-        let e = self.entries.get_mut(key.index as usize)?;
-        if e.generation != key.generation {
+        let e = self.entries.get_mut(key.index() as usize)?;
+        if e.generation != key.generation() {
             return None;
         }
         let slot = e.slot.take()?;
         e.generation = e.generation.wrapping_add(1);
-        self.free.push(key.index);
+        self.free.push(key.index());
         self.order.retain(|k| *k != key);
         self.by_id.remove(&slot.pane.id);
         Some(slot)
     }
 
     pub fn get(&self, key: PaneKey) -> Option<&Slot> {
-        let e = self.entries.get(key.index as usize)?;
-        if e.generation != key.generation {
+        let e = self.entries.get(key.index() as usize)?;
+        if e.generation != key.generation() {
             return None;
         }
         e.slot.as_ref()
     }
 
     pub fn get_mut(&mut self, key: PaneKey) -> Option<&mut Slot> {
-        let e = self.entries.get_mut(key.index as usize)?;
-        if e.generation != key.generation {
+        let e = self.entries.get_mut(key.index() as usize)?;
+        if e.generation != key.generation() {
             return None;
         }
         e.slot.as_mut()

@@ -237,10 +237,8 @@ impl Daemon {
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
         pane.finish_stream_with(t, &mut self.transitions, |f, k| log.line(f, k));
         pane.exited(status, t, &mut self.transitions);
-        if agent.paused {
-            agent.paused = false;
-            pane.paused = false;
-        }
+        // An exited process is not stopped any more.
+        pane.paused = false;
         let state = pane.state();
         let reason = agent
             .stopped_by
@@ -411,7 +409,6 @@ impl Daemon {
         };
         if let Some(agent) = self.panes.agent_mut(key) {
             agent.proc = Some(proc_);
-            agent.paused = false;
         }
         self.push_pending(Pending::Pty(key));
         if already {

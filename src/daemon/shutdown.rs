@@ -6,6 +6,7 @@ use crate::core::lifecycle::LifeEvent;
 use crate::core::time::Timestamp;
 use crate::daemon::diag::{log_debug, log_error, log_info, log_warn};
 use crate::daemon::event_loop::{Daemon, RunState, LINGER};
+use crate::daemon::panes::Slot;
 use crate::daemon::settings::DRAIN_GRACE;
 use crate::daemon::source::{ConnId, Source};
 use crate::platform::{self, DaemonSignal, KernelTimer};
@@ -93,14 +94,14 @@ impl Daemon {
             }
         }
         for key in self.panes.keys() {
-            let Some(agent) = self.panes.agent_mut(key) else {
+            let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
                 continue;
             };
             agent
                 .stopped_by
                 .get_or_insert_with(|| "daemon shutdown".to_string());
             if let Some(pid) = agent.running_pid() {
-                if agent.paused {
+                if pane.paused {
                     let _ = platform::signal_tree(pid, libc::SIGCONT);
                 }
                 let _ = platform::signal_tree(pid, libc::SIGTERM);

@@ -15,8 +15,7 @@ use std::io;
 use mio::{Registry, Token};
 
 use crate::core::time::Timestamp;
-use crate::daemon::panes::PaneKey;
-use crate::daemon::source::{Source, Tokens};
+use crate::daemon::source::{PaneKey, Source, Tokens};
 use crate::platform::KernelTimer;
 
 /// The wall clock is read once per wakeup in milliseconds; a deadline this

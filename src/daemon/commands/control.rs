@@ -10,7 +10,7 @@ use crate::core::time::Timestamp;
 use crate::daemon::agent::INPUT_QUEUE_LIMIT;
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
+use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::timers::Deadline;
 use crate::platform;
 use crate::protocol::{
@@ -77,10 +77,9 @@ fn set_paused(
     t: Timestamp,
 ) -> Result<Reply, CommandError> {
     let key = d.resolve(&Scope::Operator, agent_id)?;
-    let agent = d
-        .panes
-        .agent_mut(key)
-        .ok_or_else(|| CommandError::not_found(agent_id))?;
+    let Some(Slot { pane, agent }) = d.panes.get_mut(key) else {
+        return Err(CommandError::not_found(agent_id));
+    };
     let pane_id = agent.pane_id.clone();
     let Some(pid) = agent.running_pid() else {
         return Err(CommandError::not_running(&pane_id));
@@ -91,18 +90,15 @@ fn set_paused(
             paused,
         })
     };
-    if agent.paused == pause {
+    if pane.paused == pause {
         return Ok(reply(pause));
     }
     let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
     platform::signal_tree(pid, sig).map_err(|e| CommandError::os(format!("signal: {e}")))?;
-    agent.paused = pause;
-    if let Some(p) = d.panes.pane_mut(key) {
-        p.paused = pause;
-        if !pause {
-            // Time spent stopped is not silence.
-            p.rebase_quiet(t);
-        }
+    pane.paused = pause;
+    if !pause {
+        // Time spent stopped is not silence.
+        pane.rebase_quiet(t);
     }
     let pane = pane_id.clone();
     let event = if pause {
