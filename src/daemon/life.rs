@@ -1,6 +1,7 @@
 //! An agent's life and deadlines: feeds `core::lifecycle` its events and
 //! applies the effects it returns; keeps each pane's named deadlines
 //! (`timers`) and the stall check.
+
 use std::time::Duration;
 
 use crate::core::lifecycle::{self, Effect as LifeEffect, LifeEvent, RestartPlan};
@@ -11,7 +12,7 @@ use crate::daemon::event_loop::{Daemon, RunState};
 use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::settings::DRAIN_GRACE;
 use crate::daemon::timers::Deadline;
-use crate::platform::{self};
+use crate::platform;
 use crate::protocol::WatchKind;
 
 impl Daemon {

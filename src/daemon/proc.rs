@@ -1,6 +1,7 @@
 //! Agent processes: spawning on a PTY, reading its output into the pane's
 //! single ingest entry (and the session log), writing queued input, and
 //! pairing the process's exit with its PTY's end of file.
+
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! The operator's and the jails' sockets: binding, accepting (with the
 //! connection cap and the jail peer check), reading requests, queueing
 //! replies, and handing events to the bus.
+
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
@@ -19,7 +20,7 @@ use crate::daemon::event_loop::{
     Daemon, DaemonError, Listener, Pending, CONN_STEPS_PER_WAKEUP, LINGER,
 };
 use crate::daemon::source::{ConnId, Source};
-use crate::platform::{self};
+use crate::platform;
 use crate::protocol::{self, ErrorCode, WatchKind};
 
 impl Daemon {

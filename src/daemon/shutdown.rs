@@ -1,5 +1,6 @@
 //! Signals (SIGTERM, SIGINT, SIGHUP, SIGCHLD), the heartbeat, reload and
 //! the orderly shutdown: TERM to every agent, KILL after the grace period.
+
 use std::time::Duration;
 
 use crate::core::lifecycle::LifeEvent;
