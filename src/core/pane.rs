@@ -26,6 +26,14 @@ impl PaneId {
     }
 }
 
+/// Lets a map keyed by `PaneId` be searched with a `&str` (no allocation
+/// per lookup); the derived `Hash` of the one field hashes like a `str`.
+impl std::borrow::Borrow<str> for PaneId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl std::fmt::Display for PaneId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

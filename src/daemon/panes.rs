@@ -119,7 +119,7 @@ impl PaneTable {
     }
 
     pub fn key(&self, id: &str) -> Option<PaneKey> {
-        self.by_id.get(&PaneId(id.to_string())).copied()
+        self.by_id.get(id).copied()
     }
 
     /// The pane whose running process has `pid`.
