@@ -85,7 +85,7 @@ fn fold(runtime: Runtime, bytes: &[u8]) -> u64 {
 /// session log (flushed after each 64 KiB chunk, as the loop does once per
 /// wakeup). The difference to `fold` is what durability costs.
 fn fold_and_log(runtime: Runtime, bytes: &[u8], dir: &std::path::Path) -> u64 {
-    use colibri::core::ingest::{Frame, LineFramer};
+    use colibri::core::ingest::Frame;
     use colibri::core::pane::LineKind;
     use colibri::daemon::store::{LineRecord, SessionStore, StoreConfig};
     let cfg = StoreConfig {
@@ -106,12 +106,10 @@ fn fold_and_log(runtime: Runtime, bytes: &[u8], dir: &std::path::Path) -> u64 {
         DEFAULT_MAX_LINE,
         t,
     );
-    let mut framer = LineFramer::new(DEFAULT_MAX_LINE);
     let mut out = Vec::new();
     for chunk in bytes.chunks(64 * 1024) {
-        pane.count_bytes(chunk.len());
-        framer.feed(chunk, |frame| {
-            let kind = pane.ingest_frame(frame, t, &mut out);
+        // The daemon's path: the pane's single ingest entry, logging each line.
+        pane.ingest_with(chunk, t, &mut out, |frame, kind| {
             let rec = match (kind, frame) {
                 (LineKind::Event, Frame::Line(l)) => LineRecord::Event(l),
                 (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),

@@ -343,48 +343,96 @@ pub enum Command {
     Hint(HintArgs),
 }
 
-impl Command {
-    /// The wire name, for errors and logs.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Command::Status => "status",
-            Command::GlasspaneSnapshot => "glasspane-snapshot",
-            Command::Snapshot(_) => "snapshot",
-            Command::ListSessions => "list-sessions",
-            Command::SpawnAgent(_) => "spawn-agent",
-            Command::KillAgent(_) => "kill-agent",
-            Command::GetSession(_) => "get-session",
-            Command::CompactSession(_) => "compact-session",
-            Command::Watch(_) => "watch",
-            Command::PauseAgent(_) => "pause-agent",
-            Command::ResumeAgent(_) => "resume-agent",
-            Command::SignalAgent(_) => "signal-agent",
-            Command::SendInput(_) => "send-input",
-            Command::Emit(_) => "emit",
-            Command::Whoami => "whoami",
-            Command::Hint(_) => "hint",
-        }
-    }
+/// Who may use a command.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CommandScope {
+    /// The operator socket only.
+    Operator,
+    /// Also a jail's agent socket (on that jail's panes only).
+    Agent,
 }
 
-pub const COMMAND_NAMES: [&str; 16] = [
-    "status",
-    "glasspane-snapshot",
-    "snapshot",
-    "list-sessions",
-    "spawn-agent",
-    "kill-agent",
-    "get-session",
-    "compact-session",
-    "watch",
-    "pause-agent",
-    "resume-agent",
-    "signal-agent",
-    "send-input",
-    "emit",
-    "whoami",
-    "hint",
-];
+/// One row of the command table.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CommandInfo {
+    pub name: &'static str,
+    pub scope: CommandScope,
+}
+
+const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
+    CommandInfo { name, scope }
+}
+
+/// The command table (tmux's `cmd_table`): the wire name and the scope of
+/// every command, in [`Command::index`] order. Names, the jail-scope check
+/// and the docs tidy test derive from it; the daemon's handler table is
+/// checked against it row by row.
+pub const COMMANDS: [CommandInfo; 16] = {
+    use CommandScope::{Agent, Operator};
+    [
+        cmd("status", Agent),
+        cmd("glasspane-snapshot", Agent),
+        cmd("snapshot", Agent),
+        cmd("list-sessions", Operator),
+        cmd("spawn-agent", Operator),
+        cmd("kill-agent", Operator),
+        cmd("get-session", Operator),
+        cmd("compact-session", Operator),
+        cmd("watch", Agent),
+        cmd("pause-agent", Operator),
+        cmd("resume-agent", Operator),
+        cmd("signal-agent", Operator),
+        cmd("send-input", Operator),
+        cmd("emit", Agent),
+        cmd("whoami", Agent),
+        cmd("hint", Operator),
+    ]
+};
+
+const fn command_names() -> [&'static str; COMMANDS.len()] {
+    let mut out = [""; COMMANDS.len()];
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        out[i] = COMMANDS[i].name;
+        i += 1;
+    }
+    out
+}
+
+pub const COMMAND_NAMES: [&str; COMMANDS.len()] = command_names();
+
+impl Command {
+    /// The command's row in [`COMMANDS`].
+    pub fn index(&self) -> usize {
+        match self {
+            Command::Status => 0,
+            Command::GlasspaneSnapshot => 1,
+            Command::Snapshot(_) => 2,
+            Command::ListSessions => 3,
+            Command::SpawnAgent(_) => 4,
+            Command::KillAgent(_) => 5,
+            Command::GetSession(_) => 6,
+            Command::CompactSession(_) => 7,
+            Command::Watch(_) => 8,
+            Command::PauseAgent(_) => 9,
+            Command::ResumeAgent(_) => 10,
+            Command::SignalAgent(_) => 11,
+            Command::SendInput(_) => 12,
+            Command::Emit(_) => 13,
+            Command::Whoami => 14,
+            Command::Hint(_) => 15,
+        }
+    }
+
+    pub fn info(&self) -> CommandInfo {
+        COMMANDS[self.index()]
+    }
+
+    /// The wire name, for errors and logs.
+    pub fn name(&self) -> &'static str {
+        self.info().name
+    }
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct SnapshotArgs {
@@ -553,6 +601,124 @@ impl Request {
 }
 
 // ---------------------------------------------------------------------------
+// Errors
+
+/// What kind of failure an error reply reports, stable on the wire as
+/// `code`, so a client tells "not found" from "not running" without
+/// parsing English.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request line is not JSON, not an object, or has no `cmd`.
+    BadRequest,
+    /// `cmd` names no command.
+    UnknownCommand,
+    /// The arguments do not fit the command, or a value is out of range.
+    Invalid,
+    /// No such agent (or session) in the caller's scope.
+    NotFound,
+    /// The agent exists but has no running process.
+    NotRunning,
+    /// The command is not permitted on this socket.
+    Forbidden,
+    /// colibrid is shutting down.
+    Stopping,
+    /// A queue or a limit is full (connections, input, replies, watchers).
+    Busy,
+    /// The session store failed.
+    Store,
+    /// The operating system refused (spawn, signal, PTY).
+    Os,
+    /// A bug: the daemon could not encode its own reply.
+    Internal,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 11] = [
+        ErrorCode::BadRequest,
+        ErrorCode::UnknownCommand,
+        ErrorCode::Invalid,
+        ErrorCode::NotFound,
+        ErrorCode::NotRunning,
+        ErrorCode::Forbidden,
+        ErrorCode::Stopping,
+        ErrorCode::Busy,
+        ErrorCode::Store,
+        ErrorCode::Os,
+        ErrorCode::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::UnknownCommand => "unknown_command",
+            ErrorCode::Invalid => "invalid",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::NotRunning => "not_running",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::Stopping => "stopping",
+            ErrorCode::Busy => "busy",
+            ErrorCode::Store => "store",
+            ErrorCode::Os => "os",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// A failed command: its code and the message for humans.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl CommandError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> CommandError {
+        CommandError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> CommandError {
+        CommandError::new(ErrorCode::Invalid, message)
+    }
+
+    pub fn not_found(agent_id: &str) -> CommandError {
+        CommandError::new(ErrorCode::NotFound, format!("no agent {agent_id:?}"))
+    }
+
+    pub fn not_running(agent_id: &str) -> CommandError {
+        CommandError::new(
+            ErrorCode::NotRunning,
+            format!("agent {agent_id} is not running"),
+        )
+    }
+
+    pub fn os(message: impl Into<String>) -> CommandError {
+        CommandError::new(ErrorCode::Os, message)
+    }
+}
+
+impl std::fmt::Display for CommandError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl RequestError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            RequestError::UnknownCommand(_) => ErrorCode::UnknownCommand,
+            RequestError::BadArgs { .. } => ErrorCode::Invalid,
+            RequestError::Json(_) | RequestError::NotObject | RequestError::MissingCmd => {
+                ErrorCode::BadRequest
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Replies
 
 /// The contract's envelope: `{"ok","error","data"}`, plus `id` when the
@@ -561,6 +727,10 @@ impl Request {
 pub struct Response<T> {
     pub ok: bool,
     pub error: Option<String>,
+    /// The error's stable [`ErrorCode`], next to `error` (absent on success,
+    /// so success replies are byte for byte the contract's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
     pub data: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Value>,
@@ -571,11 +741,17 @@ pub fn ok_line<T: Serialize>(id: Option<&Value>, data: &T) -> Vec<u8> {
     let resp = Response {
         ok: true,
         error: None,
+        code: None,
         data: Some(data),
         id: id.cloned(),
     };
-    let mut v = serde_json::to_vec(&resp)
-        .unwrap_or_else(|e| err_line(id, &format!("cannot encode reply: {e}")));
+    let mut v = serde_json::to_vec(&resp).unwrap_or_else(|e| {
+        err_line(
+            id,
+            ErrorCode::Internal,
+            &format!("cannot encode reply: {e}"),
+        )
+    });
     if v.last() != Some(&b'\n') {
         v.push(b'\n');
     }
@@ -583,10 +759,11 @@ pub fn ok_line<T: Serialize>(id: Option<&Value>, data: &T) -> Vec<u8> {
 }
 
 /// Serialises an error reply as one line (with its `\n`).
-pub fn err_line(id: Option<&Value>, error: &str) -> Vec<u8> {
+pub fn err_line(id: Option<&Value>, code: ErrorCode, error: &str) -> Vec<u8> {
     let resp: Response<()> = Response {
         ok: false,
         error: Some(error.to_string()),
+        code: Some(code),
         data: None,
         id: id.cloned(),
     };
@@ -657,6 +834,91 @@ pub struct SpawnData {
     pub pid: i32,
 }
 
+/// `kill-agent`: `status` is `killed`, or `stopped` for a pending restart.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KillReply {
+    pub agent_id: String,
+    pub status: String,
+}
+
+/// `pause-agent`, `resume-agent`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PauseReply {
+    pub agent_id: String,
+    pub paused: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignalReply {
+    pub agent_id: String,
+    pub signal: i32,
+}
+
+/// `send-input`: bytes queued (the text plus its newline).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InputReply {
+    pub agent_id: String,
+    pub queued: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EmitReply {
+    pub accepted: bool,
+    pub state: AgentState,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WatchReply {
+    pub watching: bool,
+    pub seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompactReply {
+    pub before_bytes: u64,
+    pub after_bytes: u64,
+    pub dropped_lines: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WhoamiReply {
+    pub scope: String,
+    pub jail: Option<String>,
+    pub peer_pid: Option<i32>,
+    pub peer_uid: Option<u32>,
+    pub panes: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HintReply {
+    pub rebased: usize,
+}
+
+/// Every reply's data, one variant per reply type; serialised as the
+/// variant's own shape (the wire has no tag).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Reply {
+    Status(Box<StatusData>),
+    SnapshotV1(SnapshotV1),
+    SnapshotV2(SnapshotV2),
+    Sessions(Vec<SessionSummary>),
+    /// `get-session`: the session store's dump.
+    Session(Value),
+    Spawn(SpawnData),
+    Kill(KillReply),
+    Pause(PauseReply),
+    Signal(SignalReply),
+    Input(InputReply),
+    Emit(EmitReply),
+    Watch(WatchReply),
+    Compact(CompactReply),
+    Whoami(WhoamiReply),
+    Hint(HintReply),
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionSummary {
     pub id: String,
@@ -681,6 +943,9 @@ pub struct SessionSummary {
 /// whole daemon, so a gap tells a watcher it missed something.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WatchEvent {
+    /// Names the daemon's run; `seq` starts over in a new epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
     pub seq: u64,
     pub at: String,
     #[serde(flatten)]
@@ -735,6 +1000,11 @@ pub enum WatchKind {
         generation: u32,
         pid: i32,
     },
+    /// The restart policy wanted another run but `attempts` are used up.
+    RestartsExhausted {
+        pane: String,
+        attempts: u32,
+    },
     Heartbeat {
         panes: usize,
     },
@@ -751,7 +1021,8 @@ impl WatchKind {
             | WatchKind::Resumed { pane }
             | WatchKind::Exited { pane, .. }
             | WatchKind::RestartScheduled { pane, .. }
-            | WatchKind::Restarted { pane, .. } => Some(pane),
+            | WatchKind::Restarted { pane, .. }
+            | WatchKind::RestartsExhausted { pane, .. } => Some(pane),
             WatchKind::Heartbeat { .. } => None,
         }
     }
@@ -823,10 +1094,11 @@ mod tests {
 
     #[test]
     fn envelope_has_all_three_fields() {
-        let line = err_line(None, "boom");
+        // `code` is additive: next to `error`, only on errors.
+        let line = err_line(None, ErrorCode::NotFound, "boom");
         assert_eq!(
             line,
-            b"{\"ok\":false,\"error\":\"boom\",\"data\":null}\n".to_vec()
+            b"{\"ok\":false,\"error\":\"boom\",\"code\":\"not_found\",\"data\":null}\n".to_vec()
         );
         let line = ok_line(Some(&Value::from("r1")), &serde_json::json!({"x":1}));
         assert_eq!(

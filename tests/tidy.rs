@@ -5,7 +5,7 @@
 //! colibri.toml(5) marks exactly the keys SIGHUP reloads.
 
 use colibri::core::state::AgentState;
-use colibri::protocol::{WatchKind, COMMAND_NAMES};
+use colibri::protocol::{ErrorCode, WatchKind, COMMAND_NAMES};
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + path)
@@ -66,6 +66,10 @@ fn every_watch_kind() -> Vec<WatchKind> {
             generation: 1,
             pid: 1,
         },
+        WatchKind::RestartsExhausted {
+            pane: p(),
+            attempts: 3,
+        },
         WatchKind::Heartbeat { panes: 0 },
     ];
     for k in &all {
@@ -79,6 +83,7 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::Exited { .. }
             | WatchKind::RestartScheduled { .. }
             | WatchKind::Restarted { .. }
+            | WatchKind::RestartsExhausted { .. }
             | WatchKind::Heartbeat { .. } => {}
         }
     }
@@ -330,4 +335,58 @@ fn the_reload_marks_in_colibri_toml_5_match_the_code() {
     assert!(checked > 20, "only {checked} keys found in colibri.toml(5)");
     assert!(colibri::config::is_reloadable("providers.any"));
     assert!(!colibri::config::is_reloadable("jails.any"));
+}
+#[test]
+fn every_error_code_is_documented() {
+    let doc = read("docs/PROTOCOL.md");
+    for code in ErrorCode::ALL {
+        let wire = serde_json::to_value(code).expect("serialises");
+        assert_eq!(wire, serde_json::json!(code.as_str()));
+        assert!(
+            doc.contains(&format!("| `{}` |", code.as_str())),
+            "docs/PROTOCOL.md has no row for error code `{}`",
+            code.as_str()
+        );
+    }
+}
+
+/// Reply shapes are typed in `protocol`; the daemon builds none by hand.
+/// The session store's `get-session` dump (a `Value` tree) is the one
+/// exception left, until the store's reader is reworked.
+#[test]
+fn no_json_macro_in_the_daemon_outside_tests() {
+    let mut offenders = Vec::new();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/src/daemon");
+    let mut stack = vec![std::path::PathBuf::from(root)];
+    let mut files = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src/daemon").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if !path.ends_with("store") {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if path.ends_with("store.rs") {
+                continue;
+            }
+            files += 1;
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            // Test modules come last in every file.
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            if code
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .any(|l| l.contains("json!"))
+            {
+                offenders.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(files > 10, "read only {files} files under src/daemon");
+    assert!(
+        offenders.is_empty(),
+        "json! outside tests in: {offenders:?}"
+    );
 }

@@ -406,6 +406,12 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
                 who(pane)
             )
         }
+        WatchKind::RestartsExhausted { pane, attempts } => {
+            format!(
+                "{} not restarted again ({attempts} restarts used)",
+                who(pane)
+            )
+        }
         WatchKind::Heartbeat { panes } => format!("heartbeat ({panes} pane(s))"),
     };
     format!("{time} #{} {what}", ev.seq)
@@ -601,6 +607,7 @@ pub(crate) mod tests {
         let mut names = BTreeMap::new();
         names.insert("0b7e5c1a-9d2f".to_string(), "pi-dialog".to_string());
         let ev = WatchEvent {
+            epoch: None,
             seq: 12,
             at: "2026-05-27T12:00:03.250Z".into(),
             kind: WatchKind::State {
@@ -615,6 +622,7 @@ pub(crate) mod tests {
             "12:00:03.250 #12 0b7e5c1a (pi-dialog) working → blocked (Apply the migration?)"
         );
         let ev = WatchEvent {
+            epoch: None,
             seq: 13,
             at: "x".into(),
             kind: WatchKind::Exited {

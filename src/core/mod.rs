@@ -6,6 +6,7 @@
 //! get exactly the states the daemon saw live.
 
 pub mod ingest;
+pub mod lifecycle;
 pub mod pane;
 pub mod reconcile;
 pub mod resolve;

@@ -26,6 +26,14 @@ impl PaneId {
     }
 }
 
+/// Lets a map keyed by `PaneId` be searched with a `&str` (no allocation
+/// per lookup); the derived `Hash` of the one field hashes like a `str`.
+impl std::borrow::Borrow<str> for PaneId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl std::fmt::Display for PaneId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -256,10 +264,25 @@ impl Pane {
 
     /// Feeds a chunk of the agent's output.
     pub fn ingest(&mut self, chunk: &[u8], now: Timestamp, out: &mut Vec<Transition>) {
+        self.ingest_with(chunk, now, out, |_, _| {});
+    }
+
+    /// The single ingest entry, shared by the daemon, `emit` and `fold`:
+    /// counts the bytes, frames them with the pane's own framer, folds each
+    /// line, and hands each frame with its kind to `on_line` (the daemon
+    /// writes its session log there; fold passes a no-op).
+    pub fn ingest_with(
+        &mut self,
+        chunk: &[u8],
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+        mut on_line: impl FnMut(Frame<'_>, LineKind),
+    ) {
         self.counters.bytes += chunk.len() as u64;
         let mut framer = std::mem::replace(&mut self.framer, LineFramer::new(1));
         framer.feed(chunk, |frame| {
-            self.on_frame(frame, now, out);
+            let kind = self.on_frame(frame, now, out);
+            on_line(frame, kind);
         });
         self.framer = framer;
     }
@@ -271,37 +294,51 @@ impl Pane {
         now: Timestamp,
         out: &mut Vec<Transition>,
     ) -> LineKind {
-        self.counters.bytes += line.len() as u64 + 1;
-        if line.len() > self.framer.max_line() {
-            self.on_frame(Frame::Oversize, now, out)
-        } else {
-            self.on_frame(Frame::Line(line), now, out)
-        }
+        self.ingest_line_with(line, now, out, |_, _| {})
     }
 
-    /// Feeds one frame produced by a caller's own [`LineFramer`] (the daemon
-    /// frames itself so it can log each line with its kind). `bytes` is not
-    /// counted here; see [`Pane::count_bytes`].
-    pub fn ingest_frame(
+    /// [`Pane::ingest_with`] for one line that arrived whole (`emit`): the
+    /// same counting and the same oversize cap as a framed line.
+    pub fn ingest_line_with(
         &mut self,
-        frame: Frame<'_>,
+        line: &[u8],
         now: Timestamp,
         out: &mut Vec<Transition>,
+        mut on_line: impl FnMut(Frame<'_>, LineKind),
     ) -> LineKind {
-        self.on_frame(frame, now, out)
+        self.counters.bytes += line.len() as u64 + 1;
+        let frame = if line.len() > self.framer.max_line() {
+            Frame::Oversize
+        } else {
+            Frame::Line(line)
+        };
+        let kind = self.on_frame(frame, now, out);
+        on_line(frame, kind);
+        kind
     }
 
-    /// Counts raw bytes read from the agent (framing done by the caller).
-    pub fn count_bytes(&mut self, n: usize) {
-        self.counters.bytes += n as u64;
+    /// The line cap of the pane's framer.
+    pub fn max_line(&self) -> usize {
+        self.framer.max_line()
     }
 
     /// The stream ended: a last line without a newline still counts, and
     /// lines held for detection are interpreted with the default dialect.
     pub fn finish_stream(&mut self, now: Timestamp, out: &mut Vec<Transition>) {
+        self.finish_stream_with(now, out, |_, _| {});
+    }
+
+    /// [`Pane::finish_stream`], handing the last frame to `on_line`.
+    pub fn finish_stream_with(
+        &mut self,
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+        mut on_line: impl FnMut(Frame<'_>, LineKind),
+    ) {
         let mut framer = std::mem::replace(&mut self.framer, LineFramer::new(1));
         framer.finish(|frame| {
-            self.on_frame(frame, now, out);
+            let kind = self.on_frame(frame, now, out);
+            on_line(frame, kind);
         });
         self.framer = framer;
         if matches!(self.dialect, Dialect::Detecting { .. }) {

@@ -1,8 +1,9 @@
-//! All panes of one daemon (or one offline fold), addressed by key or id.
+//! A container of panes for offline folds and the contract's
+//! `attach_pane_at`/`ingest_line_at` shape, addressed by key or id.
 //!
-//! Panes are kept in attach order and never removed, as the contract says;
-//! a [`PaneKey`] is an index, so the daemon's token table can name a pane
-//! without hashing its id on every event.
+//! The daemon does not use it: its panes live in `daemon::panes::PaneTable`
+//! (one slot per pane with its process, generational keys, removal).
+//! Panes here are kept in attach order and never removed.
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! What the daemon keeps per pane beyond the core's view: the process, its
-//! PTY, its timers and its restart policy.
+//! PTY, its life (`core::lifecycle`), its deadlines and its restart policy.
 //!
 //! An [`Agent`] lives as long as its pane. Its [`Proc`] exists while the
 //! agent process or its PTY is alive and owns their fds (the PTY master,
@@ -8,45 +8,20 @@
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use mio::Token;
 
-use crate::core::ingest::LineFramer;
+use crate::core::lifecycle::{Life, RestartRule};
 use crate::core::pane::ExitStatus;
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
-use crate::platform::{ExitWatch, KernelTimer, Pid};
+use crate::daemon::timers::PaneTimers;
+use crate::platform::{ExitWatch, Pid};
 
 /// Input queued for an agent's PTY beyond this is refused.
 pub const INPUT_QUEUE_LIMIT: usize = 256 * 1024;
 
-/// When an agent's process ends, should it be started again?
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum RestartPolicy {
-    Never,
-    OnFailure,
-    Always,
-}
-
-impl RestartPolicy {
-    pub fn parse(s: &str) -> Option<RestartPolicy> {
-        match s {
-            "never" | "no" => Some(RestartPolicy::Never),
-            "on-failure" => Some(RestartPolicy::OnFailure),
-            "always" => Some(RestartPolicy::Always),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RestartPolicy::Never => "never",
-            RestartPolicy::OnFailure => "on-failure",
-            RestartPolicy::Always => "always",
-        }
-    }
-}
+pub use crate::core::lifecycle::RestartPolicy;
 
 /// Everything needed to start (and restart) an agent.
 #[derive(Clone, Debug)]
@@ -67,19 +42,6 @@ pub struct RestartState {
     pub max: u32,
     /// Consecutive restarts so far.
     pub attempts: u32,
-    pub next_at: Option<Timestamp>,
-}
-
-/// What a pane's deadline timer is currently armed for.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum TimerMode {
-    Disarmed,
-    /// The pane's stall deadline (re-checked when it fires: lazily re-armed).
-    Stall,
-    /// The process exited; wait this long for the PTY's end of file.
-    Drain,
-    /// Restart backoff.
-    Restart,
 }
 
 /// A running (or just exited) agent process and its PTY.
@@ -97,7 +59,6 @@ pub struct Proc {
     pub exit_watch: Option<ExitWatch>,
     pub exit_token: Token,
     pub status: Option<ExitStatus>,
-    pub framer: LineFramer,
     pub input: VecDeque<u8>,
     pub write_interest: bool,
 }
@@ -112,18 +73,17 @@ pub struct Agent {
     pub recipe: Option<Recipe>,
     pub restart: RestartState,
     pub proc: Option<Proc>,
-    pub timer: Option<(KernelTimer, Token)>,
-    pub timer_mode: TimerMode,
-    /// When the armed timer is due. A timer event before it is stale (on
-    /// FreeBSD, one fetched in the same poll batch as a re-arm) and ignored.
-    pub timer_due: Option<Timestamp>,
+    /// Where the process is in its life (see `core::lifecycle`).
+    pub life: Life,
+    pub timers: PaneTimers,
     /// Set while reported stalled: the pane's `quiet_since` at that moment.
     pub stalled_at_quiet: Option<Timestamp>,
     /// Why the operator or the daemon ended it (kill, shutdown): no restart.
     pub stopped_by: Option<String>,
-    pub paused: bool,
     /// The session index has this pane's runtime (given or detected).
     pub runtime_indexed: bool,
+    /// This run's failure was alerted (the bus alerts one per failure).
+    pub failure_alerted: bool,
 }
 
 impl Agent {
@@ -143,13 +103,12 @@ impl Agent {
             recipe,
             restart,
             proc: None,
-            timer: None,
-            timer_mode: TimerMode::Disarmed,
-            timer_due: None,
+            life: Life::Idle,
+            timers: PaneTimers::default(),
             stalled_at_quiet: None,
             stopped_by: None,
-            paused: false,
             runtime_indexed: false,
+            failure_alerted: false,
         }
     }
 
@@ -160,13 +119,18 @@ impl Agent {
             .map(|p| p.pid)
     }
 
-    /// The next restart delay from the backoff schedule, or `None` when the
-    /// schedule or the count is exhausted.
-    pub fn restart_delay(&self, backoff: &[Duration]) -> Option<Duration> {
-        if self.restart.attempts >= self.restart.max || backoff.is_empty() {
-            return None;
+    /// When a scheduled restart is due.
+    pub fn next_restart_at(&self) -> Option<Timestamp> {
+        match self.life {
+            Life::Backoff { until, .. } => Some(until),
+            _ => None,
         }
-        let i = (self.restart.attempts as usize).min(backoff.len() - 1);
-        Some(backoff[i])
+    }
+
+    pub fn rule(&self) -> RestartRule {
+        RestartRule {
+            policy: self.restart.policy,
+            max: self.restart.max,
+        }
     }
 }

@@ -71,6 +71,8 @@ pub enum AlertKind {
     Exited,
     /// The daemon could not write session logs (disk full or failing).
     LogWrite,
+    /// An agent's restart policy is spent: it stays down.
+    RestartsExhausted,
 }
 
 impl AlertKind {
@@ -83,6 +85,7 @@ impl AlertKind {
             AlertKind::Error => "error",
             AlertKind::Exited => "exited",
             AlertKind::LogWrite => "log_write",
+            AlertKind::RestartsExhausted => "restarts_exhausted",
         }
     }
 }
@@ -361,7 +364,7 @@ pub fn severity_of(kind: AlertKind, f: &AlertFields<'_>) -> Severity {
     match kind {
         AlertKind::Blocked | AlertKind::Stalled => Severity::Warning,
         AlertKind::Unstalled => Severity::Notice,
-        AlertKind::Error | AlertKind::LogWrite => Severity::Err,
+        AlertKind::Error | AlertKind::LogWrite | AlertKind::RestartsExhausted => Severity::Err,
         AlertKind::Exited => {
             let failed = f.exit_code.is_some_and(|code| code != 0) || f.exit_signal.is_some();
             if failed {

@@ -1,20 +1,35 @@
 //! colibrid: the single-threaded event loop and everything it owns.
 //!
 //! Entry point: [`Daemon::start`] then [`Daemon::run`] (see
-//! `src/bin/colibrid.rs`). Code map: `event_loop` (the loop, PTY reads,
-//! exits, timers, shutdown), `commands` (socket commands, recovery),
-//! `conn` (one client), `source` (the token slab), `agent` (per-pane
-//! process state), `store` (session logs), `alert` (syslog), `settings`.
+//! `src/bin/colibrid.rs`). Code map (docs/ARCHITECTURE.md has the whole
+//! picture): `event_loop` (the loop and its dispatch), `server` (listeners,
+//! connections), `proc` (spawning, PTY reads and writes, exits), `life`
+//! (applies `core::lifecycle` and the per-pane deadlines of `timers`),
+//! `commands/` (the command table and one file per group), `bus` (the one
+//! way out for events: seq, watchers, alerts), `panes` (the one owner of
+//! per-pane state), `agent` (per-pane process state), `views` (snapshots,
+//! status), `recovery`, `conn` (one client), `source` (the token slab),
+//! `store` (session logs), `alert` (syslog), `settings`.
 
 pub mod agent;
 pub mod alert;
+pub mod bus;
+mod classify;
 pub(crate) mod commands;
 pub mod conn;
 pub mod diag;
 pub mod event_loop;
+mod life;
+pub mod panes;
+mod proc;
+pub(crate) mod recovery;
+mod server;
 pub mod settings;
+mod shutdown;
 pub mod source;
 pub mod store;
+pub mod timers;
+pub(crate) mod views;
 
 pub use event_loop::{now, Daemon, DaemonError};
 pub use settings::{Reload, Settings};

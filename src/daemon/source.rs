@@ -9,7 +9,28 @@
 use mio::Token;
 use slab::Slab;
 
-use crate::core::supervisor::PaneKey;
+/// A pane in the pane table: its slot's index and the generation the slot
+/// had when the pane was added. Defined here, with the other things a
+/// token names, so the token space depends on nothing above it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PaneKey {
+    index: u32,
+    generation: u32,
+}
+
+impl PaneKey {
+    pub(crate) fn new(index: u32, generation: u32) -> PaneKey {
+        PaneKey { index, generation }
+    }
+
+    pub(crate) fn index(self) -> u32 {
+        self.index
+    }
+
+    pub(crate) fn generation(self) -> u32 {
+        self.generation
+    }
+}
 
 /// Index of a client connection in the daemon's connection slab.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

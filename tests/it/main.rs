@@ -12,5 +12,7 @@ mod contract;
 mod durability;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.
 mod lifecycle;
+/// The reshaped top layer: per-pane resources, lifecycle events, the bus.
+mod reshape;
 /// Bad input, slow clients, floods, scale.
 mod robustness;

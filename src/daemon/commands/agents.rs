@@ -1,0 +1,239 @@
+//! `spawn-agent`: resolve the command line, create the pane, start it.
+
+use std::path::{Path, PathBuf};
+
+use crate::core::lifecycle::{LifeEvent, RestartPlan};
+use crate::core::pane::{Pane, PaneId};
+use crate::core::time::Timestamp;
+use crate::daemon::agent::{Agent, Recipe, RestartPolicy, RestartState};
+use crate::daemon::event_loop::Daemon;
+use crate::daemon::store::{ExitRecord, SessionStore};
+use crate::platform;
+use crate::protocol::{Command, CommandError, ErrorCode, Reply, SpawnArgs, SpawnData, WatchKind};
+
+use super::{mismatch, Call};
+
+pub(super) fn spawn(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::SpawnAgent(a) = c else {
+        return Err(mismatch(&c));
+    };
+    d.cmd_spawn(*a, call.t).map(Reply::Spawn)
+}
+
+impl Daemon {
+    fn spawn_argv(&self, a: &SpawnArgs) -> Result<Vec<String>, CommandError> {
+        if let Some(argv) = &a.argv {
+            if argv.is_empty() || argv[0].is_empty() {
+                return Err(CommandError::invalid("argv must name a program"));
+            }
+            return Ok(argv.clone());
+        }
+        let Some(provider) = a.provider.as_deref() else {
+            return Err(CommandError::invalid(
+                "spawn-agent needs \"argv\", or \"provider\" and \"model\"",
+            ));
+        };
+        let model = a.model.as_deref();
+        if provider == "local" {
+            // The contract: for provider "local", model is the executable.
+            let Some(exe) = model.filter(|m| !m.is_empty()) else {
+                return Err(CommandError::invalid(
+                    "provider \"local\" needs \"model\": the executable to run",
+                ));
+            };
+            return Ok(vec![exe.to_string()]);
+        }
+        let Some(template) = self.settings.providers.get(provider) else {
+            return Err(CommandError::invalid(format!(
+                "unknown provider {provider:?}: configure [providers.{provider}] argv = [...]"
+            )));
+        };
+        let values = [
+            ("{provider}", Some(provider)),
+            ("{model}", model),
+            ("{session_id}", a.session_id.as_deref()),
+            ("{system_prompt}", a.system_prompt.as_deref()),
+        ];
+        let mut argv = Vec::with_capacity(template.len());
+        'tokens: for tok in template {
+            let mut s = tok.clone();
+            for (ph, v) in values {
+                if s.contains(ph) {
+                    match v {
+                        Some(v) => s = s.replace(ph, v),
+                        // A placeholder without a value drops its argument
+                        // and the flag before it (`--model {model}`).
+                        None => {
+                            if argv.last().is_some_and(|p: &String| p.starts_with('-')) {
+                                argv.pop();
+                            }
+                            continue 'tokens;
+                        }
+                    }
+                }
+            }
+            argv.push(s);
+        }
+        if argv.is_empty() {
+            return Err(CommandError::invalid(format!(
+                "provider {provider:?} has an empty argv"
+            )));
+        }
+        Ok(argv)
+    }
+
+    fn cmd_spawn(&mut self, a: SpawnArgs, t: Timestamp) -> Result<SpawnData, CommandError> {
+        if self.is_stopping() {
+            return Err(CommandError::new(
+                ErrorCode::Stopping,
+                "colibrid is stopping",
+            ));
+        }
+        let argv = self.spawn_argv(&a)?;
+        if let Some(stall) = a.stall_after {
+            crate::config::check_stall_after(stall.0)
+                .map_err(|e| CommandError::invalid(format!("stall_after: {e}")))?;
+        }
+        let session = match &a.session_id {
+            Some(s) if !SessionStore::valid_session_id(s) => {
+                return Err(CommandError::invalid(format!(
+                    "bad session_id {s:?}: use letters, digits, '.', '_' or '-' (at most 128)"
+                )))
+            }
+            Some(s) => s.clone(),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        if let Some(n) = &a.name {
+            if n.is_empty()
+                || self
+                    .panes
+                    .iter()
+                    .any(|(_, s)| s.pane.name.as_deref() == Some(n.as_str()))
+            {
+                return Err(CommandError::invalid(format!(
+                    "name {n:?} is empty or already used"
+                )));
+            }
+        }
+        let policy = match a.restart.as_deref() {
+            None => RestartPolicy::Never,
+            Some(s) => RestartPolicy::parse(s).ok_or_else(|| {
+                CommandError::invalid(format!(
+                    "bad restart policy {s:?} (never, on-failure, always)"
+                ))
+            })?,
+        };
+        if a.jail.is_some() && !platform::JAILS_SUPPORTED {
+            return Err(CommandError::invalid(format!(
+                "jails are FreeBSD-only; this colibrid runs on {}",
+                std::env::consts::OS
+            )));
+        }
+        let cwd = a.cwd.as_ref().map(PathBuf::from);
+        if let (Some(c), None) = (&cwd, &a.jail) {
+            if !c.is_dir() {
+                return Err(CommandError::invalid(format!(
+                    "cwd {} is not a directory",
+                    c.display()
+                )));
+            }
+        }
+        let mut env: Vec<(String, String)> =
+            a.env.clone().unwrap_or_default().into_iter().collect();
+        if let Some(sp) = &a.system_prompt {
+            env.push(("COLIBRI_SYSTEM_PROMPT".into(), sp.clone()));
+        }
+        let recipe = Recipe {
+            argv,
+            env,
+            cwd: cwd.clone(),
+            jail: a.jail.clone(),
+            user: a.user.clone(),
+            cols: a.cols.unwrap_or(160).max(1),
+            rows: a.rows.unwrap_or(50).max(1),
+            runtime: a.runtime,
+        };
+        let pane_id = uuid::Uuid::new_v4().to_string();
+        let agent_name = Path::new(&recipe.argv[0]).file_name().map_or_else(
+            || recipe.argv[0].clone(),
+            |f| f.to_string_lossy().into_owned(),
+        );
+        // The pane and its agent record exist before the process so the
+        // tokens the process registers already name them.
+        let mut pane = Pane::new(
+            PaneId(pane_id.clone()),
+            agent_name.clone(),
+            recipe.runtime,
+            self.settings.daemon.max_line,
+            t,
+        );
+        pane.name = a.name.clone();
+        pane.stall_after = a.stall_after.map(|d| d.0);
+        let shown_cwd = cwd.clone().or_else(|| std::env::current_dir().ok());
+        pane.set_cwd(shown_cwd.map(|c| c.display().to_string()));
+        let restart = RestartState {
+            policy,
+            max: a.max_restarts.unwrap_or(self.settings.max_restarts),
+            attempts: 0,
+        };
+        let agent = Agent::new(
+            pane_id.clone(),
+            session.clone(),
+            a.jail.clone(),
+            Some(recipe.clone()),
+            restart,
+        );
+        let key = self.panes.insert(pane, agent);
+        let cwd_s = cwd.as_ref().map(|c| c.display().to_string());
+        self.store.ensure_session(
+            &session,
+            recipe.runtime.map(|r| r.as_str()),
+            cwd_s.as_deref(),
+            t,
+        );
+        self.log_attach(key, &recipe, t);
+        let name = a.name.clone();
+        match self.start_process(key, &recipe, t) {
+            Ok(pid) => {
+                self.life_event(key, LifeEvent::Spawned, t);
+                self.publish(
+                    WatchKind::Attached {
+                        pane: pane_id.clone(),
+                        agent: agent_name,
+                        name,
+                        pid: Some(pid),
+                    },
+                    t,
+                );
+                Ok(SpawnData {
+                    agent_id: pane_id,
+                    status: "running".into(),
+                    session_id: session,
+                    pid,
+                })
+            }
+            Err(why) => {
+                let reason = format!("spawn failed: {why}");
+                if let Some(p) = self.panes.pane_mut(key) {
+                    p.fail(reason.clone(), t, &mut self.transitions);
+                }
+                self.store.exit(
+                    &session,
+                    &ExitRecord {
+                        pane: &pane_id,
+                        state: "error",
+                        code: None,
+                        signal: None,
+                        reason: Some(&reason),
+                    },
+                    t,
+                );
+                self.after_ingest(key, t);
+                // A first spawn that fails is the operator's to retry.
+                let restart = RestartPlan::No;
+                self.life_event(key, LifeEvent::SpawnFailed { restart }, t);
+                Err(CommandError::os(reason))
+            }
+        }
+    }
+}

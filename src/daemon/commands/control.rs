@@ -1,0 +1,212 @@
+//! Process control: kill, pause and resume, signals, input, and the
+//! resume-from-sleep hint.
+
+use std::str::FromStr;
+
+use serde_json::Value;
+
+use crate::core::lifecycle::{Life, LifeEvent};
+use crate::core::time::Timestamp;
+use crate::daemon::agent::INPUT_QUEUE_LIMIT;
+use crate::daemon::conn::Scope;
+use crate::daemon::event_loop::Daemon;
+use crate::daemon::panes::{PaneKey, Slot};
+use crate::daemon::timers::Deadline;
+use crate::platform;
+use crate::protocol::{
+    Command, CommandError, ErrorCode, HintReply, InputReply, KillReply, PauseReply, Reply,
+    SignalReply, WatchKind,
+};
+
+use super::{mismatch, Call};
+
+pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::KillAgent(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let key = d.resolve(&Scope::Operator, &a.agent_id)?;
+    let t = call.t;
+    let agent = d
+        .panes
+        .agent_mut(key)
+        .ok_or_else(|| CommandError::not_found(&a.agent_id))?;
+    let pane_id = agent.pane_id.clone();
+    if matches!(agent.life, Life::Backoff { .. }) {
+        agent.stopped_by = Some("killed by operator".into());
+        d.life_event(key, LifeEvent::Stop, t);
+        return Ok(Reply::Kill(KillReply {
+            agent_id: pane_id,
+            status: "stopped".into(),
+        }));
+    }
+    let Some(pid) = agent.running_pid() else {
+        return Err(CommandError::not_running(&pane_id));
+    };
+    agent.stopped_by = Some("killed by operator".into());
+    platform::signal_tree(pid, libc::SIGKILL)
+        .map_err(|e| CommandError::os(format!("kill: {e}")))?;
+    // The contract: a forced kill is folded as an error at once.
+    if let Some(p) = d.panes.pane_mut(key) {
+        p.fail("killed by operator".into(), t, &mut d.transitions);
+    }
+    d.after_ingest(key, t);
+    Ok(Reply::Kill(KillReply {
+        agent_id: pane_id,
+        status: "killed".into(),
+    }))
+}
+
+pub(super) fn pause(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::PauseAgent(a) = c else {
+        return Err(mismatch(&c));
+    };
+    set_paused(d, &a.agent_id, true, call.t)
+}
+
+pub(super) fn resume(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::ResumeAgent(a) = c else {
+        return Err(mismatch(&c));
+    };
+    set_paused(d, &a.agent_id, false, call.t)
+}
+
+fn set_paused(
+    d: &mut Daemon,
+    agent_id: &str,
+    pause: bool,
+    t: Timestamp,
+) -> Result<Reply, CommandError> {
+    let key = d.resolve(&Scope::Operator, agent_id)?;
+    let Some(Slot { pane, agent }) = d.panes.get_mut(key) else {
+        return Err(CommandError::not_found(agent_id));
+    };
+    let pane_id = agent.pane_id.clone();
+    let Some(pid) = agent.running_pid() else {
+        return Err(CommandError::not_running(&pane_id));
+    };
+    let reply = |paused| {
+        Reply::Pause(PauseReply {
+            agent_id: pane_id.clone(),
+            paused,
+        })
+    };
+    if pane.paused == pause {
+        return Ok(reply(pause));
+    }
+    let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
+    platform::signal_tree(pid, sig).map_err(|e| CommandError::os(format!("signal: {e}")))?;
+    pane.paused = pause;
+    if !pause {
+        // Time spent stopped is not silence.
+        pane.rebase_quiet(t);
+    }
+    let pane = pane_id.clone();
+    let event = if pause {
+        WatchKind::Paused { pane }
+    } else {
+        WatchKind::Resumed { pane }
+    };
+    d.publish(event, t);
+    d.refresh_stall(key, t);
+    Ok(reply(pause))
+}
+
+pub(super) fn signal(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::SignalAgent(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let key = d.resolve(&Scope::Operator, &a.agent_id)?;
+    let sig = parse_signal(&a.signal).map_err(CommandError::invalid)?;
+    let agent = d
+        .panes
+        .agent(key)
+        .ok_or_else(|| CommandError::not_found(&a.agent_id))?;
+    let Some(pid) = agent.running_pid() else {
+        return Err(CommandError::not_running(&agent.pane_id));
+    };
+    platform::signal_tree(pid, sig).map_err(|e| CommandError::os(format!("signal: {e}")))?;
+    Ok(Reply::Signal(SignalReply {
+        agent_id: agent.pane_id.clone(),
+        signal: sig,
+    }))
+}
+
+pub(super) fn send_input(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::SendInput(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let key = d.resolve(&Scope::Operator, &a.agent_id)?;
+    let agent = d
+        .panes
+        .agent_mut(key)
+        .ok_or_else(|| CommandError::not_found(&a.agent_id))?;
+    let pane_id = agent.pane_id.clone();
+    let Some(proc_) = agent.proc.as_mut().filter(|p| p.status.is_none()) else {
+        return Err(CommandError::not_running(&pane_id));
+    };
+    let newline = a.newline.unwrap_or(true);
+    let n = a.text.len() + usize::from(newline);
+    if proc_.input.len() + n > INPUT_QUEUE_LIMIT {
+        return Err(CommandError::new(
+            ErrorCode::Busy,
+            format!("input queue of {pane_id} is full ({INPUT_QUEUE_LIMIT} bytes); the agent is not reading"),
+        ));
+    }
+    proc_.input.extend(a.text.as_bytes());
+    if newline {
+        proc_.input.push_back(b'\n');
+    }
+    d.write_input(key);
+    Ok(Reply::Input(InputReply {
+        agent_id: pane_id,
+        queued: n,
+    }))
+}
+
+pub(super) fn hint(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Hint(a) = c else {
+        return Err(mismatch(&c));
+    };
+    if a.kind != "resume" {
+        return Err(CommandError::invalid(format!(
+            "unknown hint {:?} (resume)",
+            a.kind
+        )));
+    }
+    let t = call.t;
+    // The host slept: silence during the sleep is not the agents' fault.
+    let keys: Vec<PaneKey> = d.panes.keys();
+    for &k in &keys {
+        if let Some(p) = d.panes.pane_mut(k) {
+            p.rebase_quiet(t);
+        }
+        d.clear_deadline(k, Deadline::Stall, t);
+        d.refresh_stall(k, t);
+    }
+    Ok(Reply::Hint(HintReply {
+        rebased: keys.len(),
+    }))
+}
+
+/// `TERM`, `SIGTERM` or `15`.
+fn parse_signal(v: &Value) -> Result<i32, String> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .filter(|n| nix::sys::signal::Signal::try_from(*n).is_ok())
+            .ok_or_else(|| format!("bad signal number {n}")),
+        Value::String(s) => {
+            let up = s.to_ascii_uppercase();
+            let name = if up.starts_with("SIG") {
+                up
+            } else {
+                format!("SIG{up}")
+            };
+            nix::sys::signal::Signal::from_str(&name)
+                .map(|s| s as i32)
+                .map_err(|_| format!("unknown signal {s:?}"))
+        }
+        _ => Err("signal must be a name or a number".into()),
+    }
+}

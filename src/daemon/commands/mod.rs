@@ -1,0 +1,132 @@
+//! Socket commands: one handler per command, found through one table.
+//!
+//! `protocol::COMMANDS` names every command and its scope; [`HANDLERS`]
+//! holds the handler for each row, in the same order (a unit test keeps
+//! them in step). Dispatch, the jail-scope check and the docs tidy test all
+//! derive from those two tables, as tmux's `cmd_table` does.
+//!
+//! A handler takes the daemon and the [`Call`] and returns a typed
+//! [`Reply`] or a [`CommandError`] with a stable code; it never writes to
+//! the client itself. Groups: `query` (status, snapshots, sessions,
+//! whoami), `agents` (spawn), `control` (kill, pause, signal, input, hint),
+//! `watch` (watch, emit), `session` (get and compact a session log).
+
+mod agents;
+mod control;
+mod query;
+mod session;
+mod watch;
+
+use crate::core::time::Timestamp;
+use crate::daemon::conn::Scope;
+use crate::daemon::event_loop::Daemon;
+use crate::daemon::panes::PaneKey;
+use crate::daemon::source::ConnId;
+use crate::protocol::{
+    self, Command, CommandError, CommandScope, ErrorCode, Reply, Request, COMMANDS,
+};
+
+/// Who called, on which socket, when.
+pub(crate) struct Call {
+    pub conn: ConnId,
+    pub scope: Scope,
+    pub t: Timestamp,
+}
+
+type Handler = fn(&mut Daemon, &Call, Command) -> Result<Reply, CommandError>;
+
+/// One handler per row of `protocol::COMMANDS`, in its order, each named
+/// for the row it serves (the unit test below checks the names).
+const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
+    ("status", query::status),
+    ("glasspane-snapshot", query::glasspane_snapshot),
+    ("snapshot", query::snapshot),
+    ("list-sessions", query::list_sessions),
+    ("spawn-agent", agents::spawn),
+    ("kill-agent", control::kill),
+    ("get-session", session::get),
+    ("compact-session", session::compact),
+    ("watch", watch::watch),
+    ("pause-agent", control::pause),
+    ("resume-agent", control::resume),
+    ("signal-agent", control::signal),
+    ("send-input", control::send_input),
+    ("emit", watch::emit),
+    ("whoami", query::whoami),
+    ("hint", control::hint),
+];
+
+/// A handler reached with another command's arguments: the tables are out
+/// of step (a bug the unit test below catches first).
+fn mismatch(c: &Command) -> CommandError {
+    CommandError::new(
+        ErrorCode::Internal,
+        format!("no handler for {} in this row", c.name()),
+    )
+}
+
+impl Daemon {
+    /// Serves one request; the reply line, or `None` for a closed client.
+    pub(crate) fn handle(&mut self, id: ConnId, req: Request, t: Timestamp) -> Option<Vec<u8>> {
+        let scope = self.conns.get(id.0).map(|c| c.scope.clone())?;
+        let rid = req.id.clone();
+        let info = req.command.info();
+        if let Scope::Jail(j) = &scope {
+            if info.scope != CommandScope::Agent {
+                let msg = format!(
+                    "{} is not permitted on the agent socket of jail {j}",
+                    info.name
+                );
+                return Some(protocol::err_line(rid.as_ref(), ErrorCode::Forbidden, &msg));
+            }
+        }
+        let call = Call { conn: id, scope, t };
+        let (_, handler) = HANDLERS[req.command.index()];
+        // Large typed replies (snapshots, status, sessions) are serialised
+        // straight into the reply line, never through a `Value` tree.
+        Some(match handler(self, &call, req.command) {
+            Ok(reply) => protocol::ok_line(rid.as_ref(), &reply),
+            Err(e) => protocol::err_line(rid.as_ref(), e.code, &e.message),
+        })
+    }
+
+    /// A pane by id or by name, visible in `scope`.
+    pub(crate) fn resolve(&self, scope: &Scope, agent_id: &str) -> Result<PaneKey, CommandError> {
+        let key = self.panes.key(agent_id).or_else(|| {
+            self.panes
+                .iter()
+                .find(|(_, s)| s.pane.name.as_deref() == Some(agent_id))
+                .map(|(k, _)| k)
+        });
+        match key {
+            Some(key) if self.visible(scope, key) => Ok(key),
+            _ => Err(CommandError::not_found(agent_id)),
+        }
+    }
+
+    pub(crate) fn visible(&self, scope: &Scope, key: PaneKey) -> bool {
+        match scope {
+            Scope::Operator => true,
+            Scope::Jail(j) => {
+                self.panes.agent(key).and_then(|a| a.jail.as_deref()) == Some(j.as_str())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_handler_table_follows_the_command_table() {
+        let rows: Vec<&str> = HANDLERS.iter().map(|(name, _)| *name).collect();
+        assert_eq!(rows, protocol::COMMAND_NAMES.to_vec());
+        for (i, info) in COMMANDS.iter().enumerate() {
+            let line = format!("{{\"cmd\":\"{}\"}}", info.name);
+            if let Ok(req) = Request::parse(line.as_bytes()) {
+                assert_eq!(req.command.index(), i, "{}", info.name);
+            }
+        }
+    }
+}

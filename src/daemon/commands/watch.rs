@@ -1,0 +1,57 @@
+//! `watch` (subscribe a connection to the bus) and `emit` (a line from
+//! outside the PTY, through the same ingest entry).
+
+use crate::core::pane::LineKind;
+use crate::core::state::AgentState;
+use crate::daemon::conn::WatchFilter;
+use crate::daemon::event_loop::Daemon;
+use crate::protocol::{Command, CommandError, EmitReply, ErrorCode, Reply, WatchReply};
+
+use super::{mismatch, Call};
+
+pub(super) fn watch(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Watch(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let panes = match a.panes {
+        None => None,
+        Some(list) => {
+            let mut ids = Vec::with_capacity(list.len());
+            for p in &list {
+                let key = d.resolve(&call.scope, p)?;
+                if let Some(agent) = d.panes.agent(key) {
+                    ids.push(agent.pane_id.clone());
+                }
+            }
+            Some(ids)
+        }
+    };
+    let Some(conn) = d.conns.get_mut(call.conn.0) else {
+        return Err(CommandError::new(ErrorCode::Internal, "connection closed"));
+    };
+    conn.watch = Some(WatchFilter { panes });
+    d.bus.subscribe(call.conn);
+    Ok(Reply::Watch(WatchReply {
+        watching: true,
+        seq: d.bus.seq(),
+        epoch: Some(d.bus.epoch().to_string()),
+    }))
+}
+
+pub(super) fn emit(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Emit(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let key = d.resolve(&call.scope, &a.agent_id)?;
+    if !a.event.is_object() {
+        return Err(CommandError::invalid("event must be a JSON object"));
+    }
+    let line = serde_json::to_vec(&a.event)
+        .map_err(|e| CommandError::new(ErrorCode::Internal, e.to_string()))?;
+    let kind = d.ingest_external(key, &line, call.t);
+    let state = d.panes.pane(key).map_or(AgentState::Idle, |p| p.state());
+    Ok(Reply::Emit(EmitReply {
+        accepted: kind == LineKind::Event,
+        state,
+    }))
+}

@@ -1,0 +1,520 @@
+//! Agent processes: spawning on a PTY, reading its output into the pane's
+//! single ingest entry (and the session log), writing queued input, and
+//! pairing the process's exit with its PTY's end of file.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::Interest;
+
+use crate::core::ingest::Frame;
+use crate::core::lifecycle::LifeEvent;
+use crate::core::pane::{ExitStatus, LineKind, Transition};
+use crate::core::state::AgentState;
+use crate::core::time::Timestamp;
+use crate::daemon::agent::{Proc, Recipe};
+use crate::daemon::diag::{log_debug, log_warn};
+use crate::daemon::event_loop::{Daemon, Pending, PTY_READ_BUDGET};
+use crate::daemon::panes::{PaneKey, Slot};
+use crate::daemon::source::Source;
+use crate::daemon::store::{ExitRecord, LineRecord, SessionStore};
+use crate::daemon::timers::Deadline;
+use crate::platform::{self, ReadOutcome};
+use crate::protocol::WatchKind;
+
+impl Daemon {
+    pub(crate) fn read_pty(&mut self, key: PaneKey, t: Timestamp) {
+        let mut budget = PTY_READ_BUDGET;
+        loop {
+            let Some(agent) = self.panes.agent_mut(key) else {
+                return;
+            };
+            if self.store_pending || self.store.over_limit(&agent.session) {
+                // Backpressure: while its log (or the flush) is behind, the
+                // agent waits on its PTY; nothing is lost.
+                self.store_blocked.insert(key);
+                return;
+            }
+            let Some(proc_) = agent.proc.as_mut() else {
+                return;
+            };
+            if proc_.eof || !proc_.read_pending {
+                return;
+            }
+            if budget == 0 {
+                self.push_pending(Pending::Pty(key));
+                return;
+            }
+            let outcome = platform::read_master(proc_.master.as_fd(), &mut self.read_buf);
+            match outcome {
+                Ok(ReadOutcome::Data(n)) => {
+                    budget = budget.saturating_sub(n);
+                    self.ingest_chunk(key, n, t);
+                }
+                Ok(ReadOutcome::WouldBlock) => {
+                    proc_.read_pending = false;
+                    break;
+                }
+                Ok(ReadOutcome::Eof) => {
+                    proc_.read_pending = false;
+                    proc_.eof = true;
+                    self.pty_eof(key, t);
+                    break;
+                }
+                Err(e) => {
+                    log_warn!("reading the PTY of pane {}: {e}", agent.pane_id);
+                    proc_.read_pending = false;
+                    proc_.eof = true;
+                    self.pty_eof(key, t);
+                    break;
+                }
+            }
+        }
+        self.after_ingest(key, t);
+    }
+
+    /// Feeds `read_buf[..n]` to the pane (the single ingest entry), which
+    /// hands each line back, classified, for the session log.
+    pub(crate) fn ingest_chunk(&mut self, key: PaneKey, n: usize, t: Timestamp) {
+        let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
+            return;
+        };
+        if agent.proc.is_none() {
+            return;
+        }
+        let turns_before = pane.turns();
+        let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
+        pane.ingest_with(&self.read_buf[..n], t, &mut self.transitions, |f, k| {
+            log.line(f, k)
+        });
+        for _ in turns_before..pane.turns() {
+            self.store.note_turn(&agent.session);
+        }
+    }
+
+    /// Feeds one line that did not come from the PTY (`emit`), through the
+    /// same entry as PTY output.
+    pub(crate) fn ingest_external(&mut self, key: PaneKey, line: &[u8], t: Timestamp) -> LineKind {
+        let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
+            return LineKind::Malformed;
+        };
+        let turns_before = pane.turns();
+        let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
+        let kind = pane.ingest_line_with(line, t, &mut self.transitions, |f, k| log.line(f, k));
+        if pane.turns() > turns_before {
+            self.store.note_turn(&agent.session);
+        }
+        self.after_ingest(key, t);
+        kind
+    }
+
+    /// Publishes the transitions a batch of lines caused and keeps the
+    /// pane's stall deadline and alerts up to date.
+    pub(crate) fn after_ingest(&mut self, key: PaneKey, t: Timestamp) {
+        let transitions = std::mem::take(&mut self.transitions);
+        for tr in &transitions {
+            self.on_transition(key, tr, t);
+        }
+        self.transitions = transitions;
+        self.transitions.clear();
+        self.index_runtime(key, t);
+        self.refresh_stall(key, t);
+    }
+
+    pub(crate) fn on_transition(&mut self, key: PaneKey, tr: &Transition, t: Timestamp) {
+        let Some(pane) = self.panes.pane(key) else {
+            return;
+        };
+        let reason = match tr.to {
+            AgentState::Blocked => pane.blocked_reason().map(str::to_string),
+            AgentState::Error => pane.last_error().map(str::to_string),
+            _ => None,
+        };
+        let pane_id = pane.id.0.clone();
+        self.publish(
+            WatchKind::State {
+                pane: pane_id,
+                from: tr.from,
+                to: tr.to,
+                reason,
+            },
+            t,
+        );
+    }
+
+    /// Records a detected runtime in the session index, once per pane.
+    pub(crate) fn index_runtime(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
+            return;
+        };
+        if agent.runtime_indexed {
+            return;
+        }
+        let Some(rt) = pane.runtime() else {
+            return;
+        };
+        agent.runtime_indexed = true;
+        self.store
+            .ensure_session(&agent.session, Some(rt.as_str()), None, t);
+    }
+
+    pub(crate) fn exit_notice(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(pid) = self.panes.agent(key).and_then(|a| a.running_pid()) else {
+            return;
+        };
+        match platform::reap(pid) {
+            Ok(Some(status)) => self.process_exited(key, status, t),
+            Ok(None) => log_debug!("spurious exit notice for pid {pid}"),
+            Err(e) => log_warn!("reaping pid {pid}: {e}"),
+        }
+    }
+
+    /// The process is gone (reaped): read what its PTY still holds; the
+    /// pane finishes once the PTY has reached its end too.
+    pub(crate) fn process_exited(&mut self, key: PaneKey, status: ExitStatus, t: Timestamp) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let Some(proc_) = agent.proc.as_mut() else {
+            return;
+        };
+        if proc_.status.is_some() {
+            return;
+        }
+        proc_.status = Some(status);
+        proc_.read_pending = true;
+        if let Some(w) = proc_.exit_watch.take() {
+            w.deregister(self.poll.registry());
+        }
+        let exit_token = proc_.exit_token;
+        self.tokens.remove(exit_token);
+        log_debug!(
+            "pane {} pid {} exited: {status:?}",
+            agent.pane_id,
+            proc_.pid
+        );
+        // Reads cut short by a budget or a log backlog continue meanwhile;
+        // an end of file reached here comes before the exit in the table.
+        self.read_pty(key, t);
+        self.life_event(key, LifeEvent::Exited, t);
+    }
+
+    pub(crate) fn pty_eof(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let Some(proc_) = agent.proc.as_mut() else {
+            return;
+        };
+        if proc_.pty_registered {
+            let fd = proc_.master.as_raw_fd();
+            let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+            proc_.pty_registered = false;
+        }
+        self.life_event(key, LifeEvent::PtyEof, t);
+    }
+
+    /// Both the exit and the end of output have happened: fold the exit,
+    /// log it, release the process's fds, and decide on a restart.
+    pub(crate) fn finish(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
+            return;
+        };
+        let Some(proc_) = agent.proc.take() else {
+            return;
+        };
+        if proc_.pty_registered {
+            let fd = proc_.master.as_raw_fd();
+            let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+        }
+        self.tokens.remove(proc_.pty_token);
+        agent.timers.clear(Deadline::Drain, t, self.poll.registry());
+        agent.timers.clear(Deadline::Stall, t, self.poll.registry());
+        let status = proc_.status.unwrap_or(ExitStatus::Unknown);
+        // A last line without a newline is still a line.
+        let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
+        pane.finish_stream_with(t, &mut self.transitions, |f, k| log.line(f, k));
+        pane.exited(status, t, &mut self.transitions);
+        // An exited process is not stopped any more.
+        pane.paused = false;
+        let state = pane.state();
+        let reason = agent
+            .stopped_by
+            .clone()
+            .or_else(|| pane.last_error().map(str::to_string));
+        let (code, signal) = match status {
+            ExitStatus::Code(c) => (Some(c), None),
+            ExitStatus::Signal(s) => (None, Some(s)),
+            ExitStatus::Unknown => (None, None),
+        };
+        self.store.exit(
+            &agent.session,
+            &ExitRecord {
+                pane: &agent.pane_id,
+                state: state.as_str(),
+                code,
+                signal,
+                reason: reason.as_deref(),
+            },
+            t,
+        );
+        let pane_id = agent.pane_id.clone();
+        let ran_for = t.since(proc_.started);
+        drop(proc_);
+        self.after_ingest(key, t);
+        self.publish(
+            WatchKind::Exited {
+                pane: pane_id,
+                code,
+                signal,
+            },
+            t,
+        );
+        let restart = self.restart_plan(key, state, ran_for, t);
+        self.life_event(key, LifeEvent::Ended { restart }, t);
+        self.accept_blocked = true;
+    }
+
+    pub(crate) fn restart_now(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let Some(recipe) = agent.recipe.clone() else {
+            return;
+        };
+        agent.generation += 1;
+        agent.stalled_at_quiet = None;
+        let generation = agent.generation;
+        let pane = agent.pane_id.clone();
+        self.panes
+            .reattach(key, recipe.runtime, self.settings.daemon.max_line, t);
+        match self.start_process(key, &recipe, t) {
+            Ok(pid) => {
+                self.life_event(key, LifeEvent::Spawned, t);
+                self.log_attach(key, &recipe, t);
+                self.publish(
+                    WatchKind::Restarted {
+                        pane,
+                        generation,
+                        pid,
+                    },
+                    t,
+                );
+            }
+            Err(why) => {
+                if let Some(pane) = self.panes.pane_mut(key) {
+                    pane.fail(format!("restart failed: {why}"), t, &mut self.transitions);
+                }
+                self.after_ingest(key, t);
+                let restart = self.restart_plan(key, AgentState::Error, Duration::ZERO, t);
+                self.life_event(key, LifeEvent::SpawnFailed { restart }, t);
+            }
+        }
+    }
+
+    /// Opens a PTY and starts the recipe on it; registers the PTY and the
+    /// exit watch. The pane must exist already.
+    pub(crate) fn start_process(
+        &mut self,
+        key: PaneKey,
+        recipe: &Recipe,
+        t: Timestamp,
+    ) -> Result<i32, String> {
+        let pair = platform::open_pty(recipe.cols, recipe.rows)
+            .map_err(|e| format!("cannot open a PTY: {e}"))?;
+        let jail = match &recipe.jail {
+            Some(name) => {
+                Some(platform::resolve_jail(name).map_err(|e| format!("jail {name}: {e}"))?)
+            }
+            None => None,
+        };
+        let user = match &recipe.user {
+            Some(u) => {
+                let root = jail
+                    .as_ref()
+                    .map_or_else(|| PathBuf::from("/"), |j| j.root.clone());
+                Some(platform::lookup_user(&root, u).map_err(|e| format!("user {u}: {e}"))?)
+            }
+            None => None,
+        };
+        let pane_id = self
+            .panes
+            .agent(key)
+            .map(|a| a.pane_id.clone())
+            .ok_or_else(|| "the pane is gone".to_string())?;
+        let socket = if jail.is_some() {
+            "/var/colibri/colibri.sock".to_string()
+        } else {
+            self.settings.daemon.socket.display().to_string()
+        };
+        let mut env = recipe.env.clone();
+        if !env.iter().any(|(k, _)| k == "TERM") {
+            env.push(("TERM".into(), "dumb".into()));
+        }
+        env.push(("COLIBRI_PANE_ID".into(), pane_id.clone()));
+        env.push(("COLIBRI_SOCKET".into(), socket));
+        let spec = platform::SpawnSpec {
+            argv: recipe.argv.clone(),
+            env,
+            agent_path: Some(self.settings.daemon.agent_path.clone()),
+            clear_env: false,
+            cwd: recipe.cwd.clone(),
+            jail,
+            user,
+        };
+        let pid = platform::spawn_on_pty(&spec, &pair.slave).map_err(|e| e.to_string())?;
+        // The agent holds the slave now; ours must close for EOF to come.
+        drop(pair.slave);
+        let pty_token = self.tokens.insert(Source::Pty(key));
+        let exit_token = self.tokens.insert(Source::Exit(key));
+        let master = pair.master;
+        let fd = master.as_raw_fd();
+        let pty_registered =
+            match self
+                .poll
+                .registry()
+                .register(&mut SourceFd(&fd), pty_token, Interest::READABLE)
+            {
+                Ok(()) => true,
+                Err(e) => {
+                    log_warn!("registering the PTY of pane {pane_id}: {e}");
+                    false
+                }
+            };
+        let (exit_watch, already) =
+            match platform::ExitWatch::register(self.poll.registry(), pid, exit_token) {
+                Ok(w) => {
+                    let gone = w.already_exited();
+                    (Some(w), gone)
+                }
+                Err(e) => {
+                    log_warn!("cannot watch pid {pid} for exit ({e}); relying on SIGCHLD");
+                    (None, false)
+                }
+            };
+        let proc_ = Proc {
+            pid,
+            started: t,
+            master,
+            pty_token,
+            pty_registered,
+            eof: false,
+            read_pending: true,
+            exit_watch,
+            exit_token,
+            status: None,
+            input: VecDeque::new(),
+            write_interest: false,
+        };
+        if let Some(agent) = self.panes.agent_mut(key) {
+            agent.proc = Some(proc_);
+        }
+        self.push_pending(Pending::Pty(key));
+        if already {
+            self.push_pending(Pending::Exit(key));
+        }
+        Ok(pid)
+    }
+
+    pub(crate) fn log_attach(&mut self, key: PaneKey, recipe: &Recipe, t: Timestamp) {
+        let Some(agent) = self.panes.agent(key) else {
+            return;
+        };
+        let Some(pane) = self.panes.pane(key) else {
+            return;
+        };
+        let rec = crate::daemon::store::AttachRecord {
+            pane: &agent.pane_id,
+            agent: &pane.agent,
+            runtime: recipe.runtime.map(|r| r.as_str()),
+            name: pane.name.as_deref(),
+            cwd: pane.cwd(),
+            argv: &recipe.argv,
+            generation: agent.generation,
+            jail: agent.jail.as_deref(),
+        };
+        self.store.attach(&agent.session, &rec, t);
+    }
+
+    /// Writes queued `send-input` bytes; write interest only while some wait.
+    pub(crate) fn write_input(&mut self, key: PaneKey) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let Some(proc_) = agent.proc.as_mut() else {
+            return;
+        };
+        while !proc_.input.is_empty() {
+            let (front, _) = proc_.input.as_slices();
+            match platform::write_nonblocking(proc_.master.as_fd(), front) {
+                Ok(Some(n)) => {
+                    proc_.input.drain(..n);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    log_warn!("writing input to pane {}: {e}", agent.pane_id);
+                    proc_.input.clear();
+                    break;
+                }
+            }
+        }
+        let want = !proc_.input.is_empty();
+        if want != proc_.write_interest && proc_.pty_registered {
+            let interest = if want {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            let fd = proc_.master.as_raw_fd();
+            if self
+                .poll
+                .registry()
+                .reregister(&mut SourceFd(&fd), proc_.pty_token, interest)
+                .is_ok()
+            {
+                proc_.write_interest = want;
+            }
+        }
+    }
+}
+
+/// Where a classified line goes: into its session log, as the pane
+/// classified it (`Event`, `Raw` or `Oversize`).
+struct LogSink<'a> {
+    store: &'a mut SessionStore,
+    session: &'a str,
+    pane_id: &'a str,
+    max_line: u64,
+    t: Timestamp,
+}
+
+impl<'a> LogSink<'a> {
+    fn new(
+        store: &'a mut SessionStore,
+        session: &'a str,
+        pane_id: &'a str,
+        pane: &crate::core::pane::Pane,
+        t: Timestamp,
+    ) -> LogSink<'a> {
+        LogSink {
+            store,
+            session,
+            pane_id,
+            max_line: pane.max_line() as u64,
+            t,
+        }
+    }
+
+    fn line(&mut self, frame: Frame<'_>, kind: LineKind) {
+        let rec = match (kind, frame) {
+            (LineKind::Event, Frame::Line(l)) => LineRecord::Event(l),
+            (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),
+            (LineKind::Oversize, _) | (_, Frame::Oversize) => LineRecord::Oversize(self.max_line),
+            (LineKind::Blank, _) => return,
+        };
+        self.store.append(self.session, self.pane_id, rec, self.t);
+    }
+}

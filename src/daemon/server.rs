@@ -1,0 +1,313 @@
+//! The operator's and the jails' sockets: binding, accepting (with the
+//! connection cap and the jail peer check), reading requests, queueing
+//! replies, and handing events to the bus.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::rc::Rc;
+
+use mio::net::UnixListener;
+use mio::net::UnixStream;
+use mio::Interest;
+
+use crate::core::time::Timestamp;
+use crate::daemon::bus::Outlets;
+use crate::daemon::conn::{Conn, Scope};
+use crate::daemon::diag::{log_info, log_warn};
+use crate::daemon::event_loop::{
+    Daemon, DaemonError, Listener, Pending, CONN_STEPS_PER_WAKEUP, LINGER,
+};
+use crate::daemon::source::{ConnId, Source};
+use crate::platform;
+use crate::protocol::{self, ErrorCode, WatchKind};
+
+impl Daemon {
+    pub(crate) fn bind(&mut self, path: &Path, scope: Scope) -> Result<(), DaemonError> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() && !dir.exists() {
+                std::fs::create_dir_all(dir).map_err(|e| DaemonError::Path {
+                    what: "creating",
+                    path: dir.to_path_buf(),
+                    source: e,
+                })?;
+            }
+        }
+        if path.exists() {
+            // A live daemon answers a connect; a stale socket file refuses it.
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(DaemonError::SocketInUse(path.to_path_buf()));
+            }
+            std::fs::remove_file(path).map_err(|e| DaemonError::Path {
+                what: "removing stale socket",
+                path: path.to_path_buf(),
+                source: e,
+            })?;
+            log_info!("replaced stale socket {}", path.display());
+        }
+        let mut socket = UnixListener::bind(path).map_err(|e| DaemonError::Path {
+            what: "binding",
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        let mode = match scope {
+            Scope::Operator => self.settings.daemon.socket_mode,
+            // Jailed agents connect as users of the jail; the listener itself
+            // is the authorisation (it is visible only in that jail).
+            Scope::Jail(_) => 0o666,
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+            DaemonError::Path {
+                what: "setting the mode of",
+                path: path.to_path_buf(),
+                source: e,
+            }
+        })?;
+        if let (Scope::Operator, Some(group)) = (&scope, &self.settings.daemon.socket_group) {
+            match nix::unistd::Group::from_name(group) {
+                Ok(Some(g)) => {
+                    if let Err(e) = nix::unistd::chown(path, None, Some(g.gid)) {
+                        log_warn!("cannot give {} to group {group}: {e}", path.display());
+                    }
+                }
+                _ => log_warn!("socket group {group} does not exist"),
+            }
+        }
+        let token = self.tokens.insert(Source::Listener(self.listeners.len()));
+        self.poll
+            .registry()
+            .register(&mut socket, token, Interest::READABLE)
+            .map_err(|e| DaemonError::Os("registering a listener", e))?;
+        self.listeners.push(Listener {
+            socket: Some(socket),
+            path: path.to_path_buf(),
+            scope,
+        });
+        Ok(())
+    }
+
+    pub(crate) fn accept(&mut self, i: usize, t: Timestamp) {
+        if self.is_stopping() {
+            return;
+        }
+        loop {
+            let Some(l) = self.listeners.get(i) else {
+                return;
+            };
+            let Some(socket) = l.socket.as_ref() else {
+                return;
+            };
+            let (mut stream, scope) = match socket.accept() {
+                Ok((s, _)) => (s, l.scope.clone()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE/ENFILE: the listener stays readable but no new
+                    // edge will come; retry after something closes.
+                    log_warn!("accept on {}: {e}", l.path.display());
+                    self.accept_blocked = true;
+                    return;
+                }
+            };
+            if self.conns.len() >= self.settings.daemon.max_connections {
+                let line = protocol::err_line(
+                    None,
+                    ErrorCode::Busy,
+                    "too many connections; try again later",
+                );
+                let _ = io::Write::write(&mut stream, &line);
+                continue;
+            }
+            if let Scope::Jail(jail) = &scope {
+                if let Err(why) = self.check_jail_peer(&stream, jail) {
+                    log_warn!("refused a connection on the socket of jail {jail}: {why}");
+                    let line = protocol::err_line(None, ErrorCode::Forbidden, &why);
+                    let _ = io::Write::write(&mut stream, &line);
+                    continue;
+                }
+            }
+            let entry = self.conns.vacant_entry();
+            let id = ConnId(entry.key());
+            let token = self.tokens.insert(Source::Conn(id));
+            if let Err(e) = self
+                .poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE)
+            {
+                log_warn!("registering a connection: {e}");
+                self.tokens.remove(token);
+                continue;
+            }
+            entry.insert(Conn::new(
+                stream,
+                token,
+                scope,
+                self.settings.daemon.max_request,
+            ));
+            // Data may have arrived before registration; edge-triggered
+            // polling would not report it again.
+            self.push_pending(Pending::Conn(id));
+            let _ = t;
+        }
+    }
+
+    /// On FreeBSD the peer's process must run in the jail the socket
+    /// belongs to; elsewhere the per-jail socket's visibility is the check.
+    pub(crate) fn check_jail_peer(&self, stream: &UnixStream, jail: &str) -> Result<(), String> {
+        let cred = platform::peer_cred(stream.as_fd())
+            .map_err(|e| format!("cannot read peer credentials: {e}"))?;
+        let Some(pid) = cred.pid else { return Ok(()) };
+        let peer_jid = match platform::pid_jail(pid) {
+            Ok(j) => j,
+            Err(e) => return Err(format!("cannot find the jail of pid {pid}: {e}")),
+        };
+        if !platform::JAILS_SUPPORTED {
+            return Ok(());
+        }
+        let expected =
+            platform::resolve_jail(jail).map_err(|e| format!("jail {jail} is not running: {e}"))?;
+        if peer_jid != expected.jid {
+            return Err(format!(
+                "peer pid {pid} runs in jail id {peer_jid}, not in {jail}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Serves queued requests while the client keeps up with its replies,
+    /// and reads more only when none are queued.
+    pub(crate) fn conn_readable(&mut self, id: ConnId, t: Timestamp) {
+        // One budget per call for requests served and reads made, so no
+        // client (not even one sending blank lines, which get no reply) can
+        // keep the loop to itself; what is left is revisited via `pending`.
+        let mut budget = CONN_STEPS_PER_WAKEUP;
+        loop {
+            if budget == 0 {
+                self.push_pending(Pending::Conn(id));
+                self.dirty_conns.insert(id.0);
+                return;
+            }
+            budget -= 1;
+            let Some(conn) = self.conns.get_mut(id.0) else {
+                return;
+            };
+            if conn.closing {
+                return;
+            }
+            if !conn.accepts_requests() {
+                // Resumed by `flush_conn` once the client has read.
+                conn.read_pending = true;
+                return;
+            }
+            if let Some(line) = conn.requests.pop_front() {
+                self.serve_line(id, &line, t);
+                continue;
+            }
+            if conn.eof {
+                conn.close_after_flush(t);
+                self.dirty_conns.insert(id.0);
+                return;
+            }
+            conn.read_pending = false;
+            let got = conn.receive(&mut self.read_buf);
+            if got.oversize {
+                conn.requests.clear();
+                let line = protocol::err_line(
+                    None,
+                    ErrorCode::BadRequest,
+                    &format!(
+                        "request line exceeds {} bytes; closing",
+                        self.settings.daemon.max_request
+                    ),
+                );
+                conn.enqueue(Rc::from(line));
+                conn.close_after_flush(t);
+                self.dirty_conns.insert(id.0);
+                return;
+            }
+            conn.eof = got.eof;
+            if conn.requests.is_empty() && !got.eof {
+                if got.more {
+                    self.push_pending(Pending::Conn(id));
+                }
+                self.dirty_conns.insert(id.0);
+                return;
+            }
+        }
+    }
+
+    pub(crate) fn serve_line(&mut self, id: ConnId, line: &[u8], t: Timestamp) {
+        if crate::core::ingest::is_blank(line) {
+            return;
+        }
+        let reply = match protocol::Request::parse(line) {
+            Ok(req) => self.handle(id, req, t),
+            Err((rid, e)) => Some(protocol::err_line(rid.as_ref(), e.code(), &e.to_string())),
+        };
+        if let Some(reply) = reply {
+            self.send(id, Rc::from(reply), t);
+        }
+    }
+
+    /// Queues a reply; a client far behind on plain replies is closed.
+    pub(crate) fn send(&mut self, id: ConnId, frame: Rc<[u8]>, t: Timestamp) {
+        let Some(conn) = self.conns.get_mut(id.0) else {
+            return;
+        };
+        if !conn.enqueue(frame) && conn.watch.is_none() {
+            log_warn!("closing a client that does not read its replies");
+            conn.drop_backlog_and_close(
+                Rc::from(protocol::err_line(
+                    None,
+                    ErrorCode::Busy,
+                    "reply queue full; closing",
+                )),
+                t,
+            );
+        }
+        self.dirty_conns.insert(id.0);
+    }
+
+    pub(crate) fn flush_conn(&mut self, id: ConnId, t: Timestamp) {
+        let Some(conn) = self.conns.get_mut(id.0) else {
+            return;
+        };
+        let failed = conn.flush().is_err();
+        let linger_over = conn.closing_since.is_some_and(|s| t.since(s) >= LINGER);
+        if failed || (conn.closing && (conn.is_flushed() || linger_over)) {
+            self.close_conn(id);
+            return;
+        }
+        if let Err(e) = conn.update_interest(self.poll.registry()) {
+            log_warn!("updating a connection's interest: {e}");
+            self.close_conn(id);
+            return;
+        }
+        if conn.read_pending && conn.accepts_requests() {
+            self.push_pending(Pending::Conn(id));
+        }
+    }
+
+    pub(crate) fn close_conn(&mut self, id: ConnId) {
+        if !self.conns.contains(id.0) {
+            return;
+        }
+        let mut conn = self.conns.remove(id.0);
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        self.tokens.remove(conn.token);
+        self.bus.unsubscribe(id);
+        self.accept_blocked = true;
+    }
+
+    /// Hands an event to the bus: the one way out to watchers and syslog.
+    pub(crate) fn publish(&mut self, kind: WatchKind, t: Timestamp) {
+        let out = Outlets {
+            conns: &mut self.conns,
+            panes: &mut self.panes,
+            alerter: &mut self.alerter,
+            dirty: &mut self.dirty_conns,
+        };
+        self.bus.emit(kind, t, out);
+    }
+}

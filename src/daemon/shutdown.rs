@@ -1,0 +1,218 @@
+//! Signals (SIGTERM, SIGINT, SIGHUP, SIGCHLD), the heartbeat, reload and
+//! the orderly shutdown: TERM to every agent, KILL after the grace period.
+
+use std::time::{Duration, Instant};
+
+use crate::core::lifecycle::LifeEvent;
+use crate::core::time::Timestamp;
+use crate::daemon::diag::{log_debug, log_error, log_info, log_warn};
+use crate::daemon::event_loop::{Daemon, RunState, LINGER};
+use crate::daemon::panes::Slot;
+use crate::daemon::settings::DRAIN_GRACE;
+use crate::daemon::source::{ConnId, Source};
+use crate::platform::{self, DaemonSignal, KernelTimer};
+use crate::protocol::WatchKind;
+
+impl Daemon {
+    pub(crate) fn on_signals(&mut self, t: Timestamp) {
+        let mut sigs = Vec::new();
+        self.signals.drain(&mut sigs);
+        for s in sigs {
+            match s {
+                DaemonSignal::Terminate | DaemonSignal::Interrupt => self.begin_shutdown(t),
+                DaemonSignal::Hangup => self.reload(),
+                DaemonSignal::Child => self.reap_children(t),
+            }
+        }
+    }
+
+    /// A subreaper inherits orphans; reap everything, routing agents'
+    /// statuses to their panes (their exit watch may still fire: ignored).
+    pub(crate) fn reap_children(&mut self, t: Timestamp) {
+        while let Some((pid, status)) = platform::reap_any() {
+            let key = self.panes.by_pid(pid);
+            match key {
+                Some(key) => self.process_exited(key, status, t),
+                None => {
+                    log_debug!("reaped orphan pid {pid}: {status:?}");
+                }
+            }
+        }
+    }
+
+    pub(crate) fn reload(&mut self) {
+        let outcome = (self.reloader)();
+        self.settings.reload.record(&outcome);
+        let Ok(crate::daemon::Reload { settings: new, .. }) = outcome else {
+            return;
+        };
+        self.alerter.reconfigure(new.alert.clone());
+        if new.daemon.heartbeat != self.settings.daemon.heartbeat {
+            let _ = self
+                .heartbeat
+                .arm_periodic(self.poll.registry(), new.daemon.heartbeat);
+        }
+        self.settings.daemon.stall_after = new.daemon.stall_after;
+        self.settings.daemon.heartbeat = new.daemon.heartbeat;
+        self.settings.daemon.shutdown_grace = new.daemon.shutdown_grace;
+        self.settings.restart_backoff = new.restart_backoff;
+        self.settings.max_restarts = new.max_restarts;
+        self.settings.providers = new.providers;
+        self.settings.alert = new.alert;
+    }
+
+    pub(crate) fn on_heartbeat(&mut self, t: Timestamp) {
+        let n = self.panes.len();
+        self.publish(WatchKind::Heartbeat { panes: n }, t);
+        if let Some(session) = self.store.heartbeat(t) {
+            log_info!("rotating session {session}");
+        }
+        // Close lingering connections whose peer never read their last line.
+        let lingering: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.closing_since.is_some_and(|s| t.since(s) >= LINGER))
+            .map(|(i, _)| i)
+            .collect();
+        for id in lingering {
+            self.close_conn(ConnId(id));
+        }
+    }
+
+    pub(crate) fn begin_shutdown(&mut self, t: Timestamp) {
+        if matches!(self.run_state, RunState::Stopping { .. }) {
+            return;
+        }
+        log_info!("stopping: no new connections, TERM to every agent");
+        self.run_state = RunState::Stopping {
+            killed: false,
+            hard_deadline: None,
+        };
+        for l in &mut self.listeners {
+            if let Some(mut socket) = l.socket.take() {
+                let _ = self.poll.registry().deregister(&mut socket);
+            }
+        }
+        for key in self.panes.keys() {
+            let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
+                continue;
+            };
+            agent
+                .stopped_by
+                .get_or_insert_with(|| "daemon shutdown".to_string());
+            if let Some(pid) = agent.running_pid() {
+                if pane.paused {
+                    let _ = platform::signal_tree(pid, libc::SIGCONT);
+                }
+                let _ = platform::signal_tree(pid, libc::SIGTERM);
+            }
+            self.life_event(key, LifeEvent::Stop, t);
+        }
+        let token = self.tokens.insert(Source::Shutdown);
+        match KernelTimer::new(self.poll.registry(), token) {
+            Ok(mut timer) => {
+                let grace = self
+                    .settings
+                    .daemon
+                    .shutdown_grace
+                    .max(Duration::from_millis(1));
+                let _ = timer.arm_oneshot(self.poll.registry(), grace);
+                self.shutdown_timer = Some((timer, token, Instant::now() + grace));
+            }
+            Err(e) => {
+                log_warn!("no shutdown timer ({e}); killing agents now");
+                self.kill_all();
+                self.run_state = RunState::Stopping {
+                    killed: true,
+                    hard_deadline: Some(t.plus(DRAIN_GRACE)),
+                };
+            }
+        }
+    }
+
+    pub(crate) fn kill_all(&mut self) {
+        for a in self.panes.agents() {
+            match &a.proc {
+                Some(p) if p.status.is_none() => {
+                    let _ = platform::signal_tree(p.pid, libc::SIGKILL);
+                }
+                // Reaped: its pid may be reused; its group id may not.
+                Some(p) => {
+                    let _ = platform::signal_group(p.pid, libc::SIGKILL);
+                }
+                None => {}
+            }
+        }
+    }
+
+    pub(crate) fn shutdown_timer_fired(&mut self, t: Timestamp) {
+        let Some((timer, _, due)) = self.shutdown_timer.as_mut() else {
+            return;
+        };
+        if timer.acknowledge() == 0 {
+            return;
+        }
+        // A stale event whose token was reused for this timer (a kevent left
+        // behind by a removed pane) reads as "fired" on FreeBSD, where
+        // acknowledge cannot see the expiration count: it must not cut the
+        // grace period short. Not due yet: re-arm for the time left.
+        let left = due.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            let _ = timer.arm_oneshot(self.poll.registry(), left);
+            return;
+        }
+        match self.run_state {
+            RunState::Stopping { killed: false, .. } => {
+                let left = self.panes.agents().filter(|a| a.proc.is_some()).count();
+                log_warn!("grace period over: KILL to {left} agent(s)");
+                self.kill_all();
+                if let Some((timer, _, due)) = self.shutdown_timer.as_mut() {
+                    let _ = timer.arm_oneshot(self.poll.registry(), DRAIN_GRACE);
+                    *due = Instant::now() + DRAIN_GRACE;
+                }
+                self.run_state = RunState::Stopping {
+                    killed: true,
+                    hard_deadline: Some(t.plus(DRAIN_GRACE)),
+                };
+            }
+            RunState::Stopping { killed: true, .. } => {
+                self.run_state = RunState::Stopping {
+                    killed: true,
+                    hard_deadline: Some(t),
+                };
+            }
+            RunState::Running => {}
+        }
+    }
+
+    pub(crate) fn ready_to_exit(&self, t: Timestamp) -> bool {
+        let RunState::Stopping { hard_deadline, .. } = self.run_state else {
+            return false;
+        };
+        let all_done = self.panes.agents().all(|a| a.proc.is_none());
+        all_done || hard_deadline.is_some_and(|d| t >= d)
+    }
+
+    pub(crate) fn finish_shutdown(&mut self) {
+        if let Err(e) = self.store.sync() {
+            log_error!("final flush of the session logs failed: {e}");
+        }
+        let ids: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
+        for id in ids {
+            if let Some(c) = self.conns.get_mut(id) {
+                let _ = c.flush();
+            }
+            self.close_conn(ConnId(id));
+        }
+        for l in &self.listeners {
+            if let Err(e) = std::fs::remove_file(&l.path) {
+                log_warn!("removing {}: {e}", l.path.display());
+            }
+        }
+        log_info!("stopped");
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        matches!(self.run_state, RunState::Stopping { .. })
+    }
+}

@@ -1,0 +1,170 @@
+//! Read models: the snapshots (v1, v2), status and the session list, built
+//! from the pane table and the store for one caller's scope.
+
+use std::collections::BTreeMap;
+
+use crate::core::taxonomy::Runtime;
+use crate::core::time::Timestamp;
+use crate::daemon::agent::RestartPolicy;
+use crate::daemon::conn::Scope;
+use crate::daemon::event_loop::Daemon;
+use crate::protocol::{
+    AlertHealth, LogHealth, PaneV1, PaneV2, SessionSummary, SnapshotV1, SnapshotV2, StatusData,
+    WireExit, WireRestart, SNAPSHOT_V1, SNAPSHOT_V2,
+};
+
+impl Daemon {
+    pub(crate) fn snapshot_v1(&self, scope: &Scope, t: Timestamp) -> SnapshotV1 {
+        let stall = self.settings.daemon.stall_after;
+        SnapshotV1 {
+            schema: SNAPSHOT_V1.to_string(),
+            host: self.settings.daemon.host.clone(),
+            observed_at: t.to_rfc3339(),
+            panes: self
+                .panes
+                .iter()
+                .filter(|(k, _)| self.visible(scope, *k))
+                .map(|(_, s)| PaneV1::from_pane(&s.pane, t, stall))
+                .collect(),
+        }
+    }
+
+    pub(crate) fn snapshot_v2(&self, scope: &Scope, t: Timestamp) -> SnapshotV2 {
+        let stall = self.settings.daemon.stall_after;
+        let panes = self
+            .panes
+            .iter()
+            .filter(|(k, _)| self.visible(scope, *k))
+            .map(|(_, s)| {
+                let mut v = PaneV2::from_pane(&s.pane, t, stall);
+                {
+                    let a = &s.agent;
+                    v.daemon_session = Some(a.session.clone());
+                    v.jail = a.jail.clone();
+                    v.pid = a.running_pid();
+                    v.generation = a.generation;
+                    if a.restart.policy != RestartPolicy::Never {
+                        v.restart = Some(WireRestart {
+                            policy: a.restart.policy.as_str().to_string(),
+                            attempts: a.restart.attempts,
+                            next_at: a.next_restart_at().map(|n| n.to_rfc3339()),
+                        });
+                    }
+                }
+                v
+            })
+            .collect();
+        SnapshotV2 {
+            schema: SNAPSHOT_V2.to_string(),
+            host: self.settings.daemon.host.clone(),
+            observed_at: t.to_rfc3339(),
+            panes,
+        }
+    }
+
+    pub(crate) fn status_data(&self, scope: &Scope, t: Timestamp) -> StatusData {
+        let mut states: BTreeMap<String, usize> = BTreeMap::new();
+        let mut stalled = 0;
+        let mut agents = 0;
+        let mut running = 0;
+        let mut own_sessions: Vec<&str> = Vec::new();
+        for (_, s) in self.panes.iter().filter(|(k, _)| self.visible(scope, *k)) {
+            agents += 1;
+            *states
+                .entry(s.pane.state().as_str().to_string())
+                .or_default() += 1;
+            if s.pane.is_stalled(t, self.settings.daemon.stall_after) {
+                stalled += 1;
+            }
+            if s.agent.running_pid().is_some() {
+                running += 1;
+            }
+            own_sessions.push(s.agent.session.as_str());
+        }
+        let reload = self.settings.reload.shown_to(scope);
+        StatusData {
+            host: self.settings.daemon.host.clone(),
+            os: self.os.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+            started_at: self.started_at.to_rfc3339(),
+            agents,
+            running,
+            // Daemon-wide counts are the operator's business only.
+            sessions: match scope {
+                Scope::Operator => self.store.list().len(),
+                Scope::Jail(_) => {
+                    own_sessions.sort_unstable();
+                    own_sessions.dedup();
+                    own_sessions.len()
+                }
+            },
+            connections: if *scope == Scope::Operator {
+                self.conns.len()
+            } else {
+                0
+            },
+            watchers: if *scope == Scope::Operator {
+                self.bus.watchers()
+            } else {
+                0
+            },
+            states,
+            stalled,
+            stall_after_ms: self.settings.daemon.stall_after.as_millis() as u64,
+            scope: scope.name(),
+            logs: {
+                let h = self.store.health();
+                LogHealth {
+                    pending_bytes: h.pending_bytes as u64,
+                    failed_writes: h.failed_writes,
+                    lost_bytes: h.lost_bytes,
+                    last_error: h.last_error,
+                }
+            },
+            reloads: reload.reloads,
+            reload_errors: reload.reload_errors,
+            restart_needed: reload.restart_needed,
+            alerts: match scope {
+                Scope::Operator => {
+                    let a = self.alerter.stats();
+                    AlertHealth {
+                        sent: a.sent,
+                        rate_limited: a.rate_limited,
+                        dropped: a.dropped,
+                        truncated: a.truncated,
+                    }
+                }
+                Scope::Jail(_) => AlertHealth::default(),
+            },
+        }
+    }
+
+    pub(crate) fn sessions(&self) -> Vec<SessionSummary> {
+        self.store
+            .list()
+            .into_iter()
+            .map(|m| SessionSummary {
+                id: m.id.clone(),
+                turn_count: m.turn_count,
+                bytes: m.bytes,
+                panes: m.panes.clone(),
+                runtime: m.runtime.as_deref().and_then(Runtime::parse),
+                cwd: m.cwd.clone(),
+                created_at: m.created_at.to_rfc3339(),
+                state: m
+                    .final_state
+                    .as_deref()
+                    .and_then(crate::core::state::AgentState::parse),
+                exit: if m.exit_code.is_some() || m.exit_signal.is_some() {
+                    Some(WireExit {
+                        code: m.exit_code,
+                        signal: m.exit_signal,
+                    })
+                } else {
+                    None
+                },
+            })
+            .collect()
+    }
+}
