@@ -624,6 +624,9 @@ pub struct LogHealth {
     pub failed_writes: u64,
     /// Bytes that could not be written and were dropped (disk full for long).
     pub lost_bytes: u64,
+    /// Logs found deleted or replaced under the daemon (each started anew).
+    #[serde(default)]
+    pub replaced_logs: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }

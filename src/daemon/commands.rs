@@ -80,9 +80,10 @@ impl Daemon {
             Command::ListSessions => protocol::ok_line(id_ref, &self.sessions()),
             Command::SpawnAgent(a) => line(self.cmd_spawn(*a, t)),
             Command::KillAgent(a) => line(self.cmd_kill(&a, t)),
-            Command::GetSession(a) => {
-                line(self.store.dump(&a.session_id).map_err(|e| e.to_string()))
-            }
+            Command::GetSession(a) => match self.store.dump(&a.session_id) {
+                Ok(dump) => protocol::ok_line(id_ref, &dump),
+                Err(e) => protocol::err_line(id_ref, &e.to_string()),
+            },
             Command::CompactSession(a) => line(self.cmd_compact(&a.session_id)),
             Command::Watch(a) => line(self.cmd_watch(id, &scope, a.panes)),
             Command::PauseAgent(a) => line(self.cmd_pause(&a, true, t)),
@@ -242,6 +243,7 @@ impl Daemon {
                     pending_bytes: h.pending_bytes as u64,
                     failed_writes: h.failed_writes,
                     lost_bytes: h.lost_bytes,
+                    replaced_logs: h.replaced_logs,
                     last_error: h.last_error,
                 }
             },

@@ -408,6 +408,13 @@ impl Daemon {
     fn after_wakeup(&mut self, t: Timestamp) {
         // Logs first: a reply never reports an event its log does not hold.
         let report = self.store.flush(self.settings.store.flush_budget);
+        if report.replaced_logs > 0 {
+            log_warn!(
+                "{} session log(s) were deleted or replaced under colibrid; started anew",
+                report.replaced_logs
+            );
+            self.log_write_alert(t);
+        }
         // A failing disk is retried at the next wakeup or heartbeat, not in
         // a tight loop.
         self.store_pending = report.pending && report.failed.is_none();

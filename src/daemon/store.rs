@@ -27,7 +27,7 @@ mod tests;
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -160,6 +160,9 @@ pub struct FlushReport {
     pub written: usize,
     pub pending: bool,
     pub failed: Option<io::ErrorKind>,
+    /// Logs found deleted or replaced under the daemon since the last
+    /// flush (each is started anew): the daemon alerts.
+    pub replaced_logs: u64,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -199,6 +202,9 @@ pub struct StoreHealth {
     pub last_error: Option<String>,
     /// Unwritten bytes across all sessions.
     pub pending_bytes: usize,
+    /// Logs found deleted or replaced while the daemon wrote them; the
+    /// records written to the lost file before that was noticed are gone.
+    pub replaced_logs: u64,
 }
 
 /// What `open` found, for the daemon to rebuild its supervisor.
@@ -291,6 +297,8 @@ struct Session {
     rotate_base_turns: u64,
     /// Heartbeat count before which a failed rotation is not retried.
     rotate_retry_at: u64,
+    /// Times this session's log was found deleted or replaced.
+    replaced: u32,
     /// Test hook: write this session's records to another file
     /// (`/dev/full` simulates ENOSPC).
     #[cfg(test)]
@@ -311,6 +319,7 @@ impl Session {
             rotate_base_bytes: 0,
             rotate_base_turns: 0,
             rotate_retry_at: 0,
+            replaced: 0,
             #[cfg(test)]
             redirect: None,
         }
@@ -513,6 +522,8 @@ pub struct SessionStore {
     classifier: Option<Box<Classifier>>,
     /// The rotation in progress, if any: `(session, job)`.
     rotation: Option<(usize, compact::Job)>,
+    /// Replaced logs not yet reported by a [`FlushReport`].
+    unreported_replacements: u64,
 }
 
 impl std::fmt::Debug for SessionStore {
@@ -593,6 +604,7 @@ impl SessionStore {
             heartbeats: 0,
             classifier: None,
             rotation: None,
+            unreported_replacements: 0,
         };
         let mut rb = scan::RecoveryBuilder::new(RECOVERY_EVENT_CAP);
         let mut loaded: Vec<Session> = Vec::new();
@@ -830,6 +842,7 @@ impl SessionStore {
             written: 0,
             pending: false,
             failed: None,
+            replaced_logs: 0,
         };
         let mut failures = 0;
         let mut rounds = self.dirty.len();
@@ -856,6 +869,7 @@ impl SessionStore {
             }
         }
         report.pending = !self.dirty.is_empty();
+        report.replaced_logs = std::mem::take(&mut self.unreported_replacements);
         report
     }
 
@@ -920,6 +934,10 @@ impl SessionStore {
     pub fn heartbeat(&mut self, now: Timestamp) -> Option<String> {
         self.note_now(now);
         self.heartbeats += 1;
+        let open: Vec<usize> = self.fds.entries.iter().map(|e| e.session).collect();
+        for i in open {
+            self.check_log_path(i);
+        }
         let mut started = None;
         if self.rotation.is_none() {
             if let Some(i) = self.due_for_rotation() {
@@ -1001,10 +1019,13 @@ impl SessionStore {
     }
 
     /// The `get-session` dump: `{"session":{meta},"records":[every record,
-    /// parsed],"corrupt_lines":n,"unflushed_bytes":n,"flush_error":s|null}`.
+    /// verbatim],"corrupt_lines":n,"unflushed_bytes":n,"flush_error":s|null}`.
+    /// Records are checked as JSON but never re-serialised, so each comes
+    /// back byte for byte as the log holds it, whatever JSON the agent
+    /// printed (deep nesting, `1e400`, lone surrogate escapes).
     /// The session is flushed first; if that fails the dump still shows
     /// what is on disk and says so. Refuses logs over [`MAX_DUMP_BYTES`].
-    pub fn dump(&mut self, id: &str) -> Result<serde_json::Value, StoreError> {
+    pub fn dump(&mut self, id: &str) -> Result<SessionDump, StoreError> {
         let i = self.lookup(id)?;
         let mut flush_error = None;
         if self.sessions[i].pending() > 0 || self.sessions[i].repair.is_some() {
@@ -1012,6 +1033,7 @@ impl SessionStore {
                 flush_error = Some(e.to_string());
             }
         }
+        self.check_log_file(i);
         let s = &self.sessions[i];
         let mut bytes = Vec::new();
         match File::open(&s.path) {
@@ -1035,25 +1057,15 @@ impl SessionStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::io("open", &s.path, e)),
         }
-        let mut records = Vec::new();
-        let mut corrupt: u64 = 0;
-        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-        for line in bytes[..complete].split(|&b| b == b'\n') {
-            if line.is_empty() {
-                continue;
-            }
-            match serde_json::from_slice::<serde_json::Value>(line) {
-                Ok(v) => records.push(v),
-                Err(_) => corrupt += 1,
-            }
-        }
-        Ok(json!({
-            "session": meta_json(&s.meta),
-            "records": records,
-            "corrupt_lines": corrupt,
-            "unflushed_bytes": s.pending(),
-            "flush_error": flush_error,
-        }))
+        let (records, corrupt) = scan::complete_records(&bytes);
+        Ok(SessionDump {
+            session: meta_json(&s.meta),
+            records,
+            corrupt_lines: corrupt,
+            unflushed_bytes: s.pending(),
+            flush_error,
+            log_replaced: s.replaced,
+        })
     }
 
     /// compact-session: see the `compact` module. The session is flushed
@@ -1159,10 +1171,90 @@ impl SessionStore {
         }
     }
 
+    /// Whether session `i`'s open log fd still is the file at its path:
+    /// `fstat` only, cheap enough for every write. A log unlinked under the
+    /// daemon (`st_nlink == 0`) would otherwise swallow every later write.
+    fn check_log_file(&mut self, i: usize) {
+        let Some(file) = self.fds.peek(i) else {
+            return;
+        };
+        if file.metadata().is_ok_and(|m| m.nlink() == 0) {
+            self.log_replaced(i);
+        }
+    }
+
+    /// The heartbeat's slower check: the path names another file (the log
+    /// was moved away and maybe another put in its place).
+    fn check_log_path(&mut self, i: usize) {
+        let Some(file) = self.fds.peek(i) else {
+            return;
+        };
+        let Ok(open) = file.metadata() else {
+            return;
+        };
+        let moved = match fs::metadata(self.sessions[i].write_path()) {
+            Ok(m) => m.dev() != open.dev() || m.ino() != open.ino(),
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        };
+        if moved || open.nlink() == 0 {
+            self.log_replaced(i);
+        }
+    }
+
+    /// Starts session `i`'s log anew after its file was deleted or
+    /// replaced: the fd is dropped (the next write creates the path again)
+    /// and the new log opens with a `log_replaced` record, so a reader sees
+    /// that earlier records are missing instead of a silently short log.
+    fn log_replaced(&mut self, i: usize) {
+        self.fds.close(i);
+        if self.rotation.as_ref().is_some_and(|(r, _)| *r == i) {
+            if let Some((_, mut job)) = self.rotation.take() {
+                job.abandon();
+            }
+        }
+        let now = self.last_now;
+        let s = &mut self.sessions[i];
+        s.replaced += 1;
+        s.meta.bytes = 0;
+        s.rotate_base_bytes = 0;
+        s.unsynced = false;
+        s.repair = None;
+        if s.head > 0 && s.buf[s.head - 1] != b'\n' {
+            // A short write left a record half in the lost file: its rest
+            // alone would be a corrupt line.
+            let rest = memchr::memchr(b'\n', &s.buf[s.head..]).map_or(s.pending(), |p| p + 1);
+            s.head += rest;
+            self.health.pending_bytes -= rest;
+            self.health.lost_bytes += rest as u64;
+            self.health.lost_records += 1;
+        }
+        let mut marker = Vec::new();
+        record::encode_log_replaced(&mut marker, &mut self.ts, now, s.replaced);
+        let added = marker.len();
+        s.buf.splice(s.head..s.head, marker);
+        let msg = format!(
+            "session {}: log {} was deleted or replaced under the daemon; \
+             records written to the old file are lost; starting a new log",
+            s.meta.id,
+            s.path.display()
+        );
+        let queued = s.queued;
+        s.queued = true;
+        if !queued {
+            self.dirty.push_back(i);
+        }
+        self.health.pending_bytes += added;
+        self.health.replaced_logs += 1;
+        self.unreported_replacements += 1;
+        self.index_dirty = true;
+        self.record_error(msg);
+    }
+
     /// Writes up to `max` bytes of session `i`. Returns what was written and
     /// the error that stopped it, if any (the fd is then closed, so the next
     /// attempt reopens the path).
     fn write_session(&mut self, i: usize, max: usize) -> (usize, Option<io::Error>) {
+        self.check_log_file(i);
         let s = &mut self.sessions[i];
         let mut written = 0;
         let mut failure = None;
@@ -1307,6 +1399,20 @@ impl SessionStore {
             self.sessions[i].redirect = to;
         }
     }
+}
+
+/// The `get-session` reply's data (see [`SessionStore::dump`]).
+#[derive(Debug, serde::Serialize)]
+pub struct SessionDump {
+    pub session: serde_json::Value,
+    /// Each record exactly as the log holds it.
+    pub records: Vec<Box<serde_json::value::RawValue>>,
+    pub corrupt_lines: u64,
+    pub unflushed_bytes: usize,
+    pub flush_error: Option<String>,
+    /// Times the log was found deleted or replaced under this daemon
+    /// (records before each `log_replaced` record are missing).
+    pub log_replaced: u32,
 }
 
 fn meta_json(m: &SessionMeta) -> serde_json::Value {

@@ -202,3 +202,137 @@ fn no_reply_reports_a_line_before_its_log_holds_it() {
         "the emitted line is in the log once its reply was sent"
     );
 }
+
+/// `get-session`'s reply line, unparsed: a `Value` would refuse the very
+/// records these tests are about.
+fn get_session_raw(d: &Colibrid, session: &str) -> String {
+    use std::io::BufRead as _;
+    let mut c = d.client();
+    c.send_raw(format!("{{\"cmd\":\"get-session\",\"session_id\":\"{session}\"}}\n").as_bytes());
+    let mut line = String::new();
+    c.reader.read_line(&mut line).expect("get-session reply");
+    line
+}
+
+#[derive(serde::Deserialize)]
+struct RawDump<'a> {
+    ok: bool,
+    #[serde(borrow)]
+    data: RawDumpData<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct RawDumpData<'a> {
+    #[serde(borrow)]
+    records: Vec<&'a serde_json::value::RawValue>,
+    corrupt_lines: u64,
+    #[serde(default)]
+    log_replaced: u64,
+}
+
+/// The `ev` texts of a raw get-session reply, verbatim.
+fn dumped_events(reply: &str) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Rec<'a> {
+        #[serde(borrow, default)]
+        ev: Option<&'a serde_json::value::RawValue>,
+    }
+    let dump: RawDump<'_> = serde_json::from_str(reply).expect("reply parses as raw JSON");
+    assert!(dump.ok, "{reply}");
+    assert_eq!(dump.data.corrupt_lines, 0, "{reply}");
+    dump.data
+        .records
+        .iter()
+        .filter_map(|r| serde_json::from_str::<Rec<'_>>(r.get()).ok()?.ev)
+        .map(|ev| ev.get().to_string())
+        .collect()
+}
+
+#[test]
+fn json_a_value_parser_refuses_is_logged_and_read_back_byte_exact() {
+    let mut d = Colibrid::start(&[]);
+    let deep = format!(
+        "{{\"type\":\"deep\",\"d\":{}1{}}}",
+        "[".repeat(130),
+        "]".repeat(130)
+    );
+    let lines = [
+        deep.as_str(),
+        r#"{"type":"message_update","n":1e400}"#,
+        r#"{"type":"message_update","t":"\ud83d"}"#,
+        r#"{"type":"message_update","t":"\udc00\ud83d tail"}"#,
+    ];
+    let file = d.path("hostile.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write lines");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("cat {}; sleep 300", file.display()),
+        ],
+        json!({"session_id":"hostile","runtime":"pi"}),
+    );
+    let before = d.wait_pane(&id, "every line seen", |p| {
+        p["counters"]["events"] == json!(lines.len())
+    });
+    assert_eq!(dumped_events(&get_session_raw(&d, "hostile")), lines);
+    d.crash();
+    d.launch();
+    // Recovery reads the same bytes back and refolds them.
+    assert_eq!(dumped_events(&get_session_raw(&d, "hostile")), lines);
+    let after = d.pane(&id);
+    assert_eq!(
+        after["counters"]["events"], before["counters"]["events"],
+        "{after}"
+    );
+    assert_eq!(after["counters"]["malformed"], json!(0), "{after}");
+}
+
+#[test]
+fn a_session_log_deleted_under_the_daemon_is_restarted_counted_and_alerted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = SyslogSink::bind(dir.path());
+    let sock = format!("--syslog-socket={}", sink.path.display());
+    let d = Colibrid::start(&[&sock]);
+    let trigger = d.path("go");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "echo '{{\"type\":\"turn_start\"}}'; while [ ! -e {t} ]; do sleep 0.05; done; echo '{{\"type\":\"turn_end\"}}'; sleep 300",
+                t = trigger.display()
+            ),
+        ],
+        json!({"session_id":"deleted","runtime":"pi"}),
+    );
+    d.wait_pane(&id, "the first line", |p| {
+        p["counters"]["events"] == json!(1)
+    });
+    let log = d.state.join("sessions").join("deleted.jsonl");
+    wait_for(
+        std::time::Duration::from_secs(20),
+        "the first line on disk",
+        || {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|t| t.contains("turn_start"))
+        },
+    );
+    std::fs::remove_file(&log).expect("delete the log");
+    std::fs::write(&trigger, "").expect("trigger");
+    d.wait_pane(&id, "the second line", |p| {
+        p["counters"]["events"] == json!(2)
+    });
+    let status = d.ok(json!({"cmd":"status"}));
+    assert_eq!(status["logs"]["replaced_logs"], json!(1), "{status}");
+    let reply = get_session_raw(&d, "deleted");
+    let dump: RawDump<'_> = serde_json::from_str(&reply).expect("reply");
+    assert_eq!(dump.data.log_replaced, 1, "{reply}");
+    assert!(reply.contains("\"colibri\":\"log_replaced\""), "{reply}");
+    assert_eq!(dumped_events(&reply), [r#"{"type":"turn_end"}"#]);
+    let text = std::fs::read_to_string(&log).expect("the log exists again");
+    assert!(text.contains("turn_end"), "{text}");
+    let mut seen = Vec::new();
+    sink.wait_for("deleted or replaced", &mut seen);
+}

@@ -50,6 +50,12 @@ fn parsed_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The `get-session` dump as a JSON tree (for dumps of ordinary JSON).
+fn dump_json(store: &mut SessionStore, id: &str) -> Value {
+    let d = store.dump(id).expect("dump");
+    serde_json::to_value(&d).expect("dump serialises")
+}
+
 fn attach_rec<'a>(pane: &'a str, argv: &'a [String]) -> AttachRecord<'a> {
     AttachRecord {
         pane,
@@ -285,7 +291,8 @@ fn flush_budget_bounds_bytes_written_per_call() {
         FlushReport {
             written: 0,
             pending: false,
-            failed: None
+            failed: None,
+            replaced_logs: 0,
         }
     );
 }
@@ -821,7 +828,7 @@ fn list_get_and_dump() {
     assert!(store.get("nope").is_none());
 
     // dump flushes first, then reads the log.
-    let d = store.dump("s1").expect("dump");
+    let d = dump_json(&mut store, "s1");
     let records = d["records"].as_array().expect("records");
     assert_eq!(records.len(), 3);
     assert_eq!(records[1]["ev"]["type"], "turn_start");
@@ -830,7 +837,7 @@ fn list_get_and_dump() {
     assert_eq!(d["session"]["created_at"], at(0).to_rfc3339());
     assert_eq!(d["unflushed_bytes"], 0);
     assert_eq!(
-        store.dump("s2").expect("empty dump")["records"]
+        dump_json(&mut store, "s2")["records"]
             .as_array()
             .map(Vec::len),
         Some(0)
@@ -1020,7 +1027,7 @@ fn a_corrupt_middle_line_is_skipped_counted_and_compacted_away() {
     let (mut store, rec) = open(&cfg);
     assert_eq!(rec.corrupt_lines, 1);
     assert_eq!(rec.panes[0].events.len(), 2);
-    assert_eq!(store.dump("s1").expect("dump")["corrupt_lines"], 1);
+    assert_eq!(dump_json(&mut store, "s1")["corrupt_lines"], 1);
     let report = store.compact("s1", &classify).expect("compacts");
     assert_eq!(
         report.dropped_lines, 2,
@@ -1068,4 +1075,102 @@ fn a_second_store_on_the_same_directory_is_refused() {
         SessionStore::open(cfg).is_ok(),
         "free again once the first is gone"
     );
+}
+
+/// JSON a serde `Value` refuses but agents print: deeper than serde's
+/// recursion limit, a number out of f64 range, a lone surrogate escape.
+fn hostile_events() -> Vec<Vec<u8>> {
+    let deep = format!("{{\"d\":{}1{}}}", "[".repeat(130), "]".repeat(130));
+    vec![
+        deep.into_bytes(),
+        br#"{"type":"x","n":1e400}"#.to_vec(),
+        br#"{"type":"message_update","t":"\ud83d"}"#.to_vec(),
+        br#"{"t":"\udc00\ud83d tail"}"#.to_vec(),
+    ]
+}
+
+#[test]
+fn json_that_serde_values_refuse_reads_back_byte_exact() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let events = hostile_events();
+    {
+        let (mut store, _) = open(&cfg);
+        store.attach("s1", &attach_rec("p1", &argv), at(0));
+        for (n, e) in events.iter().enumerate() {
+            store.append("s1", "p1", LineRecord::Event(e), at(1 + n as u64));
+        }
+        let dump = store.dump("s1").expect("dump");
+        assert_eq!(dump.corrupt_lines, 0);
+        assert_eq!(dump.records.len(), 1 + events.len());
+        for (rec, e) in dump.records[1..].iter().zip(&events) {
+            let text = rec.get();
+            let start = text.find(",\"ev\":").expect("an ev record") + 6;
+            assert_eq!(&text.as_bytes()[start..text.len() - 1], &e[..]);
+        }
+        // The reply as the daemon sends it carries the same bytes.
+        let reply = crate::protocol::ok_line(None, &dump);
+        for e in &events {
+            assert!(reply.windows(e.len()).any(|w| w == &e[..]));
+        }
+    }
+    let (_, rec) = open(&cfg);
+    assert_eq!(rec.corrupt_lines, 0);
+    let got: Vec<&[u8]> = rec.panes[0]
+        .events
+        .iter()
+        .map(|(_, e)| e.as_slice())
+        .collect();
+    let want: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_log_deleted_under_the_store_is_noticed_counted_and_started_anew() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(1));
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 0);
+    fs::remove_file(log_path(&cfg, "s1")).expect("delete the log");
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 2)), at(2));
+    let report = store.flush(usize::MAX);
+    assert_eq!(report.replaced_logs, 1);
+    assert_eq!(report.failed, None);
+    assert_eq!(store.health().replaced_logs, 1);
+    assert!(store
+        .health()
+        .last_error
+        .is_some_and(|e| e.contains("deleted")));
+    let lines = parsed_lines(&log_path(&cfg, "s1"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["colibri"], "log_replaced");
+    assert_eq!(lines[1]["ev"]["type"], "turn_end");
+    let d = dump_json(&mut store, "s1");
+    assert_eq!(d["log_replaced"], 1);
+    assert_eq!(d["records"].as_array().map(Vec::len), Some(2));
+    // Reported once.
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 0);
+}
+
+#[test]
+fn a_log_moved_away_is_noticed_by_the_heartbeat() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    store.flush(usize::MAX);
+    let away = tmp.path().join("moved.jsonl");
+    fs::rename(log_path(&cfg, "s1"), &away).expect("move the log");
+    store.heartbeat(at(1));
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(2));
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 1);
+    let lines = parsed_lines(&log_path(&cfg, "s1"));
+    assert_eq!(lines[0]["colibri"], "log_replaced");
+    assert_eq!(lines[1]["ev"]["type"], "turn_start");
+    assert_eq!(parsed_lines(&away).len(), 1, "the moved file is left alone");
 }
