@@ -36,7 +36,9 @@ use crate::daemon::conn::{Conn, Scope};
 use crate::daemon::diag::{log_debug, log_error, log_info, log_warn};
 use crate::daemon::settings::{Settings, DRAIN_GRACE};
 use crate::daemon::source::{ConnId, Source, Tokens};
-use crate::daemon::store::{CompactionProgress, ExitRecord, LineRecord, SessionStore};
+use crate::daemon::store::{
+    CompactionProgress, ExitRecord, LineRecord, SessionStore, ShutdownOutcome,
+};
 use crate::platform::{self, DaemonSignal, KernelTimer, ReadOutcome, SignalSource};
 use crate::protocol::{self, WatchEvent, WatchKind};
 
@@ -328,8 +330,7 @@ impl Daemon {
                 break;
             }
         }
-        self.finish_shutdown();
-        Ok(())
+        self.finish_shutdown()
     }
 
     fn dispatch(&mut self, token: Token, readable: bool, writable: bool, t: Timestamp) {
@@ -1692,9 +1693,11 @@ impl Daemon {
         all_done || hard_deadline.is_some_and(|d| t >= d)
     }
 
-    fn finish_shutdown(&mut self) {
-        if let Err(e) = self.store.sync() {
-            log_error!("final flush of the session logs failed: {e}");
+    fn finish_shutdown(&mut self) -> Result<(), DaemonError> {
+        // Never exit 0 having lost acknowledged records (see RELIABILITY.md).
+        let outcome = self.store.shutdown_flush(now());
+        if !outcome.data_safe() {
+            self.log_write_alert(now());
         }
         let ids: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
         for id in ids {
@@ -1709,6 +1712,14 @@ impl Daemon {
             }
         }
         log_info!("stopped");
+        match outcome {
+            ShutdownOutcome::Clean => Ok(()),
+            ShutdownOutcome::IndexNotWritten { .. } => {
+                log_warn!("{outcome}");
+                Ok(())
+            }
+            _ => Err(DaemonError::Store(outcome.to_string())),
+        }
     }
 
     pub(crate) fn is_stopping(&self) -> bool {

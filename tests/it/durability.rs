@@ -336,3 +336,86 @@ fn a_session_log_deleted_under_the_daemon_is_restarted_counted_and_alerted() {
     let mut seen = Vec::new();
     sink.wait_for("deleted or replaced", &mut seen);
 }
+
+#[test]
+fn sigterm_with_an_unwritable_log_exits_non_zero_and_rescues_every_record() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("colibri.sock");
+    let state = dir.path().join("state");
+    let rescue_base = dir.path().join("tmp");
+    std::fs::create_dir_all(state.join("sessions")).expect("mkdir");
+    std::fs::create_dir_all(&rescue_base).expect("mkdir");
+    // A directory where the session's log belongs: every write to it
+    // fails, as on a read-only state dir, even for root.
+    std::fs::create_dir(state.join("sessions").join("stuck.jsonl")).expect("block the log");
+    let child = Command::new(COLIBRID)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--no-syslog")
+        .env_remove("COLIBRI_SOCKET")
+        .env_remove("COLIBRI_CONFIG")
+        .env("COLIBRI_LOG", "warn")
+        .env("TMPDIR", &rescue_base)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start colibrid");
+    let mut c = wait_for(std::time::Duration::from_secs(20), "colibrid up", || {
+        Client::try_connect(&socket).ok()
+    });
+    let r = c.request(&json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","i=0; while [ $i -lt 50 ]; do echo \"{\\\"type\\\":\\\"turn_start\\\",\\\"n\\\":$i}\"; i=$((i+1)); done; sleep 300"],"session_id":"stuck","runtime":"pi"}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let id = r["data"]["agent_id"]
+        .as_str()
+        .expect("agent id")
+        .to_string();
+    wait_for(
+        std::time::Duration::from_secs(20),
+        "50 acknowledged lines",
+        || {
+            let snap = c.request(&json!({"cmd":"snapshot","schema":"v2"}));
+            let panes = snap["data"]["panes"].as_array()?.clone();
+            panes
+                .iter()
+                .find(|p| p["id"] == json!(id) && p["counters"]["events"] == json!(50))
+                .map(|_| ())
+        },
+    );
+    let status = c.request(&json!({"cmd":"status"}));
+    assert!(
+        status["data"]["logs"]["failed_writes"].as_u64() > Some(0),
+        "{status}"
+    );
+    drop(c);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let out = child.wait_with_output().expect("colibrid exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "exit 0 with unwritten records: {stderr}"
+    );
+    let rescued: Vec<std::path::PathBuf> = std::fs::read_dir(&rescue_base)
+        .expect("rescue base")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .collect();
+    assert_eq!(rescued.len(), 1, "{rescued:?} {stderr}");
+    assert!(
+        stderr.contains(&rescued[0].display().to_string()),
+        "stderr names the rescue dir: {stderr}"
+    );
+    let text = std::fs::read_to_string(rescued[0].join("stuck.jsonl")).expect("rescued records");
+    let seen: Vec<u64> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a whole record"))
+        .filter_map(|l| l["ev"]["n"].as_u64())
+        .collect();
+    assert_eq!(seen, (0..50).collect::<Vec<u64>>(), "{text}");
+    assert!(text.contains("\"colibri\":\"attach\""));
+}

@@ -1174,3 +1174,59 @@ fn a_log_moved_away_is_noticed_by_the_heartbeat() {
     assert_eq!(lines[1]["ev"]["type"], "turn_start");
     assert_eq!(parsed_lines(&away).len(), 1, "the moved file is left alone");
 }
+
+#[test]
+fn records_that_cannot_reach_their_log_at_shutdown_are_rescued_byte_exact() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("ok", &attach_rec("p0", &argv), at(0));
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(1));
+    // A directory where the log belongs: every open fails, even for root.
+    fs::create_dir_all(log_path(&cfg, "s1")).expect("block the log path");
+    let mut expected = Vec::new();
+    {
+        let s = &store.sessions[store.by_id["s1"]];
+        expected.extend_from_slice(&s.buf[s.head..]);
+    }
+    assert!(store.sync().is_err());
+    let unusable = tmp.path().join("no-such-dir").join("deeper");
+    let base = tmp.path().join("rescue-base");
+    fs::create_dir_all(&base).expect("mkdir");
+    let pending = store.health().pending_bytes as u64;
+    let outcome = store.rescue(at(2), &[unusable, base.clone()], pending, "boom".into());
+    let ShutdownOutcome::Rescued { dir, bytes, .. } = &outcome else {
+        panic!("not rescued: {outcome:?}");
+    };
+    assert!(dir.starts_with(&base), "{}", dir.display());
+    assert_eq!(*bytes, expected.len() as u64);
+    assert_eq!(
+        fs::read(dir.join("s1.jsonl")).expect("rescued log"),
+        expected
+    );
+    assert!(
+        !dir.join("ok.jsonl").exists(),
+        "the written session needs no rescue"
+    );
+    assert!(fs::read_to_string(dir.join("README")).is_ok_and(|t| t.contains("append")));
+    assert!(!outcome.data_safe());
+    assert!(outcome.to_string().contains(&dir.display().to_string()));
+
+    // Nowhere to put it: said, not hidden.
+    let lost = store.rescue(at(2), &[tmp.path().join("nope/x")], pending, "boom".into());
+    assert!(matches!(lost, ShutdownOutcome::Lost { .. }), "{lost:?}");
+    assert!(lost.to_string().contains("lost"));
+}
+
+#[test]
+fn shutdown_flush_is_clean_when_every_log_takes_its_records() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    assert_eq!(store.shutdown_flush(at(1)), ShutdownOutcome::Clean);
+    assert_eq!(parsed_lines(&log_path(&cfg, "s1")).len(), 1);
+}
