@@ -70,6 +70,10 @@ pub enum DaemonError {
     Store(String),
 }
 
+/// Wakes the loop when the log writer finished a batch; outside the token
+/// table, so dispatch ignores it and the wakeup's flush collects the batch.
+const WRITER_TOKEN: Token = Token(usize::MAX);
+
 /// Work left over from a wakeup because a budget ran out.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Pending {
@@ -169,6 +173,9 @@ impl Daemon {
         let (mut store, recovery) = SessionStore::open(settings.store.clone())
             .map_err(|e| DaemonError::Store(e.to_string()))?;
         store.set_classifier(Box::new(crate::daemon::commands::classify_line));
+        if let Err(e) = store.start_writer(poll.registry(), WRITER_TOKEN) {
+            log_warn!("cannot start the log writer thread (writing on the loop): {e}");
+        }
         for p in &recovery.problems {
             log_warn!("session store: {p}");
         }
@@ -304,10 +311,12 @@ impl Daemon {
         loop {
             // Panes blocked on a failing disk are retried at the next wakeup
             // of any kind (the heartbeat at the latest), not in a spin.
+            // A batch with the log writer wakes the loop when done.
+            let writer_busy = self.store.waiting_for_writer();
             let busy = !self.pending.is_empty()
-                || self.store_pending
-                || self.store.compaction_active()
-                || (!self.store_blocked.is_empty() && !self.store_failing);
+                || (self.store_pending && !writer_busy)
+                || (self.store.compaction_active() && !writer_busy)
+                || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy);
             let timeout = if busy { Some(Duration::ZERO) } else { None };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {

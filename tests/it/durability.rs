@@ -339,9 +339,7 @@ fn a_session_log_deleted_under_the_daemon_is_restarted_counted_and_alerted() {
 
 #[test]
 fn sigterm_with_an_unwritable_log_exits_non_zero_and_rescues_every_record() {
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("colibri.sock");
     let state = dir.path().join("state");
     let rescue_base = dir.path().join("tmp");
     std::fs::create_dir_all(state.join("sessions")).expect("mkdir");
@@ -349,24 +347,7 @@ fn sigterm_with_an_unwritable_log_exits_non_zero_and_rescues_every_record() {
     // A directory where the session's log belongs: every write to it
     // fails, as on a read-only state dir, even for root.
     std::fs::create_dir(state.join("sessions").join("stuck.jsonl")).expect("block the log");
-    let child = Command::new(COLIBRID)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--no-syslog")
-        .env_remove("COLIBRI_SOCKET")
-        .env_remove("COLIBRI_CONFIG")
-        .env("COLIBRI_LOG", "warn")
-        .env("TMPDIR", &rescue_base)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start colibrid");
-    let mut c = wait_for(std::time::Duration::from_secs(20), "colibrid up", || {
-        Client::try_connect(&socket).ok()
-    });
+    let (child, mut c) = launch_with_env(dir.path(), &[("TMPDIR", &rescue_base)]);
     let r = c.request(&json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","i=0; while [ $i -lt 50 ]; do echo \"{\\\"type\\\":\\\"turn_start\\\",\\\"n\\\":$i}\"; i=$((i+1)); done; sleep 300"],"session_id":"stuck","runtime":"pi"}));
     assert_eq!(r["ok"], json!(true), "{r}");
     let id = r["data"]["agent_id"]
@@ -418,4 +399,125 @@ fn sigterm_with_an_unwritable_log_exits_non_zero_and_rescues_every_record() {
         .collect();
     assert_eq!(seen, (0..50).collect::<Vec<u64>>(), "{text}");
     assert!(text.contains("\"colibri\":\"attach\""));
+}
+
+/// colibrid on `dir/colibri.sock` and `dir/state` with extra environment
+/// and its stderr captured; returns it and a connected client.
+fn launch_with_env(
+    dir: &std::path::Path,
+    env: &[(&str, &std::path::Path)],
+) -> (std::process::Child, Client) {
+    use std::process::{Command, Stdio};
+    let socket = dir.join("colibri.sock");
+    let mut cmd = Command::new(COLIBRID);
+    cmd.arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--no-syslog")
+        .env_remove("COLIBRI_SOCKET")
+        .env_remove("COLIBRI_CONFIG")
+        .env("COLIBRI_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("start colibrid");
+    let c = wait_for(std::time::Duration::from_secs(20), "colibrid up", || {
+        let mut c = Client::try_connect(&socket).ok()?;
+        c.try_request(&json!({"cmd":"status"})).ok()?;
+        Some(c)
+    });
+    (child, c)
+}
+
+/// Sends one request and fails the test unless the reply comes within
+/// `limit` (a loop blocked on the disk would not answer at all).
+fn answered_within(c: &mut Client, req: Value, limit: std::time::Duration) -> Value {
+    let t0 = std::time::Instant::now();
+    let r = c.request(&req);
+    assert!(t0.elapsed() < limit, "{req} took {:?}", t0.elapsed());
+    assert_eq!(r["ok"], json!(true), "{r}");
+    r["data"].clone()
+}
+
+#[test]
+fn a_stuck_disk_leaves_status_snapshots_and_exits_live_and_loses_no_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stall = dir.path().join("stall");
+    let (mut child, mut c) = launch_with_env(dir.path(), &[("COLIBRI_TEST_WRITER_STALL", &stall)]);
+    let limit = std::time::Duration::from_secs(10);
+    std::fs::write(&stall, "").expect("freeze the log writer");
+    let mut watch = Client::connect(&dir.path().join("colibri.sock"));
+    assert_eq!(watch.request(&json!({"cmd":"watch"}))["ok"], json!(true));
+    let n = 300;
+    let streamer = answered_within(
+        &mut c,
+        json!({"cmd":"spawn-agent","session_id":"frozen","runtime":"pi","argv":["/bin/sh","-c",
+            format!("i=0; while [ $i -lt {n} ]; do echo \"{{\\\"type\\\":\\\"turn_start\\\",\\\"n\\\":$i}}\"; i=$((i+1)); done; sleep 300")]}),
+        limit,
+    )["agent_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let quick = answered_within(
+        &mut c,
+        json!({"cmd":"spawn-agent","session_id":"quick","argv":["/bin/sh","-c","exit 3"]}),
+        limit,
+    )["agent_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // The exit event reaches the watcher while the disk is stuck.
+    wait_for(std::time::Duration::from_secs(20), "the exit event", || {
+        let ev = watch.read_line()?;
+        (ev["event"] == json!("exited") && ev["pane"] == json!(quick)).then_some(())
+    });
+    let status = answered_within(&mut c, json!({"cmd":"status"}), limit);
+    assert!(
+        status["logs"]["pending_bytes"].as_u64() > Some(0),
+        "lines stay buffered: {status}"
+    );
+    assert!(
+        status["logs"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("stalled")),
+        "{status}"
+    );
+    let snap = answered_within(&mut c, json!({"cmd":"snapshot","schema":"v2"}), limit);
+    assert!(
+        snap["panes"].as_array().is_some_and(|p| p.len() == 2),
+        "{snap}"
+    );
+    let log = dir.path().join("state/sessions/frozen.jsonl");
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("turn_start"),
+        "nothing reached the frozen disk"
+    );
+    std::fs::remove_file(&stall).expect("thaw");
+    let seen = wait_for(
+        std::time::Duration::from_secs(30),
+        "every line on disk",
+        || {
+            let text = std::fs::read_to_string(&log).ok()?;
+            let seen: Vec<u64> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["ev"]["n"].as_u64())
+                .collect();
+            (seen.len() == n).then_some(seen)
+        },
+    );
+    assert_eq!(seen, (0..n as u64).collect::<Vec<u64>>());
+    let p = c.request(&json!({"cmd":"snapshot","schema":"v2"}));
+    let events = p["data"]["panes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|x| x["id"] == json!(streamer)).cloned())
+        .expect("streamer pane");
+    assert_eq!(events["counters"]["events"], json!(n), "{events}");
+    let _ = child.kill();
+    let _ = child.wait();
 }

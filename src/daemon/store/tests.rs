@@ -50,6 +50,13 @@ fn parsed_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+fn open_fds(store: &SessionStore) -> usize {
+    match &store.writer {
+        Writer::Inline(w) => w.fds.entries.len(),
+        Writer::Thread(_) => panic!("the tests run the writer inline"),
+    }
+}
+
 /// The `get-session` dump as a JSON tree (for dumps of ordinary JSON).
 fn dump_json(store: &mut SessionStore, id: &str) -> Value {
     let d = store.dump(id).expect("dump");
@@ -827,7 +834,11 @@ fn list_get_and_dump() {
     assert_eq!(m.turn_count, 1);
     assert!(store.get("nope").is_none());
 
-    // dump flushes first, then reads the log.
+    // dump shows the buffered records too, and says they are unwritten.
+    let d = dump_json(&mut store, "s1");
+    assert_eq!(d["records"].as_array().map(Vec::len), Some(3));
+    assert!(d["unflushed_bytes"].as_u64() > Some(0));
+    store.flush(usize::MAX);
     let d = dump_json(&mut store, "s1");
     let records = d["records"].as_array().expect("records");
     assert_eq!(records.len(), 3);
@@ -915,9 +926,9 @@ fn open_fds_stay_bounded_and_steady_state_buffers_are_reused() {
             at(n),
         );
         drain(&mut store);
-        assert!(store.fds.entries.len() <= MAX_OPEN_LOGS);
+        assert!(open_fds(&store) <= MAX_OPEN_LOGS);
     }
-    assert_eq!(store.fds.entries.len(), MAX_OPEN_LOGS);
+    assert_eq!(open_fds(&store), MAX_OPEN_LOGS);
     assert_eq!(store.list().len(), MAX_OPEN_LOGS * 2);
 
     // After warm-up, append + flush cycles keep the same buffer.
@@ -1114,6 +1125,7 @@ fn json_that_serde_values_refuse_reads_back_byte_exact() {
         for e in &events {
             assert!(reply.windows(e.len()).any(|w| w == &e[..]));
         }
+        store.flush(usize::MAX);
     }
     let (_, rec) = open(&cfg);
     assert_eq!(rec.corrupt_lines, 0);
@@ -1140,6 +1152,8 @@ fn a_log_deleted_under_the_store_is_noticed_counted_and_started_anew() {
     let report = store.flush(usize::MAX);
     assert_eq!(report.replaced_logs, 1);
     assert_eq!(report.failed, None);
+    assert!(report.pending, "the new log is written next");
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 0);
     assert_eq!(store.health().replaced_logs, 1);
     assert!(store
         .health()
@@ -1152,8 +1166,6 @@ fn a_log_deleted_under_the_store_is_noticed_counted_and_started_anew() {
     let d = dump_json(&mut store, "s1");
     assert_eq!(d["log_replaced"], 1);
     assert_eq!(d["records"].as_array().map(Vec::len), Some(2));
-    // Reported once.
-    assert_eq!(store.flush(usize::MAX).replaced_logs, 0);
 }
 
 #[test]
@@ -1166,8 +1178,8 @@ fn a_log_moved_away_is_noticed_by_the_heartbeat() {
     store.flush(usize::MAX);
     let away = tmp.path().join("moved.jsonl");
     fs::rename(log_path(&cfg, "s1"), &away).expect("move the log");
-    store.heartbeat(at(1));
     store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(2));
+    store.heartbeat(at(1));
     assert_eq!(store.flush(usize::MAX).replaced_logs, 1);
     let lines = parsed_lines(&log_path(&cfg, "s1"));
     assert_eq!(lines[0]["colibri"], "log_replaced");
