@@ -843,7 +843,7 @@ impl SessionStore {
         match line {
             LineRecord::Event(l) => {
                 let l = record::trim_json_ws(l);
-                if record::embeddable_event(l) {
+                if record::embeddable_event(l) && scan::reads_back(l) {
                     record::encode_event(&mut s.buf, &mut self.ts, now, pane, l);
                 } else {
                     record::encode_raw(&mut s.buf, &mut self.ts, now, pane, l);
@@ -1743,6 +1743,47 @@ impl SessionStore {
             self.sessions[i].redirect = to;
         }
     }
+}
+
+/// The session log's round trip, for the fuzzer and the property test:
+/// `line`, logged as an agent line classified `Event` and again as `Raw`,
+/// must read back as the log reader returns it: an `Event` that is a JSON
+/// object byte for byte (without surrounding JSON whitespace), anything
+/// else as its lossy UTF-8 text. Panics on a mismatch.
+#[doc(hidden)]
+pub fn check_log_roundtrip(line: &[u8]) {
+    let mut ts = TsText::default();
+    let now = Timestamp::from_millis(1_779_883_200_123);
+    let trimmed = record::trim_json_ws(line);
+    let as_event = record::embeddable_event(trimmed) && scan::reads_back(trimmed);
+    let mut log = Vec::new();
+    if as_event {
+        record::encode_event(&mut log, &mut ts, now, "p", trimmed);
+    } else {
+        record::encode_raw(&mut log, &mut ts, now, "p", trimmed);
+    }
+    record::encode_raw(&mut log, &mut ts, now, "p", line);
+    let (records, corrupt) = scan::complete_records(&log);
+    assert_eq!(
+        corrupt,
+        0,
+        "a record the reader rejects: {:?}",
+        String::from_utf8_lossy(&log)
+    );
+    assert_eq!(records.len(), 2);
+    let fields: Vec<scan::RecordFields<'_>> = records
+        .iter()
+        .map(|r| scan::RecordFields::parse(r.get().as_bytes()))
+        .collect::<Option<_>>()
+        .unwrap_or_else(|| panic!("records parse: {records:?}"));
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if as_event {
+        let ev = fields[0].ev.map(|e| e.get().as_bytes().to_vec());
+        assert_eq!(ev.as_deref(), Some(trimmed), "ev verbatim");
+    } else {
+        assert_eq!(fields[0].raw.as_deref(), Some(lossy(trimmed).as_str()));
+    }
+    assert_eq!(fields[1].raw.as_deref(), Some(lossy(line).as_str()));
 }
 
 /// The `get-session` reply's data (see [`SessionStore::dump`]).

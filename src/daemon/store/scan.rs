@@ -56,6 +56,8 @@ pub(super) struct RecordFields<'a> {
     pub signal: Option<i32>,
     #[serde(default)]
     pub dropped: Option<u64>,
+    #[serde(borrow, default)]
+    pub raw: Option<Cow<'a, str>>,
 }
 
 impl<'a> RecordFields<'a> {
@@ -98,6 +100,14 @@ pub(super) fn complete_records(bytes: &[u8]) -> (Vec<Box<RawValue>>, u64) {
         }
     }
     (records, corrupt)
+}
+
+/// Whether an agent line embedded as `ev` will read back: it must be one
+/// JSON value by the reader's own rule (the taxonomy that classified it
+/// may be more lenient, and the log must never hold a line its reader
+/// drops).
+pub(super) fn reads_back(line: &[u8]) -> bool {
+    serde_json::from_slice::<&RawValue>(line).is_ok()
 }
 
 /// One log line as a JSON value kept verbatim, if it is a JSON object
