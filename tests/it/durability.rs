@@ -521,3 +521,25 @@ fn a_stuck_disk_leaves_status_snapshots_and_exits_live_and_loses_no_line() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn a_pi_dialog_whose_title_splits_an_emoji_blocks_and_is_logged_verbatim() {
+    let d = Colibrid::start(&[]);
+    let line = r#"{"type":"extension_ui_request","id":"1","method":"confirm","title":"Delete build/? \ud83d"}"#;
+    let file = d.path("dialog.jsonl");
+    std::fs::write(&file, format!("{line}\n")).expect("write line");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("cat {}; sleep 300", file.display()),
+        ],
+        json!({"session_id":"dialog","runtime":"pi"}),
+    );
+    let p = d.wait_state(&id, "blocked");
+    assert!(
+        p["blocked_reason"].as_str() == Some("Delete build/? \u{FFFD}"),
+        "{p}"
+    );
+    assert_eq!(dumped_events(&get_session_raw(&d, "dialog")), [line]);
+}
