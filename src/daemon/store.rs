@@ -560,6 +560,10 @@ pub struct SessionStore {
     /// writer appends to the file it reads).
     compaction_turn: bool,
     spare_bufs: Vec<Vec<u8>>,
+    /// Thread mode, after a failed append: no new batch before this
+    /// heartbeat count.
+    retry_at_heartbeat: u64,
+    last_failure: io::ErrorKind,
     ts: TsText,
     health: StoreHealth,
     index_dirty: bool,
@@ -648,6 +652,8 @@ impl SessionStore {
             index_due: false,
             compaction_turn: false,
             spare_bufs: Vec::new(),
+            retry_at_heartbeat: 0,
+            last_failure: io::ErrorKind::Other,
             ts: TsText::default(),
             health: StoreHealth::default(),
             // Rewrite the index once after open so it matches the logs.
@@ -899,7 +905,17 @@ impl SessionStore {
             replaced_logs: 0,
         };
         self.collect(&mut report);
-        let hold = self.rotation.is_some() && self.compaction_turn;
+        // After a failed batch the thread's wakeup must not start the next
+        // try at once (a full disk would ping-pong at full speed): retry at
+        // the next heartbeat.
+        let failing =
+            matches!(self.writer, Writer::Thread(_)) && self.retry_at_heartbeat > self.heartbeats;
+        if failing && report.failed.is_none() {
+            // Still failing as far as the loop is concerned: replies must
+            // not wait for the retry.
+            report.failed = Some(self.last_failure);
+        }
+        let hold = failing || (self.rotation.is_some() && self.compaction_turn);
         if !self.in_flight && !hold {
             let batch = self.build_batch(budget);
             if !batch.is_empty() {
@@ -1092,6 +1108,8 @@ impl SessionStore {
             if let Some(e) = d.error {
                 self.health.failed_writes += 1;
                 self.write_failing = true;
+                self.retry_at_heartbeat = self.heartbeats + 1;
+                self.last_failure = e.kind();
                 let s = &self.sessions[i];
                 let msg = format!(
                     "writing session {} to {}: {e}",

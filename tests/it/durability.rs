@@ -367,10 +367,11 @@ fn sigterm_with_an_unwritable_log_exits_non_zero_and_rescues_every_record() {
         },
     );
     let status = c.request(&json!({"cmd":"status"}));
-    assert!(
-        status["data"]["logs"]["failed_writes"].as_u64() > Some(0),
-        "{status}"
-    );
+    let failed = status["data"]["logs"]["failed_writes"]
+        .as_u64()
+        .unwrap_or(0);
+    // Retried at wakeups and heartbeats, not in a spin with the writer.
+    assert!((1..200).contains(&failed), "{status}");
     drop(c);
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
