@@ -381,6 +381,9 @@ struct Session {
     unsynced: bool,
     /// `buf[head..head + inflight]` is with the writer thread.
     inflight: usize,
+    /// A short write left `buf[head..]` starting inside a record (kept
+    /// apart from `head`, which `reclaim` resets).
+    mid_record: bool,
     live: Vec<String>,
     rotate_base_bytes: u64,
     rotate_base_turns: u64,
@@ -405,6 +408,7 @@ impl Session {
             repair: None,
             unsynced: false,
             inflight: 0,
+            mid_record: false,
             live: Vec::new(),
             rotate_base_bytes: 0,
             rotate_base_turns: 0,
@@ -1091,6 +1095,7 @@ impl SessionStore {
             s.head += d.written;
             s.meta.bytes += d.written as u64;
             if d.written > 0 {
+                s.mid_record = s.buf[s.head - 1] != b'\n';
                 s.unsynced = true;
                 self.index_dirty = true;
                 self.write_failing = false;
@@ -1623,7 +1628,8 @@ impl SessionStore {
         s.rotate_base_bytes = 0;
         s.unsynced = false;
         s.repair = None;
-        if s.head > 0 && s.buf[s.head - 1] != b'\n' {
+        if s.mid_record {
+            s.mid_record = false;
             // A short write left a record half in the lost file: its rest
             // alone would be a corrupt line.
             let rest = memchr::memchr(b'\n', &s.buf[s.head..]).map_or(s.pending(), |p| p + 1);
