@@ -822,6 +822,9 @@ pub struct LogHealth {
     pub failed_writes: u64,
     /// Bytes that could not be written and were dropped (disk full for long).
     pub lost_bytes: u64,
+    /// Logs found deleted or replaced under the daemon (each started anew).
+    #[serde(default)]
+    pub replaced_logs: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
@@ -896,6 +899,37 @@ pub struct HintReply {
     pub rebased: usize,
 }
 
+/// The `get-session` reply's data (the daemon's `SessionStore::dump`).
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionDump {
+    pub session: serde_json::Value,
+    /// Each record exactly as the log holds it.
+    pub records: Vec<Box<serde_json::value::RawValue>>,
+    pub corrupt_lines: u64,
+    pub unflushed_bytes: usize,
+    pub flush_error: Option<String>,
+    /// Times the log was found deleted or replaced under this daemon
+    /// (records before each `log_replaced` record are missing).
+    pub log_replaced: u32,
+}
+
+/// Records compare by their exact bytes (`RawValue` has no `PartialEq`).
+impl PartialEq for SessionDump {
+    fn eq(&self, other: &Self) -> bool {
+        self.session == other.session
+            && self.records.len() == other.records.len()
+            && self
+                .records
+                .iter()
+                .zip(&other.records)
+                .all(|(a, b)| a.get() == b.get())
+            && self.corrupt_lines == other.corrupt_lines
+            && self.unflushed_bytes == other.unflushed_bytes
+            && self.flush_error == other.flush_error
+            && self.log_replaced == other.log_replaced
+    }
+}
+
 /// Every reply's data, one variant per reply type; serialised as the
 /// variant's own shape (the wire has no tag).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -906,7 +940,7 @@ pub enum Reply {
     SnapshotV2(SnapshotV2),
     Sessions(Vec<SessionSummary>),
     /// `get-session`: the session store's dump.
-    Session(Value),
+    Session(Box<SessionDump>),
     Spawn(SpawnData),
     Kill(KillReply),
     Pause(PauseReply),

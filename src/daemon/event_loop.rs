@@ -63,6 +63,10 @@ pub enum DaemonError {
     Store(String),
 }
 
+/// Wakes the loop when the log writer finished a batch; outside the token
+/// table, so dispatch ignores it and the wakeup's flush collects the batch.
+const WRITER_TOKEN: Token = Token(usize::MAX);
+
 /// Work left over from a wakeup because a budget ran out.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Pending {
@@ -162,6 +166,9 @@ impl Daemon {
         let (mut store, recovery) = SessionStore::open(settings.store.clone())
             .map_err(|e| DaemonError::Store(e.to_string()))?;
         store.set_classifier(Box::new(crate::daemon::classify::classify_line));
+        if let Err(e) = store.start_writer(poll.registry(), WRITER_TOKEN) {
+            log_warn!("cannot start the log writer thread (writing on the loop): {e}");
+        }
         for p in &recovery.problems {
             log_warn!("session store: {p}");
         }
@@ -232,10 +239,12 @@ impl Daemon {
         loop {
             // Panes blocked on a failing disk are retried at the next wakeup
             // of any kind (the heartbeat at the latest), not in a spin.
+            // A batch with the log writer wakes the loop when done.
+            let writer_busy = self.store.waiting_for_writer();
             let busy = !self.pending.is_empty()
-                || self.store_pending
-                || self.store.compaction_active()
-                || (!self.store_blocked.is_empty() && !self.store_failing);
+                || (self.store_pending && !writer_busy)
+                || (self.store.compaction_active() && !writer_busy)
+                || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy);
             let timeout = if busy { Some(Duration::ZERO) } else { None };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -258,8 +267,7 @@ impl Daemon {
                 break;
             }
         }
-        self.finish_shutdown();
-        Ok(())
+        self.finish_shutdown()
     }
 
     pub(crate) fn dispatch(&mut self, token: Token, readable: bool, writable: bool, t: Timestamp) {
@@ -337,6 +345,13 @@ impl Daemon {
     pub(crate) fn after_wakeup(&mut self, t: Timestamp) {
         // Logs first: a reply never reports an event its log does not hold.
         let report = self.store.flush(self.settings.store.flush_budget);
+        if report.replaced_logs > 0 {
+            log_warn!(
+                "{} session log(s) were deleted or replaced under colibrid; started anew",
+                report.replaced_logs
+            );
+            bus::log_write_alert(&mut self.alerter, &self.store.health(), t);
+        }
         // A failing disk is retried at the next wakeup or heartbeat, not in
         // a tight loop.
         self.store_pending = report.pending && report.failed.is_none();

@@ -5,11 +5,13 @@ use std::time::{Duration, Instant};
 
 use crate::core::lifecycle::LifeEvent;
 use crate::core::time::Timestamp;
-use crate::daemon::diag::{log_debug, log_error, log_info, log_warn};
-use crate::daemon::event_loop::{Daemon, RunState, LINGER};
+use crate::daemon::bus;
+use crate::daemon::diag::{log_debug, log_info, log_warn};
+use crate::daemon::event_loop::{now, Daemon, DaemonError, RunState, LINGER};
 use crate::daemon::panes::Slot;
 use crate::daemon::settings::DRAIN_GRACE;
 use crate::daemon::source::{ConnId, Source};
+use crate::daemon::store::ShutdownOutcome;
 use crate::platform::{self, DaemonSignal, KernelTimer};
 use crate::protocol::WatchKind;
 
@@ -193,9 +195,11 @@ impl Daemon {
         all_done || hard_deadline.is_some_and(|d| t >= d)
     }
 
-    pub(crate) fn finish_shutdown(&mut self) {
-        if let Err(e) = self.store.sync() {
-            log_error!("final flush of the session logs failed: {e}");
+    pub(crate) fn finish_shutdown(&mut self) -> Result<(), DaemonError> {
+        // Never exit 0 having lost acknowledged records (see RELIABILITY.md).
+        let outcome = self.store.shutdown_flush(now());
+        if !outcome.data_safe() {
+            bus::log_write_alert(&mut self.alerter, &self.store.health(), now());
         }
         let ids: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
         for id in ids {
@@ -210,6 +214,14 @@ impl Daemon {
             }
         }
         log_info!("stopped");
+        match outcome {
+            ShutdownOutcome::Clean => Ok(()),
+            ShutdownOutcome::IndexNotWritten { .. } => {
+                log_warn!("{outcome}");
+                Ok(())
+            }
+            _ => Err(DaemonError::Store(outcome.to_string())),
+        }
     }
 
     pub(crate) fn is_stopping(&self) -> bool {

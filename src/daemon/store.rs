@@ -4,10 +4,11 @@
 //! The event loop hands every agent line to [`SessionStore::append`] before
 //! it reports the event to clients. `append` only encodes the record into
 //! the session's memory buffer (no syscall, no allocation once the buffer
-//! has grown); [`SessionStore::flush`], called once per loop wakeup, writes
-//! buffered bytes under a byte budget. The store owns the log fds (opened
-//! `O_APPEND|O_CLOEXEC`, at most [`MAX_OPEN_LOGS`] at a time, least recently
-//! used closed first).
+//! has grown); [`SessionStore::flush`], called once per loop wakeup, hands
+//! buffered bytes under a byte budget to the log writer thread (see
+//! `writer.rs`), which owns the log fds (opened `O_APPEND|O_CLOEXEC`, at
+//! most [`MAX_OPEN_LOGS`] at a time, least recently used closed first) and
+//! wakes the loop when they are written. The loop never blocks on the disk.
 //!
 //! **Invariants.** Every line of a log is one complete JSON record, except a
 //! torn last line left by a crash, which `open` repairs before anything is
@@ -15,7 +16,11 @@
 //! keep failing accumulates more than its hard limit (1.5 × `buffer_limit`)
 //! of unwritten bytes, and then new event lines are dropped and counted in
 //! [`StoreHealth::lost_bytes`]. Attach and exit records are never dropped.
-//! The store reads no clock: every time is passed in.
+//! A log deleted under the daemon loses what was written to it before that
+//! was noticed (at the next write), and is started anew. At shutdown,
+//! records that cannot reach their logs go to a rescue directory.
+//! The store reads no clock: every time is passed in (the writer's
+//! watchdog, on its own thread, times a stuck batch).
 
 mod compact;
 mod index;
@@ -23,6 +28,7 @@ mod record;
 mod scan;
 #[cfg(test)]
 mod tests;
+mod writer;
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -36,16 +42,20 @@ use crate::core::time::Timestamp;
 
 use self::index::IndexEntry;
 use self::record::TsText;
+use self::writer::{Append, Batch, Done, LogWriter, WriterThread};
 
 pub use self::scan::RECOVERY_EVENT_CAP;
+pub use self::writer::STALL_ENV as WRITER_STALL_ENV;
 
 /// Log fds kept open at once; there may be thousands of sessions.
 pub const MAX_OPEN_LOGS: usize = 64;
 /// `dump` refuses logs larger than this (the dump is built in memory).
 pub const MAX_DUMP_BYTES: u64 = 64 << 20;
-/// Failed writes after which one `flush` call gives up (the disk is
-/// probably full; trying every session again would only burn the wakeup).
-const MAX_FAILURES_PER_FLUSH: u32 = 8;
+/// How long `sync` (shutdown) and `compact-session` wait for the writer.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Spare batch buffers kept for reuse, and the largest kept.
+const SPARE_BUFS: usize = 4;
+const SPARE_BUF_MAX: usize = 1 << 20;
 /// Heartbeats to wait before retrying a failed rotation.
 const ROTATE_RETRY_HEARTBEATS: u64 = 10;
 /// A drained buffer with more capacity than this is shrunk back.
@@ -159,7 +169,12 @@ pub type Classifier = dyn Fn(Option<&str>, &[u8]) -> LineClass;
 pub struct FlushReport {
     pub written: usize,
     pub pending: bool,
+    /// `TimedOut` when a batch has been with the writer thread for
+    /// [`writer::STALL_AFTER`] (a stuck disk).
     pub failed: Option<io::ErrorKind>,
+    /// Logs found deleted or replaced under the daemon since the last
+    /// flush (each is started anew): the daemon alerts.
+    pub replaced_logs: u64,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -199,7 +214,85 @@ pub struct StoreHealth {
     pub last_error: Option<String>,
     /// Unwritten bytes across all sessions.
     pub pending_bytes: usize,
+    /// Logs found deleted or replaced while the daemon wrote them; the
+    /// records written to the lost file before that was noticed are gone.
+    pub replaced_logs: u64,
 }
+
+/// How [`SessionStore::shutdown_flush`] left the acknowledged records.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ShutdownOutcome {
+    /// Every record is in its log and fsynced.
+    Clean,
+    /// Every record is in its log and fsynced, but the index (a cache the
+    /// logs rebuild) could not be written.
+    IndexNotWritten { error: String },
+    /// Every record was written but an fsync failed: a power loss now
+    /// could lose some.
+    NotSynced { error: String },
+    /// Some records could not be written to their logs; they are in
+    /// `dir`, one `<session>.jsonl` per session holding exactly the bytes
+    /// missing from the end of that session's log.
+    Rescued {
+        dir: PathBuf,
+        bytes: u64,
+        error: String,
+    },
+    /// Some records could be written nowhere.
+    Lost {
+        bytes: u64,
+        error: String,
+        rescue_error: String,
+    },
+}
+
+impl ShutdownOutcome {
+    /// True if no acknowledged record can be missing from the logs.
+    pub fn data_safe(&self) -> bool {
+        matches!(
+            self,
+            ShutdownOutcome::Clean | ShutdownOutcome::IndexNotWritten { .. }
+        )
+    }
+}
+
+impl std::fmt::Display for ShutdownOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShutdownOutcome::Clean => write!(f, "session logs written and synced"),
+            ShutdownOutcome::IndexNotWritten { error } => {
+                write!(f, "session logs synced; the index was not written ({error})")
+            }
+            ShutdownOutcome::NotSynced { error } => write!(
+                f,
+                "session logs written but not synced ({error}): a power loss could lose recent records"
+            ),
+            ShutdownOutcome::Rescued { dir, bytes, error } => write!(
+                f,
+                "{bytes} bytes of session records could not be written to the state dir ({error}); \
+                 they were saved in {}: append each <session>.jsonl there to the session's log",
+                dir.display()
+            ),
+            ShutdownOutcome::Lost {
+                bytes,
+                error,
+                rescue_error,
+            } => write!(
+                f,
+                "{bytes} bytes of session records are lost: the state dir failed ({error}) \
+                 and no rescue file could be written ({rescue_error})"
+            ),
+        }
+    }
+}
+
+/// Tries of the final flush before its records go to a rescue file.
+const SHUTDOWN_ATTEMPTS: u32 = 3;
+const SHUTDOWN_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+const RESCUE_README: &str = "colibrid could not write these session records to its state \
+directory at shutdown.\nEach <session>.jsonl here holds exactly the bytes missing from the \
+end of <state_dir>/sessions/<session>.jsonl: once that directory is writable again, append \
+it (cat <session>.jsonl >> <state_dir>/sessions/<session>.jsonl) before starting colibrid.\n";
 
 /// What `open` found, for the daemon to rebuild its supervisor.
 #[derive(Debug, Default)]
@@ -286,11 +379,18 @@ struct Session {
     repair: Option<u64>,
     /// Written since the last fsync.
     unsynced: bool,
+    /// `buf[head..head + inflight]` is with the writer thread.
+    inflight: usize,
+    /// A short write left `buf[head..]` starting inside a record (kept
+    /// apart from `head`, which `reclaim` resets).
+    mid_record: bool,
     live: Vec<String>,
     rotate_base_bytes: u64,
     rotate_base_turns: u64,
     /// Heartbeat count before which a failed rotation is not retried.
     rotate_retry_at: u64,
+    /// Times this session's log was found deleted or replaced.
+    replaced: u32,
     /// Test hook: write this session's records to another file
     /// (`/dev/full` simulates ENOSPC).
     #[cfg(test)]
@@ -307,10 +407,13 @@ impl Session {
             queued: false,
             repair: None,
             unsynced: false,
+            inflight: 0,
+            mid_record: false,
             live: Vec::new(),
             rotate_base_bytes: 0,
             rotate_base_turns: 0,
             rotate_retry_at: 0,
+            replaced: 0,
             #[cfg(test)]
             redirect: None,
         }
@@ -374,74 +477,6 @@ impl Session {
     }
 }
 
-/// The open log fds, least recently used closed first.
-#[derive(Debug)]
-struct FdCache {
-    entries: Vec<FdEntry>,
-    tick: u64,
-}
-
-#[derive(Debug)]
-struct FdEntry {
-    session: usize,
-    file: File,
-    used: u64,
-}
-
-impl FdCache {
-    fn get(&mut self, session: usize, path: &Path) -> io::Result<&mut File> {
-        self.tick += 1;
-        let pos = match self.entries.iter().position(|e| e.session == session) {
-            Some(pos) => pos,
-            None => {
-                let file = open_log(path)?;
-                if self.entries.len() >= MAX_OPEN_LOGS {
-                    if let Some(lru) = self
-                        .entries
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, e)| e.used)
-                        .map(|(i, _)| i)
-                    {
-                        // Dropping the File closes it; close(2) on a regular
-                        // file does not block on I/O.
-                        self.entries.swap_remove(lru);
-                    }
-                }
-                self.entries.push(FdEntry {
-                    session,
-                    file,
-                    used: 0,
-                });
-                self.entries.len() - 1
-            }
-        };
-        let entry = &mut self.entries[pos];
-        entry.used = self.tick;
-        Ok(&mut entry.file)
-    }
-
-    fn peek(&mut self, session: usize) -> Option<&mut File> {
-        self.entries
-            .iter_mut()
-            .find(|e| e.session == session)
-            .map(|e| &mut e.file)
-    }
-
-    fn close(&mut self, session: usize) {
-        self.entries.retain(|e| e.session != session);
-    }
-}
-
-fn open_log(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(LOG_MODE)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-}
-
 /// Takes the directory's lock file (`.lock`) without waiting.
 fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, StoreError> {
     let path = dir.join(".lock");
@@ -489,6 +524,13 @@ fn write_atomic(dir: &Path, name: &str, tmp_name: &str, bytes: &[u8]) -> io::Res
     fs::rename(&tmp, dir.join(name))
 }
 
+/// Where the log writes run.
+#[derive(Debug)]
+enum Writer {
+    Inline(LogWriter),
+    Thread(WriterThread),
+}
+
 fn keep_all(_: Option<&str>, _: &[u8]) -> LineClass {
     LineClass::Keep
 }
@@ -503,7 +545,29 @@ pub struct SessionStore {
     by_id: HashMap<String, usize>,
     /// Sessions with unwritten bytes, in flush order.
     dirty: VecDeque<usize>,
-    fds: FdCache,
+    writer: Writer,
+    /// A batch is with the writer thread.
+    in_flight: bool,
+    /// The batch in flight is older than [`writer::STALL_AFTER`].
+    stalled: bool,
+    /// The last append failed (cleared by a successful one).
+    write_failing: bool,
+    /// Fds the writer must drop before its next appends (a compaction
+    /// renamed a new file over the log).
+    close_next: Vec<usize>,
+    /// The heartbeat asked for the open logs to be checked against their
+    /// paths, and for the index to be written.
+    check_paths_due: bool,
+    index_due: bool,
+    /// Thread mode: the last wakeup applied a batch while a rotation runs,
+    /// so the next one is the rotation's turn (it must not run while the
+    /// writer appends to the file it reads).
+    compaction_turn: bool,
+    spare_bufs: Vec<Vec<u8>>,
+    /// Thread mode, after a failed append: no new batch before this
+    /// heartbeat count.
+    retry_at_heartbeat: u64,
+    last_failure: io::ErrorKind,
     ts: TsText,
     health: StoreHealth,
     index_dirty: bool,
@@ -513,6 +577,8 @@ pub struct SessionStore {
     classifier: Option<Box<Classifier>>,
     /// The rotation in progress, if any: `(session, job)`.
     rotation: Option<(usize, compact::Job)>,
+    /// Replaced logs not yet reported by a [`FlushReport`].
+    unreported_replacements: u64,
 }
 
 impl std::fmt::Debug for SessionStore {
@@ -581,10 +647,17 @@ impl SessionStore {
             sessions: Vec::new(),
             by_id: HashMap::new(),
             dirty: VecDeque::new(),
-            fds: FdCache {
-                entries: Vec::new(),
-                tick: 0,
-            },
+            writer: Writer::Inline(LogWriter::default()),
+            in_flight: false,
+            stalled: false,
+            write_failing: false,
+            close_next: Vec::new(),
+            check_paths_due: false,
+            index_due: false,
+            compaction_turn: false,
+            spare_bufs: Vec::new(),
+            retry_at_heartbeat: 0,
+            last_failure: io::ErrorKind::Other,
             ts: TsText::default(),
             health: StoreHealth::default(),
             // Rewrite the index once after open so it matches the logs.
@@ -593,6 +666,7 @@ impl SessionStore {
             heartbeats: 0,
             classifier: None,
             rotation: None,
+            unreported_replacements: 0,
         };
         let mut rb = scan::RecoveryBuilder::new(RECOVERY_EVENT_CAP);
         let mut loaded: Vec<Session> = Vec::new();
@@ -779,7 +853,7 @@ impl SessionStore {
         match line {
             LineRecord::Event(l) => {
                 let l = record::trim_json_ws(l);
-                if record::embeddable_event(l) {
+                if record::embeddable_event(l) && scan::reads_back(l) {
                     record::encode_event(&mut s.buf, &mut self.ts, now, pane, l);
                 } else {
                     record::encode_raw(&mut s.buf, &mut self.ts, now, pane, l);
@@ -822,41 +896,312 @@ impl SessionStore {
         self.commit(i, before, false);
     }
 
-    /// Writes buffered records, at most `budget` bytes, sessions in the
-    /// order they got data. A failing session is moved to the back and the
-    /// others still get their turn; after a few failures the call stops.
+    /// Hands buffered records to the writer, at most `budget` bytes,
+    /// sessions in the order they got data, and applies the outcome of the
+    /// batch the writer finished (if any). Without a writer thread (unit
+    /// tests) the batch runs inline. Bytes count as written only once the
+    /// writer says so: `pending` stays true until then.
     pub fn flush(&mut self, budget: usize) -> FlushReport {
         let mut report = FlushReport {
             written: 0,
             pending: false,
             failed: None,
+            replaced_logs: 0,
         };
-        let mut failures = 0;
+        self.collect(&mut report);
+        // After a failed batch the thread's wakeup must not start the next
+        // try at once (a full disk would ping-pong at full speed): retry at
+        // the next heartbeat.
+        let failing =
+            matches!(self.writer, Writer::Thread(_)) && self.retry_at_heartbeat > self.heartbeats;
+        if failing && report.failed.is_none() {
+            // Still failing as far as the loop is concerned: replies must
+            // not wait for the retry.
+            report.failed = Some(self.last_failure);
+        }
+        let hold = failing || (self.rotation.is_some() && self.compaction_turn);
+        if !self.in_flight && !hold {
+            let batch = self.build_batch(budget);
+            if !batch.is_empty() {
+                self.dispatch(batch, &mut report);
+            }
+        }
+        if let (Writer::Thread(t), true) = (&self.writer, self.in_flight) {
+            if !self.stalled && t.stalled() {
+                self.stalled = true;
+                self.record_error(format!(
+                    "session log writes stalled for over {} s (a frozen or hung filesystem?); records stay buffered",
+                    writer::STALL_AFTER.as_secs()
+                ));
+            }
+        }
+        if self.stalled && self.in_flight && report.failed.is_none() {
+            report.failed = Some(io::ErrorKind::TimedOut);
+        }
+        report.pending = !self.dirty.is_empty() || self.in_flight;
+        report.replaced_logs = std::mem::take(&mut self.unreported_replacements);
+        report
+    }
+
+    /// True while a batch is with the writer thread: the loop waits for
+    /// its wakeup instead of polling without sleeping.
+    pub fn waiting_for_writer(&self) -> bool {
+        self.in_flight
+    }
+
+    /// Moves the log writes to a thread of their own that wakes the loop
+    /// through `registry` with `token` when a batch is done. Until called
+    /// (and if it fails) the writes run inline.
+    pub fn start_writer(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
+        if matches!(self.writer, Writer::Thread(_)) {
+            return Ok(());
+        }
+        let waker = mio::Waker::new(registry, token)?;
+        let inline = match std::mem::replace(&mut self.writer, Writer::Inline(LogWriter::default()))
+        {
+            Writer::Inline(w) => w,
+            Writer::Thread(t) => {
+                self.writer = Writer::Thread(t);
+                return Ok(());
+            }
+        };
+        match WriterThread::start(inline, waker) {
+            Ok(t) => {
+                self.writer = Writer::Thread(t);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Applies the batch the writer thread finished, if any.
+    fn collect(&mut self, report: &mut FlushReport) {
+        let Writer::Thread(t) = &self.writer else {
+            return;
+        };
+        match t.try_done() {
+            Ok(Some(done)) => {
+                self.compaction_turn = self.rotation.is_some();
+                self.apply(done, report);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                // The thread is gone (it panicked): write inline from now on.
+                self.record_error(format!("log writer: {e}"));
+                self.writer = Writer::Inline(LogWriter::default());
+                self.release_in_flight();
+            }
+        }
+    }
+
+    /// Forgets the batch in flight: its bytes are sent again.
+    fn release_in_flight(&mut self) {
+        self.in_flight = false;
+        self.stalled = false;
+        for s in &mut self.sessions {
+            s.inflight = 0;
+        }
+    }
+
+    fn dispatch(&mut self, batch: Batch, report: &mut FlushReport) -> Option<io::Error> {
+        match &mut self.writer {
+            Writer::Inline(w) => {
+                let done = w.run(batch);
+                self.apply(done, report)
+            }
+            Writer::Thread(t) => match t.send(batch) {
+                Ok(()) => {
+                    self.in_flight = true;
+                    None
+                }
+                Err(e) => {
+                    self.record_error(format!("log writer: {e}"));
+                    self.release_in_flight();
+                    report.failed = Some(e.kind());
+                    Some(e)
+                }
+            },
+        }
+    }
+
+    /// The next batch: fds to close, paths to check, appends under
+    /// `budget`, the index when due.
+    fn build_batch(&mut self, budget: usize) -> Batch {
+        let mut batch = Batch {
+            close: std::mem::take(&mut self.close_next),
+            ..Batch::default()
+        };
+        if std::mem::take(&mut self.check_paths_due) {
+            batch.check_paths = self
+                .sessions
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !s.live.is_empty() || s.pending() > 0)
+                .map(|(i, s)| (i, s.write_path().to_path_buf()))
+                .collect();
+        }
+        let mut left = budget;
         let mut rounds = self.dirty.len();
-        while rounds > 0 && report.written < budget {
+        while rounds > 0 {
             rounds -= 1;
             let Some(i) = self.dirty.pop_front() else {
                 break;
             };
-            let (n, err) = self.write_session(i, budget - report.written);
-            report.written += n;
-            if let Some(e) = err {
-                report.failed = Some(e.kind());
-                self.dirty.push_back(i);
-                failures += 1;
-                if failures >= MAX_FAILURES_PER_FLUSH {
-                    break;
-                }
-            } else if self.sessions[i].pending() > 0 || self.sessions[i].repair.is_some() {
-                // The budget ran out mid-session: it goes first next time.
+            let s = &mut self.sessions[i];
+            if s.pending() == 0 && s.repair.is_none() {
+                s.queued = false;
+                continue;
+            }
+            let n = s.pending().min(left);
+            if n == 0 && (s.repair.is_none() || left == 0) {
                 self.dirty.push_front(i);
                 break;
+            }
+            let mut bytes = self.spare_bufs.pop().unwrap_or_default();
+            bytes.clear();
+            bytes.extend_from_slice(&s.buf[s.head..s.head + n]);
+            s.inflight = n;
+            left -= n;
+            batch.appends.push(Append {
+                session: i,
+                path: s.write_path().to_path_buf(),
+                repair: s.repair,
+                bytes,
+            });
+        }
+        if std::mem::take(&mut self.index_due) && self.index_dirty {
+            let entries = self.sessions.iter().map(Session::index_entry).collect();
+            batch.index = Some((self.cfg.dir.clone(), index::encode(entries)));
+            self.index_dirty = false;
+        }
+        batch
+    }
+
+    /// Applies a finished batch; returns its first error.
+    fn apply(&mut self, done: Done, report: &mut FlushReport) -> Option<io::Error> {
+        self.in_flight = false;
+        self.stalled = false;
+        let mut first: Option<io::Error> = None;
+        let mut front = Vec::new();
+        for d in done.appends {
+            let i = d.session;
+            let s = &mut self.sessions[i];
+            s.inflight = 0;
+            if d.repaired {
+                if let Some(len) = s.repair.take() {
+                    s.meta.bytes = len;
+                }
+            }
+            s.head += d.written;
+            s.meta.bytes += d.written as u64;
+            if d.written > 0 {
+                s.mid_record = s.buf[s.head - 1] != b'\n';
+                s.unsynced = true;
+                self.index_dirty = true;
+                self.write_failing = false;
+            }
+            self.health.pending_bytes -= d.written;
+            report.written += d.written;
+            s.reclaim();
+            if d.buf.capacity() <= SPARE_BUF_MAX && self.spare_bufs.len() < SPARE_BUFS {
+                self.spare_bufs.push(d.buf);
+            }
+            if d.replaced {
+                self.log_replaced(i);
+                continue;
+            }
+            if let Some(e) = d.error {
+                self.health.failed_writes += 1;
+                self.write_failing = true;
+                self.retry_at_heartbeat = self.heartbeats + 1;
+                self.last_failure = e.kind();
+                let s = &self.sessions[i];
+                let msg = format!(
+                    "writing session {} to {}: {e}",
+                    s.meta.id,
+                    s.write_path().display()
+                );
+                self.record_error(msg);
+                report.failed = Some(e.kind());
+                first.get_or_insert(e);
+                self.dirty.push_back(i);
+                continue;
+            }
+            let s = &mut self.sessions[i];
+            if d.skipped || s.pending() > 0 || s.repair.is_some() {
+                // Not finished: it goes first next time.
+                front.push(i);
             } else {
-                self.sessions[i].queued = false;
+                s.queued = false;
             }
         }
-        report.pending = !self.dirty.is_empty();
-        report
+        for i in front.into_iter().rev() {
+            self.dirty.push_front(i);
+        }
+        for (i, res) in done.synced {
+            match res {
+                Ok(()) => self.sessions[i].unsynced = false,
+                Err(e) => {
+                    self.record_error(format!("fsync {}: {e}", self.sessions[i].path.display()));
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(Err(e)) = done.index {
+            self.index_dirty = true;
+            self.record_error(format!(
+                "writing {}: {e}",
+                self.cfg.dir.join(INDEX_FILE).display()
+            ));
+            first.get_or_insert(e);
+        }
+        for i in done.moved {
+            self.log_replaced(i);
+        }
+        first
+    }
+
+    /// Waits (bounded) for the batch with the writer thread and applies it.
+    fn settle(&mut self, report: &mut FlushReport) -> io::Result<()> {
+        if !self.in_flight {
+            return Ok(());
+        }
+        let Writer::Thread(t) = &self.writer else {
+            self.release_in_flight();
+            return Ok(());
+        };
+        match t.wait_done(SETTLE_WAIT) {
+            Some(done) => self.apply(done, report).map_or(Ok(()), Err),
+            None => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the session log writer is stuck (a frozen or hung filesystem?)",
+            )),
+        }
+    }
+
+    /// Runs one batch to its end: inline, or on the thread waiting at
+    /// most [`SETTLE_WAIT`].
+    fn run_now(&mut self, batch: Batch) -> io::Result<()> {
+        let mut report = FlushReport {
+            written: 0,
+            pending: false,
+            failed: None,
+            replaced_logs: 0,
+        };
+        if let Some(e) = self.dispatch(batch, &mut report) {
+            return Err(e);
+        }
+        self.settle(&mut report)?;
+        if self.in_flight {
+            return Err(io::Error::from(io::ErrorKind::TimedOut));
+        }
+        match report.failed {
+            Some(kind) => Err(io::Error::new(
+                kind,
+                self.health.last_error.clone().unwrap_or_default(),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Unwritten bytes of a session (0 if unknown).
@@ -873,43 +1218,144 @@ impl SessionStore {
     }
 
     /// Writes everything (no budget), fsyncs every log written since the
-    /// last sync, and writes the index. For shutdown. Returns the first
+    /// last sync, and writes the index. For shutdown: it waits for the
+    /// writer thread, at most [`SETTLE_WAIT`] per batch. Returns the first
     /// error; everything else is still attempted.
     pub fn sync(&mut self) -> io::Result<()> {
-        let mut first: Option<io::Error> = None;
-        for _ in 0..self.dirty.len() {
-            let Some(i) = self.dirty.pop_front() else {
-                break;
-            };
-            let (_, err) = self.write_session(i, usize::MAX);
-            match err {
-                Some(e) => {
-                    first.get_or_insert(e);
-                    self.dirty.push_back(i);
-                }
-                None => self.sessions[i].queued = false,
-            }
-        }
-        for i in 0..self.sessions.len() {
-            if !self.sessions[i].unsynced {
-                continue;
-            }
-            let res = match self.fds.peek(i) {
-                Some(f) => f.sync_all(),
-                None => open_log(self.sessions[i].write_path()).and_then(|f| f.sync_all()),
-            };
-            match res {
-                Ok(()) => self.sessions[i].unsynced = false,
-                Err(e) => {
-                    self.record_error(format!("fsync {}: {e}", self.sessions[i].path.display()));
-                    first.get_or_insert(e);
-                }
-            }
-        }
-        if let Err(e) = self.write_index() {
+        let mut report = FlushReport {
+            written: 0,
+            pending: false,
+            failed: None,
+            replaced_logs: 0,
+        };
+        let mut first = self.settle(&mut report).err();
+        self.index_due = false;
+        let mut batch = self.build_batch(usize::MAX);
+        let appended: Vec<usize> = batch.appends.iter().map(|a| a.session).collect();
+        batch.sync = self
+            .sessions
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| s.unsynced || appended.contains(i))
+            .map(|(i, s)| (i, s.write_path().to_path_buf()))
+            .collect();
+        if let Err(e) = self.run_now(batch) {
             first.get_or_insert(e);
         }
+        // The index last, so that it holds the final lengths.
+        self.index_due = true;
+        self.index_dirty = true;
+        let batch = self.build_batch(0);
+        if let Err(e) = self.run_now(batch) {
+            first.get_or_insert(e);
+        }
+        if first.is_none() && !self.dirty.is_empty() {
+            first = Some(io::Error::other(
+                self.health
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| "records left unwritten".into()),
+            ));
+        }
         first.map_or(Ok(()), Err)
+    }
+
+    /// The last flush, at shutdown: [`SessionStore::sync`], retried a few
+    /// times; records that still cannot reach their logs are written to a
+    /// rescue directory (`$TMPDIR`, else `/var/tmp`, else `/tmp`) so that
+    /// no acknowledged record is dropped without a word. Blocks briefly
+    /// between tries: the loop is over.
+    pub fn shutdown_flush(&mut self, now: Timestamp) -> ShutdownOutcome {
+        let outcome = self.try_shutdown_flush(now);
+        if !outcome.data_safe() {
+            // The alert the daemon raises quotes the last error.
+            self.record_error(outcome.to_string());
+        }
+        outcome
+    }
+
+    fn try_shutdown_flush(&mut self, now: Timestamp) -> ShutdownOutcome {
+        let mut error = String::new();
+        for attempt in 0..SHUTDOWN_ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(SHUTDOWN_RETRY_PAUSE);
+            }
+            match self.sync() {
+                Ok(()) => return ShutdownOutcome::Clean,
+                Err(e) => error = e.to_string(),
+            }
+        }
+        let pending: u64 = self.sessions.iter().map(|s| s.pending() as u64).sum();
+        if pending == 0 {
+            return if self.sessions.iter().any(|s| s.unsynced) {
+                ShutdownOutcome::NotSynced { error }
+            } else {
+                ShutdownOutcome::IndexNotWritten { error }
+            };
+        }
+        let mut bases: Vec<PathBuf> = Vec::new();
+        if let Some(tmp) = std::env::var_os("TMPDIR").filter(|t| !t.is_empty()) {
+            bases.push(PathBuf::from(tmp));
+        }
+        bases.push(PathBuf::from("/var/tmp"));
+        bases.push(PathBuf::from("/tmp"));
+        self.rescue(now, &bases, pending, error)
+    }
+
+    /// Saves the unwritten records in the first of `bases` that takes them.
+    fn rescue(
+        &mut self,
+        now: Timestamp,
+        bases: &[PathBuf],
+        pending: u64,
+        error: String,
+    ) -> ShutdownOutcome {
+        let name = format!(
+            "colibri-rescue-{}-{}",
+            std::process::id(),
+            now.as_millis() / 1000
+        );
+        let mut rescue_errors = Vec::new();
+        for base in bases {
+            let dir = base.join(&name);
+            match self.write_rescue(&dir) {
+                Ok(()) => {
+                    return ShutdownOutcome::Rescued {
+                        dir,
+                        bytes: pending,
+                        error,
+                    }
+                }
+                Err(e) => rescue_errors.push(format!("{}: {e}", dir.display())),
+            }
+        }
+        ShutdownOutcome::Lost {
+            bytes: pending,
+            error,
+            rescue_error: rescue_errors.join("; "),
+        }
+    }
+
+    /// Writes every session's unwritten bytes to `dir/<session>.jsonl`
+    /// (created 0700, files 0600, all fsynced).
+    fn write_rescue(&self, dir: &Path) -> io::Result<()> {
+        DirBuilder::new().mode(0o700).create(dir)?;
+        let create = |name: &str| {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                .open(dir.join(name))
+        };
+        let mut readme = create("README")?;
+        readme.write_all(RESCUE_README.as_bytes())?;
+        for s in self.sessions.iter().filter(|s| s.pending() > 0) {
+            let mut f = create(&format!("{}{LOG_SUFFIX}", s.meta.id))?;
+            f.write_all(&s.buf[s.head..])?;
+            f.sync_all()?;
+        }
+        compact::sync_dir(dir)
     }
 
     /// The session_rotation tick: unless a rotation is already running,
@@ -920,6 +1366,7 @@ impl SessionStore {
     pub fn heartbeat(&mut self, now: Timestamp) -> Option<String> {
         self.note_now(now);
         self.heartbeats += 1;
+        self.check_paths_due = true;
         let mut started = None;
         if self.rotation.is_none() {
             if let Some(i) = self.due_for_rotation() {
@@ -929,12 +1376,18 @@ impl SessionStore {
                 self.rotation = Some((i, job));
             }
         }
-        if self.index_dirty {
-            if let Err(e) = self.write_index() {
-                self.record_error(format!(
-                    "writing {}: {e}",
-                    self.cfg.dir.join(INDEX_FILE).display()
-                ));
+        self.index_due = self.index_dirty;
+        if !self.in_flight {
+            // Paths and index now; appends stay with flush and its budget.
+            let batch = self.build_batch(0);
+            if !batch.is_empty() {
+                let mut report = FlushReport {
+                    written: 0,
+                    pending: false,
+                    failed: None,
+                    replaced_logs: 0,
+                };
+                self.dispatch(batch, &mut report);
             }
         }
         started
@@ -954,6 +1407,11 @@ impl SessionStore {
     /// to the new file, and the step that renames it over the log also
     /// closes the session's fd, so the next write goes to the new file.
     pub fn compaction_step(&mut self, budget_bytes: usize) -> Option<CompactionProgress> {
+        if self.rotation.is_some() && self.in_flight {
+            // The writer may be appending to the file the job reads.
+            return Some(CompactionProgress::Working { read_bytes: 0 });
+        }
+        self.compaction_turn = false;
         let (i, job) = self.rotation.as_mut()?;
         let i = *i;
         let step = match &self.classifier {
@@ -1001,18 +1459,20 @@ impl SessionStore {
     }
 
     /// The `get-session` dump: `{"session":{meta},"records":[every record,
-    /// parsed],"corrupt_lines":n,"unflushed_bytes":n,"flush_error":s|null}`.
+    /// verbatim],"corrupt_lines":n,"unflushed_bytes":n,"flush_error":s|null}`.
+    /// Records are checked as JSON but never re-serialised, so each comes
+    /// back byte for byte as the log holds it, whatever JSON the agent
+    /// printed (deep nesting, `1e400`, lone surrogate escapes).
     /// The session is flushed first; if that fails the dump still shows
     /// what is on disk and says so. Refuses logs over [`MAX_DUMP_BYTES`].
-    pub fn dump(&mut self, id: &str) -> Result<serde_json::Value, StoreError> {
+    pub fn dump(&mut self, id: &str) -> Result<SessionDump, StoreError> {
         let i = self.lookup(id)?;
-        let mut flush_error = None;
-        if self.sessions[i].pending() > 0 || self.sessions[i].repair.is_some() {
-            if let (_, Some(e)) = self.write_session(i, usize::MAX) {
-                flush_error = Some(e.to_string());
-            }
-        }
         let s = &self.sessions[i];
+        let flush_error = if s.pending() > 0 && (self.stalled || self.write_failing) {
+            self.health.last_error.clone()
+        } else {
+            None
+        };
         let mut bytes = Vec::new();
         match File::open(&s.path) {
             Ok(f) => {
@@ -1027,33 +1487,25 @@ impl SessionStore {
                         max: MAX_DUMP_BYTES,
                     });
                 }
-                // Bounded even if the file grows under us.
-                f.take(MAX_DUMP_BYTES)
+                // What the store counts as written: the writer may be
+                // appending the buffered records below right now.
+                f.take(s.meta.bytes.min(MAX_DUMP_BYTES))
                     .read_to_end(&mut bytes)
                     .map_err(|e| StoreError::io("read", &s.path, e))?;
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::io("open", &s.path, e)),
         }
-        let mut records = Vec::new();
-        let mut corrupt: u64 = 0;
-        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-        for line in bytes[..complete].split(|&b| b == b'\n') {
-            if line.is_empty() {
-                continue;
-            }
-            match serde_json::from_slice::<serde_json::Value>(line) {
-                Ok(v) => records.push(v),
-                Err(_) => corrupt += 1,
-            }
-        }
-        Ok(json!({
-            "session": meta_json(&s.meta),
-            "records": records,
-            "corrupt_lines": corrupt,
-            "unflushed_bytes": s.pending(),
-            "flush_error": flush_error,
-        }))
+        bytes.extend_from_slice(&s.buf[s.head..]);
+        let (records, corrupt) = scan::complete_records(&bytes);
+        Ok(SessionDump {
+            session: meta_json(&s.meta),
+            records,
+            corrupt_lines: corrupt,
+            unflushed_bytes: s.pending(),
+            flush_error,
+            log_replaced: s.replaced,
+        })
     }
 
     /// compact-session: see the `compact` module. The session is flushed
@@ -1159,57 +1611,54 @@ impl SessionStore {
         }
     }
 
-    /// Writes up to `max` bytes of session `i`. Returns what was written and
-    /// the error that stopped it, if any (the fd is then closed, so the next
-    /// attempt reopens the path).
-    fn write_session(&mut self, i: usize, max: usize) -> (usize, Option<io::Error>) {
-        let s = &mut self.sessions[i];
-        let mut written = 0;
-        let mut failure = None;
-        match self.fds.get(i, s.write_path()) {
-            Err(e) => failure = Some(e),
-            Ok(file) => {
-                if let Some(len) = s.repair {
-                    match file.set_len(len) {
-                        Ok(()) => {
-                            s.repair = None;
-                            s.meta.bytes = len;
-                        }
-                        Err(e) => failure = Some(e),
-                    }
-                }
-                while failure.is_none() && written < max && s.head < s.buf.len() {
-                    let end = s.buf.len().min(s.head.saturating_add(max - written));
-                    match file.write(&s.buf[s.head..end]) {
-                        Ok(0) => failure = Some(io::Error::from(io::ErrorKind::WriteZero)),
-                        Ok(n) => {
-                            s.head += n;
-                            written += n;
-                            s.meta.bytes += n as u64;
-                            s.unsynced = true;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => failure = Some(e),
-                    }
-                }
+    /// Starts session `i`'s log anew after its file was deleted or
+    /// replaced: the fd is dropped (the next write creates the path again)
+    /// and the new log opens with a `log_replaced` record, so a reader sees
+    /// that earlier records are missing instead of a silently short log.
+    fn log_replaced(&mut self, i: usize) {
+        if self.rotation.as_ref().is_some_and(|(r, _)| *r == i) {
+            if let Some((_, mut job)) = self.rotation.take() {
+                job.abandon();
             }
         }
-        s.reclaim();
-        self.health.pending_bytes -= written;
-        if written > 0 {
-            self.index_dirty = true;
+        let now = self.last_now;
+        let s = &mut self.sessions[i];
+        s.replaced += 1;
+        s.meta.bytes = 0;
+        s.rotate_base_bytes = 0;
+        s.unsynced = false;
+        s.repair = None;
+        if s.mid_record {
+            s.mid_record = false;
+            // A short write left a record half in the lost file: its rest
+            // alone would be a corrupt line.
+            let rest = memchr::memchr(b'\n', &s.buf[s.head..]).map_or(s.pending(), |p| p + 1);
+            s.head += rest;
+            self.health.pending_bytes -= rest;
+            self.health.lost_bytes += rest as u64;
+            self.health.lost_records += 1;
         }
-        if let Some(e) = &failure {
-            self.health.failed_writes += 1;
-            let msg = format!(
-                "writing session {} to {}: {e}",
-                s.meta.id,
-                s.write_path().display()
-            );
-            self.fds.close(i);
-            self.record_error(msg);
+        let mut marker = Vec::new();
+        record::encode_log_replaced(&mut marker, &mut self.ts, now, s.replaced);
+        let added = marker.len();
+        s.buf.splice(s.head..s.head, marker);
+        let msg = format!(
+            "session {}: log {} was deleted or replaced under the daemon; \
+             records written to the old file are lost; starting a new log",
+            s.meta.id,
+            s.path.display()
+        );
+        s.queued = true;
+        // Rare: a scan of the queue is fine (the session may be in it, or
+        // just taken out for the batch that found the log gone).
+        if !self.dirty.contains(&i) {
+            self.dirty.push_back(i);
         }
-        (written, failure)
+        self.health.pending_bytes += added;
+        self.health.replaced_logs += 1;
+        self.unreported_replacements += 1;
+        self.index_dirty = true;
+        self.record_error(msg);
     }
 
     /// The session most overdue for rotation, if any.
@@ -1237,10 +1686,32 @@ impl SessionStore {
         i: usize,
         classify: &Classifier,
     ) -> Result<CompactReport, StoreError> {
+        let path = self.sessions[i].path.clone();
+        let mut report = FlushReport {
+            written: 0,
+            pending: false,
+            failed: None,
+            replaced_logs: 0,
+        };
+        self.settle(&mut report)
+            .map_err(|e| StoreError::io("flush", &path, e))?;
         if self.sessions[i].pending() > 0 || self.sessions[i].repair.is_some() {
-            if let (_, Some(e)) = self.write_session(i, usize::MAX) {
-                return Err(StoreError::io("flush", &self.sessions[i].path, e));
+            let batch = Batch {
+                close: std::mem::take(&mut self.close_next),
+                appends: vec![Append {
+                    session: i,
+                    path: self.sessions[i].write_path().to_path_buf(),
+                    repair: self.sessions[i].repair,
+                    bytes: self.sessions[i].buf[self.sessions[i].head..].to_vec(),
+                }],
+                ..Batch::default()
+            };
+            self.sessions[i].inflight = self.sessions[i].pending();
+            if let Some(pos) = self.dirty.iter().position(|&d| d == i) {
+                self.dirty.remove(pos);
             }
+            self.run_now(batch)
+                .map_err(|e| StoreError::io("flush", &path, e))?;
         }
         if self.rotation.as_ref().is_some_and(|(r, _)| *r == i) {
             if let Some((_, mut job)) = self.rotation.take() {
@@ -1273,7 +1744,8 @@ impl SessionStore {
         if !done.rewritten {
             return Ok(done.report);
         }
-        self.fds.close(i);
+        // The writer's fd is on the old inode.
+        self.close_next.push(i);
         let s = &mut self.sessions[i];
         s.meta.bytes = done.report.after_bytes;
         s.meta.rotated += 1;
@@ -1286,28 +1758,59 @@ impl SessionStore {
         Ok(done.report)
     }
 
-    fn write_index(&mut self) -> io::Result<()> {
-        let entries = self.sessions.iter().map(Session::index_entry).collect();
-        write_atomic(
-            &self.cfg.dir,
-            INDEX_FILE,
-            INDEX_TMP,
-            &index::encode(entries),
-        )?;
-        self.index_dirty = false;
-        Ok(())
-    }
-
     /// Test hook: sends one session's writes to `to` (e.g. `/dev/full`), or
     /// back to its log with `None`.
     #[cfg(test)]
     pub(crate) fn redirect_writes(&mut self, session: &str, to: Option<PathBuf>) {
         if let Some(&i) = self.by_id.get(session) {
-            self.fds.close(i);
+            self.close_next.push(i);
             self.sessions[i].redirect = to;
         }
     }
 }
+
+/// The session log's round trip, for the fuzzer and the property test:
+/// `line`, logged as an agent line classified `Event` and again as `Raw`,
+/// must read back as the log reader returns it: an `Event` that is a JSON
+/// object byte for byte (without surrounding JSON whitespace), anything
+/// else as its lossy UTF-8 text. Panics on a mismatch.
+#[doc(hidden)]
+pub fn check_log_roundtrip(line: &[u8]) {
+    let mut ts = TsText::default();
+    let now = Timestamp::from_millis(1_779_883_200_123);
+    let trimmed = record::trim_json_ws(line);
+    let as_event = record::embeddable_event(trimmed) && scan::reads_back(trimmed);
+    let mut log = Vec::new();
+    if as_event {
+        record::encode_event(&mut log, &mut ts, now, "p", trimmed);
+    } else {
+        record::encode_raw(&mut log, &mut ts, now, "p", trimmed);
+    }
+    record::encode_raw(&mut log, &mut ts, now, "p", line);
+    let (records, corrupt) = scan::complete_records(&log);
+    assert_eq!(
+        corrupt,
+        0,
+        "a record the reader rejects: {:?}",
+        String::from_utf8_lossy(&log)
+    );
+    assert_eq!(records.len(), 2);
+    let fields: Vec<scan::RecordFields<'_>> = records
+        .iter()
+        .map(|r| scan::RecordFields::parse(r.get().as_bytes()))
+        .collect::<Option<_>>()
+        .unwrap_or_else(|| panic!("records parse: {records:?}"));
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if as_event {
+        let ev = fields[0].ev.map(|e| e.get().as_bytes().to_vec());
+        assert_eq!(ev.as_deref(), Some(trimmed), "ev verbatim");
+    } else {
+        assert_eq!(fields[0].raw.as_deref(), Some(lossy(trimmed).as_str()));
+    }
+    assert_eq!(fields[1].raw.as_deref(), Some(lossy(line).as_str()));
+}
+
+pub use crate::protocol::SessionDump;
 
 fn meta_json(m: &SessionMeta) -> serde_json::Value {
     json!({

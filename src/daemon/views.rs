@@ -119,6 +119,7 @@ impl Daemon {
                     pending_bytes: h.pending_bytes as u64,
                     failed_writes: h.failed_writes,
                     lost_bytes: h.lost_bytes,
+                    replaced_logs: h.replaced_logs,
                     last_error: h.last_error,
                 }
             },

@@ -237,3 +237,345 @@ fn long_alert_values_are_cut_and_status_counts_them() {
         "{status}"
     );
 }
+
+/// `get-session`'s reply line, unparsed: a `Value` would refuse the very
+/// records these tests are about.
+fn get_session_raw(d: &Colibrid, session: &str) -> String {
+    use std::io::BufRead as _;
+    let mut c = d.client();
+    c.send_raw(format!("{{\"cmd\":\"get-session\",\"session_id\":\"{session}\"}}\n").as_bytes());
+    let mut line = String::new();
+    c.reader.read_line(&mut line).expect("get-session reply");
+    line
+}
+
+#[derive(serde::Deserialize)]
+struct RawDump<'a> {
+    ok: bool,
+    #[serde(borrow)]
+    data: RawDumpData<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct RawDumpData<'a> {
+    #[serde(borrow)]
+    records: Vec<&'a serde_json::value::RawValue>,
+    corrupt_lines: u64,
+    #[serde(default)]
+    log_replaced: u64,
+}
+
+/// The `ev` texts of a raw get-session reply, verbatim.
+fn dumped_events(reply: &str) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Rec<'a> {
+        #[serde(borrow, default)]
+        ev: Option<&'a serde_json::value::RawValue>,
+    }
+    let dump: RawDump<'_> = serde_json::from_str(reply).expect("reply parses as raw JSON");
+    assert!(dump.ok, "{reply}");
+    assert_eq!(dump.data.corrupt_lines, 0, "{reply}");
+    dump.data
+        .records
+        .iter()
+        .filter_map(|r| serde_json::from_str::<Rec<'_>>(r.get()).ok()?.ev)
+        .map(|ev| ev.get().to_string())
+        .collect()
+}
+
+#[test]
+fn json_a_value_parser_refuses_is_logged_and_read_back_byte_exact() {
+    let mut d = Colibrid::start(&[]);
+    let deep = format!(
+        "{{\"type\":\"deep\",\"d\":{}1{}}}",
+        "[".repeat(130),
+        "]".repeat(130)
+    );
+    let lines = [
+        deep.as_str(),
+        r#"{"type":"message_update","n":1e400}"#,
+        r#"{"type":"message_update","t":"\ud83d"}"#,
+        r#"{"type":"message_update","t":"\udc00\ud83d tail"}"#,
+    ];
+    let file = d.path("hostile.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write lines");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("cat {}; sleep 300", file.display()),
+        ],
+        json!({"session_id":"hostile","runtime":"pi"}),
+    );
+    let before = d.wait_pane(&id, "every line seen", |p| {
+        p["counters"]["events"] == json!(lines.len())
+    });
+    assert_eq!(dumped_events(&get_session_raw(&d, "hostile")), lines);
+    d.crash();
+    d.launch();
+    // Recovery reads the same bytes back and refolds them.
+    assert_eq!(dumped_events(&get_session_raw(&d, "hostile")), lines);
+    let after = d.pane(&id);
+    assert_eq!(
+        after["counters"]["events"], before["counters"]["events"],
+        "{after}"
+    );
+    assert_eq!(after["counters"]["malformed"], json!(0), "{after}");
+}
+
+#[test]
+fn a_session_log_deleted_under_the_daemon_is_restarted_counted_and_alerted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = SyslogSink::bind(dir.path());
+    let sock = format!("--syslog-socket={}", sink.path.display());
+    let d = Colibrid::start(&[&sock]);
+    let trigger = d.path("go");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "echo '{{\"type\":\"turn_start\"}}'; while [ ! -e {t} ]; do sleep 0.05; done; echo '{{\"type\":\"turn_end\"}}'; sleep 300",
+                t = trigger.display()
+            ),
+        ],
+        json!({"session_id":"deleted","runtime":"pi"}),
+    );
+    d.wait_pane(&id, "the first line", |p| {
+        p["counters"]["events"] == json!(1)
+    });
+    let log = d.state.join("sessions").join("deleted.jsonl");
+    wait_for(
+        std::time::Duration::from_secs(20),
+        "the first line on disk",
+        || {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|t| t.contains("turn_start"))
+        },
+    );
+    std::fs::remove_file(&log).expect("delete the log");
+    std::fs::write(&trigger, "").expect("trigger");
+    d.wait_pane(&id, "the second line", |p| {
+        p["counters"]["events"] == json!(2)
+    });
+    let status = d.ok(json!({"cmd":"status"}));
+    assert_eq!(status["logs"]["replaced_logs"], json!(1), "{status}");
+    let reply = get_session_raw(&d, "deleted");
+    let dump: RawDump<'_> = serde_json::from_str(&reply).expect("reply");
+    assert_eq!(dump.data.log_replaced, 1, "{reply}");
+    assert!(reply.contains("\"colibri\":\"log_replaced\""), "{reply}");
+    assert_eq!(dumped_events(&reply), [r#"{"type":"turn_end"}"#]);
+    let text = std::fs::read_to_string(&log).expect("the log exists again");
+    assert!(text.contains("turn_end"), "{text}");
+    let mut seen = Vec::new();
+    sink.wait_for("deleted or replaced", &mut seen);
+}
+
+#[test]
+fn sigterm_with_an_unwritable_log_exits_non_zero_and_rescues_every_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let rescue_base = dir.path().join("tmp");
+    std::fs::create_dir_all(state.join("sessions")).expect("mkdir");
+    std::fs::create_dir_all(&rescue_base).expect("mkdir");
+    // A directory where the session's log belongs: every write to it
+    // fails, as on a read-only state dir, even for root.
+    std::fs::create_dir(state.join("sessions").join("stuck.jsonl")).expect("block the log");
+    let (child, mut c) = launch_with_env(dir.path(), &[("TMPDIR", &rescue_base)]);
+    let r = c.request(&json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","i=0; while [ $i -lt 50 ]; do echo \"{\\\"type\\\":\\\"turn_start\\\",\\\"n\\\":$i}\"; i=$((i+1)); done; sleep 300"],"session_id":"stuck","runtime":"pi"}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let id = r["data"]["agent_id"]
+        .as_str()
+        .expect("agent id")
+        .to_string();
+    wait_for(
+        std::time::Duration::from_secs(20),
+        "50 acknowledged lines",
+        || {
+            let snap = c.request(&json!({"cmd":"snapshot","schema":"v2"}));
+            let panes = snap["data"]["panes"].as_array()?.clone();
+            panes
+                .iter()
+                .find(|p| p["id"] == json!(id) && p["counters"]["events"] == json!(50))
+                .map(|_| ())
+        },
+    );
+    let status = c.request(&json!({"cmd":"status"}));
+    let failed = status["data"]["logs"]["failed_writes"]
+        .as_u64()
+        .unwrap_or(0);
+    // Retried at wakeups and heartbeats, not in a spin with the writer.
+    assert!((1..200).contains(&failed), "{status}");
+    drop(c);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let out = child.wait_with_output().expect("colibrid exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "exit 0 with unwritten records: {stderr}"
+    );
+    let rescued: Vec<std::path::PathBuf> = std::fs::read_dir(&rescue_base)
+        .expect("rescue base")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .collect();
+    assert_eq!(rescued.len(), 1, "{rescued:?} {stderr}");
+    assert!(
+        stderr.contains(&rescued[0].display().to_string()),
+        "stderr names the rescue dir: {stderr}"
+    );
+    let text = std::fs::read_to_string(rescued[0].join("stuck.jsonl")).expect("rescued records");
+    let seen: Vec<u64> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a whole record"))
+        .filter_map(|l| l["ev"]["n"].as_u64())
+        .collect();
+    assert_eq!(seen, (0..50).collect::<Vec<u64>>(), "{text}");
+    assert!(text.contains("\"colibri\":\"attach\""));
+}
+
+/// colibrid on `dir/colibri.sock` and `dir/state` with extra environment
+/// and its stderr captured; returns it and a connected client.
+fn launch_with_env(
+    dir: &std::path::Path,
+    env: &[(&str, &std::path::Path)],
+) -> (std::process::Child, Client) {
+    use std::process::{Command, Stdio};
+    let socket = dir.join("colibri.sock");
+    let mut cmd = Command::new(COLIBRID);
+    cmd.arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--no-syslog")
+        .env_remove("COLIBRI_SOCKET")
+        .env_remove("COLIBRI_CONFIG")
+        .env("COLIBRI_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("start colibrid");
+    let c = wait_for(std::time::Duration::from_secs(20), "colibrid up", || {
+        let mut c = Client::try_connect(&socket).ok()?;
+        c.try_request(&json!({"cmd":"status"})).ok()?;
+        Some(c)
+    });
+    (child, c)
+}
+
+/// Sends one request and fails the test unless the reply comes within
+/// `limit` (a loop blocked on the disk would not answer at all).
+fn answered_within(c: &mut Client, req: Value, limit: std::time::Duration) -> Value {
+    let t0 = std::time::Instant::now();
+    let r = c.request(&req);
+    assert!(t0.elapsed() < limit, "{req} took {:?}", t0.elapsed());
+    assert_eq!(r["ok"], json!(true), "{r}");
+    r["data"].clone()
+}
+
+#[test]
+fn a_stuck_disk_leaves_status_snapshots_and_exits_live_and_loses_no_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stall = dir.path().join("stall");
+    let (mut child, mut c) = launch_with_env(dir.path(), &[("COLIBRI_TEST_WRITER_STALL", &stall)]);
+    let limit = std::time::Duration::from_secs(10);
+    std::fs::write(&stall, "").expect("freeze the log writer");
+    let mut watch = Client::connect(&dir.path().join("colibri.sock"));
+    assert_eq!(watch.request(&json!({"cmd":"watch"}))["ok"], json!(true));
+    let n = 300;
+    let streamer = answered_within(
+        &mut c,
+        json!({"cmd":"spawn-agent","session_id":"frozen","runtime":"pi","argv":["/bin/sh","-c",
+            format!("i=0; while [ $i -lt {n} ]; do echo \"{{\\\"type\\\":\\\"turn_start\\\",\\\"n\\\":$i}}\"; i=$((i+1)); done; sleep 300")]}),
+        limit,
+    )["agent_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let quick = answered_within(
+        &mut c,
+        json!({"cmd":"spawn-agent","session_id":"quick","argv":["/bin/sh","-c","exit 3"]}),
+        limit,
+    )["agent_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // The exit event reaches the watcher while the disk is stuck.
+    wait_for(std::time::Duration::from_secs(20), "the exit event", || {
+        let ev = watch.read_line()?;
+        (ev["event"] == json!("exited") && ev["pane"] == json!(quick)).then_some(())
+    });
+    let status = answered_within(&mut c, json!({"cmd":"status"}), limit);
+    assert!(
+        status["logs"]["pending_bytes"].as_u64() > Some(0),
+        "lines stay buffered: {status}"
+    );
+    assert!(
+        status["logs"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("stalled")),
+        "{status}"
+    );
+    let snap = answered_within(&mut c, json!({"cmd":"snapshot","schema":"v2"}), limit);
+    assert!(
+        snap["panes"].as_array().is_some_and(|p| p.len() == 2),
+        "{snap}"
+    );
+    let log = dir.path().join("state/sessions/frozen.jsonl");
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("turn_start"),
+        "nothing reached the frozen disk"
+    );
+    std::fs::remove_file(&stall).expect("thaw");
+    let seen = wait_for(
+        std::time::Duration::from_secs(30),
+        "every line on disk",
+        || {
+            let text = std::fs::read_to_string(&log).ok()?;
+            let seen: Vec<u64> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["ev"]["n"].as_u64())
+                .collect();
+            (seen.len() == n).then_some(seen)
+        },
+    );
+    assert_eq!(seen, (0..n as u64).collect::<Vec<u64>>());
+    let p = c.request(&json!({"cmd":"snapshot","schema":"v2"}));
+    let events = p["data"]["panes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|x| x["id"] == json!(streamer)).cloned())
+        .expect("streamer pane");
+    assert_eq!(events["counters"]["events"], json!(n), "{events}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_pi_dialog_whose_title_splits_an_emoji_blocks_and_is_logged_verbatim() {
+    let d = Colibrid::start(&[]);
+    let line = r#"{"type":"extension_ui_request","id":"1","method":"confirm","title":"Delete build/? \ud83d"}"#;
+    let file = d.path("dialog.jsonl");
+    std::fs::write(&file, format!("{line}\n")).expect("write line");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("cat {}; sleep 300", file.display()),
+        ],
+        json!({"session_id":"dialog","runtime":"pi"}),
+    );
+    let p = d.wait_state(&id, "blocked");
+    assert!(
+        p["blocked_reason"].as_str() == Some("Delete build/? \u{FFFD}"),
+        "{p}"
+    );
+    assert_eq!(dumped_events(&get_session_raw(&d, "dialog")), [line]);
+}

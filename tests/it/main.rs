@@ -4,6 +4,8 @@
 
 mod support;
 
+/// Kills, stops and disk freezes while agents stream.
+mod chaos;
 /// The operator CLI against the real daemon, reload, hints, jail scope.
 mod cli;
 /// The glasspane contract's commands and example lines.

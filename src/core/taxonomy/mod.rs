@@ -217,6 +217,73 @@ pub(crate) fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
     serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
 }
 
+/// Reads an optional text field leniently: JavaScript harnesses print lone
+/// UTF-16 surrogate escapes (`"\ud83d"`) when a stream splits an emoji,
+/// which serde refuses as `str`, costing the whole line. Read as bytes
+/// instead, they come back with each lone surrogate as U+FFFD.
+pub(crate) fn de_text_lenient<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct TextVisitor;
+
+    impl<'de> Visitor<'de> for TextVisitor {
+        type Value = Option<Cow<'de, str>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(v)))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(v.to_string())))
+        }
+        fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<Self::Value, E> {
+            Ok(Some(match std::str::from_utf8(v) {
+                Ok(s) => Cow::Borrowed(s),
+                Err(_) => Cow::Owned(lossy_wtf8(v)),
+            }))
+        }
+        fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(lossy_wtf8(v))))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+
+    d.deserialize_bytes(TextVisitor)
+}
+
+/// serde_json hands a lone surrogate over as its 3-byte WTF-8 form
+/// (`ED A0..BF 80..BF`), which `from_utf8_lossy` would turn into three
+/// U+FFFD: here it is one, like any other invalid sequence.
+fn lossy_wtf8(v: &[u8]) -> String {
+    const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
+    let mut fixed = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        if let [0xED, 0xA0..=0xBF, 0x80..=0xBF, ..] = v[i..] {
+            fixed.extend_from_slice(REPLACEMENT);
+            i += 3;
+        } else {
+            fixed.push(v[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&fixed).into_owned()
+}
+
+/// A JSON string as text, lone surrogates as U+FFFD; `None` for any other
+/// JSON value.
+pub(crate) fn raw_str_lenient(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    de_text_lenient(&mut de).ok().flatten()
+}
+
 /// Reads a token count leniently: harnesses written in JavaScript may print
 /// `12.0` or `null` where a count belongs, and one odd number must not cost
 /// the whole line. Negative and non-finite values count as 0.
@@ -259,6 +326,20 @@ pub(crate) fn de_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pi_dialog_whose_title_splits_an_emoji_is_blocked() {
+        let mut a = Adapter::new(Runtime::Pi);
+        for line in [
+            br#"{"type":"extension_ui_request","id":"1","method":"confirm","title":"Delete build/? \ud83d"}"#.as_slice(),
+            br#"{"type":"extension_ui_request","id":"2","method":"select","message":"\udc00 pick"}"#.as_slice(),
+        ] {
+            let obs = a.observe(line).expect("not malformed");
+            assert!(matches!(obs.signal, Signal::Blocked), "{:?}", obs.signal);
+            let reason = obs.reason.as_deref().unwrap_or("");
+            assert_eq!(reason.matches('\u{FFFD}').count(), 1, "{reason:?}");
+        }
+    }
 
     #[test]
     fn stream_deltas_by_dialect() {

@@ -62,7 +62,7 @@ struct Line<'a> {
     error_message: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "super::de_text_lenient")]
     title: Option<Cow<'a, str>>,
     /// `compaction_end.result` carries the summariser's usage.
     #[serde(borrow, default)]
@@ -188,7 +188,9 @@ impl PiState {
                 self.mode = PiMode::Rpc;
                 let method = l.method.as_deref().unwrap_or("");
                 if DIALOG_METHODS.contains(&method) {
-                    let reason = l.title.or_else(|| l.message.and_then(raw_string));
+                    let reason = l
+                        .title
+                        .or_else(|| l.message.and_then(super::raw_str_lenient));
                     Observation::new(Signal::Blocked).with_reason(reason)
                 } else {
                     Observation::new(Signal::Meta)

@@ -14,7 +14,7 @@ pub(super) fn get(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, Com
     };
     d.store
         .dump(&a.session_id)
-        .map(Reply::Session)
+        .map(|dump| Reply::Session(Box::new(dump)))
         .map_err(store_error)
 }
 

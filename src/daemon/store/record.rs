@@ -260,6 +260,16 @@ pub(super) fn encode_compacted(out: &mut Vec<u8>, ts: &mut TsText, now: Timestam
     out.extend_from_slice(b"}\n");
 }
 
+/// `{"ts":…,"pane":"","colibri":"log_replaced","count":n}\n`, the first
+/// line of a log started anew because the previous file was deleted or
+/// replaced under the daemon (`count` such restarts so far).
+pub(super) fn encode_log_replaced(out: &mut Vec<u8>, ts: &mut TsText, now: Timestamp, count: u32) {
+    push_head(out, ts, now, "");
+    out.extend_from_slice(b",\"colibri\":\"log_replaced\",\"count\":");
+    push_int(out, count);
+    out.extend_from_slice(b"}\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

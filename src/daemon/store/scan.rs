@@ -56,6 +56,8 @@ pub(super) struct RecordFields<'a> {
     pub signal: Option<i32>,
     #[serde(default)]
     pub dropped: Option<u64>,
+    #[serde(borrow, default)]
+    pub raw: Option<Cow<'a, str>>,
 }
 
 impl<'a> RecordFields<'a> {
@@ -78,6 +80,42 @@ impl<'a> RecordFields<'a> {
     pub(super) fn is(&self, kind: &str) -> bool {
         self.colibri.as_deref() == Some(kind)
     }
+}
+
+/// The complete lines of `bytes` (up to its last `\n`) that parse as JSON,
+/// each verbatim, and the count of those that do not. The check is the
+/// one recovery applies, and it accepts any JSON text: no depth limit, no
+/// range check on numbers, lone surrogate escapes kept as written.
+pub(super) fn complete_records(bytes: &[u8]) -> (Vec<Box<RawValue>>, u64) {
+    let mut records = Vec::new();
+    let mut corrupt: u64 = 0;
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+    for line in bytes[..complete].split(|&b| b == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
+        match record_text(line) {
+            Some(raw) => records.push(raw),
+            None => corrupt += 1,
+        }
+    }
+    (records, corrupt)
+}
+
+/// Whether an agent line embedded as `ev` will read back: it must be one
+/// JSON value by the reader's own rule (the taxonomy that classified it
+/// may be more lenient, and the log must never hold a line its reader
+/// drops).
+pub(super) fn reads_back(line: &[u8]) -> bool {
+    serde_json::from_slice::<&RawValue>(line).is_ok()
+}
+
+/// One log line as a JSON value kept verbatim, if it is a JSON object
+/// (what every record is).
+fn record_text(line: &[u8]) -> Option<Box<RawValue>> {
+    let text = std::str::from_utf8(line).ok()?;
+    RecordFields::parse(line)?;
+    RawValue::from_string(text.to_string()).ok()
 }
 
 /// What the scan of one log found about its session.

@@ -50,6 +50,19 @@ fn parsed_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+fn open_fds(store: &SessionStore) -> usize {
+    match &store.writer {
+        Writer::Inline(w) => w.fds.entries.len(),
+        Writer::Thread(_) => panic!("the tests run the writer inline"),
+    }
+}
+
+/// The `get-session` dump as a JSON tree (for dumps of ordinary JSON).
+fn dump_json(store: &mut SessionStore, id: &str) -> Value {
+    let d = store.dump(id).expect("dump");
+    serde_json::to_value(&d).expect("dump serialises")
+}
+
 fn attach_rec<'a>(pane: &'a str, argv: &'a [String]) -> AttachRecord<'a> {
     AttachRecord {
         pane,
@@ -285,7 +298,8 @@ fn flush_budget_bounds_bytes_written_per_call() {
         FlushReport {
             written: 0,
             pending: false,
-            failed: None
+            failed: None,
+            replaced_logs: 0,
         }
     );
 }
@@ -820,8 +834,12 @@ fn list_get_and_dump() {
     assert_eq!(m.turn_count, 1);
     assert!(store.get("nope").is_none());
 
-    // dump flushes first, then reads the log.
-    let d = store.dump("s1").expect("dump");
+    // dump shows the buffered records too, and says they are unwritten.
+    let d = dump_json(&mut store, "s1");
+    assert_eq!(d["records"].as_array().map(Vec::len), Some(3));
+    assert!(d["unflushed_bytes"].as_u64() > Some(0));
+    store.flush(usize::MAX);
+    let d = dump_json(&mut store, "s1");
     let records = d["records"].as_array().expect("records");
     assert_eq!(records.len(), 3);
     assert_eq!(records[1]["ev"]["type"], "turn_start");
@@ -830,7 +848,7 @@ fn list_get_and_dump() {
     assert_eq!(d["session"]["created_at"], at(0).to_rfc3339());
     assert_eq!(d["unflushed_bytes"], 0);
     assert_eq!(
-        store.dump("s2").expect("empty dump")["records"]
+        dump_json(&mut store, "s2")["records"]
             .as_array()
             .map(Vec::len),
         Some(0)
@@ -908,9 +926,9 @@ fn open_fds_stay_bounded_and_steady_state_buffers_are_reused() {
             at(n),
         );
         drain(&mut store);
-        assert!(store.fds.entries.len() <= MAX_OPEN_LOGS);
+        assert!(open_fds(&store) <= MAX_OPEN_LOGS);
     }
-    assert_eq!(store.fds.entries.len(), MAX_OPEN_LOGS);
+    assert_eq!(open_fds(&store), MAX_OPEN_LOGS);
     assert_eq!(store.list().len(), MAX_OPEN_LOGS * 2);
 
     // After warm-up, append + flush cycles keep the same buffer.
@@ -1020,7 +1038,7 @@ fn a_corrupt_middle_line_is_skipped_counted_and_compacted_away() {
     let (mut store, rec) = open(&cfg);
     assert_eq!(rec.corrupt_lines, 1);
     assert_eq!(rec.panes[0].events.len(), 2);
-    assert_eq!(store.dump("s1").expect("dump")["corrupt_lines"], 1);
+    assert_eq!(dump_json(&mut store, "s1")["corrupt_lines"], 1);
     let report = store.compact("s1", &classify).expect("compacts");
     assert_eq!(
         report.dropped_lines, 2,
@@ -1068,4 +1086,248 @@ fn a_second_store_on_the_same_directory_is_refused() {
         SessionStore::open(cfg).is_ok(),
         "free again once the first is gone"
     );
+}
+
+/// JSON a serde `Value` refuses but agents print: deeper than serde's
+/// recursion limit, a number out of f64 range, a lone surrogate escape.
+fn hostile_events() -> Vec<Vec<u8>> {
+    let deep = format!("{{\"d\":{}1{}}}", "[".repeat(130), "]".repeat(130));
+    vec![
+        deep.into_bytes(),
+        br#"{"type":"x","n":1e400}"#.to_vec(),
+        br#"{"type":"message_update","t":"\ud83d"}"#.to_vec(),
+        br#"{"t":"\udc00\ud83d tail"}"#.to_vec(),
+    ]
+}
+
+#[test]
+fn json_that_serde_values_refuse_reads_back_byte_exact() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let events = hostile_events();
+    {
+        let (mut store, _) = open(&cfg);
+        store.attach("s1", &attach_rec("p1", &argv), at(0));
+        for (n, e) in events.iter().enumerate() {
+            store.append("s1", "p1", LineRecord::Event(e), at(1 + n as u64));
+        }
+        let dump = store.dump("s1").expect("dump");
+        assert_eq!(dump.corrupt_lines, 0);
+        assert_eq!(dump.records.len(), 1 + events.len());
+        for (rec, e) in dump.records[1..].iter().zip(&events) {
+            let text = rec.get();
+            let start = text.find(",\"ev\":").expect("an ev record") + 6;
+            assert_eq!(&text.as_bytes()[start..text.len() - 1], &e[..]);
+        }
+        // The reply as the daemon sends it carries the same bytes.
+        let reply = crate::protocol::ok_line(None, &dump);
+        for e in &events {
+            assert!(reply.windows(e.len()).any(|w| w == &e[..]));
+        }
+        store.flush(usize::MAX);
+    }
+    let (_, rec) = open(&cfg);
+    assert_eq!(rec.corrupt_lines, 0);
+    let got: Vec<&[u8]> = rec.panes[0]
+        .events
+        .iter()
+        .map(|(_, e)| e.as_slice())
+        .collect();
+    let want: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_log_deleted_under_the_store_is_noticed_counted_and_started_anew() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(1));
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 0);
+    fs::remove_file(log_path(&cfg, "s1")).expect("delete the log");
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 2)), at(2));
+    let report = store.flush(usize::MAX);
+    assert_eq!(report.replaced_logs, 1);
+    assert_eq!(report.failed, None);
+    assert!(report.pending, "the new log is written next");
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 0);
+    assert_eq!(store.health().replaced_logs, 1);
+    assert!(store
+        .health()
+        .last_error
+        .is_some_and(|e| e.contains("deleted")));
+    let lines = parsed_lines(&log_path(&cfg, "s1"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["colibri"], "log_replaced");
+    assert_eq!(lines[1]["ev"]["type"], "turn_end");
+    let d = dump_json(&mut store, "s1");
+    assert_eq!(d["log_replaced"], 1);
+    assert_eq!(d["records"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn a_log_moved_away_is_noticed_by_the_heartbeat() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    store.flush(usize::MAX);
+    let away = tmp.path().join("moved.jsonl");
+    fs::rename(log_path(&cfg, "s1"), &away).expect("move the log");
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(2));
+    store.heartbeat(at(1));
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 1);
+    let lines = parsed_lines(&log_path(&cfg, "s1"));
+    assert_eq!(lines[0]["colibri"], "log_replaced");
+    assert_eq!(lines[1]["ev"]["type"], "turn_start");
+    assert_eq!(parsed_lines(&away).len(), 1, "the moved file is left alone");
+}
+
+#[test]
+fn records_that_cannot_reach_their_log_at_shutdown_are_rescued_byte_exact() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("ok", &attach_rec("p0", &argv), at(0));
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(1));
+    // A directory where the log belongs: every open fails, even for root.
+    fs::create_dir_all(log_path(&cfg, "s1")).expect("block the log path");
+    let mut expected = Vec::new();
+    {
+        let s = &store.sessions[store.by_id["s1"]];
+        expected.extend_from_slice(&s.buf[s.head..]);
+    }
+    assert!(store.sync().is_err());
+    let unusable = tmp.path().join("no-such-dir").join("deeper");
+    let base = tmp.path().join("rescue-base");
+    fs::create_dir_all(&base).expect("mkdir");
+    let pending = store.health().pending_bytes as u64;
+    let outcome = store.rescue(at(2), &[unusable, base.clone()], pending, "boom".into());
+    let ShutdownOutcome::Rescued { dir, bytes, .. } = &outcome else {
+        panic!("not rescued: {outcome:?}");
+    };
+    assert!(dir.starts_with(&base), "{}", dir.display());
+    assert_eq!(*bytes, expected.len() as u64);
+    assert_eq!(
+        fs::read(dir.join("s1.jsonl")).expect("rescued log"),
+        expected
+    );
+    assert!(
+        !dir.join("ok.jsonl").exists(),
+        "the written session needs no rescue"
+    );
+    assert!(fs::read_to_string(dir.join("README")).is_ok_and(|t| t.contains("append")));
+    assert!(!outcome.data_safe());
+    assert!(outcome.to_string().contains(&dir.display().to_string()));
+
+    // Nowhere to put it: said, not hidden.
+    let lost = store.rescue(at(2), &[tmp.path().join("nope/x")], pending, "boom".into());
+    assert!(matches!(lost, ShutdownOutcome::Lost { .. }), "{lost:?}");
+    assert!(lost.to_string().contains("lost"));
+}
+
+#[test]
+fn shutdown_flush_is_clean_when_every_log_takes_its_records() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    assert_eq!(store.shutdown_flush(at(1)), ShutdownOutcome::Clean);
+    assert_eq!(parsed_lines(&log_path(&cfg, "s1")).len(), 1);
+}
+
+mod roundtrip {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// JSON object text with what agents really print and serde's `Value`
+    /// refuses: deep nesting, out-of-range numbers, lone surrogates,
+    /// escapes, raw U+2028, surrounding whitespace.
+    fn object_text() -> impl Strategy<Value = Vec<u8>> {
+        let leaf = prop_oneof![
+            Just("1e400".to_string()),
+            Just("-0.0e-999".to_string()),
+            Just(r#""\ud83d""#.to_string()),
+            Just(r#""\udc00\ud83d\u0000\n\"""#.to_string()),
+            Just("\"\u{2028}é\"".to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            "[a-z\\\\\"]{0,8}".prop_map(|s| serde_json::to_string(&s).unwrap_or_default()),
+            (0usize..200).prop_map(|d| format!("{}null{}", "[".repeat(d), "]".repeat(d))),
+        ];
+        (
+            prop::collection::vec(("[a-z]{1,4}", leaf), 0..6),
+            " {0,2}",
+            "[ \t]{0,2}",
+        )
+            .prop_map(|(fields, pre, post)| {
+                let body: Vec<String> =
+                    fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                format!("{pre}{{{}}}{post}", body.join(",")).into_bytes()
+            })
+    }
+
+    fn line() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            object_text(),
+            any::<Vec<u8>>(),
+            // Near misses: an object with a byte changed.
+            (object_text(), any::<u8>(), any::<prop::sample::Index>()).prop_map(|(mut t, b, i)| {
+                if !t.is_empty() {
+                    let at = i.index(t.len());
+                    t[at] = b;
+                }
+                t
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn anything_logged_reads_back_the_same(l in line()) {
+            check_log_roundtrip(&l);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Through the real store, files and recovery: every event line
+        /// comes back byte for byte, in order, and no line is corrupt.
+        #[test]
+        fn the_store_recovers_every_event_as_written(lines in prop::collection::vec(line(), 1..20)) {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let cfg = config(tmp.path());
+            let argv = vec!["pi".to_string()];
+            let mut want = Vec::new();
+            {
+                let (mut store, _) = open(&cfg);
+                store.attach("s1", &attach_rec("p1", &argv), at(0));
+                for (n, l) in lines.iter().enumerate() {
+                    store.append("s1", "p1", LineRecord::Event(l), at(1 + n as u64));
+                    let t = record::trim_json_ws(l);
+                    if record::embeddable_event(t) && scan::reads_back(t) {
+                        want.push(t.to_vec());
+                    }
+                }
+                let dump = store.dump("s1").expect("dump");
+                prop_assert_eq!(dump.corrupt_lines, 0);
+                prop_assert_eq!(dump.records.len(), 1 + lines.len());
+                store.flush(usize::MAX);
+            }
+            let (_, rec) = open(&cfg);
+            prop_assert_eq!(rec.corrupt_lines, 0);
+            let got: Vec<Vec<u8>> = rec.panes[0].events.iter().map(|(_, e)| e.clone()).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
 }
