@@ -616,6 +616,11 @@ pub struct StatusData {
     pub scope: String,
     /// Session-log health: what could not be written, and what waits.
     pub logs: LogHealth,
+    /// Signals the daemon received since start, by name without `SIG`
+    /// (`TERM`, `HUP`, `USR1`, `ALRM`, …; SIGCHLD is not counted).
+    /// Operator scope only; omitted when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub signals: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

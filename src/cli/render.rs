@@ -270,6 +270,10 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
         format_age(Duration::from_millis(s.stall_after_ms))
     );
     let _ = writeln!(out, "sessions: {}", s.sessions);
+    if !s.signals.is_empty() {
+        let received: Vec<String> = s.signals.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(out, "signals:  {}", received.join(", "));
+    }
     if s.logs.failed_writes > 0 || s.logs.lost_bytes > 0 {
         let _ = writeln!(
             out,
@@ -666,6 +670,7 @@ pub(crate) mod tests {
             stall_after_ms: 600_000,
             scope: "operator".into(),
             logs: Default::default(),
+            signals: BTreeMap::from([("HUP".to_string(), 2), ("USR1".to_string(), 1)]),
         };
         let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
         let text = status_summary(&st, now);
@@ -678,5 +683,6 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(text.contains("stall:    after 10m00s\n"), "{text}");
+        assert!(text.contains("signals:  HUP 2, USR1 1\n"), "{text}");
     }
 }

@@ -245,6 +245,14 @@ impl Daemon {
                     last_error: h.last_error,
                 }
             },
+            signals: match scope {
+                Scope::Operator => self
+                    .signals_received
+                    .iter()
+                    .map(|(name, n)| (name.to_string(), *n))
+                    .collect(),
+                Scope::Jail(_) => BTreeMap::new(),
+            },
         }
     }
 

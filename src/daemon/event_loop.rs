@@ -12,7 +12,7 @@
 //! reads are budgeted per source and unfinished readiness is remembered in
 //! `pending` so edge-triggered sources are never forgotten.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
@@ -121,6 +121,8 @@ pub struct Daemon {
     pub(crate) started_at: Timestamp,
     /// The kernel's name and release, read once at start.
     pub(crate) os: String,
+    /// Signals received since start, by name (`status` shows them).
+    pub(crate) signals_received: BTreeMap<&'static str, u64>,
     /// Panes whose reads wait for their session log to drain.
     store_blocked: BTreeSet<PaneKey>,
     /// The last flush hit its budget: come back without sleeping.
@@ -213,6 +215,7 @@ impl Daemon {
             accept_blocked: false,
             started_at: t0,
             os: platform::os_release(),
+            signals_received: BTreeMap::new(),
             store_blocked: BTreeSet::new(),
             store_pending: false,
             store_failing: false,
@@ -1512,12 +1515,40 @@ impl Daemon {
         let mut sigs = Vec::new();
         self.signals.drain(&mut sigs);
         for s in sigs {
+            if s != DaemonSignal::Child {
+                *self.signals_received.entry(s.name()).or_default() += 1;
+            }
             match s {
-                DaemonSignal::Terminate | DaemonSignal::Interrupt => self.begin_shutdown(t),
+                DaemonSignal::Terminate | DaemonSignal::Interrupt | DaemonSignal::Quit => {
+                    self.begin_shutdown(t)
+                }
                 DaemonSignal::Hangup => self.reload(),
                 DaemonSignal::Child => self.reap_children(t),
+                DaemonSignal::User1 => self.log_summary(),
+                DaemonSignal::User2 | DaemonSignal::Ignored(_) => {
+                    log_info!("received SIG{}: ignored", s.name());
+                }
             }
         }
+    }
+
+    /// SIGUSR1: one line on the daemon's log saying what it supervises.
+    fn log_summary(&self) {
+        let running = self
+            .agents
+            .iter()
+            .filter(|a| a.running_pid().is_some())
+            .count();
+        let health = self.store.health();
+        log_info!(
+            "SIGUSR1: {} pane(s), {running} running, {} connection(s), {} watcher(s), \
+             {} byte(s) waiting for the session logs, {} failed write(s)",
+            self.sup.len(),
+            self.conns.len(),
+            self.watchers.len(),
+            health.pending_bytes,
+            health.failed_writes
+        );
     }
 
     /// A subreaper inherits orphans; reap everything, routing agents'
@@ -1608,6 +1639,7 @@ impl Daemon {
                 let _ = platform::signal_tree(pid, libc::SIGTERM);
             }
         }
+        self.signal_orphans(libc::SIGTERM);
         let token = self.tokens.insert(Source::Shutdown);
         match KernelTimer::new(self.poll.registry(), token) {
             Ok(mut timer) => {
@@ -1631,7 +1663,19 @@ impl Daemon {
         }
     }
 
+    /// Descendants re-parented to the daemon after their own parent exited
+    /// belong to no agent any more; at shutdown they get the agents' signal.
+    fn signal_orphans(&self, sig: i32) {
+        let agents: Vec<platform::Pid> =
+            self.agents.iter().filter_map(|a| a.running_pid()).collect();
+        let hit = platform::signal_orphans(&agents, sig);
+        if hit > 0 {
+            log_info!("signalled {hit} orphaned descendant(s) of finished agents");
+        }
+    }
+
     fn kill_all(&mut self) {
+        self.signal_orphans(libc::SIGKILL);
         for a in &self.agents {
             match &a.proc {
                 Some(p) if p.status.is_none() => {

@@ -378,7 +378,7 @@ impl SignalSource {
             &kq,
             nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
         )?;
-        for (signo, _) in DaemonSignal::ALL {
+        for (signo, _) in DaemonSignal::watched() {
             let ident =
                 usize::try_from(signo).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
             apply_change(
@@ -388,7 +388,12 @@ impl SignalSource {
         }
         // Notes first, dispositions second: a TERM in between still stops
         // the daemon (default action) instead of being lost.
-        for signo in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SIGCHLD keeps its default (ignored, but children stay reapable);
+        // every other watched signal would end the daemon by default.
+        let ignored = DaemonSignal::watched()
+            .map(|(signo, _)| signo)
+            .filter(|signo| *signo != libc::SIGCHLD);
+        for signo in ignored.chain([libc::SIGPIPE]) {
             // SAFETY: SIG_IGN is a valid disposition for these catchable signals.
             if unsafe { libc::signal(signo, libc::SIG_IGN) } == libc::SIG_ERR {
                 return Err(io::Error::last_os_error());
@@ -741,4 +746,15 @@ pub fn os_release() -> String {
             .unwrap_or_default()
     };
     format!("{} {}", read("kern.ostype"), read("kern.osrelease"))
+}
+
+/// FreeBSD has no signals beyond the portable set whose default action
+/// ends the process and that a daemon can be sent by accident.
+pub(super) const EXTRA_SIGNALS: &[(libc::c_int, DaemonSignal)] = &[];
+
+/// Nothing to do on FreeBSD: a descendant re-parented to the reaper keeps
+/// its reaper subtree id (`p_reapsubtree`), so `signal_tree`'s
+/// REAPER_KILL_SUBTREE still reaches it through its agent.
+pub fn signal_orphans(_agents: &[Pid], _sig: i32) -> usize {
+    0
 }

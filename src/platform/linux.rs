@@ -176,14 +176,21 @@ fn nonzero_timespec(d: Duration) -> TimeSpec {
     TimeSpec::from_duration(d.max(Duration::from_nanos(1)))
 }
 
-/// TERM, INT, HUP and CHLD through a signalfd.
+/// Signals only Linux has whose default action terminates.
+pub(super) const EXTRA_SIGNALS: &[(libc::c_int, DaemonSignal)] = &[
+    (libc::SIGPOLL, DaemonSignal::Ignored("POLL")),
+    (libc::SIGPWR, DaemonSignal::Ignored("PWR")),
+    (libc::SIGSTKFLT, DaemonSignal::Ignored("STKFLT")),
+];
+
+/// Every watched signal (`DaemonSignal::watched`) through a signalfd.
 ///
-/// `register` blocks the four signals with sigprocmask (they then stay
-/// pending for the signalfd instead of running a disposition). In a
-/// multi-threaded process the mask is per thread, and a process-directed
-/// signal goes to any thread that does not block it: register before any
-/// thread exists (the daemon has one). The child gets an empty mask back in
-/// `spawn_on_pty`.
+/// `register` blocks them with sigprocmask (they then stay pending for the
+/// signalfd instead of running a disposition) and sets SIGPIPE to SIG_IGN.
+/// In a multi-threaded process the mask is per thread, and a
+/// process-directed signal goes to any thread that does not block it:
+/// register before any thread exists (the daemon has one). The child gets
+/// an empty mask and default dispositions back in `spawn_on_pty`.
 #[derive(Debug)]
 pub struct SignalSource {
     fd: SignalFd,
@@ -192,10 +199,14 @@ pub struct SignalSource {
 impl SignalSource {
     pub fn register(registry: &Registry, token: Token) -> io::Result<SignalSource> {
         let mut mask = SigSet::empty();
-        for (signo, _) in DaemonSignal::ALL {
+        for (signo, _) in DaemonSignal::watched() {
             mask.add(Signal::try_from(signo)?);
         }
         sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
+        // SAFETY: SIG_IGN is a valid disposition for SIGPIPE.
+        if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_ERR {
+            return Err(io::Error::last_os_error());
+        }
         let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         registry.register(&mut SourceFd(&fd.as_raw_fd()), token, Interest::READABLE)?;
         Ok(SignalSource { fd })
@@ -231,11 +242,151 @@ pub fn become_subreaper() -> io::Result<()> {
     Ok(())
 }
 
-/// Signals an agent's tree: its process group (the agent is a session and
-/// group leader) and the agent itself. Descendants that started their own
-/// group or session are out of reach on Linux. ESRCH is not an error.
+/// How many times a SIGKILL walk re-reads /proc looking for descendants
+/// forked after the previous pass stopped their parents. Each pass is one
+/// scan of /proc; a stopped process cannot fork, so the walk converges in
+/// two passes unless something outside the tree keeps adding to it.
+const FREEZE_PASSES: usize = 8;
+
+/// Signals an agent's whole tree: its process group (the agent is a
+/// session and group leader), the agent itself, and every descendant found
+/// by following parent links in /proc, including those that called
+/// `setsid` or `setpgid` to leave the group. Each process gets the signal
+/// once (two SIGINTs mean "force quit" to some agents). For SIGKILL the
+/// tree is first frozen with SIGSTOP pass by pass, so nothing forks a
+/// survivor between the walk and the kill. ESRCH is not an error.
+///
+/// A descendant whose parent exited before the walk has been re-parented
+/// to the daemon (the subreaper) and no longer names its agent: see
+/// [`signal_orphans`].
 pub fn signal_tree(pid: Pid, sig: i32) -> io::Result<()> {
-    posix::signal_group_and_leader(pid, sig)
+    posix::check_tree_pid(pid)?;
+    let outside = if sig == libc::SIGKILL {
+        freeze_tree(pid)
+    } else {
+        let table = proc_table();
+        descendants(pid, &table)
+            .into_iter()
+            .filter(|p| p.pgrp != pid)
+            .map(|p| p.pid)
+            .collect()
+    };
+    posix::signal_group_and_leader(pid, sig)?;
+    for other in outside {
+        signal_pid(other, sig);
+    }
+    Ok(())
+}
+
+/// Signals every process the daemon is the parent of that is not one of
+/// `agents`: descendants re-parented to the subreaper after their own
+/// parent exited. Only the daemon's shutdown may use this (the orphans no
+/// longer say which agent they came from). Returns how many were signalled.
+pub fn signal_orphans(agents: &[Pid], sig: i32) -> usize {
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let table = proc_table();
+    let mut hit = 0;
+    for orphan in table
+        .iter()
+        .filter(|p| p.ppid == me && !agents.contains(&p.pid))
+    {
+        signal_tree_of_orphan(orphan.pid, sig);
+        hit += 1;
+    }
+    hit
+}
+
+/// An orphan and everything under it (an orphan need not lead a group).
+fn signal_tree_of_orphan(pid: Pid, sig: i32) {
+    let table = proc_table();
+    signal_pid(pid, sig);
+    for d in descendants(pid, &table) {
+        signal_pid(d.pid, sig);
+    }
+}
+
+/// SIGSTOPs every descendant of `pid` until a pass finds no new one;
+/// returns the stopped ones outside `pid`'s process group (the group gets
+/// its signal from killpg).
+fn freeze_tree(pid: Pid) -> Vec<Pid> {
+    let mut stopped: Vec<ProcEntry> = Vec::new();
+    for _ in 0..FREEZE_PASSES {
+        let table = proc_table();
+        let fresh: Vec<ProcEntry> = descendants(pid, &table)
+            .into_iter()
+            .filter(|d| !stopped.iter().any(|s| s.pid == d.pid))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for d in &fresh {
+            signal_pid(d.pid, libc::SIGSTOP);
+        }
+        stopped.extend(fresh);
+    }
+    stopped
+        .into_iter()
+        .filter(|p| p.pgrp != pid)
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// kill(2) on one process; a vanished one (ESRCH) is what we wanted anyway.
+fn signal_pid(pid: Pid, sig: i32) {
+    if pid <= 1 {
+        return;
+    }
+    // SAFETY: kill takes plain integers; pid > 1 names one process.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// One process as /proc/PID/stat describes it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct ProcEntry {
+    pid: Pid,
+    ppid: Pid,
+    pgrp: Pid,
+}
+
+/// Every process visible in /proc (threads are not listed at the top level).
+/// A process that exits during the scan is simply missing.
+fn proc_table() -> Vec<ProcEntry> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<Pid>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            parse_stat(pid, &stat)
+        })
+        .collect()
+}
+
+/// Fields 4 (ppid) and 5 (pgrp) of /proc/PID/stat; the command in field 2
+/// is in parentheses and may itself hold spaces and parentheses.
+fn parse_stat(pid: Pid, stat: &str) -> Option<ProcEntry> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace().skip(1);
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(ProcEntry { pid, ppid, pgrp })
+}
+
+/// Every descendant of `root` in `table` (not `root` itself).
+fn descendants(root: Pid, table: &[ProcEntry]) -> Vec<ProcEntry> {
+    let mut found: Vec<ProcEntry> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for child in table.iter().filter(|p| p.ppid == parent) {
+            if child.pid == root || found.iter().any(|f| f.pid == child.pid) {
+                continue;
+            }
+            found.push(*child);
+            frontier.push(child.pid);
+        }
+    }
+    found
 }
 
 pub fn resolve_jail(_name: &str) -> Result<super::JailTarget, SpawnError> {

@@ -342,3 +342,154 @@ fn failing_log_writes_raise_one_alert_and_never_spin() {
         "and everyone else is served"
     );
 }
+
+/// Dead for our purposes: gone from /proc, or a zombie waiting for a reaper
+/// (once the daemon has exited, init reaps it whenever it gets round to it).
+fn dead(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next())
+        .unwrap_or("");
+    state == "Z" || state == "X"
+}
+
+/// Waits for the pid a script wrote to `file`.
+fn pid_from_file(d: &Colibrid, file: &str) -> i32 {
+    let path = d.path(file);
+    wait_for(Duration::from_secs(20), "the descendant's pid file", || {
+        std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+    })
+}
+
+/// An agent whose child calls setsid (leaving the agent's session and
+/// process group) and sleeps; the agent sleeps too.
+fn spawn_with_setsid_child(d: &Colibrid) -> (String, i32) {
+    let pidfile = d.path("escapee.pid");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "setsid /bin/sh -c 'echo $$ > {}; exec sleep 1000' & exec sleep 1000",
+                pidfile.display()
+            ),
+        ],
+        json!({}),
+    );
+    let pid = pid_from_file(d, "escapee.pid");
+    assert!(!dead(pid), "the escapee {pid} runs before the kill");
+    (id, pid)
+}
+
+#[test]
+fn kill_agent_kills_a_descendant_that_called_setsid() {
+    let d = Colibrid::start(&[]);
+    let (id, escapee) = spawn_with_setsid_child(&d);
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    wait_for(
+        Duration::from_secs(20),
+        "the setsid descendant to die with its agent",
+        || dead(escapee).then_some(()),
+    );
+}
+
+#[test]
+fn shutdown_kills_setsid_descendants_and_orphans() {
+    let mut d = Colibrid::start(&["--shutdown-grace", "5s"]);
+    let (_, escapee) = spawn_with_setsid_child(&d);
+    // The orphan's parent (a subshell) exits at once: it is re-parented to
+    // colibrid, the subreaper, and no longer names its agent.
+    let orphan_file = d.path("orphan.pid");
+    d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "(setsid sleep 1000 & echo $! > {}); exec sleep 1000",
+                orphan_file.display()
+            ),
+        ],
+        json!({}),
+    );
+    let orphan = pid_from_file(&d, "orphan.pid");
+    wait_for(
+        Duration::from_secs(20),
+        "the orphan to reach colibrid",
+        || children_of(d.pid()).contains(&orphan).then_some(()),
+    );
+    let status = d.terminate();
+    assert!(status.success(), "colibrid exited {status}");
+    for pid in [escapee, orphan] {
+        wait_for(
+            Duration::from_secs(20),
+            "every descendant to die at shutdown",
+            || dead(pid).then_some(()),
+        );
+    }
+}
+
+/// Every signal whose default action would end colibrid is received and
+/// counted, and the daemon goes on answering.
+#[test]
+fn signals_that_would_terminate_are_counted_and_survived() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let d = Colibrid::start(&[]);
+    let pid = Pid::from_raw(d.pid());
+    // The portable set must be watched; each system may add its own
+    // (Linux: POLL, PWR, STKFLT), and all of them are sent.
+    let watched = colibri::platform::DaemonSignal::watched_names();
+    for name in [
+        "USR1", "USR2", "ALRM", "VTALRM", "PROF", "XCPU", "XFSZ", "HUP",
+    ] {
+        assert!(
+            watched.iter().any(|(_, n)| *n == name),
+            "SIG{name} is not watched: {watched:?}"
+        );
+    }
+    let stopping = ["TERM", "INT", "QUIT", "CHLD"];
+    for (signo, name) in watched.iter().filter(|(_, n)| !stopping.contains(n)) {
+        let sig = Signal::try_from(*signo).expect("a known signal");
+        kill(pid, sig).expect("send the signal");
+        wait_for(
+            Duration::from_secs(20),
+            &format!("SIG{name} in status"),
+            || {
+                let st = d.ok(json!({"cmd":"status"}));
+                (st["signals"][*name] == json!(1)).then_some(())
+            },
+        );
+    }
+    kill(pid, Signal::SIGPIPE).expect("SIGPIPE");
+    let st = d.ok(json!({"cmd":"status"}));
+    assert_eq!(st["pid"], json!(d.pid()), "{st}");
+    assert!(!dead(d.pid()), "colibrid survived every signal");
+}
+
+#[test]
+fn sigquit_stops_colibrid_in_order() {
+    let mut d = Colibrid::start(&[]);
+    let child = d.child.take().expect("running");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGQUIT,
+    )
+    .expect("SIGQUIT");
+    d.child = Some(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "colibrid ignored SIGQUIT");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    d.child = None;
+    assert_eq!(status.code(), Some(0), "an orderly stop, not a core dump");
+    assert!(!d.socket.exists(), "the socket file is removed");
+}
