@@ -493,3 +493,141 @@ fn sigquit_stops_colibrid_in_order() {
     assert_eq!(status.code(), Some(0), "an orderly stop, not a core dump");
     assert!(!d.socket.exists(), "the socket file is removed");
 }
+
+/// A control character other than tab and newline, DEL, or a C1 character
+/// (UTF-8 C2 80..C2 9F) in `out`.
+fn raw_control(out: &[u8]) -> Option<usize> {
+    out.iter().enumerate().position(|(i, &b)| {
+        (b < 0x20 && b != b'\t' && b != b'\n')
+            || b == 0x7f
+            || (b == 0xc2 && out.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
+    })
+}
+
+fn run_colibri(d: &Colibrid, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(COLIBRI)
+        .args(args)
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run colibri")
+}
+
+/// An agent that prints OSC 52 (clipboard), OSC 0 (title), clear-screen and
+/// C1 CSI sequences in its tool call, its error and a raw line: no human
+/// view of `colibri` passes them to the operator's terminal; JSON stays JSON.
+#[test]
+fn agent_escape_sequences_never_reach_the_operators_terminal() {
+    let mut d = Colibrid::start(&[]);
+    let watch = std::process::Command::new(COLIBRI)
+        .args(["watch"])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("watch");
+    wait_for(Duration::from_secs(20), "the watcher", || {
+        (d.ok(json!({"cmd":"status"}))["watchers"] == json!(1)).then_some(())
+    });
+    let lines = d.path("hostile.jsonl");
+    std::fs::write(
+        &lines,
+        concat!(
+            "{\"type\":\"agent_start\"}\n",
+            "{\"type\":\"tool_execution_start\",\"toolCallId\":\"t1\",\"toolName\":\"bash\",",
+            "\"args\":{\"command\":\"\\u001b]52;c;cHduZWQ=\\u0007\\u001b]0;pwned\\u0007\\u001b[2J\\u009b31m\"}}\n",
+            "{\"type\":\"tool_execution_end\",\"toolCallId\":\"t1\",\"toolName\":\"bash\",\"result\":{},\"isError\":false}\n",
+            "{\"type\":\"message_end\",\"message\":{\"role\":\"assistant\",\"content\":[],",
+            "\"usage\":{\"input\":1,\"output\":1,\"cacheRead\":0,\"cacheWrite\":0,\"totalTokens\":2,\"cost\":{\"total\":0}},",
+            "\"stopReason\":\"error\",\"errorMessage\":\"\\u001b]0;title\\u0007\\u001b[2Jboom\"}}\n",
+            "{\"type\":\"turn_end\",\"message\":{\"role\":\"assistant\",\"content\":[],\"stopReason\":\"error\"},\"toolResults\":[]}\n",
+            "{\"type\":\"agent_end\",\"messages\":[],\"willRetry\":false}\n",
+            "{\"type\":\"agent_settled\"}\n",
+        ),
+    )
+    .expect("write the agent's lines");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "cat {}; printf '\\033]0;raw\\007\\n'; exec sleep 1000",
+                lines.display()
+            ),
+        ],
+        json!({"runtime":"pi","session_id":"hostile","name":"n\u{1b}]0;t\u{7}"}),
+    );
+    d.wait_state(&id, "error");
+    let session = "hostile";
+
+    let snapshot = run_colibri(&d, &["snapshot"]);
+    assert!(snapshot.status.success());
+    let views = [
+        ("snapshot", snapshot.stdout),
+        (
+            "snapshot v1",
+            run_colibri(&d, &["snapshot", "--schema", "v1"]).stdout,
+        ),
+        ("sessions", run_colibri(&d, &["sessions"]).stdout),
+        ("status", run_colibri(&d, &["status"]).stdout),
+        (
+            "fold",
+            run_colibri(
+                &d,
+                &[
+                    "fold",
+                    d.state
+                        .join("sessions")
+                        .join(format!("{session}.jsonl"))
+                        .to_str()
+                        .expect("utf-8 path"),
+                ],
+            )
+            .stdout,
+        ),
+    ];
+    let json_snapshot = run_colibri(&d, &["snapshot", "--json"]);
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    d.terminate();
+    let watched = watch.wait_with_output().expect("watch output");
+    for (what, out) in views.iter().chain([&("watch", watched.stdout.clone())]) {
+        let text = String::from_utf8_lossy(out);
+        assert!(
+            raw_control(out).is_none(),
+            "{what} passed a control character through: {text:?}"
+        );
+    }
+    let text = |o: &[u8]| String::from_utf8_lossy(o).into_owned();
+    assert!(
+        text(&views[0].1).contains("n\\x1b]0;t\\x07"),
+        "{}",
+        text(&views[0].1)
+    );
+    assert!(
+        text(&views[0].1).contains("\\x1b]52;c"),
+        "{}",
+        text(&views[0].1)
+    );
+    assert!(
+        text(&views[4].1).contains("\\x1b]0;title\\x07\\x1b[2Jboom"),
+        "{}",
+        text(&views[4].1)
+    );
+    assert!(
+        text(&views[4].1).contains("\\u{9b}31m"),
+        "{}",
+        text(&views[4].1)
+    );
+    assert!(
+        text(&watched.stdout).contains("\\x1b"),
+        "{}",
+        text(&watched.stdout)
+    );
+    // JSON output stays JSON, with the agent's text intact once decoded.
+    let decoded: Value = serde_json::from_slice(&json_snapshot.stdout).expect("--json is JSON");
+    assert_eq!(
+        decoded["panes"][0]["name"],
+        json!("n\u{1b}]0;t\u{7}"),
+        "{decoded}"
+    );
+}
