@@ -320,6 +320,9 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
         format_age(Duration::from_millis(s.stall_after_ms))
     );
     let _ = writeln!(out, "sessions: {}", s.sessions);
+    if let Some(why) = &s.alerts_unreachable {
+        let _ = writeln!(out, "alerts:   not reaching syslog: {why}");
+    }
     if !s.signals.is_empty() {
         let received: Vec<String> = s.signals.iter().map(|(k, n)| format!("{k} {n}")).collect();
         let _ = writeln!(out, "signals:  {}", received.join(", "));
@@ -735,6 +738,7 @@ pub(crate) mod tests {
             scope: "operator".into(),
             logs: Default::default(),
             signals: BTreeMap::from([("HUP".to_string(), 2), ("USR1".to_string(), 1)]),
+            alerts_unreachable: Some("cannot connect to /nope: not found".into()),
         };
         let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
         let text = status_summary(&st, now);
@@ -748,5 +752,9 @@ pub(crate) mod tests {
         );
         assert!(text.contains("stall:    after 10m00s\n"), "{text}");
         assert!(text.contains("signals:  HUP 2, USR1 1\n"), "{text}");
+        assert!(
+            text.contains("alerts:   not reaching syslog: cannot connect to /nope: not found\n"),
+            "{text}"
+        );
     }
 }

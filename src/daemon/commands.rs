@@ -253,6 +253,10 @@ impl Daemon {
                     .collect(),
                 Scope::Jail(_) => BTreeMap::new(),
             },
+            alerts_unreachable: match scope {
+                Scope::Operator => self.alerter.unreachable().map(str::to_owned),
+                Scope::Jail(_) => None,
+            },
         }
     }
 

@@ -631,3 +631,123 @@ fn agent_escape_sequences_never_reach_the_operators_terminal() {
         "{decoded}"
     );
 }
+
+/// colibrid on `dir`, with its stderr in `dir/stderr`, outside `Colibrid`
+/// (whose start helper inherits stderr and panics on an early exit).
+fn colibrid_with_stderr(dir: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    let stderr = std::fs::File::create(dir.join("stderr")).expect("stderr file");
+    std::process::Command::new(COLIBRID)
+        .arg("--socket")
+        .arg(dir.join("c.sock"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(extra)
+        .env_remove("COLIBRI_SOCKET")
+        .env_remove("COLIBRI_CONFIG")
+        .env("COLIBRI_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start colibrid")
+}
+
+fn stop(mut child: std::process::Child) -> std::process::ExitStatus {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    wait_for(Duration::from_secs(20), "colibrid to stop", || {
+        child.try_wait().ok().flatten()
+    })
+}
+
+#[test]
+fn a_missing_syslog_socket_is_said_once_on_stderr_and_in_status() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-syslog.sock");
+    let child = colibrid_with_stderr(
+        dir.path(),
+        &["--syslog-socket", missing.to_str().expect("utf-8")],
+    );
+    let sock = dir.path().join("c.sock");
+    let mut client = wait_for(Duration::from_secs(20), "colibrid to listen", || {
+        Client::try_connect(&sock).ok()
+    });
+    let st = client.request(&json!({"cmd":"status"}));
+    let why = st["data"]["alerts_unreachable"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("no-such-syslog.sock"),
+        "status names the socket: {st}"
+    );
+    // Alerts that find no socket (three failing agents, each exit alerted;
+    // the first retries the connect at once): still one line on stderr.
+    for _ in 0..3 {
+        let r = client.request(&json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exit 3"]}));
+        assert_eq!(r["ok"], json!(true), "{r}");
+    }
+    wait_for(Duration::from_secs(20), "the agents to exit", || {
+        let snap = client.request(&json!({"cmd":"snapshot","schema":"v2"}));
+        let panes = snap["data"]["panes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        (panes.len() == 3 && panes.iter().all(|p| !p["exit"].is_null())).then_some(())
+    });
+    drop(client);
+    assert!(stop(child).success());
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).expect("stderr");
+    let told = stderr.matches("alerts cannot reach syslog").count();
+    assert_eq!(told, 1, "said once: {stderr}");
+    assert!(stderr.contains("no-such-syslog.sock"), "{stderr}");
+}
+
+#[test]
+fn a_world_writable_state_dir_of_ours_is_fixed_and_said() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let child = colibrid_with_stderr(dir.path(), &["--no-syslog"]);
+    let sock = dir.path().join("c.sock");
+    wait_for(Duration::from_secs(20), "colibrid to listen", || {
+        Client::try_connect(&sock).ok()
+    });
+    let mode = std::fs::metadata(&state)
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode & 0o002, 0, "o+w cleared: {mode:o}");
+    assert!(stop(child).success());
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).expect("stderr");
+    assert!(stderr.contains("was writable by every user"), "{stderr}");
+}
+
+#[test]
+fn a_world_writable_state_dir_of_someone_else_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        // Giving a directory away takes root; CI runs as root.
+        eprintln!("skipped: needs root to chown");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).expect("chown");
+    let mut child = colibrid_with_stderr(dir.path(), &["--no-syslog"]);
+    let status = wait_for(Duration::from_secs(20), "colibrid to refuse", || {
+        child.try_wait().ok().flatten()
+    });
+    assert!(!status.success(), "refused: {status}");
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).expect("stderr");
+    assert!(
+        stderr.contains("writable by every user") && stderr.contains("state"),
+        "a clear error: {stderr}"
+    );
+}
