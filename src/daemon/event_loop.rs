@@ -1636,10 +1636,14 @@ impl Daemon {
                 if agent.paused {
                     let _ = platform::signal_tree(pid, libc::SIGCONT);
                 }
-                let _ = platform::signal_tree(pid, libc::SIGTERM);
             }
         }
+        // Orphans first: once the agents die, their own descendants become
+        // orphans too and would get the signal twice.
         self.signal_orphans(libc::SIGTERM);
+        let running: Vec<platform::Pid> =
+            self.agents.iter().filter_map(|a| a.running_pid()).collect();
+        let _ = platform::signal_trees(&running, libc::SIGTERM);
         let token = self.tokens.insert(Source::Shutdown);
         match KernelTimer::new(self.poll.registry(), token) {
             Ok(mut timer) => {
@@ -1676,16 +1680,13 @@ impl Daemon {
 
     fn kill_all(&mut self) {
         self.signal_orphans(libc::SIGKILL);
+        let running: Vec<platform::Pid> =
+            self.agents.iter().filter_map(|a| a.running_pid()).collect();
+        let _ = platform::signal_trees(&running, libc::SIGKILL);
         for a in &self.agents {
-            match &a.proc {
-                Some(p) if p.status.is_none() => {
-                    let _ = platform::signal_tree(p.pid, libc::SIGKILL);
-                }
-                // Reaped: its pid may be reused; its group id may not.
-                Some(p) => {
-                    let _ = platform::signal_group(p.pid, libc::SIGKILL);
-                }
-                None => {}
+            // Reaped: its pid may be reused; its group id may not.
+            if let Some(p) = a.proc.as_ref().filter(|p| p.status.is_some()) {
+                let _ = platform::signal_group(p.pid, libc::SIGKILL);
             }
         }
     }

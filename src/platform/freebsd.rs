@@ -752,6 +752,17 @@ pub fn os_release() -> String {
 /// ends the process and that a daemon can be sent by accident.
 pub(super) const EXTRA_SIGNALS: &[(libc::c_int, DaemonSignal)] = &[];
 
+/// [`signal_tree`] for each agent in turn (PROC_REAP_KILL needs no scan).
+pub fn signal_trees(pids: &[Pid], sig: i32) -> io::Result<()> {
+    let mut first_err = None;
+    for &pid in pids {
+        if let Err(e) = signal_tree(pid, sig) {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
 /// Nothing to do on FreeBSD: a descendant re-parented to the reaper keeps
 /// its reaper subtree id (`p_reapsubtree`), so `signal_tree`'s
 /// REAPER_KILL_SUBTREE still reaches it through its agent.
