@@ -500,6 +500,11 @@ impl Daemon {
         };
         agent.stopped_by = Some("killed by operator".into());
         platform::signal_tree(pid, libc::SIGKILL).map_err(|e| format!("kill: {e}"))?;
+        // Descendants whose parent exited before the kill now hang off the
+        // daemon; their environment still names the pane.
+        let agents: Vec<platform::Pid> =
+            self.agents.iter().filter_map(|a| a.running_pid()).collect();
+        platform::signal_orphans_with_env(&agents, "COLIBRI_PANE_ID", &pane_id, libc::SIGKILL);
         // The contract: a forced kill is folded as an error at once.
         if let Some(p) = self.sup.get_mut(key) {
             p.fail("killed by operator".into(), t, &mut self.transitions);

@@ -769,3 +769,8 @@ pub fn signal_trees(pids: &[Pid], sig: i32) -> io::Result<()> {
 pub fn signal_orphans(_agents: &[Pid], _sig: i32) -> usize {
     0
 }
+
+/// Nothing to do on FreeBSD, as for [`signal_orphans`].
+pub fn signal_orphans_with_env(_agents: &[Pid], _key: &str, _value: &str, _sig: i32) -> usize {
+    0
+}

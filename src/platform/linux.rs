@@ -310,13 +310,30 @@ pub fn signal_trees(pids: &[Pid], sig: i32) -> io::Result<()> {
 /// use this (the orphans no longer say which agent they came from).
 /// Returns how many orphans were found.
 pub fn signal_orphans(agents: &[Pid], sig: i32) -> usize {
+    signal_orphans_where(agents, sig, |_| true)
+}
+
+/// [`signal_orphans`] for the orphans whose environment at exec held
+/// `key=value` only: every agent's environment names its pane, and its
+/// descendants inherit it, so kill-agent reaches a descendant whose parent
+/// exited before the kill. One that cleared or replaced its environment
+/// before its exec is not found. Returns how many orphans were signalled.
+pub fn signal_orphans_with_env(agents: &[Pid], key: &str, value: &str, sig: i32) -> usize {
+    let wanted = format!("{key}={value}");
+    signal_orphans_where(agents, sig, |pid| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == wanted.as_bytes()))
+    })
+}
+
+fn signal_orphans_where(agents: &[Pid], sig: i32, mut pick: impl FnMut(Pid) -> bool) -> usize {
     let me = i32::try_from(std::process::id()).unwrap_or(0);
     let mut view = ProcView::new();
     let orphans: Vec<Pid> = view
         .children(me)
         .into_iter()
         .map(|p| p.pid)
-        .filter(|pid| !agents.contains(pid))
+        .filter(|pid| !agents.contains(pid) && pick(*pid))
         .collect();
     for &orphan in &orphans {
         signal_pid(orphan, sig);

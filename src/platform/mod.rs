@@ -43,7 +43,8 @@ pub use crate::core::pane::ExitStatus;
 
 pub use os::{
     become_subreaper, open_pty, os_release, peer_cred, pid_jail, resolve_jail, self_rss_bytes,
-    signal_orphans, signal_tree, signal_trees, spawn_on_pty, ExitWatch, KernelTimer, SignalSource,
+    signal_orphans, signal_orphans_with_env, signal_tree, signal_trees, spawn_on_pty, ExitWatch,
+    KernelTimer, SignalSource,
 };
 pub use posix::{
     ensure_std_fds, hostname, lookup_user, raise_fd_limit, read_master, reap, reap_any,

@@ -751,3 +751,42 @@ fn a_world_writable_state_dir_of_someone_else_is_refused() {
         "a clear error: {stderr}"
     );
 }
+
+/// An agent whose subshell starts a setsid'ed sleep and exits at once: the
+/// sleep is re-parented to colibrid and no longer descends from its agent.
+fn spawn_with_orphan(d: &Colibrid, file: &str) -> (String, i32) {
+    let path = d.path(file);
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "(setsid sleep 1000 & echo $! > {}); exec sleep 1000",
+                path.display()
+            ),
+        ],
+        json!({}),
+    );
+    let orphan = pid_from_file(d, file);
+    wait_for(
+        Duration::from_secs(20),
+        "the orphan to reach colibrid",
+        || children_of(d.pid()).contains(&orphan).then_some(()),
+    );
+    (id, orphan)
+}
+
+#[test]
+fn kill_agent_kills_its_orphans_and_no_one_elses() {
+    let d = Colibrid::start(&[]);
+    let (id, orphan) = spawn_with_orphan(&d, "mine.pid");
+    let (_, other) = spawn_with_orphan(&d, "theirs.pid");
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    wait_for(
+        Duration::from_secs(20),
+        "the killed agent's orphan to die",
+        || dead(orphan).then_some(()),
+    );
+    d.wait_pane(&id, "exit", |p| !p["exit"].is_null());
+    assert!(!dead(other), "another agent's orphan {other} was killed");
+}
