@@ -590,7 +590,7 @@ fn snapshot_renders_a_table_or_passes_json_through() {
 }
 
 #[test]
-fn watch_prints_events_until_eof_and_fails_when_dropped() {
+fn watch_prints_events_then_fails_when_the_stream_ends_or_drops() {
     let events = concat!(
         "{\"ok\":true,\"error\":null,\"data\":{\"watching\":true,\"seq\":0}}\n",
         "{\"seq\":1,\"at\":\"2026-05-27T12:00:01.000Z\",\"event\":\"attached\",\"pane\":\"0b7e5c1a-9d2f\",\"agent\":\"pi\",\"name\":\"w1\",\"pid\":42}\n",
@@ -601,7 +601,13 @@ fn watch_prints_events_until_eof_and_fails_when_dropped() {
     );
     let d = FakeDaemon::start(vec![events.to_string(), dropped]);
     let out = output(d.cmd(&["watch", "w1"]));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The stream ended (the daemon stopped): everything is printed, then
+    // the operator is told, and the exit status says so.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "colibri: the daemon closed the watch stream (colibrid stopped?)\n"
+    );
     assert_eq!(d.request(), json!({"cmd":"watch","panes":["w1"]}));
     assert_eq!(
         text(&out.stdout),
@@ -653,4 +659,101 @@ fn emit_reads_the_event_from_an_argument_or_stdin() {
     let out = output(d.cmd(&["emit", "w1", "[1]"]));
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stderr), "colibri: event must be a JSON object\n");
+}
+
+#[test]
+fn the_hook_exits_0_even_on_a_usage_error() {
+    for args in [&["hook"][..], &["hook", "--bogus"], &["hook", "a", "b"]] {
+        let out = run_with_stdin(colibri(args), b"{}");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?} must not block Claude Code's tool call: {}",
+            text(&out.stderr)
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(!out.stderr.is_empty(), "{args:?} says why on stderr");
+    }
+}
+
+#[test]
+fn daemon_errors_quoting_agent_text_are_escaped() {
+    let d = FakeDaemon::start(vec![
+        "{\"ok\":false,\"error\":\"no such agent: \\u001b]0;pwned\\u0007\\u001b[2J\",\"data\":null}\n".into(),
+    ]);
+    let out = output(d.cmd(&["kill", "x"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "colibri: no such agent: \\x1b]0;pwned\\x07\\x1b[2J\n"
+    );
+}
+
+/// Every subcommand and flag of `colibri` has a help line and a place in
+/// colibri(1): the man page and `--help` cannot drift from the binary.
+#[test]
+fn every_subcommand_and_flag_is_documented_in_help_and_the_man_page() {
+    use clap::CommandFactory;
+    let man = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/colibri.1"))
+        .expect("man/colibri.1");
+    let cli = colibri::cli::Cli::command();
+    let mut missing = Vec::new();
+    for arg in cli.get_arguments() {
+        check_arg(&cli, arg, &man, &mut missing);
+    }
+    for sub in cli.get_subcommands() {
+        let name = sub.get_name();
+        if sub
+            .get_about()
+            .is_none_or(|a| a.to_string().trim().is_empty())
+        {
+            missing.push(format!("{name}: empty --help"));
+        }
+        let Some(section) = man_section(&man, name) else {
+            missing.push(format!("{name}: no `.It Cm {name}` in colibri(1)"));
+            continue;
+        };
+        for arg in sub.get_arguments() {
+            check_arg(sub, arg, section, &mut missing);
+        }
+    }
+    assert!(missing.is_empty(), "undocumented: {missing:#?}");
+}
+
+/// The man page's entry for `colibri NAME`: from its `.It Cm NAME` to the
+/// next command's entry.
+fn man_section<'a>(man: &'a str, name: &str) -> Option<&'a str> {
+    let start = man
+        .match_indices(&format!(".It Cm {name}"))
+        .map(|(i, _)| i)
+        .find(|i| {
+            let rest = &man[i + 7 + name.len()..];
+            rest.starts_with(' ') || rest.starts_with('\n')
+        })?;
+    let body = &man[start + 1..];
+    let end = body
+        .match_indices("\n.It Cm ")
+        .map(|(i, _)| i)
+        .next()
+        .unwrap_or(body.len());
+    Some(&body[..end])
+}
+
+fn check_arg(cmd: &clap::Command, arg: &clap::Arg, man: &str, missing: &mut Vec<String>) {
+    let id = arg.get_id().as_str();
+    if id == "help" || id == "version" {
+        return;
+    }
+    let at = format!("{} {id}", cmd.get_name());
+    if arg
+        .get_help()
+        .is_none_or(|h| h.to_string().trim().is_empty())
+    {
+        missing.push(format!("{at}: empty --help"));
+    }
+    if let Some(long) = arg.get_long() {
+        if !man.contains(&format!("Fl -{long}")) {
+            missing.push(format!("{at}: no `Fl -{long}` in colibri(1)"));
+        }
+    }
 }

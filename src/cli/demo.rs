@@ -457,10 +457,10 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
                 .map_err(CliError::Stdout)?;
         } else {
             for line in changes(&prev, &snap.panes) {
-                writeln!(out, "{line}").map_err(CliError::Stdout)?;
+                writeln!(out, "{}", render::escape_controls(&line)).map_err(CliError::Stdout)?;
             }
             for a in &fresh_alerts {
-                writeln!(out, "alert: {a}").map_err(CliError::Stdout)?;
+                writeln!(out, "alert: {}", render::escape_controls(a)).map_err(CliError::Stdout)?;
             }
             alert_lines.extend(fresh_alerts);
             out.flush().map_err(CliError::Stdout)?;
@@ -572,8 +572,9 @@ fn frame(snap: &SnapshotV2, alerts: &[String], actions: &[String], elapsed: Dura
         text.push_str(&format!("  {a}\n"));
     }
     let mut framed = String::from("\x1b[H");
+    // Our own cursor codes go between the lines; the lines are escaped.
     for line in text.lines() {
-        framed.push_str(line);
+        framed.push_str(&render::escape_controls(line));
         framed.push_str("\x1b[K\n");
     }
     framed.push_str("\x1b[J");

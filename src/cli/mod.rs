@@ -106,17 +106,33 @@ pub enum Command {
     },
     /// Start an agent under the daemon; prints its id.
     Spawn(SpawnArgs),
-    /// Stop an agent (by id or name).
-    Kill { id: String },
-    /// Suspend an agent (SIGSTOP); a paused agent is never stalled.
-    Pause { id: String },
+    /// Kill an agent and every process it started (SIGKILL).
+    Kill {
+        /// The pane's id or name.
+        id: String,
+    },
+    /// Suspend an agent and its processes (SIGSTOP); a paused agent is never stalled.
+    Pause {
+        /// The pane's id or name.
+        id: String,
+    },
     /// Continue a paused agent.
-    Resume { id: String },
-    /// Send a signal (a name like TERM or a number) to an agent.
-    Signal { id: String, sig: String },
+    Resume {
+        /// The pane's id or name.
+        id: String,
+    },
+    /// Send a signal to an agent and every process it started.
+    Signal {
+        /// The pane's id or name.
+        id: String,
+        /// A name (TERM, SIGINT) or a number.
+        sig: String,
+    },
     /// Type text into an agent's terminal.
     Send {
+        /// The pane's id or name.
         id: String,
+        /// The text to type (a Pi RPC agent expects one JSON object).
         #[arg(allow_hyphen_values = true)]
         text: String,
         /// Do not press Enter after the text.
@@ -125,6 +141,7 @@ pub enum Command {
     },
     /// Follow state changes as they happen (all panes, or the ones named).
     Watch {
+        /// Only these panes (ids or names); all when none is given.
         ids: Vec<String>,
         /// Print each event as its JSON line.
         #[arg(long)]
@@ -132,23 +149,39 @@ pub enum Command {
     },
     /// The daemon's sessions as a table.
     Sessions {
+        /// Print the list as JSON.
         #[arg(long)]
         json: bool,
     },
     /// One session's full dump, as pretty JSON.
-    Session { id: String },
-    /// Compact a session's log (drop its oldest turns).
-    Compact { id: String },
+    Session {
+        /// The session id.
+        id: String,
+    },
+    /// Compact a session's log: rewrite it without the streaming deltas of
+    /// finished turns (turns, tool calls, usage, attach and exit records stay).
+    Compact {
+        /// The session id.
+        id: String,
+    },
     /// Feed an event (a JSON object, or - for stdin) to an agent's pane.
-    Emit { id: String, json: String },
+    Emit {
+        /// The pane's id or name.
+        id: String,
+        /// The event as a JSON object in the pane's dialect, or - for stdin.
+        json: String,
+    },
     /// Claude Code hook forwarder: reads the hook input on stdin and emits
-    /// it to the pane in COLIBRI_PANE_ID. Never fails the hook.
+    /// it to the pane in COLIBRI_PANE_ID. Always exits 0 (problems go to
+    /// stderr), even on a usage error, so it never blocks a tool call.
     Hook {
-        /// The hook's event name (informational).
-        event: String,
+        /// The hook's event name (informational; defaults to the input's
+        /// hook_event_name).
+        event: Option<String>,
     },
     /// Tell the daemon something about the host.
     Hint {
+        /// What happened to the host.
         #[arg(value_enum)]
         kind: HintKind,
     },
@@ -162,7 +195,9 @@ pub enum Command {
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Schema {
+    /// The glasspane contract's snapshot.
     V1,
+    /// colibri's own snapshot, with every fact it has.
     V2,
 }
 
@@ -183,8 +218,12 @@ pub enum HintKind {
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RestartPolicy {
+    /// Never restart.
     Never,
+    /// Restart when the pane ends in the error state (a failed run, a
+    /// non-zero exit, a signal).
     OnFailure,
+    /// Restart after every exit.
     Always,
 }
 
@@ -215,8 +254,10 @@ pub struct SpawnArgs {
     /// Silence after which a working or blocked agent counts as stalled.
     #[arg(long, value_name = "DUR", value_parser = parse_duration_text)]
     pub stall_after: Option<String>,
+    /// Restart the agent when it exits [default: never].
     #[arg(long, value_enum)]
     pub restart: Option<RestartPolicy>,
+    /// Give up restarting after this many restarts.
     #[arg(long, value_name = "N")]
     pub max_restarts: Option<u32>,
     /// Run inside this running jail (FreeBSD).
@@ -305,6 +346,11 @@ pub fn main() -> ExitCode {
         Err(e) => {
             // Help and version are "errors" that print to stdout and exit 0.
             let _ = e.print();
+            // Claude Code treats a hook's exit 2 as "block this tool call":
+            // a mistyped hook line must not stop the agent.
+            if invoked_as_hook(std::env::args().skip(1)) {
+                return ExitCode::SUCCESS;
+            }
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
@@ -313,10 +359,28 @@ pub fn main() -> ExitCode {
         // The reader of our output went away; that is how pipes end.
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(io::stderr(), "colibri: {e}");
+            // Errors quote the daemon and, through it, agents: escape them.
+            let text = render::escape_controls(&e.to_string()).into_owned();
+            let _ = writeln!(io::stderr(), "colibri: {text}");
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// Whether the subcommand (the first argument that is neither a global
+/// option nor its value) is `hook`.
+fn invoked_as_hook(mut args: impl Iterator<Item = String>) -> bool {
+    while let Some(arg) = args.next() {
+        if arg == "--socket" {
+            args.next();
+            continue;
+        }
+        if arg.starts_with('-') {
+            continue;
+        }
+        return arg == "hook";
+    }
+    false
 }
 
 /// Runs one subcommand, writing to the process's stdout.
@@ -344,7 +408,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Emit { id, json } => remote::emit(socket, &id, &json),
         Command::Hook { event } => Ok(remote::hook(
             socket,
-            &event,
+            event.as_deref(),
             &mut io::stdin().lock(),
             &mut io::stderr(),
         )),
@@ -456,6 +520,17 @@ mod tests {
             Cli::try_parse_from(["colibri", "spawn", "--stall-after", "soon", "--", "x"]).is_err()
         );
         assert!(Cli::try_parse_from(["colibri", "spawn", "--runtime", "vim", "--", "x"]).is_err());
+    }
+
+    #[test]
+    fn the_hook_subcommand_is_found_behind_global_options() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(invoked_as_hook(args(&["hook", "--bogus"]).into_iter()));
+        assert!(invoked_as_hook(
+            args(&["--socket", "/s", "hook"]).into_iter()
+        ));
+        assert!(!invoked_as_hook(args(&["send", "x", "hook"]).into_iter()));
+        assert!(!invoked_as_hook(args(&["--socket", "hook"]).into_iter()));
     }
 
     #[test]

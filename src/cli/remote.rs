@@ -140,7 +140,10 @@ pub fn watch(
             Err(_) => print_json_line(out, &v)?,
         }
     }
-    Ok(0)
+    // A watch never ends on its own: the daemon stopped or dropped us.
+    Err(CliError::Runtime(
+        "the daemon closed the watch stream (colibrid stopped?)".into(),
+    ))
 }
 
 pub fn sessions(socket: Option<&Path>, json: bool, out: &mut impl Write) -> Result<u8, CliError> {
@@ -216,17 +219,22 @@ pub fn hint_resume(socket: Option<&Path>) -> Result<u8, CliError> {
 /// to stdout (Claude Code parses a hook's stdout as instructions).
 pub fn hook(
     socket: Option<&Path>,
-    event: &str,
+    event: Option<&str>,
     stdin: &mut impl Read,
     stderr: &mut impl Write,
 ) -> u8 {
     if let Err(e) = forward_hook(socket, event, stdin) {
-        let _ = writeln!(stderr, "colibri hook {event}: {e}");
+        let text = format!("colibri hook {}: {e}", event.unwrap_or("-"));
+        let _ = writeln!(stderr, "{}", render::escape_controls(&text));
     }
     0
 }
 
-fn forward_hook(socket: Option<&Path>, event: &str, stdin: &mut impl Read) -> Result<(), CliError> {
+fn forward_hook(
+    socket: Option<&Path>,
+    event: Option<&str>,
+    stdin: &mut impl Read,
+) -> Result<(), CliError> {
     let pane = match std::env::var("COLIBRI_PANE_ID") {
         Ok(p) if !p.is_empty() => p,
         _ => {
@@ -243,7 +251,7 @@ fn forward_hook(socket: Option<&Path>, event: &str, stdin: &mut impl Read) -> Re
     let mut ev = parse_event(&text)?;
     // The event name is informational, but a hand-made input without one
     // still deserves to be recognised as a hook.
-    if let Value::Object(m) = &mut ev {
+    if let (Value::Object(m), Some(event)) = (&mut ev, event) {
         m.entry("hook_event_name")
             .or_insert_with(|| Value::from(event));
     }

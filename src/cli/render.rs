@@ -5,6 +5,7 @@
 //! when the operator's clock differs). That keeps every view unit-testable
 //! with hand-built wire values.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
@@ -13,6 +14,48 @@ use crate::protocol::{
     FoldReport, PaneV1, PaneV2, SessionSummary, SnapshotV1, SnapshotV2, StatusData, WatchEvent,
     WatchKind, WireExit,
 };
+
+/// Makes text safe for a terminal: every control character except tab
+/// (C0, including newline and carriage return, DEL, and the C1 range
+/// U+0080..U+009F that some terminals read as CSI, OSC…) is shown as
+/// `\xNN` or `\u{NN}`, so an agent cannot set the window title, clear the
+/// screen or write the clipboard (OSC 52) through `colibri`. Every
+/// human-readable output of the CLI goes through this one function; JSON
+/// output does not (the JSON encoder escapes C0 itself).
+pub fn escape_controls(s: &str) -> Cow<'_, str> {
+    let is_control =
+        |c: char| c != '\t' && (c.is_ascii_control() || ('\u{80}'..='\u{9f}').contains(&c));
+    if !s.chars().any(is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if !is_control(c) {
+            out.push(c);
+        } else if c.is_ascii() {
+            let _ = write!(out, "\\x{:02x}", u32::from(c));
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`escape_controls`] on each line of a multi-line text, keeping its line
+/// breaks (a lone `\r` or any other control inside a line is escaped).
+pub fn escape_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        match line.strip_suffix('\n') {
+            Some(body) => {
+                out.push_str(&escape_controls(body));
+                out.push('\n');
+            }
+            None => out.push_str(&escape_controls(line)),
+        }
+    }
+    out
+}
 
 /// A left-aligned text table; the last column is not padded.
 #[derive(Debug, Default)]
@@ -29,8 +72,15 @@ impl Table {
         }
     }
 
+    /// Adds a row; control characters in a cell are escapes (one cell, one
+    /// line, whatever an agent put in it).
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|c| escape_controls(&c).into_owned())
+                .collect(),
+        );
     }
 
     pub fn render(&self) -> String {
@@ -196,7 +246,7 @@ pub fn snapshot_table(snap: &SnapshotV2) -> String {
         snap.observed_at
     );
     out.push_str(&t.render());
-    out
+    escape_lines(&out)
 }
 
 /// The contract's v1 snapshot as a table (fewer facts than v2).
@@ -235,7 +285,7 @@ pub fn snapshot_v1_table(snap: &SnapshotV1) -> String {
         snap.observed_at
     );
     out.push_str(&t.render());
-    out
+    escape_lines(&out)
 }
 
 /// The `colibri status` summary; `now` is the operator's clock, used only
@@ -270,6 +320,13 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
         format_age(Duration::from_millis(s.stall_after_ms))
     );
     let _ = writeln!(out, "sessions: {}", s.sessions);
+    if let Some(why) = &s.alerts_unreachable {
+        let _ = writeln!(out, "alerts:   not reaching syslog: {why}");
+    }
+    if !s.signals.is_empty() {
+        let received: Vec<String> = s.signals.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(out, "signals:  {}", received.join(", "));
+    }
     if s.logs.failed_writes > 0 || s.logs.lost_bytes > 0 {
         let _ = writeln!(
             out,
@@ -307,7 +364,7 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
         "clients:  {} connection(s), {} watcher(s)",
         s.connections, s.watchers
     );
-    out
+    escape_lines(&out)
 }
 
 /// The `colibri sessions` table.
@@ -414,7 +471,7 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
         }
         WatchKind::Heartbeat { panes } => format!("heartbeat ({panes} pane(s))"),
     };
-    format!("{time} #{} {what}", ev.seq)
+    escape_controls(&format!("{time} #{} {what}", ev.seq)).into_owned()
 }
 
 /// `colibri fold` without `--json`: the timeline, then a summary.
@@ -432,10 +489,10 @@ pub fn fold_text(r: &FoldReport) -> String {
         r.runtime.map_or("unknown", |rt| rt.as_str())
     );
     if let Some(id) = &r.session_id {
-        let _ = writeln!(out, "session:  {id}");
+        let _ = writeln!(out, "session:  {}", escape_controls(id));
     }
     if let Some(cwd) = &r.cwd {
-        let _ = writeln!(out, "cwd:      {cwd}");
+        let _ = writeln!(out, "cwd:      {}", escape_controls(cwd));
     }
     let c = &r.counters;
     let _ = writeln!(
@@ -454,18 +511,19 @@ pub fn fold_text(r: &FoldReport) -> String {
         format_cost(u.cost_usd)
     );
     if let Some(t) = &r.last_tool {
-        let _ = writeln!(out, "tool:     {}: {}", t.name, t.summary);
+        let tool = format!("{}: {}", t.name, t.summary);
+        let _ = writeln!(out, "tool:     {}", escape_controls(&tool));
     }
     if let Some(b) = &r.blocked_reason {
-        let _ = writeln!(out, "blocked:  {b}");
+        let _ = writeln!(out, "blocked:  {}", escape_controls(b));
     }
     if let Some(e) = &r.last_error {
-        let _ = writeln!(out, "error:    {e}");
+        let _ = writeln!(out, "error:    {}", escape_controls(e));
     }
     if let Some(e) = &r.exit {
         let _ = writeln!(out, "exit:     {}", format_exit(e));
     }
-    out
+    escape_lines(&out)
 }
 
 #[cfg(test)]
@@ -585,6 +643,19 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn control_characters_are_escaped_tabs_and_text_kept() {
+        assert!(matches!(escape_controls("plain\ttext é"), Cow::Borrowed(_)));
+        assert_eq!(
+            escape_controls("\u{1b}]52;c;SGk=\u{7}\u{1b}[2J\r\n\u{7f}\u{9b}31m"),
+            "\\x1b]52;c;SGk=\\x07\\x1b[2J\\x0d\\x0a\\x7f\\u{9b}31m"
+        );
+        assert_eq!(escape_lines("a\u{1b}c\nb\r\n"), "a\\x1bc\nb\\x0d\n");
+        let mut t = Table::new(&["A", "B"]);
+        t.row(vec!["x\ny".into(), "\u{1b}]0;title\u{7}".into()]);
+        assert_eq!(t.render(), "A       B\nx\\x0ay  \\x1b]0;title\\x07\n");
+    }
+
+    #[test]
     fn ages_tokens_and_costs_are_compact() {
         assert_eq!(format_age(Duration::from_millis(850)), "850ms");
         assert_eq!(format_age(Duration::from_secs(42)), "42s");
@@ -696,6 +767,8 @@ pub(crate) mod tests {
             reload_errors: 0,
             restart_needed: Vec::new(),
             alerts: Default::default(),
+            signals: BTreeMap::new(),
+            alerts_unreachable: None,
         };
         let now = parse_time("2026-05-27T12:02:00.000Z").expect("time");
         let text = status_summary(&st, now);
@@ -737,6 +810,17 @@ pub(crate) mod tests {
         let text = status_summary(&cut, now);
         assert!(
             text.contains("alerts:   9 sent, 0 dropped, 2 cut to fit\n"),
+            "{text}"
+        );
+        let signalled = StatusData {
+            signals: BTreeMap::from([("HUP".to_string(), 2), ("USR1".to_string(), 1)]),
+            alerts_unreachable: Some("cannot connect to /nope: not found".into()),
+            ..cut
+        };
+        let text = status_summary(&signalled, now);
+        assert!(text.contains("signals:  HUP 2, USR1 1\n"), "{text}");
+        assert!(
+            text.contains("alerts:   not reaching syslog: cannot connect to /nope: not found\n"),
             "{text}"
         );
     }

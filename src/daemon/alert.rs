@@ -32,6 +32,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::core::time::Timestamp;
+use crate::daemon::diag::log_warn;
 pub use crate::syslog::{facility_name, parse_facility, Facility, Severity, UnknownSeverity};
 
 /// The syslog APP-NAME of every alert; syslog.d routes on it.
@@ -178,6 +179,11 @@ pub struct Alerter {
     last_connect_attempt: Option<Timestamp>,
     buckets: HashMap<String, Bucket>,
     stats: AlertStats,
+    /// Why alerts cannot reach the log socket right now (`status` shows it).
+    unreachable: Option<String>,
+    /// The operator was told on stderr about the current outage: once is
+    /// enough, until the socket comes back and goes away again.
+    told: bool,
     /// Reused message buffer, so a steady stream of alerts does not allocate.
     message: String,
     /// The local UTC offset in seconds at an instant; tests pin it.
@@ -196,25 +202,62 @@ impl Alerter {
             last_connect_attempt: None,
             buckets: HashMap::new(),
             stats: AlertStats::default(),
+            unreachable: None,
+            told: false,
             message: String::new(),
             utc_offset: crate::platform::utc_offset_seconds,
         };
         if alerter.cfg.enabled {
-            alerter.socket = connect(alerter.cfg.socket.as_deref()).ok();
+            let first = connect(alerter.cfg.socket.as_deref());
+            alerter.note_connect(first);
         }
         alerter
+    }
+
+    /// Why alerts are being dropped for want of a log socket, while they are.
+    pub fn unreachable(&self) -> Option<&str> {
+        self.unreachable.as_deref()
+    }
+
+    /// Keeps the socket of a successful connect, or records why it failed
+    /// and says so on stderr once per outage (a missing /dev/log or a wrong
+    /// `--syslog-socket` would otherwise lose every alert without a word).
+    fn note_connect(&mut self, result: io::Result<UnixDatagram>) {
+        match result {
+            Ok(socket) => {
+                self.socket = Some(socket);
+                self.unreachable = None;
+                self.told = false;
+            }
+            Err(e) => self.note_unreachable(describe_connect_error(self.cfg.socket.as_deref(), &e)),
+        }
+    }
+
+    fn note_unreachable(&mut self, why: String) {
+        if !self.told {
+            log_warn!("alerts cannot reach syslog: {why}; they are dropped (and counted) until it is back");
+            self.told = true;
+        }
+        self.unreachable = Some(why);
     }
 
     /// Applies new settings (SIGHUP). A changed socket or a disable closes the
     /// current socket; a changed rate refills every bucket under the new rule.
     pub fn reconfigure(&mut self, cfg: AlertConfig) {
-        if cfg.socket != self.cfg.socket || !cfg.enabled {
+        let reconnect = cfg.socket != self.cfg.socket || cfg.enabled != self.cfg.enabled;
+        if reconnect {
             self.socket = None;
             self.last_connect_attempt = None;
+            self.unreachable = None;
+            self.told = false;
         }
         let rate_changed =
             cfg.rate_burst != self.cfg.rate_burst || cfg.rate_window != self.cfg.rate_window;
         self.cfg = cfg;
+        if reconnect && self.cfg.enabled {
+            let first = connect(self.cfg.socket.as_deref());
+            self.note_connect(first);
+        }
         if rate_changed {
             let capacity = self.capacity();
             for bucket in self.buckets.values_mut() {
@@ -330,10 +373,8 @@ impl Alerter {
                 return AlertOutcome::Dropped(DropReason::NoSocket);
             }
             self.last_connect_attempt = Some(now);
-            match connect(self.cfg.socket.as_deref()) {
-                Ok(socket) => self.socket = Some(socket),
-                Err(_) => return AlertOutcome::Dropped(DropReason::NoSocket),
-            }
+            let attempt = connect(self.cfg.socket.as_deref());
+            self.note_connect(attempt);
         }
         let Some(socket) = self.socket.as_ref() else {
             return AlertOutcome::Dropped(DropReason::NoSocket);
@@ -354,6 +395,7 @@ impl Alerter {
             // is dead for good, so connect afresh on a later alert.
             self.socket = None;
             self.last_connect_attempt = Some(now);
+            self.note_unreachable(format!("the log socket went away ({error})"));
         }
         AlertOutcome::Dropped(reason)
     }
@@ -395,6 +437,18 @@ fn classify_send_error(error: &io::Error) -> DropReason {
 
 /// Opens a non-blocking datagram socket connected to the log socket. On a
 /// Unix datagram socket `connect` only records the peer, so it never waits.
+/// What went wrong connecting, naming the socket(s) tried.
+fn describe_connect_error(configured: Option<&Path>, e: &io::Error) -> String {
+    match configured {
+        Some(path) => format!("cannot connect to {}: {e}", path.display()),
+        None if e.kind() == io::ErrorKind::NotFound => format!(
+            "no system log socket ({} all missing)",
+            SYSTEM_LOG_SOCKETS.join(", ")
+        ),
+        None => format!("cannot connect to the system log: {e}"),
+    }
+}
+
 fn connect(configured: Option<&Path>) -> io::Result<UnixDatagram> {
     let path = match configured {
         Some(path) => path,

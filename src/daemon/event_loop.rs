@@ -120,6 +120,8 @@ pub struct Daemon {
     pub(crate) started_at: Timestamp,
     /// The kernel's name and release, read once at start.
     pub(crate) os: String,
+    /// Signals received since start, by name (`status` shows them).
+    pub(crate) signals_received: std::collections::BTreeMap<&'static str, u64>,
     /// Panes whose reads wait for their session log to drain.
     pub(crate) store_blocked: BTreeSet<PaneKey>,
     /// The last flush hit its budget: come back without sleeping.
@@ -213,6 +215,7 @@ impl Daemon {
             accept_blocked: false,
             started_at: t0,
             os: platform::os_release(),
+            signals_received: std::collections::BTreeMap::new(),
             store_blocked: BTreeSet::new(),
             store_pending: false,
             store_failing: false,

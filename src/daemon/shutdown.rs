@@ -20,10 +20,19 @@ impl Daemon {
         let mut sigs = Vec::new();
         self.signals.drain(&mut sigs);
         for s in sigs {
+            if s != DaemonSignal::Child {
+                *self.signals_received.entry(s.name()).or_default() += 1;
+            }
             match s {
-                DaemonSignal::Terminate | DaemonSignal::Interrupt => self.begin_shutdown(t),
+                DaemonSignal::Terminate | DaemonSignal::Interrupt | DaemonSignal::Quit => {
+                    self.begin_shutdown(t)
+                }
                 DaemonSignal::Hangup => self.reload(),
                 DaemonSignal::Child => self.reap_children(t),
+                DaemonSignal::User1 => self.log_summary(),
+                DaemonSignal::User2 | DaemonSignal::Ignored(_) => {
+                    log_info!("received SIG{}: ignored", s.name());
+                }
             }
         }
     }
@@ -95,6 +104,10 @@ impl Daemon {
                 let _ = self.poll.registry().deregister(&mut socket);
             }
         }
+        // Orphans first: once the agents die, their own descendants become
+        // orphans too and would get the signal twice.
+        self.signal_orphans(libc::SIGTERM);
+        let mut running = Vec::new();
         for key in self.panes.keys() {
             let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
                 continue;
@@ -106,8 +119,11 @@ impl Daemon {
                 if pane.paused {
                     let _ = platform::signal_tree(pid, libc::SIGCONT);
                 }
-                let _ = platform::signal_tree(pid, libc::SIGTERM);
+                running.push(pid);
             }
+        }
+        let _ = platform::signal_trees(&running, libc::SIGTERM);
+        for key in self.panes.keys() {
             self.life_event(key, LifeEvent::Stop, t);
         }
         let token = self.tokens.insert(Source::Shutdown);
@@ -132,19 +148,46 @@ impl Daemon {
         }
     }
 
+    fn running_pids(&self) -> Vec<platform::Pid> {
+        self.panes
+            .agents()
+            .filter_map(|a| a.running_pid())
+            .collect()
+    }
+
+    /// Descendants re-parented to the daemon after their own parent exited
+    /// belong to no agent any more; at shutdown they get the agents' signal.
+    fn signal_orphans(&self, sig: i32) {
+        let hit = platform::signal_orphans(&self.running_pids(), sig);
+        if hit > 0 {
+            log_info!("signalled {hit} orphaned descendant(s) of finished agents");
+        }
+    }
+
     pub(crate) fn kill_all(&mut self) {
+        self.signal_orphans(libc::SIGKILL);
+        let _ = platform::signal_trees(&self.running_pids(), libc::SIGKILL);
         for a in self.panes.agents() {
-            match &a.proc {
-                Some(p) if p.status.is_none() => {
-                    let _ = platform::signal_tree(p.pid, libc::SIGKILL);
-                }
-                // Reaped: its pid may be reused; its group id may not.
-                Some(p) => {
-                    let _ = platform::signal_group(p.pid, libc::SIGKILL);
-                }
-                None => {}
+            // Reaped: its pid may be reused; its group id may not.
+            if let Some(p) = a.proc.as_ref().filter(|p| p.status.is_some()) {
+                let _ = platform::signal_group(p.pid, libc::SIGKILL);
             }
         }
+    }
+
+    /// SIGUSR1: one line on the daemon's log saying what it supervises.
+    fn log_summary(&self) {
+        let running = self.running_pids().len();
+        let health = self.store.health();
+        log_info!(
+            "SIGUSR1: {} pane(s), {running} running, {} connection(s), {} watcher(s), \
+             {} byte(s) waiting for the session logs, {} failed write(s)",
+            self.panes.len(),
+            self.conns.len(),
+            self.bus.watchers(),
+            health.pending_bytes,
+            health.failed_writes
+        );
     }
 
     pub(crate) fn shutdown_timer_fired(&mut self, t: Timestamp) {

@@ -85,6 +85,32 @@ pub struct StoreConfig {
     pub rotate_turns: u64,
 }
 
+/// A state directory every user may write to would let anyone plant,
+/// replace or delete session logs: clear `o+w` when the directory is ours
+/// (and say so), refuse it otherwise.
+fn secure_dir(dir: &Path) -> Result<Option<String>, StoreError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = fs::metadata(dir).map_err(|e| StoreError::io("inspect", dir, e))?;
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o002 == 0 {
+        return Ok(None);
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(StoreError::WorldWritable {
+            path: dir.to_path_buf(),
+            mode,
+            owner: meta.uid(),
+        });
+    }
+    let safe = mode & !0o002;
+    fs::set_permissions(dir, fs::Permissions::from_mode(safe))
+        .map_err(|e| StoreError::io("chmod", dir, e))?;
+    Ok(Some(format!(
+        "{} was writable by every user (mode {mode:o}); changed to {safe:o}",
+        dir.display()
+    )))
+}
+
 /// What the store knows about one session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionMeta {
@@ -345,6 +371,16 @@ pub enum StoreError {
     TooLarge { id: String, bytes: u64, max: u64 },
     #[error("{} is in use by another colibrid (its lock is held)", path.display())]
     Locked { path: PathBuf },
+    #[error(
+        "{} is writable by every user (mode {mode:o}) and owned by uid {owner}, not colibrid's: \
+         refusing to keep session logs there (chmod o-w it, or choose another --state-dir)",
+        path.display()
+    )]
+    WorldWritable {
+        path: PathBuf,
+        mode: u32,
+        owner: u32,
+    },
     #[error("{op} {}: {source}", path.display())]
     Io {
         op: &'static str,
@@ -601,8 +637,14 @@ impl SessionStore {
             .mode(DIR_MODE)
             .create(&cfg.dir)
             .map_err(|e| StoreError::io("create", &cfg.dir, e))?;
-        let lock = lock_dir(&cfg.dir)?;
         let mut recovery = Recovery::default();
+        let state_dir = cfg.dir.parent().filter(|p| !p.as_os_str().is_empty());
+        for dir in state_dir.into_iter().chain([cfg.dir.as_path()]) {
+            if let Some(fixed) = secure_dir(dir)? {
+                recovery.problems.push(fixed);
+            }
+        }
+        let lock = lock_dir(&cfg.dir)?;
         let mut logs: Vec<(String, PathBuf)> = Vec::new();
         for entry in
             fs::read_dir(&cfg.dir).map_err(|e| StoreError::io("read directory", &cfg.dir, e))?

@@ -138,6 +138,18 @@ impl Daemon {
                 }
                 Scope::Jail(_) => AlertHealth::default(),
             },
+            signals: match scope {
+                Scope::Operator => self
+                    .signals_received
+                    .iter()
+                    .map(|(name, n)| (name.to_string(), *n))
+                    .collect(),
+                Scope::Jail(_) => BTreeMap::new(),
+            },
+            alerts_unreachable: match scope {
+                Scope::Operator => self.alerter.unreachable().map(str::to_owned),
+                Scope::Jail(_) => None,
+            },
         }
     }
 

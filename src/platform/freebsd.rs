@@ -381,7 +381,7 @@ impl SignalSource {
             &kq,
             nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
         )?;
-        for (signo, _) in DaemonSignal::ALL {
+        for (signo, _) in DaemonSignal::watched() {
             let ident =
                 usize::try_from(signo).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
             apply_change(
@@ -391,7 +391,12 @@ impl SignalSource {
         }
         // Notes first, dispositions second: a TERM in between still stops
         // the daemon (default action) instead of being lost.
-        for signo in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SIGCHLD keeps its default (ignored, but children stay reapable);
+        // every other watched signal would end the daemon by default.
+        let ignored = DaemonSignal::watched()
+            .map(|(signo, _)| signo)
+            .filter(|signo| *signo != libc::SIGCHLD);
+        for signo in ignored.chain([libc::SIGPIPE]) {
             // SAFETY: SIG_IGN is a valid disposition for these catchable signals.
             if unsafe { libc::signal(signo, libc::SIG_IGN) } == libc::SIG_ERR {
                 return Err(io::Error::last_os_error());
@@ -741,4 +746,31 @@ pub fn os_release() -> String {
             .unwrap_or_default()
     };
     format!("{} {}", read("kern.ostype"), read("kern.osrelease"))
+}
+
+/// FreeBSD has no signals beyond the portable set whose default action
+/// ends the process and that a daemon can be sent by accident.
+pub(super) const EXTRA_SIGNALS: &[(libc::c_int, DaemonSignal)] = &[];
+
+/// [`signal_tree`] for each agent in turn (PROC_REAP_KILL needs no scan).
+pub fn signal_trees(pids: &[Pid], sig: i32) -> io::Result<()> {
+    let mut first_err = None;
+    for &pid in pids {
+        if let Err(e) = signal_tree(pid, sig) {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+/// Nothing to do on FreeBSD: a descendant re-parented to the reaper keeps
+/// its reaper subtree id (`p_reapsubtree`), so `signal_tree`'s
+/// REAPER_KILL_SUBTREE still reaches it through its agent.
+pub fn signal_orphans(_agents: &[Pid], _sig: i32) -> usize {
+    0
+}
+
+/// Nothing to do on FreeBSD, as for [`signal_orphans`].
+pub fn signal_orphans_with_env(_agents: &[Pid], _key: &str, _value: &str, _sig: i32) -> usize {
+    0
 }

@@ -6,8 +6,10 @@
 //! own it); `deregister` removes it from the poll and closes it. Jails do not
 //! exist here: `resolve_jail` and a spec with `jail` fail with `Unsupported`.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use mio::unix::SourceFd;
@@ -170,14 +172,21 @@ fn nonzero_timespec(d: Duration) -> TimeSpec {
     TimeSpec::from_duration(d.max(Duration::from_nanos(1)))
 }
 
-/// TERM, INT, HUP and CHLD through a signalfd.
+/// Signals only Linux has whose default action terminates.
+pub(super) const EXTRA_SIGNALS: &[(libc::c_int, DaemonSignal)] = &[
+    (libc::SIGPOLL, DaemonSignal::Ignored("POLL")),
+    (libc::SIGPWR, DaemonSignal::Ignored("PWR")),
+    (libc::SIGSTKFLT, DaemonSignal::Ignored("STKFLT")),
+];
+
+/// Every watched signal (`DaemonSignal::watched`) through a signalfd.
 ///
-/// `register` blocks the four signals with sigprocmask (they then stay
-/// pending for the signalfd instead of running a disposition). In a
-/// multi-threaded process the mask is per thread, and a process-directed
-/// signal goes to any thread that does not block it: register before any
-/// thread exists (the daemon has one). The child gets an empty mask back in
-/// `spawn_on_pty`.
+/// `register` blocks them with sigprocmask (they then stay pending for the
+/// signalfd instead of running a disposition) and sets SIGPIPE to SIG_IGN.
+/// In a multi-threaded process the mask is per thread, and a
+/// process-directed signal goes to any thread that does not block it:
+/// register before any thread exists (the daemon has one). The child gets
+/// an empty mask and default dispositions back in `spawn_on_pty`.
 #[derive(Debug)]
 pub struct SignalSource {
     fd: SignalFd,
@@ -186,10 +195,14 @@ pub struct SignalSource {
 impl SignalSource {
     pub fn register(registry: &Registry, token: Token) -> io::Result<SignalSource> {
         let mut mask = SigSet::empty();
-        for (signo, _) in DaemonSignal::ALL {
+        for (signo, _) in DaemonSignal::watched() {
             mask.add(Signal::try_from(signo)?);
         }
         sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
+        // SAFETY: SIG_IGN is a valid disposition for SIGPIPE.
+        if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_ERR {
+            return Err(io::Error::last_os_error());
+        }
         let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         registry.register(&mut SourceFd(&fd.as_raw_fd()), token, Interest::READABLE)?;
         Ok(SignalSource { fd })
@@ -225,11 +238,277 @@ pub fn become_subreaper() -> io::Result<()> {
     Ok(())
 }
 
-/// Signals an agent's tree: its process group (the agent is a session and
-/// group leader) and the agent itself. Descendants that started their own
-/// group or session are out of reach on Linux. ESRCH is not an error.
+/// How many times a SIGKILL walk re-reads /proc looking for descendants
+/// forked after the previous pass stopped their parents. Each pass is one
+/// scan of /proc; a stopped process cannot fork, so the walk converges in
+/// two passes unless something outside the tree keeps adding to it.
+const FREEZE_PASSES: usize = 8;
+
+/// Signals an agent's whole tree: its process group (the agent is a
+/// session and group leader), the agent itself, and every descendant found
+/// by following parent links in /proc, including those that called
+/// `setsid` or `setpgid` to leave the group. Each process gets the signal
+/// once (two SIGINTs mean "force quit" to some agents). For SIGKILL the
+/// tree is first frozen with SIGSTOP pass by pass, so nothing forks a
+/// survivor between the walk and the kill. ESRCH is not an error.
+///
+/// A descendant whose parent exited before the walk has been re-parented
+/// to the daemon (the subreaper) and no longer names its agent: see
+/// [`signal_orphans`].
 pub fn signal_tree(pid: Pid, sig: i32) -> io::Result<()> {
-    posix::signal_group_and_leader(pid, sig)
+    signal_trees(&[pid], sig)
+}
+
+/// [`signal_tree`] for many agents at once, with one /proc scan per pass
+/// for all of them (shutdown signals every agent in one wakeup). Every
+/// valid tree is signalled; the first error is returned.
+pub fn signal_trees(pids: &[Pid], sig: i32) -> io::Result<()> {
+    let mut first_err = None;
+    let mut roots = Vec::with_capacity(pids.len());
+    for &pid in pids {
+        match posix::check_tree_pid(pid) {
+            Ok(()) => roots.push(pid),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let outside = if sig == libc::SIGKILL {
+        freeze_trees(&roots)
+    } else {
+        let mut view = ProcView::new();
+        roots
+            .iter()
+            .flat_map(|&root| {
+                view.descendants(root)
+                    .into_iter()
+                    .filter(move |p| p.pgrp != root)
+                    .map(|p| p.pid)
+            })
+            .collect()
+    };
+    for &pid in &roots {
+        if let Err(e) = posix::signal_group_and_leader(pid, sig) {
+            first_err.get_or_insert(e);
+        }
+    }
+    for other in outside {
+        signal_pid(other, sig);
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+/// Signals every process the daemon is the parent of that is not one of
+/// `agents`, and everything under it: descendants re-parented to the
+/// subreaper after their own parent exited. Only the daemon's shutdown may
+/// use this (the orphans no longer say which agent they came from).
+/// Returns how many orphans were found.
+pub fn signal_orphans(agents: &[Pid], sig: i32) -> usize {
+    signal_orphans_where(agents, sig, |_| true)
+}
+
+/// [`signal_orphans`] for the orphans whose environment at exec held
+/// `key=value` only: every agent's environment names its pane, and its
+/// descendants inherit it, so kill-agent reaches a descendant whose parent
+/// exited before the kill. One that cleared or replaced its environment
+/// before its exec is not found. Returns how many orphans were signalled.
+pub fn signal_orphans_with_env(agents: &[Pid], key: &str, value: &str, sig: i32) -> usize {
+    let wanted = format!("{key}={value}");
+    signal_orphans_where(agents, sig, |pid| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == wanted.as_bytes()))
+    })
+}
+
+fn signal_orphans_where(agents: &[Pid], sig: i32, mut pick: impl FnMut(Pid) -> bool) -> usize {
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let mut view = ProcView::new();
+    let orphans: Vec<Pid> = view
+        .children(me)
+        .into_iter()
+        .map(|p| p.pid)
+        .filter(|pid| !agents.contains(pid) && pick(*pid))
+        .collect();
+    for &orphan in &orphans {
+        signal_pid(orphan, sig);
+        for d in view.descendants(orphan) {
+            signal_pid(d.pid, sig);
+        }
+    }
+    orphans.len()
+}
+
+/// SIGSTOPs every descendant of each root until a pass finds no new one;
+/// returns the stopped ones outside their root's process group (the group
+/// gets its signal from killpg).
+fn freeze_trees(roots: &[Pid]) -> Vec<Pid> {
+    let mut stopped: Vec<(Pid, ProcEntry)> = Vec::new();
+    for _ in 0..FREEZE_PASSES {
+        let mut view = ProcView::new();
+        let mut fresh = Vec::new();
+        for &root in roots {
+            for d in view.descendants(root) {
+                if !stopped.iter().any(|(_, s)| s.pid == d.pid) {
+                    fresh.push((root, d));
+                }
+            }
+        }
+        if fresh.is_empty() {
+            break;
+        }
+        for (_, d) in &fresh {
+            signal_pid(d.pid, libc::SIGSTOP);
+        }
+        stopped.extend(fresh);
+    }
+    stopped
+        .into_iter()
+        .filter(|(root, p)| p.pgrp != *root)
+        .map(|(_, p)| p.pid)
+        .collect()
+}
+
+/// kill(2) on one process; a vanished one (ESRCH) is what we wanted anyway.
+fn signal_pid(pid: Pid, sig: i32) {
+    if pid <= 1 {
+        return;
+    }
+    // SAFETY: kill takes plain integers; pid > 1 names one process.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// One process as /proc/PID/stat describes it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct ProcEntry {
+    pid: Pid,
+    ppid: Pid,
+    pgrp: Pid,
+}
+
+/// The process tree as /proc shows it at one moment. Where the kernel has
+/// /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN, Linux 4.2+), only the
+/// tree being walked is read, so a kill costs what the tree holds, not what
+/// the host runs; elsewhere the whole of /proc is scanned once per view.
+struct ProcView {
+    /// The whole-/proc index, built on first need when `children` files
+    /// are missing.
+    table: Option<HashMap<Pid, Vec<ProcEntry>>>,
+}
+
+impl ProcView {
+    fn new() -> ProcView {
+        ProcView { table: None }
+    }
+
+    /// The children of `parent`, with their process groups.
+    fn children(&mut self, parent: Pid) -> Vec<ProcEntry> {
+        if children_files_exist() {
+            return read_children(parent)
+                .into_iter()
+                .filter_map(|pid| {
+                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                    parse_stat(pid, &stat)
+                })
+                .collect();
+        }
+        self.table
+            .get_or_insert_with(scan_proc)
+            .get(&parent)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Every descendant of `root` (not `root` itself).
+    fn descendants(&mut self, root: Pid) -> Vec<ProcEntry> {
+        let mut found: Vec<ProcEntry> = Vec::new();
+        let mut frontier = vec![root];
+        while let Some(parent) = frontier.pop() {
+            for child in self.children(parent) {
+                // A read racing with pid reuse may show a cycle: never loop.
+                if child.pid == root || found.iter().any(|f| f.pid == child.pid) {
+                    continue;
+                }
+                found.push(child);
+                frontier.push(child.pid);
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+impl ProcView {
+    /// `descendants` through the whole-/proc index only.
+    fn descendants_from_table(&self, root: Pid) -> Vec<Pid> {
+        let Some(table) = &self.table else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        let mut frontier = vec![root];
+        while let Some(parent) = frontier.pop() {
+            for child in table.get(&parent).into_iter().flatten() {
+                if !found.contains(&child.pid) {
+                    found.push(child.pid);
+                    frontier.push(child.pid);
+                }
+            }
+        }
+        found
+    }
+}
+
+/// Whether this kernel has /proc/PID/task/TID/children (checked once).
+fn children_files_exist() -> bool {
+    static EXIST: OnceLock<bool> = OnceLock::new();
+    *EXIST.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists())
+}
+
+/// The children of every thread of `pid`; empty when it is gone.
+fn read_children(pid: Pid) -> Vec<Pid> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        out.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<Pid>().ok()),
+        );
+    }
+    out
+}
+
+/// Every process in /proc (threads are not listed at the top level),
+/// indexed by parent. A process that exits during the scan is missing.
+fn scan_proc() -> HashMap<Pid, Vec<ProcEntry>> {
+    let mut by_parent: HashMap<Pid, Vec<ProcEntry>> = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return by_parent;
+    };
+    let entries = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<Pid>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            parse_stat(pid, &stat)
+        });
+    for entry in entries {
+        by_parent.entry(entry.ppid).or_default().push(entry);
+    }
+    by_parent
+}
+
+/// Fields 4 (ppid) and 5 (pgrp) of /proc/PID/stat; the command in field 2
+/// is in parentheses and may itself hold spaces and parentheses.
+fn parse_stat(pid: Pid, stat: &str) -> Option<ProcEntry> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace().skip(1);
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(ProcEntry { pid, ppid, pgrp })
 }
 
 pub fn resolve_jail(_name: &str) -> Result<super::JailTarget, SpawnError> {
@@ -334,6 +613,56 @@ mod tests {
             Err(super::SpawnError::Unsupported(_))
         ));
         assert_eq!(super::pid_jail(1).expect("pid_jail"), 0);
+    }
+
+    /// The cheap walk (children files) and the full /proc scan agree on a
+    /// real tree: a shell with a background child and a setsid'ed one.
+    #[test]
+    fn both_tree_walks_find_the_same_descendants() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 30 & setsid sleep 30 & echo ready; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+            &mut ready,
+        )
+        .expect("ready");
+        let root = child.id() as super::Pid;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let (cheap, full) = loop {
+            let mut cheap: Vec<_> = super::ProcView::new()
+                .descendants(root)
+                .into_iter()
+                .map(|p| p.pid)
+                .collect();
+            let mut full: Vec<_> = super::ProcView {
+                table: Some(super::scan_proc()),
+            }
+            .descendants_from_table(root);
+            cheap.sort_unstable();
+            full.sort_unstable();
+            // `setsid` may fork once before it execs sleep: wait for the
+            // tree to settle at two sleeps.
+            if cheap.len() == 2 && cheap == full || std::time::Instant::now() > deadline {
+                break (cheap, full);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let _ = child.kill();
+        for pid in &cheap {
+            // SAFETY: kill with plain integers on our own test children.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        let _ = child.wait();
+        assert!(
+            super::children_files_exist(),
+            "this kernel has children files"
+        );
+        assert_eq!(cheap.len(), 2, "{cheap:?}");
+        assert_eq!(cheap, full);
     }
 
     #[test]

@@ -43,7 +43,8 @@ pub use crate::core::pane::ExitStatus;
 
 pub use os::{
     become_subreaper, open_pty, os_release, peer_cred, pid_jail, resolve_jail, self_rss_bytes,
-    signal_tree, spawn_on_pty, ExitWatch, KernelTimer, SignalSource,
+    signal_orphans, signal_orphans_with_env, signal_tree, signal_trees, spawn_on_pty, ExitWatch,
+    KernelTimer, SignalSource,
 };
 pub use posix::{
     ensure_std_fds, hostname, lookup_user, raise_fd_limit, read_master, reap, reap_any,
@@ -154,28 +155,80 @@ pub enum SpawnError {
 }
 
 /// The signals the daemon acts on, delivered through the poll by [`SignalSource`].
+///
+/// Every signal whose default action would end the daemon (and so leave its
+/// agents unsupervised, its socket file behind and its logs unflushed) is
+/// either acted on or received and counted here; SIGPIPE alone is set to
+/// SIG_IGN (a write to a closed peer then fails with EPIPE, which the caller
+/// handles).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum DaemonSignal {
     Terminate,
     Interrupt,
+    Quit,
     Hangup,
     Child,
+    /// SIGUSR1: write a one-line summary of the daemon to its log.
+    User1,
+    /// SIGUSR2: no meaning yet; received, counted, otherwise ignored.
+    User2,
+    /// A signal whose default action terminates, received and counted only
+    /// (ALRM, VTALRM, PROF, XCPU, XFSZ, and the Linux-only POLL, PWR, STKFLT).
+    Ignored(&'static str),
 }
 
 impl DaemonSignal {
-    /// The signal numbers [`SignalSource`] watches, in one place for both back ends.
-    const ALL: [(libc::c_int, DaemonSignal); 4] = [
+    /// The signal numbers [`SignalSource`] watches on every system, in one
+    /// place for both back ends (each may add its own in `os::EXTRA_SIGNALS`).
+    const ALL: [(libc::c_int, DaemonSignal); 12] = [
         (libc::SIGTERM, DaemonSignal::Terminate),
         (libc::SIGINT, DaemonSignal::Interrupt),
+        (libc::SIGQUIT, DaemonSignal::Quit),
         (libc::SIGHUP, DaemonSignal::Hangup),
         (libc::SIGCHLD, DaemonSignal::Child),
+        (libc::SIGUSR1, DaemonSignal::User1),
+        (libc::SIGUSR2, DaemonSignal::User2),
+        (libc::SIGALRM, DaemonSignal::Ignored("ALRM")),
+        (libc::SIGVTALRM, DaemonSignal::Ignored("VTALRM")),
+        (libc::SIGPROF, DaemonSignal::Ignored("PROF")),
+        (libc::SIGXCPU, DaemonSignal::Ignored("XCPU")),
+        (libc::SIGXFSZ, DaemonSignal::Ignored("XFSZ")),
     ];
 
-    fn from_signo(signo: libc::c_int) -> Option<DaemonSignal> {
+    /// Every watched signal of this system: the portable ones and the back
+    /// end's own.
+    fn watched() -> impl Iterator<Item = (libc::c_int, DaemonSignal)> {
         DaemonSignal::ALL
-            .iter()
+            .into_iter()
+            .chain(os::EXTRA_SIGNALS.iter().copied())
+    }
+
+    fn from_signo(signo: libc::c_int) -> Option<DaemonSignal> {
+        DaemonSignal::watched()
             .find(|(n, _)| *n == signo)
-            .map(|(_, s)| *s)
+            .map(|(_, s)| s)
+    }
+
+    /// Every signal number colibrid watches on this system, with the name
+    /// `status` counts it under (SIGCHLD included).
+    pub fn watched_names() -> Vec<(libc::c_int, &'static str)> {
+        DaemonSignal::watched()
+            .map(|(signo, s)| (signo, s.name()))
+            .collect()
+    }
+
+    /// The signal's name without `SIG`, as `status` counts it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DaemonSignal::Terminate => "TERM",
+            DaemonSignal::Interrupt => "INT",
+            DaemonSignal::Quit => "QUIT",
+            DaemonSignal::Hangup => "HUP",
+            DaemonSignal::Child => "CHLD",
+            DaemonSignal::User1 => "USR1",
+            DaemonSignal::User2 => "USR2",
+            DaemonSignal::Ignored(name) => name,
+        }
     }
 }
 

@@ -866,17 +866,12 @@ fn child_setup(
 }
 
 /// Gives the child the signal state of a fresh process: an empty mask (the
-/// Linux daemon blocks TERM/INT/HUP/CHLD for its signalfd, and masks survive
-/// exec) and default dispositions (the FreeBSD daemon sets TERM/INT/HUP to
-/// SIG_IGN, and ignored dispositions survive exec).
+/// Linux daemon blocks every signal it watches for its signalfd, and masks
+/// survive exec) and default dispositions (the FreeBSD daemon sets them to
+/// SIG_IGN, and ignored dispositions survive exec; SIGPIPE is ignored on both).
 fn reset_signals() -> io::Result<()> {
-    for signo in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGCHLD,
-        libc::SIGPIPE,
-    ] {
+    let watched = super::DaemonSignal::watched().map(|(signo, _)| signo);
+    for signo in watched.chain([libc::SIGPIPE]) {
         // SAFETY: SIG_DFL is a valid disposition for these catchable signals.
         if unsafe { libc::signal(signo, libc::SIG_DFL) } == libc::SIG_ERR {
             return Err(io::Error::last_os_error());

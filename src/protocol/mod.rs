@@ -805,6 +805,15 @@ pub struct StatusData {
     /// Syslog alert counters since start (daemon-wide: zero on a jail socket).
     #[serde(default)]
     pub alerts: AlertHealth,
+    /// Signals the daemon received since start, by name without `SIG`
+    /// (`TERM`, `HUP`, `USR1`, `ALRM`, …; SIGCHLD is not counted).
+    /// Operator scope only; omitted when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub signals: BTreeMap<String, u64>,
+    /// Why alerts cannot reach syslog (no socket, a wrong `--syslog-socket`),
+    /// while they cannot. Operator scope only; omitted when alerts flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alerts_unreachable: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

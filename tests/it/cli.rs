@@ -125,13 +125,14 @@ fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
     );
     d.ok(json!({"cmd":"kill-agent","agent_id": id}));
     d.wait_pane(&id, "exit", |p| !p["exit"].is_null());
-    // Stopping the daemon ends the stream; `colibri watch` exits 0 at EOF,
-    // after printing everything it was sent.
+    // Stopping the daemon ends the stream; `colibri watch` prints everything
+    // it was sent, then says the daemon went away and exits 1.
     assert!(d.terminate().success());
     let out = watch.wait_with_output().expect("watch output");
-    assert!(
-        out.status.success(),
-        "watch exits 0 at the end of the stream"
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "watch fails when the daemon ends the stream"
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let events: Vec<Value> = text

@@ -356,3 +356,451 @@ fn cpu_ticks(pid: i32) -> u64 {
     };
     field(14) + field(15)
 }
+
+/// Dead for our purposes: gone from /proc, or a zombie waiting for a reaper
+/// (once the daemon has exited, init reaps it whenever it gets round to it).
+fn dead(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next())
+        .unwrap_or("");
+    state == "Z" || state == "X"
+}
+
+/// Waits for the pid a script wrote to `file`.
+fn pid_from_file(d: &Colibrid, file: &str) -> i32 {
+    let path = d.path(file);
+    wait_for(Duration::from_secs(20), "the descendant's pid file", || {
+        std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+    })
+}
+
+/// An agent whose child calls setsid (leaving the agent's session and
+/// process group) and sleeps; the agent sleeps too.
+fn spawn_with_setsid_child(d: &Colibrid) -> (String, i32) {
+    let pidfile = d.path("escapee.pid");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "setsid /bin/sh -c 'echo $$ > {}; exec sleep 1000' & exec sleep 1000",
+                pidfile.display()
+            ),
+        ],
+        json!({}),
+    );
+    let pid = pid_from_file(d, "escapee.pid");
+    assert!(!dead(pid), "the escapee {pid} runs before the kill");
+    (id, pid)
+}
+
+#[test]
+fn kill_agent_kills_a_descendant_that_called_setsid() {
+    let d = Colibrid::start(&[]);
+    let (id, escapee) = spawn_with_setsid_child(&d);
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    wait_for(
+        Duration::from_secs(20),
+        "the setsid descendant to die with its agent",
+        || dead(escapee).then_some(()),
+    );
+}
+
+#[test]
+fn shutdown_kills_setsid_descendants_and_orphans() {
+    let mut d = Colibrid::start(&["--shutdown-grace", "5s"]);
+    let (_, escapee) = spawn_with_setsid_child(&d);
+    // The orphan's parent (a subshell) exits at once: it is re-parented to
+    // colibrid, the subreaper, and no longer names its agent.
+    let orphan_file = d.path("orphan.pid");
+    d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "(setsid sleep 1000 & echo $! > {}); exec sleep 1000",
+                orphan_file.display()
+            ),
+        ],
+        json!({}),
+    );
+    let orphan = pid_from_file(&d, "orphan.pid");
+    wait_for(
+        Duration::from_secs(20),
+        "the orphan to reach colibrid",
+        || children_of(d.pid()).contains(&orphan).then_some(()),
+    );
+    let status = d.terminate();
+    assert!(status.success(), "colibrid exited {status}");
+    for pid in [escapee, orphan] {
+        wait_for(
+            Duration::from_secs(20),
+            "every descendant to die at shutdown",
+            || dead(pid).then_some(()),
+        );
+    }
+}
+
+/// Every signal whose default action would end colibrid is received and
+/// counted, and the daemon goes on answering.
+#[test]
+fn signals_that_would_terminate_are_counted_and_survived() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let d = Colibrid::start(&[]);
+    let pid = Pid::from_raw(d.pid());
+    // The portable set must be watched; each system may add its own
+    // (Linux: POLL, PWR, STKFLT), and all of them are sent.
+    let watched = colibri::platform::DaemonSignal::watched_names();
+    for name in [
+        "USR1", "USR2", "ALRM", "VTALRM", "PROF", "XCPU", "XFSZ", "HUP",
+    ] {
+        assert!(
+            watched.iter().any(|(_, n)| *n == name),
+            "SIG{name} is not watched: {watched:?}"
+        );
+    }
+    let stopping = ["TERM", "INT", "QUIT", "CHLD"];
+    for (signo, name) in watched.iter().filter(|(_, n)| !stopping.contains(n)) {
+        let sig = Signal::try_from(*signo).expect("a known signal");
+        kill(pid, sig).expect("send the signal");
+        wait_for(
+            Duration::from_secs(20),
+            &format!("SIG{name} in status"),
+            || {
+                let st = d.ok(json!({"cmd":"status"}));
+                (st["signals"][*name] == json!(1)).then_some(())
+            },
+        );
+    }
+    kill(pid, Signal::SIGPIPE).expect("SIGPIPE");
+    let st = d.ok(json!({"cmd":"status"}));
+    assert_eq!(st["pid"], json!(d.pid()), "{st}");
+    assert!(!dead(d.pid()), "colibrid survived every signal");
+}
+
+#[test]
+fn sigquit_stops_colibrid_in_order() {
+    let mut d = Colibrid::start(&[]);
+    let child = d.child.take().expect("running");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGQUIT,
+    )
+    .expect("SIGQUIT");
+    d.child = Some(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "colibrid ignored SIGQUIT");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    d.child = None;
+    assert_eq!(status.code(), Some(0), "an orderly stop, not a core dump");
+    assert!(!d.socket.exists(), "the socket file is removed");
+}
+
+/// A control character other than tab and newline, DEL, or a C1 character
+/// (UTF-8 C2 80..C2 9F) in `out`.
+fn raw_control(out: &[u8]) -> Option<usize> {
+    out.iter().enumerate().position(|(i, &b)| {
+        (b < 0x20 && b != b'\t' && b != b'\n')
+            || b == 0x7f
+            || (b == 0xc2 && out.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
+    })
+}
+
+fn run_colibri(d: &Colibrid, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(COLIBRI)
+        .args(args)
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run colibri")
+}
+
+/// An agent that prints OSC 52 (clipboard), OSC 0 (title), clear-screen and
+/// C1 CSI sequences in its tool call, its error and a raw line: no human
+/// view of `colibri` passes them to the operator's terminal; JSON stays JSON.
+#[test]
+fn agent_escape_sequences_never_reach_the_operators_terminal() {
+    let mut d = Colibrid::start(&[]);
+    let watch = std::process::Command::new(COLIBRI)
+        .args(["watch"])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("watch");
+    wait_for(Duration::from_secs(20), "the watcher", || {
+        (d.ok(json!({"cmd":"status"}))["watchers"] == json!(1)).then_some(())
+    });
+    let lines = d.path("hostile.jsonl");
+    std::fs::write(
+        &lines,
+        concat!(
+            "{\"type\":\"agent_start\"}\n",
+            "{\"type\":\"tool_execution_start\",\"toolCallId\":\"t1\",\"toolName\":\"bash\",",
+            "\"args\":{\"command\":\"\\u001b]52;c;cHduZWQ=\\u0007\\u001b]0;pwned\\u0007\\u001b[2J\\u009b31m\"}}\n",
+            "{\"type\":\"tool_execution_end\",\"toolCallId\":\"t1\",\"toolName\":\"bash\",\"result\":{},\"isError\":false}\n",
+            "{\"type\":\"message_end\",\"message\":{\"role\":\"assistant\",\"content\":[],",
+            "\"usage\":{\"input\":1,\"output\":1,\"cacheRead\":0,\"cacheWrite\":0,\"totalTokens\":2,\"cost\":{\"total\":0}},",
+            "\"stopReason\":\"error\",\"errorMessage\":\"\\u001b]0;title\\u0007\\u001b[2Jboom\"}}\n",
+            "{\"type\":\"turn_end\",\"message\":{\"role\":\"assistant\",\"content\":[],\"stopReason\":\"error\"},\"toolResults\":[]}\n",
+            "{\"type\":\"agent_end\",\"messages\":[],\"willRetry\":false}\n",
+            "{\"type\":\"agent_settled\"}\n",
+        ),
+    )
+    .expect("write the agent's lines");
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "cat {}; printf '\\033]0;raw\\007\\n'; exec sleep 1000",
+                lines.display()
+            ),
+        ],
+        json!({"runtime":"pi","session_id":"hostile","name":"n\u{1b}]0;t\u{7}"}),
+    );
+    d.wait_state(&id, "error");
+    let session = "hostile";
+
+    let snapshot = run_colibri(&d, &["snapshot"]);
+    assert!(snapshot.status.success());
+    let views = [
+        ("snapshot", snapshot.stdout),
+        (
+            "snapshot v1",
+            run_colibri(&d, &["snapshot", "--schema", "v1"]).stdout,
+        ),
+        ("sessions", run_colibri(&d, &["sessions"]).stdout),
+        ("status", run_colibri(&d, &["status"]).stdout),
+        (
+            "fold",
+            run_colibri(
+                &d,
+                &[
+                    "fold",
+                    d.state
+                        .join("sessions")
+                        .join(format!("{session}.jsonl"))
+                        .to_str()
+                        .expect("utf-8 path"),
+                ],
+            )
+            .stdout,
+        ),
+    ];
+    let json_snapshot = run_colibri(&d, &["snapshot", "--json"]);
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    d.terminate();
+    let watched = watch.wait_with_output().expect("watch output");
+    for (what, out) in views.iter().chain([&("watch", watched.stdout.clone())]) {
+        let text = String::from_utf8_lossy(out);
+        assert!(
+            raw_control(out).is_none(),
+            "{what} passed a control character through: {text:?}"
+        );
+    }
+    let text = |o: &[u8]| String::from_utf8_lossy(o).into_owned();
+    assert!(
+        text(&views[0].1).contains("n\\x1b]0;t\\x07"),
+        "{}",
+        text(&views[0].1)
+    );
+    assert!(
+        text(&views[0].1).contains("\\x1b]52;c"),
+        "{}",
+        text(&views[0].1)
+    );
+    assert!(
+        text(&views[4].1).contains("\\x1b]0;title\\x07\\x1b[2Jboom"),
+        "{}",
+        text(&views[4].1)
+    );
+    assert!(
+        text(&views[4].1).contains("\\u{9b}31m"),
+        "{}",
+        text(&views[4].1)
+    );
+    assert!(
+        text(&watched.stdout).contains("\\x1b"),
+        "{}",
+        text(&watched.stdout)
+    );
+    // JSON output stays JSON, with the agent's text intact once decoded.
+    let decoded: Value = serde_json::from_slice(&json_snapshot.stdout).expect("--json is JSON");
+    assert_eq!(
+        decoded["panes"][0]["name"],
+        json!("n\u{1b}]0;t\u{7}"),
+        "{decoded}"
+    );
+}
+
+/// colibrid on `dir`, with its stderr in `dir/stderr`, outside `Colibrid`
+/// (whose start helper inherits stderr and panics on an early exit).
+fn colibrid_with_stderr(dir: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    let stderr = std::fs::File::create(dir.join("stderr")).expect("stderr file");
+    std::process::Command::new(COLIBRID)
+        .arg("--socket")
+        .arg(dir.join("c.sock"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(extra)
+        .env_remove("COLIBRI_SOCKET")
+        .env_remove("COLIBRI_CONFIG")
+        .env("COLIBRI_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start colibrid")
+}
+
+fn stop(mut child: std::process::Child) -> std::process::ExitStatus {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    wait_for(Duration::from_secs(20), "colibrid to stop", || {
+        child.try_wait().ok().flatten()
+    })
+}
+
+#[test]
+fn a_missing_syslog_socket_is_said_once_on_stderr_and_in_status() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-syslog.sock");
+    let child = colibrid_with_stderr(
+        dir.path(),
+        &["--syslog-socket", missing.to_str().expect("utf-8")],
+    );
+    let sock = dir.path().join("c.sock");
+    let mut client = wait_for(Duration::from_secs(20), "colibrid to listen", || {
+        Client::try_connect(&sock).ok()
+    });
+    let st = client.request(&json!({"cmd":"status"}));
+    let why = st["data"]["alerts_unreachable"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("no-such-syslog.sock"),
+        "status names the socket: {st}"
+    );
+    // Alerts that find no socket (three failing agents, each exit alerted;
+    // the first retries the connect at once): still one line on stderr.
+    for _ in 0..3 {
+        let r = client.request(&json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exit 3"]}));
+        assert_eq!(r["ok"], json!(true), "{r}");
+    }
+    wait_for(Duration::from_secs(20), "the agents to exit", || {
+        let snap = client.request(&json!({"cmd":"snapshot","schema":"v2"}));
+        let panes = snap["data"]["panes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        (panes.len() == 3 && panes.iter().all(|p| !p["exit"].is_null())).then_some(())
+    });
+    drop(client);
+    assert!(stop(child).success());
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).expect("stderr");
+    let told = stderr.matches("alerts cannot reach syslog").count();
+    assert_eq!(told, 1, "said once: {stderr}");
+    assert!(stderr.contains("no-such-syslog.sock"), "{stderr}");
+}
+
+#[test]
+fn a_world_writable_state_dir_of_ours_is_fixed_and_said() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let child = colibrid_with_stderr(dir.path(), &["--no-syslog"]);
+    let sock = dir.path().join("c.sock");
+    wait_for(Duration::from_secs(20), "colibrid to listen", || {
+        Client::try_connect(&sock).ok()
+    });
+    let mode = std::fs::metadata(&state)
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode & 0o002, 0, "o+w cleared: {mode:o}");
+    assert!(stop(child).success());
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).expect("stderr");
+    assert!(stderr.contains("was writable by every user"), "{stderr}");
+}
+
+#[test]
+fn a_world_writable_state_dir_of_someone_else_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        // Giving a directory away takes root; CI runs as root.
+        eprintln!("skipped: needs root to chown");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).expect("chown");
+    let mut child = colibrid_with_stderr(dir.path(), &["--no-syslog"]);
+    let status = wait_for(Duration::from_secs(20), "colibrid to refuse", || {
+        child.try_wait().ok().flatten()
+    });
+    assert!(!status.success(), "refused: {status}");
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).expect("stderr");
+    assert!(
+        stderr.contains("writable by every user") && stderr.contains("state"),
+        "a clear error: {stderr}"
+    );
+}
+
+/// An agent whose subshell starts a setsid'ed sleep and exits at once: the
+/// sleep is re-parented to colibrid and no longer descends from its agent.
+fn spawn_with_orphan(d: &Colibrid, file: &str) -> (String, i32) {
+    let path = d.path(file);
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "(setsid sleep 1000 & echo $! > {}); exec sleep 1000",
+                path.display()
+            ),
+        ],
+        json!({}),
+    );
+    let orphan = pid_from_file(d, file);
+    wait_for(
+        Duration::from_secs(20),
+        "the orphan to reach colibrid",
+        || children_of(d.pid()).contains(&orphan).then_some(()),
+    );
+    (id, orphan)
+}
+
+#[test]
+fn kill_agent_kills_its_orphans_and_no_one_elses() {
+    let d = Colibrid::start(&[]);
+    let (id, orphan) = spawn_with_orphan(&d, "mine.pid");
+    let (_, other) = spawn_with_orphan(&d, "theirs.pid");
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    wait_for(
+        Duration::from_secs(20),
+        "the killed agent's orphan to die",
+        || dead(orphan).then_some(()),
+    );
+    d.wait_pane(&id, "exit", |p| !p["exit"].is_null());
+    assert!(!dead(other), "another agent's orphan {other} was killed");
+}

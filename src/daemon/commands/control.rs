@@ -45,6 +45,10 @@ pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
     agent.stopped_by = Some("killed by operator".into());
     platform::signal_tree(pid, libc::SIGKILL)
         .map_err(|e| CommandError::os(format!("kill: {e}")))?;
+    // Descendants whose parent exited before the kill now hang off the
+    // daemon; their environment still names the pane.
+    let agents: Vec<platform::Pid> = d.panes.agents().filter_map(|a| a.running_pid()).collect();
+    platform::signal_orphans_with_env(&agents, "COLIBRI_PANE_ID", &pane_id, libc::SIGKILL);
     // The contract: a forced kill is folded as an error at once.
     if let Some(p) = d.panes.pane_mut(key) {
         p.fail("killed by operator".into(), t, &mut d.transitions);

@@ -37,7 +37,9 @@ fn store_error(e: StoreError) -> CommandError {
     let code = match &e {
         StoreError::NotFound { .. } => ErrorCode::NotFound,
         StoreError::InvalidSessionId { .. } | StoreError::TooLarge { .. } => ErrorCode::Invalid,
-        StoreError::Locked { .. } | StoreError::Io { .. } => ErrorCode::Store,
+        StoreError::Locked { .. } | StoreError::Io { .. } | StoreError::WorldWritable { .. } => {
+            ErrorCode::Store
+        }
     };
     CommandError::new(code, e.to_string())
 }
