@@ -32,6 +32,10 @@ pub struct Bus {
     epoch: String,
     seq: u64,
     watchers: Vec<ConnId>,
+    /// How many watchers want state changes only.
+    coalescing: usize,
+    /// State changes held for them until the end of the pass.
+    held: Vec<Held>,
 }
 
 /// What an event reaches besides the bus's own state.
@@ -49,6 +53,8 @@ impl Bus {
             epoch,
             seq: 0,
             watchers: Vec::new(),
+            coalescing: 0,
+            held: Vec::new(),
         }
     }
 
@@ -64,19 +70,23 @@ impl Bus {
         self.watchers.len()
     }
 
-    pub fn subscribe(&mut self, id: ConnId) {
+    pub fn subscribe(&mut self, id: ConnId, conns: &Slab<Conn>) {
         if !self.watchers.contains(&id) {
             self.watchers.push(id);
         }
+        self.count_coalescing(conns);
     }
 
-    pub fn unsubscribe(&mut self, id: ConnId) {
+    pub fn unsubscribe(&mut self, id: ConnId, conns: &Slab<Conn>) {
         self.watchers.retain(|w| *w != id);
+        self.count_coalescing(conns);
     }
 
     /// Numbers an event, raises its alert, and queues it to every watcher
-    /// that wants it. A watcher whose queue is full is dropped with a final
-    /// error line; the agents never wait for it.
+    /// that wants it. A watcher whose queue passes the hard limit is
+    /// dropped with a final error line; the agents never wait for it.
+    /// Watchers of state changes only get a pane's `state` events at the
+    /// end of the pass (`end_pass`), coalesced.
     pub fn emit(&mut self, kind: WatchKind, t: Timestamp, out: Outlets<'_>) {
         self.seq += 1;
         let slot = kind
@@ -88,13 +98,102 @@ impl Bus {
         if self.watchers.is_empty() {
             return;
         }
+        let is_state = matches!(kind, WatchKind::State { .. });
+        if self.coalescing > 0 {
+            if is_state {
+                self.hold_state(&kind, pane_jail.clone(), t);
+            } else {
+                // Held state changes go first, so the stream stays in order.
+                self.deliver_held(out.conns, out.dirty, t);
+            }
+        }
         let ev = WatchEvent {
             epoch: Some(self.epoch.clone()),
             seq: self.seq,
             at: t.to_rfc3339(),
             kind,
         };
-        let mut bytes = match serde_json::to_vec(&ev) {
+        let audience = if is_state {
+            Audience::Every
+        } else {
+            Audience::All
+        };
+        self.deliver(&ev, pane_jail.as_deref(), audience, out.conns, out.dirty, t);
+    }
+
+    /// Ends a loop pass: the coalesced state changes go to the watchers of
+    /// changes only.
+    pub fn end_pass(&mut self, conns: &mut Slab<Conn>, dirty: &mut BTreeSet<usize>, t: Timestamp) {
+        if !self.held.is_empty() {
+            self.deliver_held(conns, dirty, t);
+        }
+    }
+
+    fn hold_state(&mut self, kind: &WatchKind, jail: Option<String>, t: Timestamp) {
+        let WatchKind::State {
+            pane,
+            from,
+            to,
+            reason,
+        } = kind
+        else {
+            return;
+        };
+        if let Some(h) = self.held.iter_mut().find(|h| &h.pane == pane) {
+            h.to = *to;
+            h.reason.clone_from(reason);
+            h.seq = self.seq;
+            h.at = t;
+            return;
+        }
+        self.held.push(Held {
+            pane: pane.clone(),
+            jail,
+            from: *from,
+            to: *to,
+            reason: reason.clone(),
+            seq: self.seq,
+            at: t,
+        });
+    }
+
+    fn deliver_held(&mut self, conns: &mut Slab<Conn>, dirty: &mut BTreeSet<usize>, t: Timestamp) {
+        for h in std::mem::take(&mut self.held) {
+            if h.from == h.to {
+                continue;
+            }
+            let ev = WatchEvent {
+                epoch: Some(self.epoch.clone()),
+                seq: h.seq,
+                at: h.at.to_rfc3339(),
+                kind: WatchKind::State {
+                    pane: h.pane,
+                    from: h.from,
+                    to: h.to,
+                    reason: h.reason,
+                },
+            };
+            self.deliver(
+                &ev,
+                h.jail.as_deref(),
+                Audience::ChangesOnly,
+                conns,
+                dirty,
+                t,
+            );
+        }
+    }
+
+    fn deliver(
+        &mut self,
+        ev: &WatchEvent,
+        pane_jail: Option<&str>,
+        audience: Audience,
+        conns: &mut Slab<Conn>,
+        dirty: &mut BTreeSet<usize>,
+        t: Timestamp,
+    ) {
+        let mut bytes = match serde_json::to_vec(ev) {
             Ok(b) => b,
             Err(e) => {
                 log_error!("cannot encode a watch event: {e}");
@@ -105,13 +204,21 @@ impl Bus {
         let frame: Rc<[u8]> = Rc::from(bytes);
         let mut dropped = Vec::new();
         for &id in &self.watchers {
-            let Some(conn) = out.conns.get_mut(id.0) else {
+            let Some(conn) = conns.get_mut(id.0) else {
                 continue;
             };
             let Some(filter) = &conn.watch else { continue };
+            let wanted = match audience {
+                Audience::All => true,
+                Audience::Every => !filter.changes_only,
+                Audience::ChangesOnly => filter.changes_only,
+            };
+            if !wanted {
+                continue;
+            }
             // Agent scope sees its own jail's panes and nothing daemon-wide.
             if let Scope::Jail(j) = &conn.scope {
-                if pane_jail.as_deref() != Some(j.as_str()) {
+                if pane_jail != Some(j.as_str()) {
                     continue;
                 }
             }
@@ -121,23 +228,75 @@ impl Bus {
                 }
             }
             if !conn.enqueue(frame.clone()) {
-                let msg = format!(
-                    "watcher fell behind at seq {}; dropped (reconnect and take a snapshot)",
-                    ev.seq
-                );
-                conn.drop_backlog_and_close(
-                    Rc::from(protocol::err_line(None, ErrorCode::Busy, &msg)),
-                    t,
-                );
+                drop_behind(conn, ev.seq, t);
                 dropped.push(id);
             }
-            out.dirty.insert(id.0);
+            dirty.insert(id.0);
         }
         if !dropped.is_empty() {
             log_warn!("dropped {} watcher(s) that fell behind", dropped.len());
             self.watchers.retain(|w| !dropped.contains(w));
+            self.count_coalescing(conns);
         }
     }
+
+    fn count_coalescing(&mut self, conns: &Slab<Conn>) {
+        self.coalescing = self
+            .watchers
+            .iter()
+            .filter(|id| {
+                conns
+                    .get(id.0)
+                    .and_then(|c| c.watch.as_ref())
+                    .is_some_and(|f| f.changes_only)
+            })
+            .count();
+        if self.coalescing == 0 {
+            self.held.clear();
+        }
+    }
+}
+
+/// Which watchers an event goes to.
+#[derive(Copy, Clone)]
+enum Audience {
+    /// Every watcher (all but `state` events).
+    All,
+    /// Watchers of every event (a `state` event as it happens).
+    Every,
+    /// Watchers of state changes only (a coalesced `state` event).
+    ChangesOnly,
+}
+
+/// A pane's state changes of this pass, held for the watchers of changes
+/// only: the state before the first, the last, and the last one's stamp.
+#[derive(Debug)]
+struct Held {
+    pane: String,
+    jail: Option<String>,
+    from: AgentState,
+    to: AgentState,
+    reason: Option<String>,
+    seq: u64,
+    at: Timestamp,
+}
+
+impl Bus {
+    /// Drops a watcher that stayed behind (see `Conn::watch_fell_behind`).
+    pub fn drop_watcher(&mut self, id: ConnId, conn: &mut Conn, t: Timestamp) {
+        let was_coalescing = conn.watch.as_ref().is_some_and(|f| f.changes_only);
+        drop_behind(conn, self.seq, t);
+        self.watchers.retain(|w| *w != id);
+        self.coalescing = self.coalescing.saturating_sub(usize::from(was_coalescing));
+        log_warn!("dropped a watcher that fell behind");
+    }
+}
+
+/// Discards what a watcher has not started to receive and ends its stream
+/// with one line that says why.
+fn drop_behind(conn: &mut Conn, seq: u64, t: Timestamp) {
+    let msg = format!("watcher fell behind at seq {seq}; dropped (reconnect and take a snapshot)");
+    conn.drop_backlog_and_close(Rc::from(protocol::err_line(None, ErrorCode::Busy, &msg)), t);
 }
 
 /// The alert an event raises, if any, with its reason.

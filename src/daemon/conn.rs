@@ -8,7 +8,7 @@
 //! stops having its requests served, and (when watching) is dropped.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::rc::Rc;
 
 use mio::net::UnixStream;
@@ -20,12 +20,28 @@ use crate::core::time::Timestamp;
 /// Queued reply bytes above which no further requests of this client are
 /// served until it reads (pipelined requests wait; nothing is dropped).
 pub const PAUSE_REQUESTS_AT: usize = 1 << 20;
-/// A watcher with this much unsent output has fallen behind and is dropped.
+/// A watcher with this much unsent output is behind; it is dropped once it
+/// has taken nothing for `WATCH_BEHIND_GRACE`. The limit applies to what the
+/// client failed to take across passes, never to what one pass queued: a
+/// burst may queue more than this in one pass, and a watcher that reads as
+/// fast as the daemon writes takes it in the passes that follow.
 pub const WATCH_QUEUE_LIMIT: usize = 1 << 20;
+/// How long a watcher more than `WATCH_QUEUE_LIMIT` behind may take
+/// nothing before it is dropped.
+pub const WATCH_BEHIND_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+/// A watcher this far behind is dropped at once, whatever its pace (the
+/// frames are shared between watchers, so this bounds the memory of all).
+pub const WATCH_HARD_LIMIT: usize = 16 << 20;
 /// A non-watching client this far behind is not reading at all: closed.
 pub const REPLY_QUEUE_LIMIT: usize = 64 << 20;
 /// Bytes read from one client per wakeup before others get a turn.
 const READ_BUDGET: usize = 256 * 1024;
+
+/// Frames handed to one `writev` (at most `IOV_MAX`, 1024 on both systems).
+const WRITE_SLICES: usize = 256;
+
+/// The mark of a frame queued in this pass, before the pass's log flush.
+const UNSTAMPED: u64 = u64::MAX;
 
 /// What a connection may do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +66,8 @@ impl Scope {
 pub struct WatchFilter {
     /// Pane ids; every pane when `None`.
     pub panes: Option<Vec<String>>,
+    /// State events coalesced per pane and pass (`watch`'s `mode`).
+    pub changes_only: bool,
 }
 
 /// The result of reading what a client sent.
@@ -80,11 +98,18 @@ pub struct Conn {
     /// The client closed its side: serve what is queued, then close.
     pub eof: bool,
     framer: LineFramer,
-    out: VecDeque<Rc<[u8]>>,
+    /// Frames with the log mark they wait for (`SessionStore::log_mark`):
+    /// a frame leaves only once the log holds what it reports.
+    out: VecDeque<(Rc<[u8]>, u64)>,
     out_bytes: usize,
     /// Bytes of `out.front()` already written.
     head_written: usize,
     write_interest: bool,
+    /// Since when a watcher more than `WATCH_QUEUE_LIMIT` behind has taken
+    /// nothing.
+    behind_since: Option<Timestamp>,
+    /// Bytes written by the last flush.
+    last_written: usize,
 }
 
 impl Conn {
@@ -104,6 +129,8 @@ impl Conn {
             out_bytes: 0,
             head_written: 0,
             write_interest: false,
+            behind_since: None,
+            last_written: 0,
         }
     }
 
@@ -155,9 +182,9 @@ impl Conn {
     /// caller decides: drop a watcher, close a non-reader).
     pub fn enqueue(&mut self, frame: Rc<[u8]>) -> bool {
         self.out_bytes += frame.len();
-        self.out.push_back(frame);
+        self.out.push_back((frame, UNSTAMPED));
         let limit = if self.watch.is_some() {
-            WATCH_QUEUE_LIMIT
+            WATCH_HARD_LIMIT
         } else {
             REPLY_QUEUE_LIMIT
         };
@@ -176,11 +203,11 @@ impl Conn {
         self.out.clear();
         self.out_bytes = 0;
         if let Some(h) = head {
-            self.out_bytes += h.len();
+            self.out_bytes += h.0.len();
             self.out.push_back(h);
         }
         self.out_bytes += last.len();
-        self.out.push_back(last);
+        self.out.push_back((last, UNSTAMPED));
         self.watch = None;
         self.close_after_flush(now);
     }
@@ -192,25 +219,90 @@ impl Conn {
         }
     }
 
-    /// Writes queued output until the socket would block.
+    /// Gives the frames queued since the last call the log mark that
+    /// covers what they report.
+    pub fn stamp(&mut self, mark: u64) {
+        for f in self.out.iter_mut().rev() {
+            if f.1 != UNSTAMPED {
+                break;
+            }
+            f.1 = mark;
+        }
+    }
+
+    /// Writes all queued output until the socket would block (at shutdown,
+    /// once the logs are final).
     pub fn flush(&mut self) -> io::Result<()> {
-        while let Some(front) = self.out.front() {
-            match self.stream.write(&front[self.head_written..]) {
+        self.flush_logged(u64::MAX)
+    }
+
+    /// Writes the frames whose log mark is at most `logged` until the
+    /// socket would block.
+    pub fn flush_logged(&mut self, logged: u64) -> io::Result<()> {
+        self.last_written = 0;
+        loop {
+            // Many frames per `writev`: one small write per frame would
+            // fill the socket's buffer with per-write overhead (on Linux
+            // about 50 KiB of 140-byte events fit where 200 KiB could).
+            let mut slices = Vec::with_capacity(WRITE_SLICES);
+            for (i, (frame, mark)) in self.out.iter().enumerate() {
+                if slices.len() == WRITE_SLICES
+                    || (i > 0 || self.head_written == 0) && *mark > logged
+                {
+                    break;
+                }
+                let from = if i == 0 { self.head_written } else { 0 };
+                slices.push(IoSlice::new(&frame[from..]));
+            }
+            if slices.is_empty() {
+                return Ok(());
+            }
+            match self.stream.write_vectored(&slices) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
-                    self.head_written += n;
-                    if self.head_written == front.len() {
-                        self.out_bytes -= front.len();
-                        self.out.pop_front();
-                        self.head_written = 0;
-                    }
+                    self.last_written += n;
+                    self.consume(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+    }
+
+    /// Forgets `n` written bytes from the front of the queue.
+    fn consume(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some((front, _)) = self.out.front() else {
+                return;
+            };
+            let rest = front.len() - self.head_written;
+            if n < rest {
+                self.head_written += n;
+                return;
+            }
+            n -= rest;
+            self.out_bytes -= front.len();
+            self.out.pop_front();
+            self.head_written = 0;
+        }
+    }
+
+    /// After a flush: whether this watcher has fallen behind for good
+    /// (more than `WATCH_QUEUE_LIMIT` unsent, and nothing taken for
+    /// `WATCH_BEHIND_GRACE`).
+    pub fn watch_fell_behind(&mut self, now: Timestamp) -> bool {
+        if self.watch.is_none() || self.out_bytes <= WATCH_QUEUE_LIMIT || self.last_written > 0 {
+            self.behind_since = None;
+            return false;
+        }
+        let since = *self.behind_since.get_or_insert(now);
+        now.since(since) >= WATCH_BEHIND_GRACE
+    }
+
+    /// Whether a frame waits for its log (revisit once the log advances).
+    pub fn waits_for_log(&self, logged: u64) -> bool {
+        self.out.front().is_some_and(|f| f.1 > logged)
     }
 
     pub fn is_flushed(&self) -> bool {

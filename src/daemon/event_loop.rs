@@ -14,7 +14,7 @@
 //! reads are budgeted per source and unfinished readiness is remembered in
 //! `pending` so edge-triggered sources are never forgotten.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -35,17 +35,8 @@ use crate::daemon::source::{ConnId, Source, Tokens};
 use crate::daemon::store::{CompactionProgress, SessionStore};
 use crate::platform::{self, KernelTimer, SignalSource};
 
-/// Bytes read from one PTY per wakeup before other sources get a turn.
-pub(crate) const PTY_READ_BUDGET: usize = 256 * 1024;
-pub(crate) const READ_BUF: usize = 64 * 1024;
-/// Log bytes a running rotation may read per wakeup. Compaction reads a log
-/// twice; 125 MB took 0.5 s in one piece, so this is about 10 ms of work.
-const COMPACTION_STEP_BYTES: usize = 4 << 20;
-/// Requests served plus reads made for one client per wakeup.
-pub(crate) const CONN_STEPS_PER_WAKEUP: usize = 64;
-/// A connection marked for closing is closed after this long even if its
-/// peer never reads the last lines.
-pub(crate) const LINGER: Duration = Duration::from_secs(5);
+use crate::daemon::sched::{self, Sched, COMPACTION_STEP_BYTES, PTY_PASS_BUDGET, READ_BUF};
+pub(crate) use crate::daemon::sched::{Pending, CONN_STEPS_PER_WAKEUP, LINGER};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -66,15 +57,6 @@ pub enum DaemonError {
 /// Wakes the loop when the log writer finished a batch; outside the token
 /// table, so dispatch ignores it and the wakeup's flush collects the batch.
 const WRITER_TOKEN: Token = Token(usize::MAX);
-
-/// Work left over from a wakeup because a budget ran out.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Pending {
-    Pty(PaneKey),
-    Conn(ConnId),
-    /// An exit noticed at registration (the child died before we watched).
-    Exit(PaneKey),
-}
 
 #[derive(Debug)]
 pub(crate) struct Listener {
@@ -109,9 +91,11 @@ pub struct Daemon {
     /// The timer, its token, and when it is due (monotonic): see
     /// `shutdown_timer_fired` for why the due time is kept.
     pub(crate) shutdown_timer: Option<(KernelTimer, Token, std::time::Instant)>,
-    pub(crate) pending: VecDeque<Pending>,
-    pub(crate) pending_set: BTreeSet<Pending>,
+    /// Work a budget cut short, and PTY reads, by class (`sched.rs`).
+    pub(crate) sched: Sched,
     pub(crate) dirty_conns: BTreeSet<usize>,
+    /// Frames with a log mark up to this may leave (`after_wakeup`).
+    pub(crate) logged_mark: u64,
     pub(crate) bus: Bus,
     pub(crate) transitions: Vec<Transition>,
     pub(crate) read_buf: Vec<u8>,
@@ -205,9 +189,9 @@ impl Daemon {
             signals,
             heartbeat,
             shutdown_timer: None,
-            pending: VecDeque::new(),
-            pending_set: BTreeSet::new(),
+            sched: Sched::default(),
             dirty_conns: BTreeSet::new(),
+            logged_mark: 0,
             bus: Bus::new(uuid::Uuid::new_v4().simple().to_string()),
             transitions: Vec::new(),
             read_buf: vec![0; READ_BUF],
@@ -244,7 +228,7 @@ impl Daemon {
             // of any kind (the heartbeat at the latest), not in a spin.
             // A batch with the log writer wakes the loop when done.
             let writer_busy = self.store.waiting_for_writer();
-            let busy = !self.pending.is_empty()
+            let busy = !self.sched.is_empty()
                 || (self.store_pending && !writer_busy)
                 || (self.store.compaction_active() && !writer_busy)
                 || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy);
@@ -292,10 +276,11 @@ impl Daemon {
                     self.write_input(key);
                 }
                 if readable {
+                    // Bulk work: read after every urgent event of the pass.
                     if let Some(p) = self.panes.agent_mut(key).and_then(|a| a.proc.as_mut()) {
                         p.read_pending = true;
                     }
-                    self.read_pty(key, t);
+                    self.push_pending(Pending::Pty(key));
                 }
             }
             Source::Exit(key) => self.exit_notice(key, t),
@@ -311,36 +296,46 @@ impl Daemon {
     }
 
     pub(crate) fn push_pending(&mut self, p: Pending) {
-        if self.pending_set.insert(p) {
-            self.pending.push_back(p);
+        self.sched.push(p);
+    }
+
+    /// Serves the urgent work a budget cut short, then the PTYs, round
+    /// robin, a quantum each, within the pass's budget.
+    pub(crate) fn run_pending(&mut self, t: Timestamp) {
+        for p in self.sched.take_urgent() {
+            match p {
+                Pending::Conn(id) => self.conn_readable(id, t),
+                Pending::Exit(key) => self.exit_notice(key, t),
+                Pending::Pty(key) => self.push_pending(Pending::Pty(key)),
+            }
+        }
+        self.retry_store_blocked();
+        let mut left = PTY_PASS_BUDGET;
+        for _ in 0..self.sched.bulk_len() {
+            if left == 0 {
+                break;
+            }
+            let Some(key) = self.sched.next_bulk() else {
+                break;
+            };
+            left = left.saturating_sub(self.read_pty(key, sched::quantum(left), t));
         }
     }
 
-    /// Serves each source a budget cut short once more, round robin.
-    pub(crate) fn run_pending(&mut self, t: Timestamp) {
-        let n = self.pending.len();
-        for _ in 0..n {
-            let Some(p) = self.pending.pop_front() else {
-                break;
-            };
-            self.pending_set.remove(&p);
-            match p {
-                Pending::Pty(key) => self.read_pty(key, t),
-                Pending::Conn(id) => self.conn_readable(id, t),
-                Pending::Exit(key) => self.exit_notice(key, t),
-            }
+    /// Queues the reads of panes whose session log has caught up.
+    fn retry_store_blocked(&mut self) {
+        if self.store_blocked.is_empty() || self.store_pending {
+            return;
         }
-        if !self.store_blocked.is_empty() {
-            let blocked: Vec<PaneKey> = self.store_blocked.iter().copied().collect();
-            for key in blocked {
-                let Some(agent) = self.panes.agent(key) else {
-                    self.store_blocked.remove(&key);
-                    continue;
-                };
-                if !self.store_pending && !self.store.over_limit(&agent.session) {
-                    self.store_blocked.remove(&key);
-                    self.read_pty(key, t);
-                }
+        let blocked: Vec<PaneKey> = self.store_blocked.iter().copied().collect();
+        for key in blocked {
+            let Some(agent) = self.panes.agent(key) else {
+                self.store_blocked.remove(&key);
+                continue;
+            };
+            if !self.store.over_limit(&agent.session) {
+                self.store_blocked.remove(&key);
+                self.push_pending(Pending::Pty(key));
             }
         }
     }
@@ -382,14 +377,24 @@ impl Daemon {
                 log_info!("{rotation:?}");
             }
         }
-        // Until the flush has caught up, no reply or watch event leaves: one
-        // could report a line that a crash would lose. Agents are not read
-        // meanwhile (see `read_pty`), so the log catches up in a few wakeups.
-        if !self.store_pending {
-            let dirty: Vec<usize> = std::mem::take(&mut self.dirty_conns).into_iter().collect();
-            for id in dirty {
-                self.flush_conn(ConnId(id), t);
+        self.bus.end_pass(&mut self.conns, &mut self.dirty_conns, t);
+        // No reply or watch event leaves before its log holds the lines it
+        // reports (a crash could lose them): each frame queued in this pass
+        // gets the mark of what is buffered now, and leaves once the log is
+        // written that far. Agents are read meanwhile; a burst's events go
+        // out as the writer confirms them, not only once it is idle.
+        let mark = self.store.log_mark();
+        self.logged_mark = if self.store_pending {
+            self.store.logged_through()
+        } else {
+            u64::MAX
+        };
+        let dirty: Vec<usize> = std::mem::take(&mut self.dirty_conns).into_iter().collect();
+        for id in dirty {
+            if let Some(c) = self.conns.get_mut(id) {
+                c.stamp(mark);
             }
+            self.flush_conn(ConnId(id), t);
         }
         if self.accept_blocked && !self.is_stopping() {
             self.accept_blocked = false;

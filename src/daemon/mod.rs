@@ -23,6 +23,7 @@ mod life;
 pub mod panes;
 mod proc;
 pub(crate) mod recovery;
+mod sched;
 mod server;
 pub mod settings;
 mod shutdown;

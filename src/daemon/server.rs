@@ -273,7 +273,13 @@ impl Daemon {
         let Some(conn) = self.conns.get_mut(id.0) else {
             return;
         };
-        let failed = conn.flush().is_err();
+        let failed = conn.flush_logged(self.logged_mark).is_err();
+        if conn.waits_for_log(self.logged_mark) {
+            self.dirty_conns.insert(id.0);
+        }
+        if conn.watch_fell_behind(t) {
+            self.bus.drop_watcher(id, conn, t);
+        }
         let linger_over = conn.closing_since.is_some_and(|s| t.since(s) >= LINGER);
         if failed || (conn.closing && (conn.is_flushed() || linger_over)) {
             self.close_conn(id);
@@ -296,7 +302,7 @@ impl Daemon {
         let mut conn = self.conns.remove(id.0);
         let _ = self.poll.registry().deregister(&mut conn.stream);
         self.tokens.remove(conn.token);
-        self.bus.unsubscribe(id);
+        self.bus.unsubscribe(id, &self.conns);
         self.accept_blocked = true;
     }
 

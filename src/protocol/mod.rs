@@ -6,6 +6,9 @@
 //! UTC with milliseconds); everything else is colibri's own and documented
 //! in `docs/PROTOCOL.md`.
 
+mod watch_mode;
+pub use watch_mode::WatchMode;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -547,6 +550,9 @@ pub struct WatchArgs {
     /// Only these panes (ids or names); all when absent.
     #[serde(default)]
     pub panes: Option<Vec<String>>,
+    /// `all` (the default) or `changes`: state changes only.
+    #[serde(default)]
+    pub mode: WatchMode,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]

@@ -81,6 +81,11 @@ fn a_watcher_that_falls_behind_is_dropped_with_a_final_error() {
     for id in &ids {
         d.wait_pane(id, "all lines", |p| p["counters"]["events"] == json!(6000));
     }
+    // It took nothing for a while with more than its limit queued: the
+    // daemon drops it (checked as the heartbeat passes).
+    wait_for(Duration::from_secs(30), "the watcher to be dropped", || {
+        (d.ok(json!({"cmd":"status"}))["watchers"] == json!(0)).then_some(())
+    });
     // Now read everything the daemon queued: the stream must end with the error line.
     w.set_read_timeout(Some(Duration::from_secs(15)))
         .expect("timeout");

@@ -5,7 +5,7 @@ use crate::core::pane::LineKind;
 use crate::core::state::AgentState;
 use crate::daemon::conn::WatchFilter;
 use crate::daemon::event_loop::Daemon;
-use crate::protocol::{Command, CommandError, EmitReply, ErrorCode, Reply, WatchReply};
+use crate::protocol::{Command, CommandError, EmitReply, ErrorCode, Reply, WatchMode, WatchReply};
 
 use super::{mismatch, Call};
 
@@ -29,8 +29,11 @@ pub(super) fn watch(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     let Some(conn) = d.conns.get_mut(call.conn.0) else {
         return Err(CommandError::new(ErrorCode::Internal, "connection closed"));
     };
-    conn.watch = Some(WatchFilter { panes });
-    d.bus.subscribe(call.conn);
+    conn.watch = Some(WatchFilter {
+        panes,
+        changes_only: a.mode == WatchMode::Changes,
+    });
+    d.bus.subscribe(call.conn, &d.conns);
     Ok(Reply::Watch(WatchReply {
         watching: true,
         seq: d.bus.seq(),
