@@ -4,15 +4,17 @@
 //! connections, the pane table, the bus, the session store and the
 //! alerter; its `impl` is spread by concern over `server`, `proc`, `life`,
 //! `shutdown`, `commands/`, `views` and `recovery`. This file is the
-//! dispatcher: start, run, dispatch, pending work. Each wakeup dispatches every event on
-//! what its token names, then finishes the work a budget cut short, writes
-//! the session logs, and only then flushes replies, so no client ever sees
-//! an event that is not in its log yet.
+//! dispatcher: start, run, dispatch, pending work. Each wakeup dispatches
+//! every event on what its token names (urgent work is done there, PTY
+//! reads only queued), then serves the scheduler (`sched.rs`: urgent work
+//! first, then PTY reads round robin), hands the session logs to the
+//! writer, and writes only the replies whose log mark the writer has
+//! confirmed, so no client ever sees an event that is not in its log yet.
 //!
 //! **Invariant:** nothing here blocks. Every fd is non-blocking; child exit
 //! and deadlines are kernel events (`platform::ExitWatch`, `KernelTimer`);
 //! reads are budgeted per source and unfinished readiness is remembered in
-//! `pending` so edge-triggered sources are never forgotten.
+//! the scheduler so edge-triggered sources are never forgotten.
 
 use std::collections::BTreeSet;
 use std::io;

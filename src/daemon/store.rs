@@ -977,7 +977,14 @@ impl SessionStore {
             let batch = self.build_batch(budget);
             if !batch.is_empty() {
                 self.batches += 1;
-                self.in_flight_covers = self.dirty.is_empty().then_some(self.batches);
+                // A session cut short by the budget leaves `dirty` too
+                // (it goes back when the batch is applied).
+                let covers = self.dirty.is_empty()
+                    && batch.appends.iter().all(|a| {
+                        let s = &self.sessions[a.session];
+                        s.pending() == s.inflight
+                    });
+                self.in_flight_covers = covers.then_some(self.batches);
                 self.dispatch(batch, &mut report);
             }
         }
