@@ -40,6 +40,9 @@ pub(crate) const CONN_STEPS_PER_WAKEUP: usize = 64;
 /// peer never reads the last lines.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
 
+// A pane's turn fits in a pass, and a pass in one read buffer.
+const _: () = assert!(PTY_QUANTUM <= PTY_PASS_BUDGET && PTY_PASS_BUDGET <= READ_BUF);
+
 /// Work left over from a wakeup because a budget ran out, or queued for
 /// after the urgent work.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -127,9 +130,7 @@ mod tests {
     }
 
     #[test]
-    fn budgets_keep_a_pass_short_and_shared() {
-        assert!(PTY_QUANTUM <= PTY_PASS_BUDGET);
-        assert!(PTY_PASS_BUDGET <= READ_BUF);
+    fn a_turn_never_exceeds_what_is_left_of_the_pass() {
         assert_eq!(quantum(PTY_PASS_BUDGET), PTY_QUANTUM);
         assert_eq!(quantum(100), 100);
     }
