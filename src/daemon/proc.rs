@@ -36,7 +36,10 @@ impl Daemon {
             let Some(agent) = self.panes.agent_mut(key) else {
                 return budget - left;
             };
-            if self.store_pending || self.store.over_limit(&agent.session) {
+            // An agent that has exited is drained even while the flush is
+            // behind: its exit is reported only after its last output.
+            let exited = agent.proc.as_ref().is_some_and(|p| p.status.is_some());
+            if (self.store_pending && !exited) || self.store.over_limit(&agent.session) {
                 // Backpressure: while its log (or the flush) is behind, the
                 // agent waits on its PTY; nothing is lost.
                 self.store_blocked.insert(key);
