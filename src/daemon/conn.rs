@@ -325,3 +325,84 @@ impl Conn {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read as _;
+
+    use super::*;
+
+    fn conn() -> (Conn, std::os::unix::net::UnixStream) {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        ours.set_nonblocking(true).expect("nonblocking");
+        (
+            Conn::new(UnixStream::from_std(ours), Token(1), Scope::Operator, 1024),
+            theirs,
+        )
+    }
+
+    fn read_all(peer: &mut std::os::unix::net::UnixStream) -> Vec<u8> {
+        peer.set_nonblocking(true).expect("nonblocking");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match peer.read(&mut buf) {
+                Ok(0) => return out,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(_) => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn a_frame_leaves_only_once_its_log_mark_is_reached() {
+        let (mut c, mut peer) = conn();
+        c.enqueue(Rc::from(&b"first\n"[..]));
+        c.stamp(3);
+        c.enqueue(Rc::from(&b"second\n"[..]));
+        c.stamp(5);
+        c.flush_logged(2).expect("flush");
+        assert!(read_all(&mut peer).is_empty());
+        assert!(c.waits_for_log(2));
+        c.flush_logged(4).expect("flush");
+        assert_eq!(read_all(&mut peer), b"first\n");
+        assert!(c.waits_for_log(4));
+        c.flush_logged(5).expect("flush");
+        assert_eq!(read_all(&mut peer), b"second\n");
+        assert!(c.is_flushed());
+        assert_eq!(c.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn frames_queued_after_a_stamp_wait_for_their_own() {
+        let (mut c, mut peer) = conn();
+        c.enqueue(Rc::from(&b"a\n"[..]));
+        c.stamp(1);
+        c.enqueue(Rc::from(&b"b\n"[..]));
+        // Not stamped yet: only a final flush (shutdown) sends it.
+        c.flush_logged(1).expect("flush");
+        assert_eq!(read_all(&mut peer), b"a\n");
+        assert!(!c.is_flushed());
+        c.flush().expect("flush");
+        assert_eq!(read_all(&mut peer), b"b\n");
+    }
+
+    #[test]
+    fn many_frames_go_out_in_order_across_partial_writes() {
+        let (mut c, mut peer) = conn();
+        let mut want = Vec::new();
+        for i in 0..5_000 {
+            let line = format!("{{\"seq\":{i},\"pad\":\"{}\"}}\n", "x".repeat(i % 300));
+            want.extend_from_slice(line.as_bytes());
+            c.enqueue(Rc::from(line.into_bytes()));
+        }
+        c.stamp(0);
+        let mut got = Vec::new();
+        while !c.is_flushed() {
+            c.flush_logged(0).expect("flush");
+            got.extend(read_all(&mut peer));
+        }
+        assert_eq!(got, want);
+        assert_eq!(c.queued_bytes(), 0);
+    }
+}
