@@ -300,6 +300,9 @@ pub struct FoldReport {
     pub blocked_reason: Option<String>,
     #[serde(default)]
     pub exit: Option<WireExit>,
+    /// Every approval the stream asked for, and how it ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<crate::core::approval::FoldApproval>,
 }
 
 /// One state change in a fold; `line` is the 1-based non-blank line that

@@ -5,8 +5,12 @@
 //! report. It is fed bytes with a time and returns state transitions; it
 //! never reads a clock.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::core::approval::{
+    Approval, ApprovalEvent, ApprovalOutcome, ApprovalRequest, Decision, ExpiryReason, Resolves,
+};
 use crate::core::ingest::{is_blank, Frame, LineFramer};
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::state::{self, AgentState};
@@ -91,6 +95,12 @@ pub struct Transition {
     pub line: u64,
 }
 
+/// Approvals pending at once; one more drops the oldest, so a harness that
+/// asks without end cannot grow the pane.
+pub const MAX_PENDING_APPROVALS: usize = 32;
+/// Approval events kept until [`Pane::take_approval_events`] drains them.
+pub const MAX_APPROVAL_EVENTS: usize = 256;
+
 /// Held lines of a stream whose runtime is not known yet.
 const DETECT_MAX_LINES: usize = 64;
 const DETECT_MAX_BYTES: usize = 256 * 1024;
@@ -133,6 +143,19 @@ pub struct Pane {
     last_error: Option<String>,
     blocked_reason: Option<String>,
     exit: Option<ExitStatus>,
+    approvals: PendingApprovals,
+}
+
+/// The approvals a pane waits on, and what happened to them since the
+/// owner last looked.
+#[derive(Debug, Default)]
+struct PendingApprovals {
+    pending: Vec<Approval>,
+    /// Approvals opened so far; numbers the ids.
+    opened: u64,
+    events: VecDeque<ApprovalEvent>,
+    /// Events dropped because nobody drained them in time.
+    events_dropped: u64,
 }
 
 impl Pane {
@@ -173,6 +196,7 @@ impl Pane {
             last_error: None,
             blocked_reason: None,
             exit: None,
+            approvals: PendingApprovals::default(),
         }
     }
 
@@ -215,6 +239,49 @@ impl Pane {
     }
     pub fn exit(&self) -> Option<ExitStatus> {
         self.exit
+    }
+    /// Requests waiting for the operator, oldest first.
+    pub fn pending_approvals(&self) -> &[Approval] {
+        &self.approvals.pending
+    }
+    pub fn approval(&self, id: &str) -> Option<&Approval> {
+        self.approvals.pending.iter().find(|a| a.id == id)
+    }
+    /// When the next pending approval times out by itself, if any does.
+    pub fn next_approval_expiry(&self) -> Option<Timestamp> {
+        self.approvals
+            .pending
+            .iter()
+            .filter_map(|a| a.expires_at)
+            .min()
+    }
+    /// Approval events since the last call, oldest first.
+    pub fn take_approval_events(&mut self) -> Vec<ApprovalEvent> {
+        self.approvals.events.drain(..).collect()
+    }
+    /// Approval events dropped because they were not taken in time.
+    pub fn approval_events_dropped(&self) -> u64 {
+        self.approvals.events_dropped
+    }
+
+    /// Records that the operator's `decision` was written to the agent;
+    /// returns the approval it closed, `None` if `id` is not pending.
+    pub fn answered(&mut self, id: &str, decision: &Decision, now: Timestamp) -> Option<Approval> {
+        let outcome = ApprovalOutcome::Answered {
+            decision: decision.clone(),
+        };
+        let closed = self.close_approvals(|a| a.id == id, &outcome, now, 0);
+        closed.into_iter().next()
+    }
+
+    /// Closes the approvals whose own timeout has passed (the harness
+    /// answered them with its default); returns how many.
+    pub fn expire_approvals(&mut self, now: Timestamp) -> usize {
+        let outcome = ApprovalOutcome::Expired {
+            reason: ExpiryReason::TimedOut,
+        };
+        self.close_approvals(|a| a.expires_at.is_some_and(|t| t <= now), &outcome, now, 0)
+            .len()
     }
     pub fn runtime(&self) -> Option<Runtime> {
         match &self.dialect {
@@ -314,6 +381,7 @@ impl Pane {
     pub fn exited(&mut self, status: ExitStatus, now: Timestamp, out: &mut Vec<Transition>) {
         self.finish_stream(now, out);
         self.exit = Some(status);
+        self.close_all_approvals(ExpiryReason::Exited, now, 0);
         let signal = match &mut self.dialect {
             Dialect::Known(a) => a.on_exit(status.success()),
             Dialect::Detecting { .. } => Signal::Exited {
@@ -334,6 +402,7 @@ impl Pane {
     /// a daemon restart that lost the agent).
     pub fn fail(&mut self, reason: String, now: Timestamp, out: &mut Vec<Transition>) {
         self.last_error = Some(reason);
+        self.close_all_approvals(ExpiryReason::Exited, now, 0);
         self.transition(&Signal::Failed, now, 0, out);
     }
 
@@ -435,6 +504,9 @@ impl Pane {
         if let Some(e) = &obs.error {
             self.last_error = Some(tool::truncate(e));
         }
+        // A sub-agent's request still waits for an answer: approvals are
+        // kept before the sub-agent line is set aside.
+        self.track_approvals(&obs, now);
         if obs.subagent {
             return;
         }
@@ -451,6 +523,100 @@ impl Pane {
         }
         let line = self.lines;
         self.transition(&obs.signal, now, line, out);
+    }
+
+    /// Applies what one line says about approvals: the harness settling
+    /// some (a new session settles all), then a new request.
+    fn track_approvals(&mut self, obs: &Observation<'_>, now: Timestamp) {
+        self.expire_approvals(now);
+        let line = self.lines;
+        let resolved = ApprovalOutcome::Expired {
+            reason: ExpiryReason::Resolved,
+        };
+        let new_session = !obs.subagent && matches!(obs.signal, Signal::Session { .. });
+        match &obs.resolves {
+            _ if new_session => self.close_all_approvals(ExpiryReason::Resolved, now, line),
+            Resolves::Nothing => {}
+            Resolves::Cancelled(id) => {
+                let cancelled = ApprovalOutcome::Expired {
+                    reason: ExpiryReason::Cancelled,
+                };
+                self.close_approvals(|a| a.request_id == id.as_ref(), &cancelled, now, line);
+            }
+            Resolves::ToolUses(ids) => {
+                let settled = |a: &Approval| {
+                    a.tool_use_id
+                        .as_deref()
+                        .is_some_and(|t| ids.iter().any(|id| id.as_ref() == t))
+                };
+                self.close_approvals(settled, &resolved, now, line);
+            }
+            Resolves::All => self.close_all_approvals(ExpiryReason::Resolved, now, line),
+        }
+        if let Some(req) = &obs.approval {
+            self.open_approval(req, now, line);
+        }
+    }
+
+    fn open_approval(&mut self, req: &ApprovalRequest<'_>, now: Timestamp, line: u64) {
+        // The same request again (a harness that repeats itself) stays one.
+        let again =
+            |a: &Approval| a.request_id == req.request_id.as_ref() && a.channel == req.channel;
+        if !req.request_id.is_empty() && self.approvals.pending.iter().any(again) {
+            return;
+        }
+        if self.approvals.pending.len() >= MAX_PENDING_APPROVALS {
+            let oldest = self.approvals.pending.first().map(|a| a.id.clone());
+            let overflow = ApprovalOutcome::Expired {
+                reason: ExpiryReason::Overflow,
+            };
+            self.close_approvals(|a| Some(&a.id) == oldest.as_ref(), &overflow, now, line);
+        }
+        self.approvals.opened += 1;
+        let prefix: String = self.id.as_str().chars().take(8).collect();
+        let id = format!("{prefix}-{}", self.approvals.opened);
+        let approval = Approval::from_request(id, req, now, line);
+        self.approvals.pending.push(approval.clone());
+        self.push_approval_event(ApprovalEvent::Opened(approval));
+    }
+
+    fn close_all_approvals(&mut self, reason: ExpiryReason, now: Timestamp, line: u64) {
+        self.close_approvals(|_| true, &ApprovalOutcome::Expired { reason }, now, line);
+    }
+
+    /// Closes every pending approval `which` selects, in the order asked.
+    fn close_approvals(
+        &mut self,
+        which: impl Fn(&Approval) -> bool,
+        outcome: &ApprovalOutcome,
+        now: Timestamp,
+        line: u64,
+    ) -> Vec<Approval> {
+        if self.approvals.pending.is_empty() {
+            return Vec::new();
+        }
+        let (closed, kept): (Vec<Approval>, Vec<Approval>) =
+            std::mem::take(&mut self.approvals.pending)
+                .into_iter()
+                .partition(|a| which(a));
+        self.approvals.pending = kept;
+        for a in &closed {
+            self.push_approval_event(ApprovalEvent::Closed {
+                approval: a.clone(),
+                outcome: outcome.clone(),
+                at: now,
+                line,
+            });
+        }
+        closed
+    }
+
+    fn push_approval_event(&mut self, event: ApprovalEvent) {
+        if self.approvals.events.len() >= MAX_APPROVAL_EVENTS {
+            self.approvals.events.pop_front();
+            self.approvals.events_dropped += 1;
+        }
+        self.approvals.events.push_back(event);
     }
 
     fn transition(

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::core::approval::{AnswerChannel, ApprovalKind, ApprovalRequest, Resolves};
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
@@ -81,6 +82,9 @@ struct Line<'a> {
     /// `control_request.request`.
     #[serde(borrow, default)]
     request: Option<&'a RawValue>,
+    /// `control_request.request_id`, `control_cancel_request.request_id`.
+    #[serde(borrow, default)]
+    request_id: Option<Cow<'a, str>>,
     /// `assistant.error` (a category string); hook `StopFailure.error`.
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
@@ -89,6 +93,8 @@ struct Line<'a> {
     tool_name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     tool_input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_use_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     notification_type: Option<Cow<'a, str>>,
 }
@@ -169,9 +175,10 @@ impl<'a> MessageField<'a> {
     }
 }
 
-/// A message's `content`, keeping only its last `tool_use` block: blocks
-/// are visited one by one, never collected.
-struct LastToolUse<'a>(Option<ToolCall<'a>>);
+/// A message's `content`, keeping only its last `tool_use` block and the
+/// ids its `tool_result` blocks answer: blocks are visited one by one,
+/// never collected.
+struct LastToolUse<'a>(Option<ToolCall<'a>>, Vec<Cow<'a, str>>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for LastToolUse<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -186,25 +193,30 @@ impl<'de: 'a, 'a> Deserialize<'de> for LastToolUse<'a> {
                 mut seq: A,
             ) -> Result<Self::Value, A::Error> {
                 let mut last = None;
+                let mut results = Vec::new();
                 while let Some(b) = seq.next_element::<Block<'a>>()? {
-                    if b.kind.as_deref() == Some("tool_use") {
-                        if let Some(name) = b.name {
-                            last = Some(ToolCall {
-                                name,
-                                args: b.input,
-                                command: None,
-                            });
+                    match b.kind.as_deref() {
+                        Some("tool_use") => {
+                            if let Some(name) = b.name {
+                                last = Some(ToolCall {
+                                    name,
+                                    args: b.input,
+                                    command: None,
+                                });
+                            }
                         }
+                        Some("tool_result") => results.extend(b.tool_use_id),
+                        _ => {}
                     }
                 }
-                Ok(LastToolUse(last))
+                Ok(LastToolUse(last, results))
             }
             // User messages may carry their content as one string.
             fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(LastToolUse(None))
+                Ok(LastToolUse(None, Vec::new()))
             }
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(LastToolUse(None))
+                Ok(LastToolUse(None, Vec::new()))
             }
         }
         d.deserialize_any(V(std::marker::PhantomData))
@@ -219,6 +231,9 @@ struct Block<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
+    /// `tool_result.tool_use_id`.
+    #[serde(borrow, default)]
+    tool_use_id: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -227,6 +242,17 @@ struct ControlRequest<'a> {
     subtype: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     tool_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_use_id: Option<Cow<'a, str>>,
+    /// A prompt sentence the CLI may supply (newer versions).
+    #[serde(borrow, default)]
+    title: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    description: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    decision_reason: Option<Cow<'a, str>>,
 }
 
 /// Anthropic usage: `input_tokens` excludes cache reads and writes.
@@ -316,26 +342,19 @@ impl ClaudeState {
         let obs = match kind {
             "system" => system_observation(&l),
             "assistant" => self.assistant(l.error, l.message.take()),
-            "user" | "stream_event" => Observation::new(Signal::Working),
-            "result" => self.result(&l).turn(true),
-            "control_request" => {
-                let req = l
-                    .request
-                    .and_then(|r| serde_json::from_str::<ControlRequest<'a>>(r.get()).ok());
-                match req {
-                    Some(ControlRequest {
-                        subtype: Some(s),
-                        tool_name,
-                    }) if s == "can_use_tool" => {
-                        let tool = tool_name.as_deref().unwrap_or("tool");
-                        Observation::new(Signal::Blocked)
-                            .with_reason(Some(Cow::Owned(format!("permission: {tool}"))))
-                    }
-                    _ => Observation::new(Signal::Meta),
-                }
+            "user" => user_observation(l.message.take()),
+            "stream_event" => Observation::new(Signal::Working),
+            // A query that ended left no permission of its own to answer.
+            "result" => self.result(&l).turn(true).resolving(Resolves::All),
+            "control_request" => control_request(l.request, l.request_id.take()),
+            // The CLI withdrew a pending request: work goes on.
+            "control_cancel_request" => {
+                let resolves = l
+                    .request_id
+                    .take()
+                    .map_or(Resolves::Nothing, Resolves::Cancelled);
+                Observation::new(Signal::Working).resolving(resolves)
             }
-            // The SDK withdrew a pending permission request: work goes on.
-            "control_cancel_request" => Observation::new(Signal::Working),
             "rate_limit_event" | "control_response" => Observation::new(Signal::Meta),
             _ => Observation::unknown(),
         };
@@ -402,6 +421,48 @@ impl ClaudeState {
         }
         self.seen.push_back(id.into());
         true
+    }
+}
+
+/// A `can_use_tool` control request blocks on the operator's permission
+/// and is answered with a `control_response` carrying its `request_id`.
+fn control_request<'a>(
+    request: Option<&'a RawValue>,
+    request_id: Option<Cow<'a, str>>,
+) -> Observation<'a> {
+    let Some(req) = request.and_then(|r| serde_json::from_str::<ControlRequest<'a>>(r.get()).ok())
+    else {
+        return Observation::new(Signal::Meta);
+    };
+    if req.subtype.as_deref() != Some("can_use_tool") {
+        return Observation::new(Signal::Meta);
+    }
+    let tool = req.tool_name.as_deref().unwrap_or("tool");
+    let reason = Cow::Owned(format!("permission: {tool}"));
+    let approval = request_id.map(|id| {
+        let mut a = ApprovalRequest::new(ApprovalKind::ToolPermission, id);
+        a.tool = req.tool_name.clone();
+        a.input = req.input;
+        a.title = req.title.clone();
+        a.message = req.description.clone().or(req.decision_reason.clone());
+        a.tool_use_id = req.tool_use_id.clone();
+        a
+    });
+    Observation::new(Signal::Blocked)
+        .with_reason(Some(reason))
+        .with_approval(approval)
+}
+
+/// A `user` line feeds tool results back; a permission whose tool has a
+/// result was settled, by colibri or by someone else.
+fn user_observation(message: Option<MessageField<'_>>) -> Observation<'_> {
+    let obs = Observation::new(Signal::Working);
+    match message {
+        Some(MessageField::Object(Message {
+            content: Some(LastToolUse(_, results)),
+            ..
+        })) if !results.is_empty() => obs.resolving(Resolves::ToolUses(results)),
+        _ => obs,
     }
 }
 
@@ -474,7 +535,9 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
             cwd: l.cwd.clone(),
             running: false,
         }),
-        "UserPromptSubmit" => Observation::new(Signal::Working).turn(true),
+        "UserPromptSubmit" => Observation::new(Signal::Working)
+            .turn(true)
+            .resolving(Resolves::All),
         "PreToolUse" => {
             let obs = Observation::new(Signal::Working);
             match tool() {
@@ -482,11 +545,26 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
                 None => obs,
             }
         }
-        "PostToolUse" | "PostToolUseFailure" | "PreCompact" => Observation::new(Signal::Working),
+        // A tool ran, failed or was denied: the terminal shows one
+        // permission prompt at a time, so the one pending is over. (The
+        // `PermissionRequest` input carries no `tool_use_id` to match.)
+        "PostToolUse" | "PostToolUseFailure" | "PermissionDenied" => {
+            Observation::new(Signal::Working).resolving(Resolves::All)
+        }
+        "PreCompact" => Observation::new(Signal::Working),
         "PermissionRequest" => {
             let name = l.tool_name.as_deref().unwrap_or("tool");
+            let mut approval = ApprovalRequest::new(
+                ApprovalKind::ToolPermission,
+                l.tool_use_id.clone().unwrap_or(Cow::Borrowed("")),
+            );
+            approval.channel = AnswerChannel::HookOutput;
+            approval.tool = l.tool_name.clone();
+            approval.input = l.tool_input;
+            approval.tool_use_id = l.tool_use_id.clone();
             let obs = Observation::new(Signal::Blocked)
-                .with_reason(Some(Cow::Owned(format!("permission: {name}"))));
+                .with_reason(Some(Cow::Owned(format!("permission: {name}"))))
+                .with_approval(Some(approval));
             match tool() {
                 Some(t) => obs.with_tool(t),
                 None => obs,
@@ -504,15 +582,17 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
             Some("idle_prompt") => Observation::new(Signal::Idle),
             _ => Observation::new(Signal::Meta),
         },
-        "Stop" => Observation::new(Signal::Idle),
+        "Stop" => Observation::new(Signal::Idle).resolving(Resolves::All),
         "StopFailure" => {
             let msg = l
                 .error
                 .and_then(raw_str)
                 .or_else(|| l.message.as_ref().and_then(MessageField::text));
-            Observation::new(Signal::Failed).with_error(msg)
+            Observation::new(Signal::Failed)
+                .with_error(msg)
+                .resolving(Resolves::All)
         }
-        "SessionEnd" => Observation::new(Signal::Finished),
+        "SessionEnd" => Observation::new(Signal::Finished).resolving(Resolves::All),
         "SubagentStart" | "SubagentStop" => Observation::new(Signal::Meta),
         _ => Observation::unknown(),
     }
