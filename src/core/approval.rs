@@ -545,6 +545,9 @@ pub enum ApprovalEvent {
 pub struct FoldApproval {
     pub id: String,
     pub kind: ApprovalKind,
+    /// Given only when the reply does not go to the agent's input.
+    #[serde(default = "agent_input", skip_serializing_if = "is_agent_input")]
+    pub channel: AnswerChannel,
     pub request_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
@@ -552,6 +555,8 @@ pub struct FoldApproval {
     pub summary: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
     /// The line that asked.
@@ -563,15 +568,25 @@ pub struct FoldApproval {
     pub closed_line: Option<u64>,
 }
 
+fn agent_input() -> AnswerChannel {
+    AnswerChannel::AgentInput
+}
+
+fn is_agent_input(c: &AnswerChannel) -> bool {
+    *c == AnswerChannel::AgentInput
+}
+
 impl FoldApproval {
     fn opened(a: &Approval) -> Self {
         FoldApproval {
             id: a.id.clone(),
             kind: a.kind,
+            channel: a.channel,
             request_id: a.request_id.clone(),
             tool: a.tool.clone(),
             summary: a.summary.clone(),
             title: a.title.clone(),
+            message: a.message.clone(),
             options: a.options.clone(),
             line: a.line,
             outcome: None,

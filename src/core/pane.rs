@@ -656,3 +656,140 @@ fn tool_record(t: &ToolCall<'_>, now: Timestamp) -> ToolRecord {
         at: now,
     }
 }
+
+#[cfg(test)]
+mod approval_tests {
+    use super::*;
+    use crate::core::approval::{encode_answer, ApprovalKind, ExpiryReason};
+
+    fn pane(runtime: Runtime) -> Pane {
+        Pane::new(
+            PaneId("3f2a9c1d-0000-4000-8000-000000000001".into()),
+            "agent".into(),
+            Some(runtime),
+            1 << 20,
+            Timestamp::from_millis(1_000),
+        )
+    }
+
+    fn feed(p: &mut Pane, line: &str, ms: u64) {
+        let mut out = Vec::new();
+        p.ingest_line(line.as_bytes(), Timestamp::from_millis(ms), &mut out);
+    }
+
+    const PI_CONFIRM: &str = r#"{"type":"extension_ui_request","id":"ui-1","method":"confirm","title":"Push?","message":"to main","timeout":5000}"#;
+
+    #[test]
+    fn an_answer_closes_the_approval_and_is_recorded() {
+        let mut p = pane(Runtime::Pi);
+        feed(&mut p, PI_CONFIRM, 2_000);
+        let a = p.pending_approvals()[0].clone();
+        assert_eq!(a.id, "3f2a9c1d-1");
+        assert_eq!(
+            (a.kind, a.request_id.as_str()),
+            (ApprovalKind::Confirm, "ui-1")
+        );
+        assert_eq!(a.asked_at, Timestamp::from_millis(2_000));
+        assert_eq!(a.expires_at, Some(Timestamp::from_millis(7_000)));
+        assert_eq!(p.state(), AgentState::Blocked);
+        let reply = encode_answer(Runtime::Pi, &a, &Decision::Approve).expect("answerable");
+        assert_eq!(
+            reply,
+            b"{\"type\":\"extension_ui_response\",\"id\":\"ui-1\",\"confirmed\":true}\n"
+        );
+
+        let closed = p.answered(&a.id, &Decision::Approve, Timestamp::from_millis(3_000));
+        assert_eq!(closed.map(|c| c.id), Some(a.id.clone()));
+        assert!(p.pending_approvals().is_empty());
+        assert!(p
+            .answered(&a.id, &Decision::Approve, Timestamp::from_millis(3_000))
+            .is_none());
+        let events = p.take_approval_events();
+        assert_eq!(events.len(), 2);
+        assert!(matches!(&events[0], ApprovalEvent::Opened(o) if o.id == a.id));
+        assert!(matches!(
+            &events[1],
+            ApprovalEvent::Closed { outcome: ApprovalOutcome::Answered { decision: Decision::Approve }, at, .. }
+                if *at == Timestamp::from_millis(3_000)
+        ));
+        assert!(p.take_approval_events().is_empty());
+    }
+
+    #[test]
+    fn a_dialog_times_out_at_its_own_deadline() {
+        let mut p = pane(Runtime::Pi);
+        feed(&mut p, PI_CONFIRM, 2_000);
+        assert_eq!(
+            p.next_approval_expiry(),
+            Some(Timestamp::from_millis(7_000))
+        );
+        assert_eq!(p.expire_approvals(Timestamp::from_millis(6_999)), 0);
+        assert_eq!(p.expire_approvals(Timestamp::from_millis(7_000)), 1);
+        assert_eq!(p.next_approval_expiry(), None);
+        let events = p.take_approval_events();
+        assert!(matches!(
+            events.last(),
+            Some(ApprovalEvent::Closed {
+                outcome: ApprovalOutcome::Expired {
+                    reason: ExpiryReason::TimedOut
+                },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_repeated_request_stays_one_and_exit_expires_it() {
+        let mut p = pane(Runtime::Pi);
+        feed(&mut p, PI_CONFIRM, 2_000);
+        feed(&mut p, PI_CONFIRM, 2_100);
+        assert_eq!(p.pending_approvals().len(), 1);
+        let mut out = Vec::new();
+        p.exited(ExitStatus::Code(0), Timestamp::from_millis(4_000), &mut out);
+        assert!(p.pending_approvals().is_empty());
+        assert!(matches!(
+            p.take_approval_events().last(),
+            Some(ApprovalEvent::Closed {
+                outcome: ApprovalOutcome::Expired {
+                    reason: ExpiryReason::Exited
+                },
+                line: 0,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn pending_approvals_and_undrained_events_are_bounded() {
+        let mut p = pane(Runtime::Claude);
+        let total = MAX_APPROVAL_EVENTS + 10;
+        for i in 0..total {
+            let line = format!(
+                r#"{{"type":"control_request","request_id":"req_{i}","request":{{"subtype":"can_use_tool","tool_name":"Bash","input":{{"command":"echo {i}"}},"tool_use_id":"toolu_{i}"}}}}"#
+            );
+            feed(&mut p, &line, 2_000);
+        }
+        assert_eq!(p.pending_approvals().len(), MAX_PENDING_APPROVALS);
+        // The oldest were dropped; the newest is still answerable.
+        let last = p.pending_approvals().last().expect("one pending");
+        assert_eq!(last.request_id, format!("req_{}", total - 1));
+        assert!(p.approval_events_dropped() > 0);
+        assert_eq!(p.take_approval_events().len(), MAX_APPROVAL_EVENTS);
+    }
+
+    #[test]
+    fn a_new_session_settles_what_the_old_one_asked() {
+        let mut p = pane(Runtime::Claude);
+        feed(
+            &mut p,
+            r#"{"type":"control_request","request_id":"req_1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"},"tool_use_id":"toolu_1"}}"#,
+            2_000,
+        );
+        feed(
+            &mut p,
+            r#"{"type":"system","subtype":"init","session_id":"s2","cwd":"/r"}"#,
+            3_000,
+        );
+        assert!(p.pending_approvals().is_empty());
+    }
+}

@@ -760,4 +760,62 @@ mod tests {
             ("Working".to_string(), None)
         );
     }
+
+    #[test]
+    fn can_use_tool_opens_an_approval_that_echoes_its_input() {
+        use crate::core::approval::{
+            encode_answer, AnswerChannel, Approval, ApprovalKind, Decision, Resolves,
+        };
+        use crate::core::taxonomy::Runtime;
+        use crate::core::time::Timestamp;
+        let mut st = ClaudeState::default();
+        let line = br#"{"type":"control_request","request_id":"req_7","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"git push","timeout":60},"tool_use_id":"toolu_7","decision_reason":"not in allow list"}}"#;
+        let obs = st.observe(line).expect("valid");
+        let req = obs.approval.expect("a permission request");
+        assert_eq!(req.kind, ApprovalKind::ToolPermission);
+        assert_eq!(req.channel, AnswerChannel::AgentInput);
+        assert_eq!(req.tool.as_deref(), Some("Bash"));
+        assert_eq!(req.tool_use_id.as_deref(), Some("toolu_7"));
+        assert_eq!(req.message.as_deref(), Some("not in allow list"));
+        let a = Approval::from_request("p-1".into(), &req, Timestamp::from_millis(0), 1);
+        let reply = encode_answer(Runtime::Claude, &a, &Decision::Approve).expect("answerable");
+        assert_eq!(
+            String::from_utf8(reply).expect("UTF-8"),
+            "{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"req_7\",\"response\":{\"behavior\":\"allow\",\"updatedInput\":{\"command\":\"git push\",\"timeout\":60}}}}\n"
+        );
+
+        let cancel = st
+            .observe(br#"{"type":"control_cancel_request","request_id":"req_7"}"#)
+            .expect("valid");
+        assert_eq!(cancel.resolves, Resolves::Cancelled(Cow::Borrowed("req_7")));
+        let user = st
+            .observe(br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_7","content":"ok"},{"type":"tool_result","tool_use_id":"toolu_8","content":"ok"}]},"parent_tool_use_id":null}"#)
+            .expect("valid");
+        assert_eq!(
+            user.resolves,
+            Resolves::ToolUses(vec![Cow::Borrowed("toolu_7"), Cow::Borrowed("toolu_8")])
+        );
+        // Other control requests ask nothing.
+        let other = st
+            .observe(br#"{"type":"control_request","request_id":"req_8","request":{"subtype":"hook_callback","callback_id":"h1"}}"#)
+            .expect("valid");
+        assert!(other.approval.is_none());
+        assert_eq!(other.signal, Signal::Meta);
+    }
+
+    #[test]
+    fn a_permission_request_hook_is_answered_on_the_hook_output() {
+        use crate::core::approval::{AnswerChannel, Resolves};
+        let mut st = ClaudeState::default();
+        let obs = st
+            .observe(br#"{"session_id":"s","hook_event_name":"PermissionRequest","tool_name":"Edit","tool_input":{"file_path":"/a.rs"}}"#)
+            .expect("valid");
+        let req = obs.approval.expect("a permission request");
+        assert_eq!(req.channel, AnswerChannel::HookOutput);
+        assert_eq!(req.tool.as_deref(), Some("Edit"));
+        let post = st
+            .observe(br#"{"session_id":"s","hook_event_name":"PostToolUse","tool_name":"Edit","tool_use_id":"toolu_1"}"#)
+            .expect("valid");
+        assert_eq!(post.resolves, Resolves::All);
+    }
 }

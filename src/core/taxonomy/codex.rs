@@ -474,4 +474,35 @@ mod tests {
             Some(("file_change".into(), Some("a.rs, b.rs".into())))
         );
     }
+
+    #[test]
+    fn a_question_is_an_approval_with_its_options() {
+        use crate::core::approval::{ApprovalKind, Resolves};
+        let mut st = CodexState::default();
+        let obs = st
+            .observe(br#"{"type":"request_user_input","id":"turn_1","call_id":"call_1","questions":[{"id":"q","header":"Env","question":"Where?","options":[{"label":"staging","description":"s"},{"label":"prod","description":"p"}]}]}"#)
+            .expect("valid");
+        assert_eq!(obs.reason.as_deref(), Some("Where?"));
+        let req = obs.approval.expect("a question");
+        assert_eq!(req.kind, ApprovalKind::Select);
+        assert_eq!(req.request_id, "call_1");
+        assert_eq!(req.options, ["staging", "prod"]);
+        // Without options it is free text; without `call_id` the turn id
+        // names it; odd options keep the question.
+        let obs = st
+            .observe(br#"{"type":"request_user_input","id":"turn_2","questions":[{"id":"q","header":"H","question":"Why?","options":[1]}]}"#)
+            .expect("valid");
+        assert_eq!(obs.reason.as_deref(), Some("Why?"));
+        let req = obs.approval.expect("a question");
+        assert_eq!(
+            (req.kind, req.request_id.as_ref()),
+            (ApprovalKind::Input, "turn_2")
+        );
+        assert_eq!(
+            st.observe(br#"{"type":"turn.completed","usage":{}}"#)
+                .expect("valid")
+                .resolves,
+            Resolves::All
+        );
+    }
 }

@@ -381,4 +381,42 @@ mod tests {
         assert!(st.observe(b"{\"no_type\":1}").is_err());
         assert!(st.observe(b"\xff\xfe").is_err());
     }
+
+    #[test]
+    fn dialogs_open_approvals_and_a_settled_rpc_run_resolves_them() {
+        use crate::core::approval::{ApprovalKind, Resolves};
+        let mut st = PiState::default();
+        let obs = st
+            .observe(br#"{"type":"extension_ui_request","id":"uuid-1","method":"select","title":"Allow dangerous command?","options":["Allow","Block"],"timeout":10000}"#)
+            .expect("valid");
+        let req = obs.approval.expect("a select asks");
+        assert_eq!(req.kind, ApprovalKind::Select);
+        assert_eq!(req.request_id, "uuid-1");
+        assert_eq!(req.options, ["Allow", "Block"]);
+        assert_eq!(req.timeout, Some(std::time::Duration::from_secs(10)));
+        let obs = st
+            .observe(br#"{"type":"extension_ui_request","id":"uuid-4","method":"editor","title":"Edit","prefill":"a"}"#)
+            .expect("valid");
+        assert_eq!(obs.approval.map(|a| a.kind), Some(ApprovalKind::Input));
+        // Fire-and-forget methods ask nothing; a dialog without an id
+        // cannot be answered.
+        for line in [
+            &br#"{"type":"extension_ui_request","id":"uuid-5","method":"notify","message":"hi"}"#[..],
+            br#"{"type":"extension_ui_request","method":"confirm","title":"?"}"#,
+        ] {
+            assert!(st.observe(line).expect("valid").approval.is_none());
+        }
+        // An odd `options` or `timeout` costs neither the line nor the dialog.
+        let obs = st
+            .observe(br#"{"type":"extension_ui_request","id":"u","method":"select","title":"t","options":[1,2],"timeout":"soon"}"#)
+            .expect("valid");
+        let req = obs.approval.expect("still asks");
+        assert!(req.options.is_empty() && req.timeout.is_none());
+        assert_eq!(
+            st.observe(br#"{"type":"agent_settled"}"#)
+                .expect("valid")
+                .resolves,
+            Resolves::All
+        );
+    }
 }
