@@ -6,12 +6,14 @@
 
 use std::time::Duration;
 
-use crate::core::approval::{self, ApprovalEvent};
+use crate::core::approval::ApprovalEvent;
 use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
 use crate::core::state::AgentState;
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
-use crate::protocol::{FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage};
+use crate::protocol::{
+    fold_approvals, FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage,
+};
 
 /// Folds `chunks` (a stream cut anywhere) into a report. `exit`, when given,
 /// is folded in after the stream as the daemon would on process exit;
@@ -73,6 +75,6 @@ fn report(pane: &Pane, transitions: &[Transition], approvals: &[ApprovalEvent]) 
         last_error: pane.last_error().map(str::to_string),
         blocked_reason: pane.blocked_reason().map(str::to_string),
         exit: pane.exit().map(WireExit::from),
-        approvals: approval::fold_events(approvals),
+        approvals: fold_approvals(approvals),
     }
 }

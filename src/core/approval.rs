@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::core::taxonomy::Runtime;
@@ -21,8 +21,7 @@ use crate::core::time::Timestamp;
 use crate::core::tool;
 
 /// What kind of answer a request wants.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ApprovalKind {
     /// May this tool run with these arguments? Approve or deny.
     ToolPermission,
@@ -46,14 +45,22 @@ impl ApprovalKind {
 }
 
 /// Where the reply goes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum AnswerChannel {
     /// One JSON line on the agent's own input (Pi RPC, Claude stream-json).
     AgentInput,
     /// The standard output of the hook command that is waiting for a
     /// decision (Claude Code's `PermissionRequest` hook, via `colibri hook`).
     HookOutput,
+}
+
+impl AnswerChannel {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AnswerChannel::AgentInput => "agent_input",
+            AnswerChannel::HookOutput => "hook_output",
+        }
+    }
 }
 
 /// A request as an adapter read it from one line; borrows from the line.
@@ -208,12 +215,10 @@ fn bounded(s: &str) -> String {
 }
 
 /// The operator's reply.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "decision")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     Approve,
     Deny {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
     /// Free text, or one of a select's options (its text, or its 1-based
@@ -497,21 +502,16 @@ fn claude_hook_decision(approval: &Approval, decision: &Decision) -> Result<Vec<
 }
 
 /// How an approval stopped being pending.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "event")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ApprovalOutcome {
     /// colibri wrote the operator's reply.
-    Answered {
-        #[serde(flatten)]
-        decision: Decision,
-    },
+    Answered { decision: Decision },
     /// It can no longer be answered.
     Expired { reason: ExpiryReason },
 }
 
 /// Why an approval expired.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ExpiryReason {
     /// The harness withdrew the request.
     Cancelled,
@@ -526,6 +526,18 @@ pub enum ExpiryReason {
     Overflow,
 }
 
+impl ExpiryReason {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ExpiryReason::Cancelled => "cancelled",
+            ExpiryReason::Resolved => "resolved",
+            ExpiryReason::TimedOut => "timed_out",
+            ExpiryReason::Exited => "exited",
+            ExpiryReason::Overflow => "overflow",
+        }
+    }
+}
+
 /// One change to a pane's approvals, in the order it happened.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ApprovalEvent {
@@ -537,91 +549,6 @@ pub enum ApprovalEvent {
         /// Non-blank lines seen when it closed (0: not caused by a line).
         line: u64,
     },
-}
-
-/// An approval as `colibri fold --json` reports it: where it was asked,
-/// and how it ended (no `outcome`: still pending at the end).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FoldApproval {
-    pub id: String,
-    pub kind: ApprovalKind,
-    /// Given only when the reply does not go to the agent's input.
-    #[serde(default = "agent_input", skip_serializing_if = "is_agent_input")]
-    pub channel: AnswerChannel,
-    pub request_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub options: Vec<String>,
-    /// The line that asked.
-    pub line: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<ApprovalOutcome>,
-    /// The line that closed it (0: the exit or the end of the stream).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub closed_line: Option<u64>,
-}
-
-fn agent_input() -> AnswerChannel {
-    AnswerChannel::AgentInput
-}
-
-fn is_agent_input(c: &AnswerChannel) -> bool {
-    *c == AnswerChannel::AgentInput
-}
-
-impl FoldApproval {
-    fn opened(a: &Approval) -> Self {
-        FoldApproval {
-            id: a.id.clone(),
-            kind: a.kind,
-            channel: a.channel,
-            request_id: a.request_id.clone(),
-            tool: a.tool.clone(),
-            summary: a.summary.clone(),
-            title: a.title.clone(),
-            message: a.message.clone(),
-            options: a.options.clone(),
-            line: a.line,
-            outcome: None,
-            closed_line: None,
-        }
-    }
-}
-
-/// Folds a pane's approval events into one entry per approval, in the
-/// order they were asked.
-pub fn fold_events(events: &[ApprovalEvent]) -> Vec<FoldApproval> {
-    let mut out: Vec<FoldApproval> = Vec::new();
-    for e in events {
-        match e {
-            ApprovalEvent::Opened(a) => out.push(FoldApproval::opened(a)),
-            ApprovalEvent::Closed {
-                approval,
-                outcome,
-                line,
-                ..
-            } => {
-                let entry = match out.iter_mut().rev().find(|f| f.id == approval.id) {
-                    Some(f) => f,
-                    None => {
-                        out.push(FoldApproval::opened(approval));
-                        let last = out.len() - 1;
-                        &mut out[last]
-                    }
-                };
-                entry.outcome = Some(outcome.clone());
-                entry.closed_line = Some(*line);
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
