@@ -279,6 +279,10 @@ impl std::fmt::Display for AnswerError {
 
 impl std::error::Error for AnswerError {}
 
+/// Claude's clarifying-question tool, asked through `can_use_tool` and
+/// answered with `answers` in `updatedInput`.
+pub const ASK_USER_QUESTION: &str = "AskUserQuestion";
+
 /// What to deny with when the operator gives no reason: Claude shows the
 /// message to the model, and an empty one says nothing.
 pub const DEFAULT_DENY_MESSAGE: &str = "Denied by the operator.";
@@ -408,6 +412,8 @@ enum PermissionResult<'a> {
 #[serde(untagged)]
 enum UpdatedInput<'a> {
     Raw(&'a RawValue),
+    /// The input with `answers` added (an `AskUserQuestion` answered).
+    Answered(serde_json::Map<String, serde_json::Value>),
     /// A request that carried no input is allowed with `{}`.
     Empty(serde_json::Map<String, serde_json::Value>),
 }
@@ -419,6 +425,9 @@ fn claude_control_response(
     approval: &Approval,
     decision: &Decision,
 ) -> Result<Vec<u8>, AnswerError> {
+    if approval.kind != ApprovalKind::ToolPermission {
+        return claude_question_response(approval, decision);
+    }
     let result = match decision {
         Decision::Approve => {
             if approval.input_too_big {
@@ -449,6 +458,66 @@ fn claude_control_response(
             response: result,
         },
     }))
+}
+
+/// The reply to an `AskUserQuestion` with one question: allow, with the
+/// input passed through and `answers` mapping the question's text to the
+/// chosen option's label (or the operator's own text); deny as usual.
+fn claude_question_response(
+    approval: &Approval,
+    decision: &Decision,
+) -> Result<Vec<u8>, AnswerError> {
+    let result = match decision {
+        Decision::Answer { text } => PermissionResult::Allow {
+            updated_input: UpdatedInput::Answered(answered_input(approval, text)?),
+        },
+        Decision::Deny { message } => PermissionResult::Deny {
+            message: deny_message(message),
+        },
+        Decision::Approve => {
+            return Err(AnswerError::WrongDecision {
+                kind: approval.kind,
+                decision: decision.as_str(),
+            })
+        }
+    };
+    Ok(to_line(&ClaudeControlResponse {
+        kind: "control_response",
+        response: ClaudeControlSuccess {
+            subtype: "success",
+            request_id: &approval.request_id,
+            response: result,
+        },
+    }))
+}
+
+/// The kept input with `answers` added. The key is the question's full
+/// text, read again from the input (the approval's copy is shortened).
+fn answered_input(
+    approval: &Approval,
+    text: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, AnswerError> {
+    use serde_json::Value;
+    let kept = approval.input.as_ref().ok_or(AnswerError::InputNotKept)?;
+    let mut input: serde_json::Map<String, Value> =
+        serde_json::from_str(kept.0.get()).map_err(|_| AnswerError::InputNotKept)?;
+    let question = input
+        .get("questions")
+        .and_then(|q| q.get(0))
+        .and_then(|q| q.get("question"))
+        .and_then(Value::as_str)
+        .ok_or(AnswerError::InputNotKept)?
+        .to_string();
+    // A number picks an option; any other text is the operator's own
+    // answer, which the question accepts as free text.
+    let answer = match approval.kind {
+        ApprovalKind::Select => pick_option(approval, text).unwrap_or(text),
+        _ => text,
+    };
+    let mut answers = serde_json::Map::new();
+    answers.insert(question, Value::String(answer.to_string()));
+    input.insert("answers".into(), Value::Object(answers));
+    Ok(input)
 }
 
 fn deny_message(message: &Option<String>) -> &str {

@@ -17,7 +17,9 @@ use std::collections::VecDeque;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::core::approval::{AnswerChannel, ApprovalKind, ApprovalRequest, Resolves};
+use crate::core::approval::{
+    AnswerChannel, ApprovalKind, ApprovalRequest, Resolves, ASK_USER_QUESTION,
+};
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
@@ -439,6 +441,10 @@ fn control_request<'a>(
     }
     let tool = req.tool_name.as_deref().unwrap_or("tool");
     let reason = Cow::Owned(format!("permission: {tool}"));
+    let question = match (req.tool_name.as_deref(), req.input) {
+        (Some(ASK_USER_QUESTION), Some(input)) => single_question(input),
+        _ => None,
+    };
     let approval = request_id.map(|id| {
         let mut a = ApprovalRequest::new(ApprovalKind::ToolPermission, id);
         a.tool = req.tool_name.clone();
@@ -446,11 +452,80 @@ fn control_request<'a>(
         a.title = req.title.clone();
         a.message = req.description.clone().or(req.decision_reason.clone());
         a.tool_use_id = req.tool_use_id.clone();
+        if let Some(q) = &question {
+            a.kind = if q.options.is_empty() {
+                ApprovalKind::Input
+            } else {
+                ApprovalKind::Select
+            };
+            a.title = q.header.clone();
+            a.message = q.question.clone();
+            a.options = q.options.clone();
+        }
         a
     });
+    let reason = match question.and_then(|q| q.question) {
+        Some(q) => q,
+        None => reason,
+    };
     Observation::new(Signal::Blocked)
         .with_reason(Some(reason))
         .with_approval(approval)
+}
+
+/// `AskUserQuestion`'s input: questions with options, answered through
+/// `can_use_tool` with `answers` in `updatedInput`.
+#[derive(Deserialize)]
+struct AskInput<'a> {
+    #[serde(borrow, default)]
+    questions: Option<Vec<AskQuestion<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct AskQuestion<'a> {
+    #[serde(borrow, default)]
+    question: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    header: Option<Cow<'a, str>>,
+    /// Read apart, so that an odd option cannot cost the question.
+    #[serde(borrow, default)]
+    options: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct AskOption<'a> {
+    #[serde(borrow)]
+    label: Cow<'a, str>,
+}
+
+struct OneQuestion<'a> {
+    question: Option<Cow<'a, str>>,
+    header: Option<Cow<'a, str>>,
+    options: Vec<Cow<'a, str>>,
+}
+
+/// The question of an `AskUserQuestion` that asks exactly one; several
+/// questions stay a plain permission (one answer cannot fill them).
+fn single_question(input: &RawValue) -> Option<OneQuestion<'_>> {
+    let mut qs = serde_json::from_str::<AskInput<'_>>(input.get())
+        .ok()?
+        .questions?;
+    if qs.len() != 1 {
+        return None;
+    }
+    let q = qs.pop()?;
+    let options = q
+        .options
+        .and_then(|raw| serde_json::from_str::<Vec<AskOption<'_>>>(raw.get()).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| o.label)
+        .collect();
+    Some(OneQuestion {
+        question: q.question,
+        header: q.header,
+        options,
+    })
 }
 
 /// A `user` line feeds tool results back; a permission whose tool has a
@@ -817,5 +892,46 @@ mod tests {
             .observe(br#"{"session_id":"s","hook_event_name":"PostToolUse","tool_name":"Edit","tool_use_id":"toolu_1"}"#)
             .expect("valid");
         assert_eq!(post.resolves, Resolves::All);
+    }
+
+    #[test]
+    fn ask_user_question_with_one_question_is_answered_through_updated_input() {
+        use crate::core::approval::{encode_answer, Approval, ApprovalKind, Decision};
+        use crate::core::taxonomy::Runtime;
+        use crate::core::time::Timestamp;
+        let mut st = ClaudeState::default();
+        let obs = st
+            .observe(br#"{"type":"control_request","request_id":"req_q","request":{"subtype":"can_use_tool","tool_name":"AskUserQuestion","input":{"questions":[{"question":"How should I format the output?","header":"Format","options":[{"label":"Summary","description":"Brief"},{"label":"Detailed","description":"Full"}],"multiSelect":false}]},"tool_use_id":"toolu_q"}}"#)
+            .expect("valid");
+        assert_eq!(
+            obs.reason.as_deref(),
+            Some("How should I format the output?")
+        );
+        let req = obs.approval.expect("a question");
+        assert_eq!(req.kind, ApprovalKind::Select);
+        assert_eq!(req.options, ["Summary", "Detailed"]);
+        let a = Approval::from_request("p-1".into(), &req, Timestamp::from_millis(0), 1);
+        let answer = |text: &str| {
+            encode_answer(Runtime::Claude, &a, &Decision::Answer { text: text.into() })
+                .map(|b| String::from_utf8(b).expect("UTF-8"))
+        };
+        // serde_json's map sorts keys: the input comes back reordered,
+        // which is the same JSON.
+        assert_eq!(
+            answer("2").as_deref(),
+            Ok("{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"req_q\",\"response\":{\"behavior\":\"allow\",\"updatedInput\":{\"answers\":{\"How should I format the output?\":\"Detailed\"},\"questions\":[{\"header\":\"Format\",\"multiSelect\":false,\"options\":[{\"description\":\"Brief\",\"label\":\"Summary\"},{\"description\":\"Full\",\"label\":\"Detailed\"}],\"question\":\"How should I format the output?\"}]}}}}\n")
+        );
+        assert!(answer("Bullet points")
+            .is_ok_and(|l| l.contains("\"How should I format the output?\":\"Bullet points\"")));
+        assert!(encode_answer(Runtime::Claude, &a, &Decision::Approve).is_err());
+
+        // Two questions cannot take one answer: a plain permission.
+        let obs = st
+            .observe(br#"{"type":"control_request","request_id":"req_r","request":{"subtype":"can_use_tool","tool_name":"AskUserQuestion","input":{"questions":[{"question":"A?","header":"A","options":[]},{"question":"B?","header":"B","options":[]}]}}}"#)
+            .expect("valid");
+        assert_eq!(
+            obs.approval.map(|a| a.kind),
+            Some(ApprovalKind::ToolPermission)
+        );
     }
 }
