@@ -791,4 +791,19 @@ mod tests {
         assert_eq!(title.chars().count(), TEXT_CHARS + 1);
         assert!(title.ends_with('…'));
     }
+
+    #[test]
+    fn the_question_says_what_is_asked_in_one_line() {
+        let mut req = ApprovalRequest::new(ApprovalKind::ToolPermission, Cow::Borrowed("r"));
+        req.tool = Some(Cow::Borrowed("Bash"));
+        req.input = Some(raw(r#"{"command":"git push --force"}"#));
+        let a = Approval::from_request("p-1".into(), &req, Timestamp::from_millis(0), 1);
+        assert_eq!(a.question(), "permission: Bash: git push --force");
+        let mut req = ApprovalRequest::new(ApprovalKind::Confirm, Cow::Borrowed("u"));
+        req.message = Some(Cow::Borrowed("All messages\nwill be lost."));
+        let a = Approval::from_request("p-2".into(), &req, Timestamp::from_millis(0), 1);
+        assert_eq!(a.question(), "All messages will be lost.");
+        let a = approval(ApprovalKind::Input, "v");
+        assert_eq!(a.question(), "input");
+    }
 }
