@@ -6,11 +6,14 @@
 
 use std::time::Duration;
 
+use crate::core::approval::ApprovalEvent;
 use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
 use crate::core::state::AgentState;
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
-use crate::protocol::{FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage};
+use crate::protocol::{
+    fold_approvals, FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage,
+};
 
 /// Folds `chunks` (a stream cut anywhere) into a report. `exit`, when given,
 /// is folded in after the stream as the daemon would on process exit;
@@ -24,14 +27,18 @@ pub fn fold_chunks<'a>(
     let t0 = Timestamp::from_millis(0);
     let mut pane = Pane::new(PaneId("fold".into()), "fold".into(), runtime, max_line, t0);
     let mut transitions: Vec<Transition> = Vec::new();
+    // Drained after every chunk, as the daemon would, so none is dropped.
+    let mut approvals: Vec<ApprovalEvent> = Vec::new();
     for c in chunks {
         pane.ingest(c, t0, &mut transitions);
+        approvals.extend(pane.take_approval_events());
     }
     match exit {
         Some(status) => pane.exited(status, t0, &mut transitions),
         None => pane.finish_stream(t0, &mut transitions),
     }
-    let report = report(&pane, &transitions);
+    approvals.extend(pane.take_approval_events());
+    let report = report(&pane, &transitions, &approvals);
     (pane, report)
 }
 
@@ -45,7 +52,7 @@ pub fn fold_bytes(
     fold_chunks(runtime, max_line, [bytes], exit).1
 }
 
-fn report(pane: &Pane, transitions: &[Transition]) -> FoldReport {
+fn report(pane: &Pane, transitions: &[Transition], approvals: &[ApprovalEvent]) -> FoldReport {
     let mut timeline = vec![FoldStep {
         line: 0,
         state: AgentState::Idle,
@@ -68,5 +75,6 @@ fn report(pane: &Pane, transitions: &[Transition]) -> FoldReport {
         last_error: pane.last_error().map(str::to_string),
         blocked_reason: pane.blocked_reason().map(str::to_string),
         exit: pane.exit().map(WireExit::from),
+        approvals: fold_approvals(approvals),
     }
 }

@@ -80,11 +80,19 @@ pub fn fold_input(
     let u = unwrap_input(input)?;
     let mut report = fold_bytes(runtime, max_line, &u.stream, u.exit);
     if !u.line_map.is_empty() {
-        for step in &mut report.timeline {
-            if step.line > 0 {
-                let idx = usize::try_from(step.line - 1).unwrap_or(usize::MAX);
-                step.line = u.line_map.get(idx).copied().unwrap_or(step.line);
+        let to_file_line = |line: u64| {
+            if line == 0 {
+                return 0;
             }
+            let idx = usize::try_from(line - 1).unwrap_or(usize::MAX);
+            u.line_map.get(idx).copied().unwrap_or(line)
+        };
+        for step in &mut report.timeline {
+            step.line = to_file_line(step.line);
+        }
+        for a in &mut report.approvals {
+            a.line = to_file_line(a.line);
+            a.closed_line = a.closed_line.map(to_file_line);
         }
     }
     Ok(report)

@@ -5,6 +5,7 @@
 //! slices. That is what lets `colibri fold` replay a recording offline and
 //! get exactly the states the daemon saw live.
 
+pub mod approval;
 pub mod ingest;
 pub mod lifecycle;
 pub mod pane;
