@@ -14,6 +14,7 @@ pub mod signal;
 pub mod spec;
 pub mod state;
 pub mod supervisor;
+pub mod tasks;
 pub mod taxonomy;
 pub mod time;
 pub mod tool;
