@@ -252,6 +252,50 @@ fn a_jail_socket_must_name_a_pane_of_its_own_jail() {
 }
 
 #[test]
+fn a_jailed_agent_works_a_task_through_its_jails_socket() {
+    // Jailed agents cannot be started on Linux, but a pane's jail survives in
+    // its session log: recover one from a log written as colibrid writes them.
+    let jail_dir = tempfile::tempdir().expect("dir");
+    let jail_sock = jail_dir.path().join("colibri.sock");
+    let arg = format!("agents1={}", jail_sock.display());
+    let mut d = start(None, &["--jail-socket", &arg]);
+    let id = add_task(&d, "inside work", json!({"role":"db"}));
+    assert!(d.terminate().success());
+    let jailed = "11111111-2222-4333-8444-555555555555";
+    std::fs::write(
+        d.state.join("sessions").join("jailed.jsonl"),
+        concat!(
+            r#"{"ts":"2026-11-21T10:00:00.000Z","pane":"11111111-2222-4333-8444-555555555555","colibri":"attach","agent":"pi","runtime":"pi","name":"inside","cwd":"/work","argv":["pi"],"generation":0,"jail":"agents1"}"#, "\n",
+            r#"{"ts":"2026-11-21T10:00:01.000Z","pane":"11111111-2222-4333-8444-555555555555","ev":{"type":"agent_start"}}"#, "\n",
+        ),
+    )
+    .expect("write log");
+    d.launch();
+    let mut w = Client::connect(&jail_sock);
+    assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
+    let mut c = Client::connect(&jail_sock);
+    let r = c.request(&json!({"cmd":"task-claim","pane":"inside","role":"db"}));
+    assert_eq!(r["data"]["task"]["task_id"], json!(id), "{r}");
+    assert_eq!(r["data"]["task"]["assigned_to"], json!(jailed));
+    let r = c.request(&json!({"cmd":"task-ack","pane": jailed,"task_id": id}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let r = c.request(&json!({"cmd":"task-done","pane": jailed,"task_id": id,"note":"ok"}));
+    assert_eq!(r["data"]["task"]["status"], json!("done"), "{r}");
+    // The jail's watcher sees its own pane's task events.
+    let ev = wait_for(Duration::from_secs(30), "the jail's task event", || {
+        let ev = w.read_line()?;
+        (ev["event"] == json!("task") && ev["status"] == json!("done")).then_some(ev)
+    });
+    assert_eq!(ev["pane"], json!(jailed));
+    let mine = c.request(&json!({"cmd":"state","pane": jailed}));
+    assert_eq!(
+        mine["data"]["agents"][0]["active"],
+        json!(false),
+        "recovered, not running: {mine}"
+    );
+}
+
+#[test]
 fn tasks_survive_a_colibrid_restart() {
     let mut d = start(None, &[]);
     let pane = idle_agent(&d);
@@ -290,4 +334,21 @@ fn tasks_survive_a_colibrid_restart() {
         "{text}"
     );
     assert!(text.contains("cancelled"), "{text}");
+}
+
+#[test]
+fn a_claims_deadline_holds_across_a_restart() {
+    let mut d = start(Some(1500), &[]);
+    let pane = idle_agent(&d);
+    let id = add_task(&d, "claimed before the restart", json!({}));
+    d.ok(json!({"cmd":"task-claim","pane": pane}));
+    assert!(d.terminate().success());
+    // The new daemon has the default 3-minute window, but the claim keeps
+    // the deadline it was given.
+    d.launch();
+    let t = wait_for(Duration::from_secs(30), "the claim to lapse", || {
+        let t = task(&d, id);
+        (t["status"] == json!("pending")).then_some(t)
+    });
+    assert_eq!(t["releases"], json!(1));
 }
