@@ -71,6 +71,31 @@ fn every_watch_kind() -> Vec<WatchKind> {
             attempts: 3,
         },
         WatchKind::Heartbeat { panes: 0 },
+        WatchKind::Task {
+            task_id: 1,
+            status: colibri::core::tasks::TaskStatus::Claimed,
+            pane: Some(p()),
+        },
+        WatchKind::TaskCompleted {
+            pane: p(),
+            task_id: Some(1),
+            message: None,
+            tokens: None,
+        },
+        WatchKind::ApprovalRequest {
+            pane: p(),
+            task_id: None,
+            message: None,
+            detail: None,
+            tokens: None,
+        },
+        WatchKind::AgentError {
+            pane: p(),
+            task_id: None,
+            message: None,
+            detail: None,
+            tokens: None,
+        },
     ];
     for k in &all {
         match k {
@@ -84,7 +109,11 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::RestartScheduled { .. }
             | WatchKind::Restarted { .. }
             | WatchKind::RestartsExhausted { .. }
-            | WatchKind::Heartbeat { .. } => {}
+            | WatchKind::Heartbeat { .. }
+            | WatchKind::Task { .. }
+            | WatchKind::TaskCompleted { .. }
+            | WatchKind::ApprovalRequest { .. }
+            | WatchKind::AgentError { .. } => {}
         }
     }
     all

@@ -35,6 +35,7 @@ pub mod remote;
 pub mod render;
 pub mod replay;
 pub mod request;
+pub mod task;
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -184,6 +185,12 @@ pub enum Command {
         /// What happened to the host.
         #[arg(value_enum)]
         kind: HintKind,
+    },
+    /// The control plane's task queue: add, ls, show, cancel (operators);
+    /// claim, ack, done, fail (agents, as $COLIBRI_PANE_ID).
+    Task {
+        #[command(subcommand)]
+        cmd: task::TaskCommand,
     },
     /// Fold a stream or recording offline and print its state timeline.
     Fold(FoldArgs),
@@ -415,6 +422,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Hint {
             kind: HintKind::Resume,
         } => remote::hint_resume(socket),
+        Command::Task { cmd } => task::run(socket, &cmd, &mut out),
         Command::Fold(args) => fold_cmd(args, &mut out),
         Command::Replay(args) => replay_cmd(args, &mut out),
         Command::Demo(args) => {

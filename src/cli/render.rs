@@ -393,6 +393,24 @@ pub fn sessions_table(list: &[SessionSummary]) -> String {
     t.render()
 }
 
+/// An `activity` post as words: who, what, the task, the message.
+fn activity_line(
+    who: String,
+    what: &str,
+    task_id: Option<u64>,
+    message: &Option<String>,
+) -> String {
+    let mut line = format!("{who} {what}");
+    if let Some(id) = task_id {
+        line.push_str(&format!(" (task {id})"));
+    }
+    if let Some(m) = message {
+        line.push_str(": ");
+        line.push_str(m);
+    }
+    line
+}
+
 /// One `watch` event as a readable line. `names` maps pane ids to the names
 /// seen in `attached` events so later lines can show them.
 pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
@@ -470,6 +488,32 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             )
         }
         WatchKind::Heartbeat { panes } => format!("heartbeat ({panes} pane(s))"),
+        WatchKind::Task {
+            task_id,
+            status,
+            pane,
+        } => match pane {
+            Some(p) => format!("task {task_id} {} ({})", status.as_str(), who(p)),
+            None => format!("task {task_id} {}", status.as_str()),
+        },
+        WatchKind::TaskCompleted {
+            pane,
+            task_id,
+            message,
+            ..
+        } => activity_line(who(pane), "completed a task", *task_id, message),
+        WatchKind::ApprovalRequest {
+            pane,
+            task_id,
+            message,
+            ..
+        } => activity_line(who(pane), "asks for approval", *task_id, message),
+        WatchKind::AgentError {
+            pane,
+            task_id,
+            message,
+            ..
+        } => activity_line(who(pane), "reports an error", *task_id, message),
     };
     escape_controls(&format!("{time} #{} {what}", ev.seq)).into_owned()
 }

@@ -15,6 +15,7 @@ pub mod signal;
 pub mod spec;
 pub mod state;
 pub mod supervisor;
+pub mod tasks;
 pub mod taxonomy;
 pub mod time;
 pub mod tool;

@@ -191,7 +191,12 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
         | WatchKind::Paused { .. }
         | WatchKind::Resumed { .. }
         | WatchKind::RestartScheduled { .. }
-        | WatchKind::Heartbeat { .. } => None,
+        | WatchKind::Heartbeat { .. }
+        // Control-plane events reach operators on the watch stream.
+        | WatchKind::Task { .. }
+        | WatchKind::TaskCompleted { .. }
+        | WatchKind::ApprovalRequest { .. }
+        | WatchKind::AgentError { .. } => None,
     }
 }
 

@@ -130,6 +130,7 @@ pub struct Daemon {
     /// wakeup of any kind (at the latest the heartbeat), never in a spin.
     pub(crate) store_failing: bool,
     pub(crate) reloader: crate::daemon::Reloader,
+    pub(crate) control: crate::daemon::control_plane::ControlPlane,
 }
 
 pub fn now() -> Timestamp {
@@ -193,6 +194,7 @@ impl Daemon {
                 crate::daemon::alert::SYSTEM_LOG_SOCKETS.join(", ")
             );
         }
+        let state_dir = settings.daemon.state_dir.clone();
         let mut d = Daemon {
             panes: PaneTable::default(),
             settings,
@@ -220,7 +222,9 @@ impl Daemon {
             store_pending: false,
             store_failing: false,
             reloader,
+            control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
         };
+        d.rearm_task_timer(t0);
         d.recover(recovery, t0);
         let operator = d.settings.daemon.socket.clone();
         d.bind(&operator, Scope::Operator)?;
@@ -307,6 +311,7 @@ impl Daemon {
             }
             Source::Shutdown => self.shutdown_timer_fired(t),
             Source::Signals => self.on_signals(t),
+            Source::TaskAck => self.task_ack_due(t),
         }
     }
 

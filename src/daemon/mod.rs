@@ -17,6 +17,7 @@ pub mod bus;
 mod classify;
 pub(crate) mod commands;
 pub mod conn;
+pub mod control_plane;
 pub mod diag;
 pub mod event_loop;
 mod life;

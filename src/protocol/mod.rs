@@ -21,6 +21,11 @@ use crate::core::usage::Usage;
 
 mod approvals;
 pub use approvals::{fold_approvals, FoldApproval, WireOutcome};
+pub mod control_plane;
+pub use control_plane::{
+    ActivityArgs, ActivityReply, ApprovalsReply, CallerArgs, StateReply, TaskActArgs, TaskAddArgs,
+    TaskClaimArgs, TaskReply, TasksArgs, TasksReply,
+};
 
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
@@ -347,6 +352,16 @@ pub enum Command {
     Emit(EmitArgs),
     Whoami,
     Hint(HintArgs),
+    State(CallerArgs),
+    Tasks(TasksArgs),
+    TaskAdd(Box<TaskAddArgs>),
+    TaskClaim(TaskClaimArgs),
+    TaskAck(TaskActArgs),
+    TaskDone(TaskActArgs),
+    TaskFail(TaskActArgs),
+    TaskCancel(TaskActArgs),
+    Approvals(CallerArgs),
+    Activity(ActivityArgs),
 }
 
 /// Who may use a command.
@@ -373,7 +388,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 16] = {
+pub const COMMANDS: [CommandInfo; 26] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -392,6 +407,16 @@ pub const COMMANDS: [CommandInfo; 16] = {
         cmd("emit", Agent),
         cmd("whoami", Agent),
         cmd("hint", Operator),
+        cmd("state", Agent),
+        cmd("tasks", Agent),
+        cmd("task-add", Operator),
+        cmd("task-claim", Agent),
+        cmd("task-ack", Agent),
+        cmd("task-done", Agent),
+        cmd("task-fail", Agent),
+        cmd("task-cancel", Operator),
+        cmd("approvals", Agent),
+        cmd("activity", Agent),
     ]
 };
 
@@ -427,6 +452,16 @@ impl Command {
             Command::Emit(_) => 13,
             Command::Whoami => 14,
             Command::Hint(_) => 15,
+            Command::State(_) => 16,
+            Command::Tasks(_) => 17,
+            Command::TaskAdd(_) => 18,
+            Command::TaskClaim(_) => 19,
+            Command::TaskAck(_) => 20,
+            Command::TaskDone(_) => 21,
+            Command::TaskFail(_) => 22,
+            Command::TaskCancel(_) => 23,
+            Command::Approvals(_) => 24,
+            Command::Activity(_) => 25,
         }
     }
 
@@ -966,6 +1001,11 @@ pub enum Reply {
     Compact(CompactReply),
     Whoami(WhoamiReply),
     Hint(HintReply),
+    State(StateReply),
+    Tasks(TasksReply),
+    Task(TaskReply),
+    Approvals(ApprovalsReply),
+    Activity(ActivityReply),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1057,6 +1097,49 @@ pub enum WatchKind {
     Heartbeat {
         panes: usize,
     },
+    /// A control-plane task changed status; `pane` is the agent holding
+    /// (or that held) it.
+    Task {
+        task_id: u64,
+        status: crate::core::tasks::TaskStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pane: Option<String>,
+    },
+    /// `activity`: an agent reports a finished task.
+    TaskCompleted {
+        pane: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
+    },
+    /// `activity`: an agent asks the operator to approve an operation.
+    ApprovalRequest {
+        pane: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
+    },
+    /// `activity`: an agent reports an error (and what it did about it).
+    #[serde(rename = "error")]
+    AgentError {
+        pane: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
+    },
 }
 
 impl WatchKind {
@@ -1071,7 +1154,11 @@ impl WatchKind {
             | WatchKind::Exited { pane, .. }
             | WatchKind::RestartScheduled { pane, .. }
             | WatchKind::Restarted { pane, .. }
-            | WatchKind::RestartsExhausted { pane, .. } => Some(pane),
+            | WatchKind::RestartsExhausted { pane, .. }
+            | WatchKind::TaskCompleted { pane, .. }
+            | WatchKind::ApprovalRequest { pane, .. }
+            | WatchKind::AgentError { pane, .. } => Some(pane),
+            WatchKind::Task { pane, .. } => pane.as_deref(),
             WatchKind::Heartbeat { .. } => None,
         }
     }

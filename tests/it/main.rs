@@ -10,6 +10,8 @@ mod chaos;
 mod cli;
 /// The glasspane contract's commands and example lines.
 mod contract;
+/// The control plane: tasks, the claim handshake, scope, restarts.
+mod control_plane;
 /// Session logs, recovery after a crash, syslog alerts, configuration.
 mod durability;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.

@@ -13,6 +13,7 @@
 
 mod agents;
 mod control;
+mod control_plane;
 mod query;
 mod session;
 mod watch;
@@ -54,6 +55,16 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("emit", watch::emit),
     ("whoami", query::whoami),
     ("hint", control::hint),
+    ("state", control_plane::state),
+    ("tasks", control_plane::tasks),
+    ("task-add", control_plane::add),
+    ("task-claim", control_plane::claim),
+    ("task-ack", control_plane::act),
+    ("task-done", control_plane::act),
+    ("task-fail", control_plane::act),
+    ("task-cancel", control_plane::act),
+    ("approvals", control_plane::approvals),
+    ("activity", control_plane::activity),
 ];
 
 /// A handler reached with another command's arguments: the tables are out
