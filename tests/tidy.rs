@@ -71,6 +71,10 @@ fn every_watch_kind() -> Vec<WatchKind> {
             attempts: 3,
         },
         WatchKind::Heartbeat { panes: 0 },
+        WatchKind::Gap {
+            since: 1,
+            resumes_at: 9,
+        },
     ];
     for k in &all {
         match k {
@@ -84,7 +88,8 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::RestartScheduled { .. }
             | WatchKind::Restarted { .. }
             | WatchKind::RestartsExhausted { .. }
-            | WatchKind::Heartbeat { .. } => {}
+            | WatchKind::Heartbeat { .. }
+            | WatchKind::Gap { .. } => {}
         }
     }
     all

@@ -146,6 +146,9 @@ pub enum Command {
         /// Print each event as its JSON line.
         #[arg(long)]
         json: bool,
+        /// First replay the journaled events after this seq (resume).
+        #[arg(long, value_name = "SEQ")]
+        since: Option<u64>,
     },
     /// The daemon's sessions as a table.
     Sessions {
@@ -401,7 +404,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             text,
             no_newline,
         } => remote::simple(socket, &request::send_input(&id, &text, !no_newline)),
-        Command::Watch { ids, json } => remote::watch(socket, &ids, json, &mut out),
+        Command::Watch { ids, json, since } => remote::watch(socket, &ids, since, json, &mut out),
         Command::Sessions { json } => remote::sessions(socket, json, &mut out),
         Command::Session { id } => remote::session(socket, &id, &mut out),
         Command::Compact { id } => remote::compact(socket, &id, &mut out),

@@ -470,6 +470,9 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             )
         }
         WatchKind::Heartbeat { panes } => format!("heartbeat ({panes} pane(s))"),
+        WatchKind::Gap { since, resumes_at } => format!(
+            "gap: events after #{since} up to #{resumes_at} are no longer journaled (take a snapshot)"
+        ),
     };
     escape_controls(&format!("{time} #{} {what}", ev.seq)).into_owned()
 }

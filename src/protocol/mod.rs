@@ -547,6 +547,9 @@ pub struct WatchArgs {
     /// Only these panes (ids or names); all when absent.
     #[serde(default)]
     pub panes: Option<Vec<String>>,
+    /// Replay the journaled events after this seq first (see `watch.rs`).
+    #[serde(default)]
+    pub since: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -1051,6 +1054,12 @@ pub enum WatchKind {
     Heartbeat {
         panes: usize,
     },
+    /// A `watch` with `since` asked for events the journal no longer
+    /// holds: those after `since` and before `resumes_at` are lost.
+    Gap {
+        since: u64,
+        resumes_at: u64,
+    },
 }
 
 impl WatchKind {
@@ -1066,7 +1075,7 @@ impl WatchKind {
             | WatchKind::RestartScheduled { pane, .. }
             | WatchKind::Restarted { pane, .. }
             | WatchKind::RestartsExhausted { pane, .. } => Some(pane),
-            WatchKind::Heartbeat { .. } => None,
+            WatchKind::Heartbeat { .. } | WatchKind::Gap { .. } => None,
         }
     }
 }
