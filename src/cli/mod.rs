@@ -30,6 +30,7 @@ use crate::core::taxonomy::Runtime;
 
 pub mod demo;
 pub mod fold;
+pub mod notify;
 pub mod recording;
 pub mod remote;
 pub mod render;
@@ -181,6 +182,16 @@ pub enum Command {
         /// The hook's event name (informational; defaults to the input's
         /// hook_event_name).
         event: Option<String>,
+    },
+    /// Deliver watch events to the [[notify]] sinks of colibri.toml
+    /// (exec, webhook, ntfy), resuming from a saved cursor; runs until killed.
+    Notify {
+        /// The file with the [[notify]] sinks.
+        #[arg(long, env = "COLIBRI_CONFIG", default_value = crate::config::DEFAULT_CONFIG_PATH)]
+        config: PathBuf,
+        /// Where the last handled event's seq is kept.
+        #[arg(long, default_value = "/var/db/colibri/notify.cursor")]
+        cursor: PathBuf,
     },
     /// Tell the daemon something about the host.
     Hint {
@@ -415,6 +426,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             &mut io::stdin().lock(),
             &mut io::stderr(),
         )),
+        Command::Notify { config, cursor } => notify::run(socket, &config, &cursor),
         Command::Hint {
             kind: HintKind::Resume,
         } => remote::hint_resume(socket),

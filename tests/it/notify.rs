@@ -126,3 +126,219 @@ fn a_since_older_than_the_journal_gets_the_gap_marker_first() {
         (d.ok(json!({"cmd":"status"}))["watchers"].as_u64() >= Some(2)).then_some(())
     });
 }
+
+/// `colibri notify` as a child, killed when dropped.
+struct Notify {
+    child: std::process::Child,
+    stderr: std::path::PathBuf,
+}
+
+impl Notify {
+    fn start(d: &Colibrid, config: &std::path::Path, cursor: &std::path::Path) -> Notify {
+        let stderr = d.dir.path().join(format!(
+            "notify-{}.err",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|t| t.as_nanos())
+                .unwrap_or(0)
+        ));
+        let child = std::process::Command::new(crate::support::COLIBRI)
+            .arg("notify")
+            .arg("--config")
+            .arg(config)
+            .arg("--cursor")
+            .arg(cursor)
+            .env("COLIBRI_SOCKET", &d.socket)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("colibri notify");
+        wait_for(Duration::from_secs(20), "notify to watch", || {
+            cursor.exists().then_some(())
+        });
+        Notify { child, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Notify {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn block(d: &Colibrid, pane: &str) {
+    d.ok(json!({"cmd":"emit","agent_id": pane,
+        "event":{"type":"extension_ui_request","id":"1","method":"confirm","title":"Delete build/?"}}));
+    d.wait_state(pane, "blocked");
+}
+
+/// A tiny HTTP server: each request's body goes to the channel, answered 200.
+fn serve(listener: std::net::TcpListener, got: std::sync::mpsc::Sender<Value>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { return };
+        let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+        let mut len = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            let lower = line.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0; len];
+        if reader.read_exact(&mut body).is_err() {
+            continue;
+        }
+        let _ =
+            stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+            if got.send(v).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_webhook_gets_one_post_per_blocked_pane_none_for_sub_agents_retried_until_up() {
+    let d = Colibrid::start(&[]);
+    // A port nobody listens on yet: the server is down.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = d.dir.path().join("colibri.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[notify]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:{port}/hook\"\nstates = [\"blocked\", \"error\"]\n"
+        ),
+    )
+    .expect("config");
+    let one = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"one","runtime":"pi"}),
+    );
+    let two = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"two","runtime":"pi"}),
+    );
+    let oc = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"oc","runtime":"opencode"}),
+    );
+    let cursor = d.dir.path().join("cursor");
+    let notify = Notify::start(&d, &config, &cursor);
+
+    // A sub-agent's failure (another session in the pane's stream) makes
+    // no event, so no POST; it comes first, so a POST for it would come
+    // before the others.
+    d.ok(json!({"cmd":"emit","agent_id": oc,
+        "event":{"type":"step_start","sessionID":"ses_main","part":{}}}));
+    d.ok(json!({"cmd":"emit","agent_id": oc,
+        "event":{"type":"error","sessionID":"ses_child","error":{"name":"x","data":{"message":"child failed"}}}}));
+    let p = d.wait_pane(&oc, "the sub-agent's error seen", |p| {
+        p["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("child failed"))
+    });
+    assert_ne!(
+        p["state"],
+        json!("error"),
+        "a sub-agent's failure is not the pane's: {p}"
+    );
+    block(&d, &one);
+    wait_for(Duration::from_secs(20), "a failed delivery retried", || {
+        notify.stderr().contains("retrying").then_some(())
+    });
+
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the port again");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || serve(listener, tx));
+    let first = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the POST once the server is up");
+    assert_eq!(first["pane"], json!(one), "{first}");
+    assert_eq!(first["to"], json!("blocked"));
+    assert_eq!(first["name"], json!("one"));
+    assert_eq!(first["runtime"], json!("pi"));
+    block(&d, &two);
+    let second = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the second POST");
+    assert_eq!(
+        second["pane"],
+        json!(two),
+        "one POST per blocked pane, in order: {second}"
+    );
+    assert!(rx.try_recv().is_err(), "nothing else was posted");
+}
+
+#[test]
+fn an_exec_sink_runs_with_the_event_and_resumes_after_a_restart_of_notify() {
+    let d = Colibrid::start(&[]);
+    let out = d.dir.path().join("out");
+    std::fs::create_dir(&out).expect("out dir");
+    let config = d.dir.path().join("colibri.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[notify]]\nkind = \"exec\"\ncommand = [\"/bin/sh\", \"-c\", \"cat > \\\"$0/$COLIBRI_NAME.tmp\\\" && printf '%s %s %s\\\\n' \\\"$COLIBRI_EVENT\\\" \\\"$COLIBRI_STATE\\\" \\\"$COLIBRI_REASON\\\" > \\\"$0/$COLIBRI_NAME.env\\\" && mv \\\"$0/$COLIBRI_NAME.tmp\\\" \\\"$0/$COLIBRI_NAME.json\\\"\", \"{}\"]\ntimeout = \"20s\"\n",
+            out.display()
+        ),
+    )
+    .expect("config");
+    let a = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"alpha","runtime":"pi"}),
+    );
+    let b = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"beta","runtime":"pi"}),
+    );
+    let cursor = d.dir.path().join("cursor");
+    let notify = Notify::start(&d, &config, &cursor);
+    block(&d, &a);
+    let json_of = |name: &str| -> Value {
+        wait_for(Duration::from_secs(20), "the command's output", || {
+            std::fs::read(out.join(format!("{name}.json")))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+        })
+    };
+    let ev = json_of("alpha");
+    assert_eq!(ev["pane"], json!(a), "{ev}");
+    assert_eq!(ev["to"], json!("blocked"));
+    let env = std::fs::read_to_string(out.join("alpha.env")).expect("env");
+    assert_eq!(env.trim(), "state blocked Delete build/?");
+
+    // notify down while beta blocks: the cursor makes the restarted one
+    // deliver it.
+    let handled = wait_for(
+        Duration::from_secs(20),
+        "the cursor past alpha's event",
+        || {
+            let c: u64 = std::fs::read_to_string(&cursor).ok()?.trim().parse().ok()?;
+            (c >= ev["seq"].as_u64()?).then_some(c)
+        },
+    );
+    drop(notify);
+    block(&d, &b);
+    assert!(!out.join("beta.json").exists());
+    let _notify = Notify::start(&d, &config, &cursor);
+    let ev = json_of("beta");
+    assert_eq!(ev["pane"], json!(b), "{ev}");
+    assert!(ev["seq"].as_u64() > Some(handled));
+}
