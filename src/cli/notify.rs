@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 use crate::cli::CliError;
 use crate::client::{resolve_socket, Client};
-use crate::config::notify::{load_sinks, Sink, SinkKind};
+use crate::config::notify::{load_sinks, Sink, SinkKind, NOTIFY_PANE};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reconnect back-off after the daemon went away.
@@ -177,6 +177,9 @@ impl Notifier {
             );
         }
         let info = self.panes.get(&pane).cloned().unwrap_or_default();
+        if info.name.as_deref() == Some(NOTIFY_PANE) {
+            return;
+        }
         let mut payload = ev.clone();
         if let Some(obj) = payload.as_object_mut() {
             if let Some(n) = &info.name {

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// The pane colibrid runs `colibri notify` in; its own events never notify.
+pub const NOTIFY_PANE: &str = "colibri-notify";
 pub const DEFAULT_STATES: &[&str] = &["blocked"];
 pub const DEFAULT_DEDUPE: Duration = Duration::from_secs(600);
 pub const DEFAULT_RATE_PER_MINUTE: u32 = 10;

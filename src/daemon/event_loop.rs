@@ -232,6 +232,7 @@ impl Daemon {
         d.recover(recovery, t0);
         let operator = d.settings.daemon.socket.clone();
         d.bind(&operator, Scope::Operator)?;
+        d.start_notify_satellite(t0);
         for (jail, path) in d.settings.jail_sockets.clone() {
             d.bind(&path, Scope::Jail(jail))?;
         }

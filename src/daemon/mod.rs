@@ -21,6 +21,7 @@ pub mod diag;
 pub mod event_loop;
 pub mod journal;
 mod life;
+pub mod notify;
 pub mod panes;
 mod proc;
 pub(crate) mod recovery;

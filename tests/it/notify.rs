@@ -342,3 +342,56 @@ fn an_exec_sink_runs_with_the_event_and_resumes_after_a_restart_of_notify() {
     assert_eq!(ev["pane"], json!(b), "{ev}");
     assert!(ev["seq"].as_u64() > Some(handled));
 }
+
+#[test]
+fn colibrid_supervises_colibri_notify_when_sinks_are_configured() {
+    let conf_dir = tempfile::tempdir().expect("tempdir");
+    let out = conf_dir.path().join("out");
+    std::fs::create_dir(&out).expect("out dir");
+    let config = conf_dir.path().join("colibri.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[restart]\nbackoff = [\"200ms\"]\n[[notify]]\nkind = \"exec\"\ncommand = [\"/bin/sh\", \"-c\", \"cat > \\\"$0/$COLIBRI_NAME.tmp\\\" && mv \\\"$0/$COLIBRI_NAME.tmp\\\" \\\"$0/$COLIBRI_NAME.json\\\"\", \"{}\"]\n",
+            out.display()
+        ),
+    )
+    .expect("config");
+    let d = Colibrid::start(&["--config", config.to_str().expect("utf-8 path")]);
+    let satellite = |d: &Colibrid| -> Option<Value> {
+        let snap = d.ok(json!({"cmd":"snapshot","schema":"v2"}));
+        snap["panes"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == json!("colibri-notify"))
+            .cloned()
+    };
+    let first = wait_for(Duration::from_secs(20), "the notify pane", || satellite(&d));
+    let cursor = d.state.join("notify.cursor");
+    wait_for(Duration::from_secs(20), "notify to watch", || {
+        cursor.exists().then_some(())
+    });
+    let pid = wait_for(Duration::from_secs(20), "its pid", || {
+        d.pane(first["id"].as_str()?)["pid"].as_i64()
+    });
+    // A failure of the satellite: colibrid runs it again.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    wait_for(Duration::from_secs(30), "notify restarted", || {
+        let p = d.pane(first["id"].as_str()?);
+        (p["pid"].as_i64().is_some_and(|n| n != pid) && p["state"] != json!("exited")).then_some(())
+    });
+    let a = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"gamma","runtime":"pi"}),
+    );
+    block(&d, &a);
+    let ev: Value = wait_for(Duration::from_secs(30), "the command's output", || {
+        std::fs::read(out.join("gamma.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    });
+    assert_eq!(ev["pane"], json!(a), "{ev}");
+}
