@@ -114,13 +114,15 @@ impl Bus {
     }
 
     /// A replaying watcher has room and more to get: the loop should come
-    /// back without sleeping.
+    /// back without sleeping. Not while the journal writer is busy: it
+    /// wakes the loop when done.
     pub fn replay_wants_more(&self, conns: &Slab<Conn>) -> bool {
-        self.replays.iter().any(|(id, _)| {
-            conns
-                .get(id.0)
-                .is_some_and(|c| c.queued_bytes() < REPLAY_LOW_WATER)
-        })
+        self.journal.caught_up()
+            && self.replays.iter().any(|(id, _)| {
+                conns
+                    .get(id.0)
+                    .is_some_and(|c| c.queued_bytes() < REPLAY_LOW_WATER)
+            })
     }
 
     /// Queues the next slice of replay to each watcher with room for it.

@@ -395,3 +395,40 @@ fn colibrid_supervises_colibri_notify_when_sinks_are_configured() {
     });
     assert_eq!(ev["pane"], json!(a), "{ev}");
 }
+
+#[test]
+fn a_long_replay_arrives_whole_and_in_order_across_many_slices() {
+    let d = Colibrid::start(&[]);
+    let a = d.spawn(&["/bin/sh", "-c", "sleep 60"], json!({"name":"busy"}));
+    let start = d.ok(json!({"cmd":"status"}));
+    let cursor = d.client().request(&json!({"cmd":"watch"}))["data"]["seq"]
+        .as_u64()
+        .expect("seq");
+    let mut c = d.client();
+    // About 300 KB of events: more than two replay slices.
+    for _ in 0..1600 {
+        assert_eq!(
+            c.request(&json!({"cmd":"pause-agent","agent_id": a}))["ok"],
+            json!(true)
+        );
+        assert_eq!(
+            c.request(&json!({"cmd":"resume-agent","agent_id": a}))["ok"],
+            json!(true)
+        );
+    }
+    let last = d.client().request(&json!({"cmd":"watch"}))["data"]["seq"]
+        .as_u64()
+        .expect("seq");
+    assert!(last >= cursor + 3200, "{start}");
+    let mut w = d.client();
+    assert_eq!(
+        w.request(&json!({"cmd":"watch","since": cursor}))["ok"],
+        json!(true)
+    );
+    let mut expect = cursor + 1;
+    while expect <= last {
+        let ev = w.read_line().expect("a replayed event");
+        assert_eq!(ev["seq"], json!(expect), "{ev}");
+        expect += 1;
+    }
+}
