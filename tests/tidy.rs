@@ -96,6 +96,10 @@ fn every_watch_kind() -> Vec<WatchKind> {
             detail: None,
             tokens: None,
         },
+        WatchKind::Gap {
+            since: 1,
+            resumes_at: 9,
+        },
     ];
     for k in &all {
         match k {
@@ -113,7 +117,8 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::Task { .. }
             | WatchKind::TaskCompleted { .. }
             | WatchKind::ApprovalRequest { .. }
-            | WatchKind::AgentError { .. } => {}
+            | WatchKind::AgentError { .. }
+            | WatchKind::Gap { .. } => {}
         }
     }
     all

@@ -30,6 +30,7 @@ use crate::core::taxonomy::Runtime;
 
 pub mod demo;
 pub mod fold;
+pub mod notify;
 pub mod recording;
 pub mod remote;
 pub mod render;
@@ -147,6 +148,9 @@ pub enum Command {
         /// Print each event as its JSON line.
         #[arg(long)]
         json: bool,
+        /// First replay the journaled events after this seq (resume).
+        #[arg(long, value_name = "SEQ")]
+        since: Option<u64>,
     },
     /// The daemon's sessions as a table.
     Sessions {
@@ -179,6 +183,16 @@ pub enum Command {
         /// The hook's event name (informational; defaults to the input's
         /// hook_event_name).
         event: Option<String>,
+    },
+    /// Deliver watch events to the [[notify]] sinks of colibri.toml
+    /// (exec, webhook, ntfy), resuming from a saved cursor; runs until killed.
+    Notify {
+        /// The file with the [[notify]] sinks.
+        #[arg(long, env = "COLIBRI_CONFIG", default_value = crate::config::DEFAULT_CONFIG_PATH)]
+        config: PathBuf,
+        /// Where the last handled event's seq is kept.
+        #[arg(long, default_value = "/var/db/colibri/notify.cursor")]
+        cursor: PathBuf,
     },
     /// Tell the daemon something about the host.
     Hint {
@@ -408,7 +422,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             text,
             no_newline,
         } => remote::simple(socket, &request::send_input(&id, &text, !no_newline)),
-        Command::Watch { ids, json } => remote::watch(socket, &ids, json, &mut out),
+        Command::Watch { ids, json, since } => remote::watch(socket, &ids, since, json, &mut out),
         Command::Sessions { json } => remote::sessions(socket, json, &mut out),
         Command::Session { id } => remote::session(socket, &id, &mut out),
         Command::Compact { id } => remote::compact(socket, &id, &mut out),
@@ -419,6 +433,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             &mut io::stdin().lock(),
             &mut io::stderr(),
         )),
+        Command::Notify { config, cursor } => notify::run(socket, &config, &cursor),
         Command::Hint {
             kind: HintKind::Resume,
         } => remote::hint_resume(socket),

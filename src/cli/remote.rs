@@ -112,11 +112,12 @@ pub fn spawn(socket: Option<&Path>, args: SpawnArgs, out: &mut impl Write) -> Re
 pub fn watch(
     socket: Option<&Path>,
     panes: &[String],
+    since: Option<u64>,
     json: bool,
     out: &mut impl Write,
 ) -> Result<u8, CliError> {
     let mut client = connect(socket, REQUEST_TIMEOUT)?;
-    client.call(&request::watch(panes))?;
+    client.watch_from(panes, since)?;
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     for item in client.stream() {
         let v = item?;

@@ -514,6 +514,9 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             message,
             ..
         } => activity_line(who(pane), "reports an error", *task_id, message),
+        WatchKind::Gap { since, resumes_at } => format!(
+            "gap: events after #{since} up to #{resumes_at} are no longer journaled (take a snapshot)"
+        ),
     };
     escape_controls(&format!("{time} #{} {what}", ev.seq)).into_owned()
 }

@@ -80,6 +80,10 @@ struct RawFile {
     agents: BTreeMap<String, Spanned<RawAgent>>,
     #[serde(default)]
     resume: BTreeMap<String, Spanned<RawResume>>,
+    /// `[[notify]]` sinks: read and checked by `colibri notify`
+    /// (`config/notify.rs`); colibrid only passes the file on.
+    #[serde(default, rename = "notify")]
+    _notify: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize, Default)]

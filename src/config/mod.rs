@@ -25,6 +25,7 @@
 mod agents;
 mod file;
 mod flags;
+pub mod notify;
 mod render;
 
 use std::collections::BTreeMap;

@@ -2,9 +2,11 @@
 //!
 //! Handlers, the ingest path and the lifecycle hand a [`WatchKind`] to
 //! [`Bus::emit`]. Only the bus stamps it (`epoch`, `seq`, time), derives the
-//! syslog alert from it, and fans it out to the watchers, so the watch
-//! stream and syslog can never disagree. A later consumer (the journal, a
-//! notification sink) subscribes here too.
+//! syslog alert from it, journals it (`journal.rs`: `seq` goes on across
+//! restarts) and fans it out to the watchers, so the watch stream and
+//! syslog can never disagree. A watcher that asked for `since` is served
+//! from the journal in slices as it drains, and joins the live stream once
+//! it has caught up.
 //!
 //! One failure, one alert: an error state and the exit that follows it are
 //! the same failure, so the first of them alerts and the other is folded in.
@@ -20,6 +22,7 @@ use crate::core::time::Timestamp;
 use crate::daemon::alert::{AlertFields, AlertKind, Alerter};
 use crate::daemon::conn::{Conn, Scope};
 use crate::daemon::diag::{log_error, log_warn};
+use crate::daemon::journal::Journal;
 use crate::daemon::panes::{PaneTable, Slot};
 use crate::daemon::source::ConnId;
 use crate::daemon::store::StoreHealth;
@@ -32,7 +35,16 @@ pub struct Bus {
     epoch: String,
     seq: u64,
     watchers: Vec<ConnId>,
+    journal: Journal,
+    /// Watchers still being replayed to, with the next seq each gets; live
+    /// events skip them (the journal holds those too, in order).
+    replays: Vec<(ConnId, u64)>,
 }
+
+/// A replaying watcher is given more once its queue is below this.
+const REPLAY_LOW_WATER: usize = 64 << 10;
+/// Bytes of replay queued to one watcher per wakeup.
+const REPLAY_SLICE_BYTES: usize = 128 << 10;
 
 /// What an event reaches besides the bus's own state.
 pub struct Outlets<'a> {
@@ -44,12 +56,25 @@ pub struct Outlets<'a> {
 }
 
 impl Bus {
-    pub fn new(epoch: String) -> Bus {
+    pub fn new(epoch: String, journal: Journal) -> Bus {
         Bus {
             epoch,
-            seq: 0,
+            seq: journal.last_seq(),
             watchers: Vec::new(),
+            journal,
+            replays: Vec::new(),
         }
+    }
+
+    pub fn journal_mut(&mut self) -> &mut Journal {
+        &mut self.journal
+    }
+
+    /// Hands this wakeup's events to the journal writer; true once every
+    /// event is on disk, so replies and watch lines may leave.
+    pub fn sync_journal(&mut self) -> bool {
+        self.journal.submit();
+        self.journal.caught_up()
     }
 
     pub fn seq(&self) -> u64 {
@@ -72,6 +97,97 @@ impl Bus {
 
     pub fn unsubscribe(&mut self, id: ConnId) {
         self.watchers.retain(|w| *w != id);
+        self.replays.retain(|(w, _)| *w != id);
+    }
+
+    /// Subscribes a watcher that saw everything up to `since`: it is
+    /// replayed what the journal holds after that (a gap marker first if
+    /// the journal no longer reaches back to `since + 1`), then goes live.
+    pub fn subscribe_since(&mut self, id: ConnId, since: u64) {
+        self.subscribe(id);
+        self.replays.retain(|(w, _)| *w != id);
+        // A `since` ahead of `seq` is a cursor from a journal that is gone
+        // (a reset state dir): it gets the gap marker.
+        if since != self.seq {
+            self.replays.push((id, since.saturating_add(1)));
+        }
+    }
+
+    /// A replaying watcher has room and more to get: the loop should come
+    /// back without sleeping. Not while the journal writer is busy: it
+    /// wakes the loop when done.
+    pub fn replay_wants_more(&self, conns: &Slab<Conn>) -> bool {
+        self.journal.caught_up()
+            && self.replays.iter().any(|(id, _)| {
+                conns
+                    .get(id.0)
+                    .is_some_and(|c| c.queued_bytes() < REPLAY_LOW_WATER)
+            })
+    }
+
+    /// Queues the next slice of replay to each watcher with room for it.
+    pub fn pump_replays(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        dirty: &mut BTreeSet<usize>,
+        t: Timestamp,
+    ) {
+        let mut done = Vec::new();
+        for i in 0..self.replays.len() {
+            let (id, next) = self.replays[i];
+            let Some(conn) = conns.get_mut(id.0) else {
+                done.push(id);
+                continue;
+            };
+            if conn.queued_bytes() >= REPLAY_LOW_WATER {
+                continue;
+            }
+            let next = self.replay_slice(conn, next, t);
+            dirty.insert(id.0);
+            if next > self.seq {
+                done.push(id);
+            } else {
+                self.replays[i].1 = next;
+            }
+        }
+        self.replays.retain(|(w, _)| !done.contains(w));
+    }
+
+    /// Queues events from `next` on, up to a slice; the next seq to send.
+    fn replay_slice(&self, conn: &mut Conn, mut next: u64, t: Timestamp) -> u64 {
+        let first = self.journal.first_seq();
+        if next < first || next > self.seq + 1 {
+            let gap = WatchEvent {
+                epoch: Some(self.epoch.clone()),
+                seq: first - 1,
+                at: t.to_rfc3339(),
+                kind: WatchKind::Gap {
+                    since: next.saturating_sub(1),
+                    resumes_at: first,
+                },
+            };
+            if let Ok(mut line) = serde_json::to_vec(&gap) {
+                line.push(b'\n');
+                conn.enqueue(Rc::from(line));
+            }
+            next = first;
+        }
+        let mut sent = 0;
+        let mut i = self.journal.position(next);
+        while sent < REPLAY_SLICE_BYTES {
+            let Some(e) = self.journal.get(i) else { break };
+            i += 1;
+            next = e.seq + 1;
+            if !wants(conn, e.jail.as_deref(), e.pane.as_deref()) {
+                continue;
+            }
+            sent += e.frame.len();
+            conn.enqueue(e.frame.clone());
+        }
+        if self.journal.get(i).is_none() {
+            next = self.seq + 1;
+        }
+        next
     }
 
     /// Numbers an event, raises its alert, and queues it to every watcher
@@ -85,9 +201,6 @@ impl Bus {
             .and_then(|k| out.panes.get_mut(k));
         let pane_jail = slot.as_ref().and_then(|s| s.agent.jail.clone());
         derive_alert(&kind, slot, out.alerter, t);
-        if self.watchers.is_empty() {
-            return;
-        }
         let ev = WatchEvent {
             epoch: Some(self.epoch.clone()),
             seq: self.seq,
@@ -103,22 +216,18 @@ impl Bus {
         };
         bytes.push(b'\n');
         let frame: Rc<[u8]> = Rc::from(bytes);
+        self.journal
+            .append(self.seq, t, pane_jail.as_deref(), frame.clone());
         let mut dropped = Vec::new();
         for &id in &self.watchers {
+            if self.replays.iter().any(|(w, _)| *w == id) {
+                continue;
+            }
             let Some(conn) = out.conns.get_mut(id.0) else {
                 continue;
             };
-            let Some(filter) = &conn.watch else { continue };
-            // Agent scope sees its own jail's panes and nothing daemon-wide.
-            if let Scope::Jail(j) = &conn.scope {
-                if pane_jail.as_deref() != Some(j.as_str()) {
-                    continue;
-                }
-            }
-            if let (Some(panes), Some(p)) = (&filter.panes, ev.kind.pane()) {
-                if !panes.iter().any(|x| x == p) {
-                    continue;
-                }
+            if !wants(conn, pane_jail.as_deref(), ev.kind.pane()) {
+                continue;
             }
             if !conn.enqueue(frame.clone()) {
                 let msg = format!(
@@ -138,6 +247,25 @@ impl Bus {
             self.watchers.retain(|w| !dropped.contains(w));
         }
     }
+}
+
+/// Whether a watcher receives an event of this pane (of this jail).
+fn wants(conn: &Conn, pane_jail: Option<&str>, pane: Option<&str>) -> bool {
+    let Some(filter) = &conn.watch else {
+        return false;
+    };
+    // Agent scope sees its own jail's panes and nothing daemon-wide.
+    if let Scope::Jail(j) = &conn.scope {
+        if pane_jail != Some(j.as_str()) {
+            return false;
+        }
+    }
+    if let (Some(panes), Some(p)) = (&filter.panes, pane) {
+        if !panes.iter().any(|x| x == p) {
+            return false;
+        }
+    }
+    true
 }
 
 /// The alert an event raises, if any, with its reason.
@@ -196,7 +324,8 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
         | WatchKind::Task { .. }
         | WatchKind::TaskCompleted { .. }
         | WatchKind::ApprovalRequest { .. }
-        | WatchKind::AgentError { .. } => None,
+        | WatchKind::AgentError { .. }
+        | WatchKind::Gap { .. } => None,
     }
 }
 

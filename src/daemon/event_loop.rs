@@ -29,6 +29,7 @@ use crate::daemon::alert::Alerter;
 use crate::daemon::bus::{self, Bus};
 use crate::daemon::conn::{Conn, Scope};
 use crate::daemon::diag::{log_debug, log_info, log_warn};
+use crate::daemon::journal::{Journal, JournalConfig};
 use crate::daemon::panes::{PaneKey, PaneTable};
 use crate::daemon::settings::Settings;
 use crate::daemon::source::{ConnId, Source, Tokens};
@@ -63,8 +64,9 @@ pub enum DaemonError {
     Store(String),
 }
 
-/// Wakes the loop when the log writer finished a batch; outside the token
-/// table, so dispatch ignores it and the wakeup's flush collects the batch.
+/// Wakes the loop when the log writer (or the watch journal's writer)
+/// finished a batch; outside the token table, so dispatch ignores it and
+/// the wakeup's flush collects the batch.
 const WRITER_TOKEN: Token = Token(usize::MAX);
 
 /// Work left over from a wakeup because a budget ran out.
@@ -181,6 +183,12 @@ impl Daemon {
                 recovery.corrupt_lines
             );
         }
+        let mut journal = Journal::open(JournalConfig::in_dir(&settings.daemon.state_dir), t0);
+        // Its wakeups reach the loop through the store writer's waker.
+        let started = store.waker().map(|w| journal.start_writer(w));
+        if let Some(Err(e)) = started {
+            log_warn!("cannot start the watch journal thread (writing on the loop): {e}");
+        }
         let alerter = Alerter::new(settings.alert.clone());
         if settings.alert.enabled
             && settings.alert.socket.is_none()
@@ -210,7 +218,7 @@ impl Daemon {
             pending: VecDeque::new(),
             pending_set: BTreeSet::new(),
             dirty_conns: BTreeSet::new(),
-            bus: Bus::new(uuid::Uuid::new_v4().simple().to_string()),
+            bus: Bus::new(uuid::Uuid::new_v4().simple().to_string(), journal),
             transitions: Vec::new(),
             read_buf: vec![0; READ_BUF],
             run_state: RunState::Running,
@@ -228,6 +236,7 @@ impl Daemon {
         d.recover(recovery, t0);
         let operator = d.settings.daemon.socket.clone();
         d.bind(&operator, Scope::Operator)?;
+        d.start_notify_satellite(t0);
         for (jail, path) in d.settings.jail_sockets.clone() {
             d.bind(&path, Scope::Jail(jail))?;
         }
@@ -251,7 +260,8 @@ impl Daemon {
             let busy = !self.pending.is_empty()
                 || (self.store_pending && !writer_busy)
                 || (self.store.compaction_active() && !writer_busy)
-                || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy);
+                || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy)
+                || self.bus.replay_wants_more(&self.conns);
             let timeout = if busy { Some(Duration::ZERO) } else { None };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -390,7 +400,11 @@ impl Daemon {
         // Until the flush has caught up, no reply or watch event leaves: one
         // could report a line that a crash would lose. Agents are not read
         // meanwhile (see `read_pty`), so the log catches up in a few wakeups.
-        if !self.store_pending {
+        // The watch journal is under the same rule.
+        let journaled = self.bus.sync_journal();
+        if !self.store_pending && journaled {
+            self.bus
+                .pump_replays(&mut self.conns, &mut self.dirty_conns, t);
             let dirty: Vec<usize> = std::mem::take(&mut self.dirty_conns).into_iter().collect();
             for id in dirty {
                 self.flush_conn(ConnId(id), t);

@@ -26,6 +26,9 @@ pub struct Settings {
     pub max_restarts: u32,
     pub providers: BTreeMap<String, Vec<String>>,
     pub jail_sockets: Vec<(String, PathBuf)>,
+    /// The file with `[[notify]]` sinks, if it has any: colibrid then
+    /// supervises `colibri notify` (see `daemon/notify.rs`).
+    pub notify_config: Option<PathBuf>,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
 }
@@ -60,6 +63,10 @@ impl Settings {
                 .iter()
                 .map(|(k, j)| (k.clone(), j.socket.clone()))
                 .collect(),
+            notify_config: cfg
+                .source
+                .clone()
+                .filter(|p| crate::config::notify::load_sinks(p).is_ok_and(|s| !s.is_empty())),
             reload: ReloadStatus::default(),
         }
     }

@@ -1016,6 +1016,15 @@ impl SessionStore {
         }
     }
 
+    /// The writer thread's loop waker, for another thread that must wake
+    /// the loop (mio allows one waker per poll).
+    pub fn waker(&self) -> Option<std::sync::Arc<mio::Waker>> {
+        match &self.writer {
+            Writer::Thread(t) => Some(t.waker()),
+            Writer::Inline(_) => None,
+        }
+    }
+
     /// Applies the batch the writer thread finished, if any.
     fn collect(&mut self, report: &mut FlushReport) {
         let Writer::Thread(t) = &self.writer else {

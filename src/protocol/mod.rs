@@ -588,6 +588,9 @@ pub struct WatchArgs {
     /// Only these panes (ids or names); all when absent.
     #[serde(default)]
     pub panes: Option<Vec<String>>,
+    /// Replay the journaled events after this seq first (see `watch.rs`).
+    #[serde(default)]
+    pub since: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -1140,6 +1143,12 @@ pub enum WatchKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tokens: Option<u64>,
     },
+    /// A `watch` with `since` asked for events the journal no longer
+    /// holds: those after `since` and before `resumes_at` are lost.
+    Gap {
+        since: u64,
+        resumes_at: u64,
+    },
 }
 
 impl WatchKind {
@@ -1159,7 +1168,7 @@ impl WatchKind {
             | WatchKind::ApprovalRequest { pane, .. }
             | WatchKind::AgentError { pane, .. } => Some(pane),
             WatchKind::Task { pane, .. } => pane.as_deref(),
-            WatchKind::Heartbeat { .. } => None,
+            WatchKind::Heartbeat { .. } | WatchKind::Gap { .. } => None,
         }
     }
 }

@@ -16,6 +16,8 @@ mod control_plane;
 mod durability;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.
 mod lifecycle;
+/// The resumable watch and `colibri notify`.
+mod notify;
 /// The reshaped top layer: per-pane resources, lifecycle events, the bus.
 mod reshape;
 /// Bad input, slow clients, floods, scale.

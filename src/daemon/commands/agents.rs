@@ -82,7 +82,11 @@ impl Daemon {
         Ok(argv)
     }
 
-    fn cmd_spawn(&mut self, a: SpawnArgs, t: Timestamp) -> Result<SpawnData, CommandError> {
+    pub(crate) fn cmd_spawn(
+        &mut self,
+        a: SpawnArgs,
+        t: Timestamp,
+    ) -> Result<SpawnData, CommandError> {
         if self.is_stopping() {
             return Err(CommandError::new(
                 ErrorCode::Stopping,

@@ -30,7 +30,10 @@ pub(super) fn watch(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
         return Err(CommandError::new(ErrorCode::Internal, "connection closed"));
     };
     conn.watch = Some(WatchFilter { panes });
-    d.bus.subscribe(call.conn);
+    match a.since {
+        Some(since) => d.bus.subscribe_since(call.conn, since),
+        None => d.bus.subscribe(call.conn),
+    }
     Ok(Reply::Watch(WatchReply {
         watching: true,
         seq: d.bus.seq(),
