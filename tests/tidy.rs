@@ -71,6 +71,7 @@ fn every_watch_kind() -> Vec<WatchKind> {
             attempts: 3,
         },
         WatchKind::Heartbeat { panes: 0 },
+        WatchKind::Removed { pane: p() },
     ];
     for k in &all {
         match k {
@@ -84,7 +85,8 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::RestartScheduled { .. }
             | WatchKind::Restarted { .. }
             | WatchKind::RestartsExhausted { .. }
-            | WatchKind::Heartbeat { .. } => {}
+            | WatchKind::Heartbeat { .. }
+            | WatchKind::Removed { .. } => {}
         }
     }
     all

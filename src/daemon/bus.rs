@@ -143,6 +143,19 @@ impl Bus {
 /// The alert an event raises, if any, with its reason.
 fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<String>)> {
     let agent = &mut slot.agent;
+    // A stop somebody asked for (shutdown, stop-agent, a reload) pages no one.
+    if agent.supervision.planned_stop()
+        && matches!(
+            kind,
+            WatchKind::Exited { .. }
+                | WatchKind::State {
+                    to: AgentState::Error,
+                    ..
+                }
+        )
+    {
+        return None;
+    }
     match kind {
         WatchKind::State {
             to: AgentState::Blocked,
@@ -191,7 +204,8 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
         | WatchKind::Paused { .. }
         | WatchKind::Resumed { .. }
         | WatchKind::RestartScheduled { .. }
-        | WatchKind::Heartbeat { .. } => None,
+        | WatchKind::Heartbeat { .. }
+        | WatchKind::Removed { .. } => None,
     }
 }
 

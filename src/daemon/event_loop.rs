@@ -233,6 +233,7 @@ impl Daemon {
             d.settings.jail_sockets.len(),
             d.settings.daemon.state_dir.display()
         );
+        d.supervise_at_start(t0);
         Ok(d)
     }
 

@@ -155,6 +155,7 @@ impl Daemon {
                 };
                 let pane = agent.pane_id.clone();
                 log_info!("pane {pane} will not be restarted: {attempts} restarts used");
+                self.mark_given_up(key);
                 self.publish(WatchKind::RestartsExhausted { pane, attempts }, t);
             }
             LifeEffect::Release => {
@@ -182,12 +183,19 @@ impl Daemon {
         {
             return RestartPlan::No;
         }
+        // A declared agent's own backoff steps, else the daemon's.
+        let backoff = agent
+            .supervision
+            .spec
+            .as_ref()
+            .and_then(|s| s.backoff.as_deref())
+            .unwrap_or(&self.settings.restart_backoff);
         lifecycle::plan_restart(
             agent.rule(),
             agent.restart.attempts,
             state,
             ran_for,
-            &self.settings.restart_backoff,
+            backoff,
             t,
         )
     }

@@ -121,6 +121,7 @@ impl Daemon {
         self.transitions = transitions;
         self.transitions.clear();
         self.index_runtime(key, t);
+        self.note_harness_session(key);
         self.refresh_stall(key, t);
     }
 
@@ -275,6 +276,7 @@ impl Daemon {
         );
         let restart = self.restart_plan(key, state, ran_for, t);
         self.life_event(key, LifeEvent::Ended { restart }, t);
+        self.after_end(key, t);
         self.accept_blocked = true;
     }
 

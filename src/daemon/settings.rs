@@ -26,6 +26,8 @@ pub struct Settings {
     pub max_restarts: u32,
     pub providers: BTreeMap<String, Vec<String>>,
     pub jail_sockets: Vec<(String, PathBuf)>,
+    /// `[agents.NAME]`, resolved (`daemon::supervise` reconciles them).
+    pub agents: BTreeMap<String, crate::core::spec::AgentSpec>,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
 }
@@ -60,6 +62,7 @@ impl Settings {
                 .iter()
                 .map(|(k, j)| (k.clone(), j.socket.clone()))
                 .collect(),
+            agents: cfg.agents.clone(),
             reload: ReloadStatus::default(),
         }
     }

@@ -70,6 +70,7 @@ impl Daemon {
         self.settings.max_restarts = new.max_restarts;
         self.settings.providers = new.providers;
         self.settings.alert = new.alert;
+        self.reconcile_declared(new.agents, super::now());
     }
 
     pub(crate) fn on_heartbeat(&mut self, t: Timestamp) {
@@ -104,6 +105,7 @@ impl Daemon {
                 let _ = self.poll.registry().deregister(&mut socket);
             }
         }
+        self.stop_all_planned();
         // Orphans first: once the agents die, their own descendants become
         // orphans too and would get the signal twice.
         self.signal_orphans(libc::SIGTERM);

@@ -19,6 +19,9 @@ use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::core::usage::Usage;
 
+mod lifecycle;
+pub use lifecycle::{LifecycleReply, WireSupervision};
+
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
 
@@ -149,6 +152,9 @@ pub struct PaneV2 {
     pub exit: Option<WireExit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<WireRestart>,
+    /// Wanted beside actual state (see `protocol::lifecycle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervision: Option<WireSupervision>,
 }
 
 impl PaneV2 {
@@ -180,6 +186,7 @@ impl PaneV2 {
             blocked_reason: p.blocked_reason().map(str::to_string),
             exit: p.exit().map(WireExit::from),
             restart: None,
+            supervision: None,
         }
     }
 }
@@ -341,6 +348,10 @@ pub enum Command {
     Emit(EmitArgs),
     Whoami,
     Hint(HintArgs),
+    StartAgent(AgentArgs),
+    StopAgent(AgentArgs),
+    RestartAgent(AgentArgs),
+    RemoveAgent(AgentArgs),
 }
 
 /// Who may use a command.
@@ -367,7 +378,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 16] = {
+pub const COMMANDS: [CommandInfo; 20] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -386,6 +397,10 @@ pub const COMMANDS: [CommandInfo; 16] = {
         cmd("emit", Agent),
         cmd("whoami", Agent),
         cmd("hint", Operator),
+        cmd("start-agent", Operator),
+        cmd("stop-agent", Operator),
+        cmd("restart-agent", Operator),
+        cmd("remove-agent", Operator),
     ]
 };
 
@@ -421,6 +436,10 @@ impl Command {
             Command::Emit(_) => 13,
             Command::Whoami => 14,
             Command::Hint(_) => 15,
+            Command::StartAgent(_) => 16,
+            Command::StopAgent(_) => 17,
+            Command::RestartAgent(_) => 18,
+            Command::RemoveAgent(_) => 19,
         }
     }
 
@@ -631,10 +650,12 @@ pub enum ErrorCode {
     Os,
     /// A bug: the daemon could not encode its own reply.
     Internal,
+    /// A short id prefix names more than one pane; the message lists them.
+    Ambiguous,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownCommand,
         ErrorCode::Invalid,
@@ -646,6 +667,7 @@ impl ErrorCode {
         ErrorCode::Store,
         ErrorCode::Os,
         ErrorCode::Internal,
+        ErrorCode::Ambiguous,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -661,6 +683,7 @@ impl ErrorCode {
             ErrorCode::Store => "store",
             ErrorCode::Os => "os",
             ErrorCode::Internal => "internal",
+            ErrorCode::Ambiguous => "ambiguous",
         }
     }
 }
@@ -960,6 +983,7 @@ pub enum Reply {
     Compact(CompactReply),
     Whoami(WhoamiReply),
     Hint(HintReply),
+    Lifecycle(LifecycleReply),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1051,6 +1075,10 @@ pub enum WatchKind {
     Heartbeat {
         panes: usize,
     },
+    /// `remove-agent` forgot the pane (its session logs stay).
+    Removed {
+        pane: String,
+    },
 }
 
 impl WatchKind {
@@ -1065,7 +1093,8 @@ impl WatchKind {
             | WatchKind::Exited { pane, .. }
             | WatchKind::RestartScheduled { pane, .. }
             | WatchKind::Restarted { pane, .. }
-            | WatchKind::RestartsExhausted { pane, .. } => Some(pane),
+            | WatchKind::RestartsExhausted { pane, .. }
+            | WatchKind::Removed { pane } => Some(pane),
             WatchKind::Heartbeat { .. } => None,
         }
     }

@@ -18,3 +18,5 @@ mod lifecycle;
 mod reshape;
 /// Bad input, slow clients, floods, scale.
 mod robustness;
+/// The supervisor: declared agents, lifecycle commands, resume, ids.
+mod supervise;
