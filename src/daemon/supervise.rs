@@ -23,7 +23,10 @@ use serde::{Deserialize, Serialize};
 use crate::core::lifecycle::{Life, LifeEvent, RestartPolicy as LoopPolicy};
 use crate::core::pane::{Pane, PaneId};
 use crate::core::reconcile::{self, AgentChange, Occasion, Origin, TableEntry};
-use crate::core::spec::{Actual, AgentRecord, AgentSpec, StopCause, Wanted};
+use crate::core::spec::{
+    check_agent_name, default_resume_template, known_runtime, Actual, AgentRecord, AgentSpec,
+    RestartPolicy as SpecPolicy, StopCause, Wanted,
+};
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Agent, Recipe, RestartState};
 use crate::daemon::diag::{log_info, log_warn};
@@ -579,17 +582,58 @@ impl Daemon {
         self.persist_records();
     }
 
-    /// Writes every pane's record (those with a recipe).
+    /// A pane spawned by hand with a name becomes supervised: its recipe is
+    /// persisted, so it comes back when colibrid restarts if its policy
+    /// wants it. Unnamed panes have no identity to come back under.
+    pub(crate) fn adopt_spawned(
+        &mut self,
+        key: PaneKey,
+        name: Option<&str>,
+        max_restarts: Option<u32>,
+    ) {
+        let Some(name) = name.filter(|n| check_agent_name(n).is_ok()) else {
+            return;
+        };
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let Some(recipe) = agent.recipe.as_ref() else {
+            return;
+        };
+        let mut spec = AgentSpec::new(name, recipe.argv.clone());
+        spec.runtime = recipe.runtime;
+        spec.cwd = recipe.cwd.clone();
+        spec.env = recipe.env.iter().cloned().collect();
+        spec.user = recipe.user.clone();
+        spec.jail = recipe.jail.clone();
+        spec.restart =
+            SpecPolicy::parse(agent.restart.policy.as_str()).unwrap_or(SpecPolicy::Never);
+        spec.max_restarts = max_restarts;
+        spec.resume = known_runtime(&spec)
+            .and_then(default_resume_template)
+            .map(|t| t.iter().map(|s| s.to_string()).collect());
+        agent.supervision.spec = Some(spec);
+        agent.supervision.origin = Origin::Spawned;
+        self.persist_records();
+    }
+
+    /// Writes every pane's record (those with a recipe). A spawned pane that
+    /// ended by itself (its policy did not restart it) is not recorded: it
+    /// is not to come back.
     pub(crate) fn persist_records(&mut self) {
         let mut lines = Vec::new();
         for key in self.panes.keys() {
             let Some(slot) = self.panes.get_mut(key) else {
                 continue;
             };
+            let actual = slot.agent.supervision.actual(&slot.agent);
             let sup = &mut slot.agent.supervision;
             let Some(spec) = sup.spec.clone() else {
                 continue;
             };
+            if sup.origin == Origin::Spawned && matches!(actual, Actual::Exited | Actual::GivenUp) {
+                continue;
+            }
             let harness_session = slot
                 .pane
                 .session_id()

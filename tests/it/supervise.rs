@@ -209,8 +209,14 @@ fn a_planned_stop_raises_no_alert_while_a_crash_does_and_remove_frees_the_name()
         "a planned stop alerted: {about_calm:?}"
     );
 
-    // Start brings it back; stop again, then remove frees the name.
-    d.ok(json!({"cmd":"start-agent","agent_id":"calm"}));
+    // `colibri start` brings it back; stop again, then remove frees the name.
+    let out = std::process::Command::new(crate::support::COLIBRI)
+        .args(["start", &calm_id[..8]])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("colibri start");
+    assert!(out.status.success(), "{out:?}");
     wait_named(&d, "calm", "calm started again", running);
     let e = d.request(json!({"cmd":"remove-agent","agent_id":"calm"}));
     assert_eq!(e["ok"], json!(false), "a running agent is not removed: {e}");
@@ -321,4 +327,21 @@ fn ids_resolve_by_unique_prefix_and_an_ambiguous_prefix_lists_the_candidates() {
     );
     let r = d.ok(json!({"cmd":"restart-agent","agent_id":"abcd1"}));
     assert_eq!(r["agent_id"], json!(left));
+}
+
+#[test]
+fn a_named_spawned_agent_with_a_policy_comes_back_after_colibrid_restarts() {
+    let mut d = Colibrid::start(&[]);
+    let sleeper = d.script("sleeper.sh", "exec sleep 600");
+    let kept = d.spawn(&[&sleeper], json!({"name":"kept","restart":"always"}));
+    let lost = d.spawn(&[&sleeper], json!({"name":"lost"}));
+    d.wait_pane(&kept, "kept running", running);
+    d.wait_pane(&lost, "lost running", running);
+    assert!(d.terminate().success());
+    d.launch();
+    let p = d.wait_pane(&kept, "kept back", running);
+    assert_eq!(p["supervision"]["declared"], json!(false), "{p}");
+    // A `never` policy does not come back: its pane is history.
+    let l = d.pane(&lost);
+    assert!(l["pid"].is_null(), "{l}");
 }
