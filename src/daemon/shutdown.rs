@@ -66,6 +66,7 @@ impl Daemon {
         self.settings.daemon.stall_after = new.daemon.stall_after;
         self.settings.daemon.heartbeat = new.daemon.heartbeat;
         self.settings.daemon.shutdown_grace = new.daemon.shutdown_grace;
+        self.settings.daemon.retain_finished = new.daemon.retain_finished;
         self.settings.restart_backoff = new.restart_backoff;
         self.settings.max_restarts = new.max_restarts;
         self.settings.providers = new.providers;
@@ -74,6 +75,7 @@ impl Daemon {
     }
 
     pub(crate) fn on_heartbeat(&mut self, t: Timestamp) {
+        self.retire_finished(t);
         let n = self.panes.len();
         self.publish(WatchKind::Heartbeat { panes: n }, t);
         if let Some(session) = self.store.heartbeat(t) {

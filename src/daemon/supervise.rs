@@ -656,6 +656,30 @@ impl Daemon {
         }
     }
 
+    /// Retention: finished panes whose state is older than
+    /// `retain_finished` leave the table (their logs stay). Declared agents
+    /// stay: their name is their identity.
+    pub(crate) fn retire_finished(&mut self, t: Timestamp) {
+        let keep = self.settings.daemon.retain_finished;
+        if keep.is_zero() {
+            return;
+        }
+        let old: Vec<PaneKey> = self
+            .panes
+            .iter()
+            .filter(|(_, s)| {
+                let sup = &s.agent.supervision;
+                sup.origin != Origin::Declared
+                    && !sup.actual(&s.agent).is_alive()
+                    && t.since(s.pane.state_since()) >= keep
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for key in old {
+            self.remove_pane(key, t);
+        }
+    }
+
     /// `remove-agent`: forgets a finished pane; its logs stay.
     pub(crate) fn remove_pane(&mut self, key: PaneKey, t: Timestamp) {
         if let Some(mut slot) = self.panes.remove(key) {

@@ -250,11 +250,16 @@ fn a_pane_whose_restarts_are_exhausted_is_given_up_and_alerted() {
     let mut d = with_config("", &[&arg]);
     std::fs::write(
         d.path("colibri.toml"),
-        agent_table(
-            "flaky",
-            &["/bin/sh", "-c", "exit 1"],
-            "restart = \"always\"\nmax_restarts = 2\nbackoff = [\"50ms\"]",
-        ),
+        [
+            // Every failure alerts; none may be rate-limited away here.
+            "[syslog]\nrate_burst = 100\n".to_string(),
+            agent_table(
+                "flaky",
+                &["/bin/sh", "-c", "exit 1"],
+                "restart = \"always\"\nmax_restarts = 2\nbackoff = [\"50ms\"]",
+            ),
+        ]
+        .concat(),
     )
     .expect("config");
     d.launch();
@@ -344,4 +349,41 @@ fn a_named_spawned_agent_with_a_policy_comes_back_after_colibrid_restarts() {
     // A `never` policy does not come back: its pane is history.
     let l = d.pane(&lost);
     assert!(l["pid"].is_null(), "{l}");
+}
+
+#[test]
+fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_ones_stay() {
+    let mut d = with_config("", &["--heartbeat", "200ms"]);
+    std::fs::write(
+        d.path("colibri.toml"),
+        [
+            "[daemon]\nretain_finished = \"300ms\"\n".to_string(),
+            agent_table("resident", &["/bin/sh", "-c", "exit 0"], ""),
+        ]
+        .concat(),
+    )
+    .expect("config");
+    d.launch();
+    let gone = d.spawn(&["/bin/sh", "-c", "exit 0"], json!({"name":"passing"}));
+    wait_for(
+        Duration::from_secs(30),
+        "the finished pane to leave",
+        || d.pane(&gone).is_null().then_some(()),
+    );
+    let resident = named(&d, "resident");
+    assert_eq!(
+        resident["supervision"]["actual"],
+        json!("exited"),
+        "{resident}"
+    );
+    // Its session log stays.
+    let sessions = d.ok(json!({"cmd":"list-sessions"}));
+    assert!(
+        sessions
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["panes"]
+                .as_array()
+                .is_some_and(|p| p.contains(&json!(gone))))),
+        "{sessions}"
+    );
 }
