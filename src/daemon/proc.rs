@@ -233,6 +233,9 @@ impl Daemon {
         }
         self.tokens.remove(proc_.pty_token);
         agent.timers.clear(Deadline::Drain, t, self.poll.registry());
+        agent
+            .timers
+            .clear(Deadline::StopGrace, t, self.poll.registry());
         agent.timers.clear(Deadline::Stall, t, self.poll.registry());
         let status = proc_.status.unwrap_or(ExitStatus::Unknown);
         // A last line without a newline is still a line.

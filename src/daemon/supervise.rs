@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -27,11 +28,13 @@ use crate::core::spec::{
     check_agent_name, default_resume_template, known_runtime, Actual, AgentRecord, AgentSpec,
     RestartPolicy as SpecPolicy, StopCause, Wanted,
 };
+use crate::core::state::AgentState;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Agent, Recipe, RestartState};
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::PaneKey;
+use crate::daemon::timers::Deadline;
 use crate::platform;
 use crate::protocol::{WatchKind, WireSupervision};
 
@@ -450,7 +453,47 @@ impl Daemon {
             agent.supervision.origin = origin;
         }
         log_info!("starting agent {name}: {}", argv.join(" "));
-        self.start_now(key, t);
+        let fresh = self
+            .panes
+            .agent(key)
+            .is_some_and(|a| a.generation == 0 && a.life == Life::Idle);
+        if fresh {
+            self.first_start(key, t);
+        } else {
+            self.start_now(key, t);
+        }
+    }
+
+    /// A new pane's first process: `attached`, as for `spawn-agent`.
+    fn first_start(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(recipe) = self.panes.agent(key).and_then(|a| a.recipe.clone()) else {
+            return;
+        };
+        self.log_attach(key, &recipe, t);
+        match self.start_process(key, &recipe, t) {
+            Ok(pid) => {
+                self.life_event(key, LifeEvent::Spawned, t);
+                if let Some(pane) = self.panes.pane(key) {
+                    let event = WatchKind::Attached {
+                        pane: pane.id.0.clone(),
+                        agent: pane.agent.clone(),
+                        name: pane.name.clone(),
+                        pid: Some(pid),
+                    };
+                    self.publish(event, t);
+                }
+            }
+            Err(why) => {
+                log_warn!("starting {}: {why}", recipe.argv.join(" "));
+                if let Some(pane) = self.panes.pane_mut(key) {
+                    pane.fail(format!("start failed: {why}"), t, &mut self.transitions);
+                }
+                self.after_ingest(key, t);
+                let restart = self.restart_plan(key, AgentState::Error, Duration::ZERO, t);
+                self.life_event(key, LifeEvent::SpawnFailed { restart }, t);
+            }
+        }
+        self.persist_records();
     }
 
     /// Starts the pane's recipe now, wanted up, restart count reset.
@@ -526,6 +569,18 @@ impl Daemon {
         if let Err(e) = platform::signal_tree(pid, libc::SIGTERM) {
             log_warn!("stopping pid {pid}: {e}");
         }
+        let grace = self.settings.daemon.shutdown_grace;
+        self.set_deadline(key, Deadline::StopGrace, t.plus(grace), t);
+    }
+
+    /// A planned stop's grace is over and the agent still runs: SIGKILL
+    /// to its tree, as the shutdown does.
+    pub(crate) fn stop_grace_over(&mut self, key: PaneKey) {
+        let Some(pid) = self.panes.agent(key).and_then(|a| a.running_pid()) else {
+            return;
+        };
+        log_warn!("pid {pid} outlived its stop grace: SIGKILL");
+        let _ = platform::signal_tree(pid, libc::SIGKILL);
     }
 
     /// Called once a pane's process has ended and its restart was decided:

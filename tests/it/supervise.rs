@@ -387,3 +387,25 @@ fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_one
         "{sessions}"
     );
 }
+
+#[test]
+fn stop_agent_kills_an_agent_that_ignores_sigterm_after_the_grace() {
+    let mut d = with_config("", &[]);
+    let stubborn = d.script("stubborn.sh", "trap '' TERM\nwhile :; do sleep 1; done");
+    std::fs::write(
+        d.path("colibri.toml"),
+        [
+            "[daemon]\nshutdown_grace = \"300ms\"\n".to_string(),
+            agent_table("stubborn", &[&stubborn], ""),
+        ]
+        .concat(),
+    )
+    .expect("config");
+    d.launch();
+    wait_named(&d, "stubborn", "stubborn running", running);
+    d.ok(json!({"cmd":"stop-agent","agent_id":"stubborn"}));
+    let p = wait_named(&d, "stubborn", "stubborn stopped", |p| {
+        p["supervision"]["actual"] == json!("stopped")
+    });
+    assert_eq!(p["exit"]["signal"], json!(9), "{p}");
+}
