@@ -10,9 +10,10 @@
 //! the two can never disagree.
 //!
 //! The records live in `<state_dir>/agents.jsonl`, one line per agent,
-//! replaced by write and rename. The file is small (one line per declared
-//! or named agent) and written only when an agent's lifecycle changes, not
-//! per line of output.
+//! replaced by write, fsync and rename on a thread of their own
+//! ([`RecordsWriter`]), so a frozen filesystem never stops the loop. The
+//! file is small (one line per declared or named agent) and written only
+//! when an agent's lifecycle changes, not per line of output.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -152,6 +153,10 @@ pub fn read_records(path: &Path) -> Vec<(bool, AgentRecord)> {
 /// Replaces the records file: a `.new` beside it, then a rename, so a
 /// crash leaves the old file or the new one, never half of one.
 pub fn write_records(path: &Path, lines: &[(bool, AgentRecord)]) -> std::io::Result<()> {
+    write_atomic(path, &encode_records(lines)?)
+}
+
+fn encode_records(lines: &[(bool, AgentRecord)]) -> std::io::Result<Vec<u8>> {
     let mut text = Vec::new();
     for (declared, record) in lines {
         let line = RecordLine {
@@ -161,11 +166,73 @@ pub fn write_records(path: &Path, lines: &[(bool, AgentRecord)]) -> std::io::Res
         serde_json::to_writer(&mut text, &line)?;
         text.push(b'\n');
     }
+    Ok(text)
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("jsonl.new");
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&text)?;
+    f.write_all(bytes)?;
     f.sync_data()?;
     std::fs::rename(&tmp, path)
+}
+
+/// Writes the records file off the loop: `write`, `fsync` and `rename`
+/// block on a frozen filesystem, and the loop never blocks. Only the
+/// newest contents matter, so a backlog collapses to its last entry.
+#[derive(Debug, Default)]
+pub struct RecordsWriter {
+    queue: Option<std::sync::mpsc::Sender<(PathBuf, Vec<u8>)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RecordsWriter {
+    fn send(&mut self, path: PathBuf, bytes: Vec<u8>) {
+        if self.queue.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, Vec<u8>)>();
+            let spawned = std::thread::Builder::new()
+                .name("colibri-records".into())
+                .spawn(move || {
+                    while let Ok(mut job) = rx.recv() {
+                        while let Ok(newer) = rx.try_recv() {
+                            job = newer;
+                        }
+                        if let Err(e) = write_atomic(&job.0, &job.1) {
+                            log_warn!("writing {}: {e}", job.0.display());
+                        }
+                    }
+                });
+            match spawned {
+                Ok(handle) => {
+                    self.queue = Some(tx);
+                    self.thread = Some(handle);
+                }
+                Err(e) => {
+                    log_warn!("no records writer thread ({e}); writing on the loop");
+                    if let Err(e) = write_atomic(&path, &bytes) {
+                        log_warn!("writing {}: {e}", path.display());
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some(queue) = &self.queue {
+            if let Err(std::sync::mpsc::SendError((path, bytes))) = queue.send((path, bytes)) {
+                if let Err(e) = write_atomic(&path, &bytes) {
+                    log_warn!("writing {}: {e}", path.display());
+                }
+            }
+        }
+    }
+
+    /// At the end of an orderly shutdown: the last records land before
+    /// colibrid exits.
+    pub fn close(&mut self) {
+        self.queue = None;
+        if let Some(handle) = self.thread.take() {
+            let _ = handle.join();
+        }
+    }
 }
 
 /// The restart policy of the loop for a recipe's.
@@ -706,8 +773,9 @@ impl Daemon {
             ));
         }
         let path = self.records_path();
-        if let Err(e) = write_records(&path, &lines) {
-            log_warn!("writing {}: {e}", path.display());
+        match encode_records(&lines) {
+            Ok(bytes) => self.records.send(path, bytes),
+            Err(e) => log_warn!("encoding the agent records: {e}"),
         }
     }
 

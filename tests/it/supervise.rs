@@ -155,7 +155,17 @@ fn an_always_agent_comes_back_resumed_after_sigterm_and_after_sigkill() {
         p["session_id"] == json!("sess-42")
     });
 
-    // A crash of colibrid, then a start: resumed as well.
+    // A crash of colibrid, then a start: resumed as well, from what the
+    // records file held (written off the loop: wait until it is there).
+    let records = d.state.join(RECORDS_FILE);
+    wait_for(
+        Duration::from_secs(30),
+        "the session in the records",
+        || {
+            let text = std::fs::read_to_string(&records).unwrap_or_default();
+            (text.contains("sess-42") && text.contains("\"wanted\":\"up\"")).then_some(())
+        },
+    );
     d.crash();
     d.launch();
     let p = wait_named(&d, "keeper", "keeper back after SIGKILL", running);
@@ -391,7 +401,10 @@ fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_one
 #[test]
 fn stop_agent_kills_an_agent_that_ignores_sigterm_after_the_grace() {
     let mut d = with_config("", &[]);
-    let stubborn = d.script("stubborn.sh", "trap '' TERM\nwhile :; do sleep 1; done");
+    let stubborn = d.script(
+        "stubborn.sh",
+        "trap '' TERM\necho trapped\nwhile :; do sleep 1; done",
+    );
     std::fs::write(
         d.path("colibri.toml"),
         [
@@ -402,7 +415,10 @@ fn stop_agent_kills_an_agent_that_ignores_sigterm_after_the_grace() {
     )
     .expect("config");
     d.launch();
-    wait_named(&d, "stubborn", "stubborn running", running);
+    // Only once its trap is set does SIGTERM leave it running.
+    wait_named(&d, "stubborn", "stubborn's trap", |p| {
+        running(p) && p["counters"]["bytes"].as_u64().is_some_and(|b| b > 0)
+    });
     d.ok(json!({"cmd":"stop-agent","agent_id":"stubborn"}));
     let p = wait_named(&d, "stubborn", "stubborn stopped", |p| {
         p["supervision"]["actual"] == json!("stopped")
