@@ -100,6 +100,7 @@ fn every_watch_kind() -> Vec<WatchKind> {
             since: 1,
             resumes_at: 9,
         },
+        WatchKind::Removed { pane: p() },
     ];
     for k in &all {
         match k {
@@ -118,7 +119,8 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::TaskCompleted { .. }
             | WatchKind::ApprovalRequest { .. }
             | WatchKind::AgentError { .. }
-            | WatchKind::Gap { .. } => {}
+            | WatchKind::Gap { .. }
+            | WatchKind::Removed { .. } => {}
         }
     }
     all

@@ -113,6 +113,26 @@ pub enum Command {
         /// The pane's id or name.
         id: String,
     },
+    /// Start a stopped, exited or given-up agent again with its recipe.
+    Start {
+        /// The pane's name, id, or a unique id prefix (4 characters or more).
+        id: String,
+    },
+    /// Stop an agent (SIGTERM) and keep it down until `start` or colibrid's next start; no alert.
+    Stop {
+        /// The pane's name, id, or a unique id prefix (4 characters or more).
+        id: String,
+    },
+    /// Stop an agent and start it again with its recipe.
+    Restart {
+        /// The pane's name, id, or a unique id prefix (4 characters or more).
+        id: String,
+    },
+    /// Forget a finished pane: it leaves the snapshot, its logs stay, its name is free.
+    Remove {
+        /// The pane's name, id, or a unique id prefix (4 characters or more).
+        id: String,
+    },
     /// Suspend an agent and its processes (SIGSTOP); a paused agent is never stalled.
     Pause {
         /// The pane's id or name.
@@ -414,6 +434,10 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Snapshot { json, schema } => remote::snapshot(socket, schema, json, &mut out),
         Command::Spawn(args) => remote::spawn(socket, args, &mut out),
         Command::Kill { id } => remote::simple(socket, &request::agent("kill-agent", &id)),
+        Command::Start { id } => remote::simple(socket, &request::agent("start-agent", &id)),
+        Command::Stop { id } => remote::simple(socket, &request::agent("stop-agent", &id)),
+        Command::Restart { id } => remote::simple(socket, &request::agent("restart-agent", &id)),
+        Command::Remove { id } => remote::simple(socket, &request::agent("remove-agent", &id)),
         Command::Pause { id } => remote::simple(socket, &request::agent("pause-agent", &id)),
         Command::Resume { id } => remote::simple(socket, &request::agent("resume-agent", &id)),
         Command::Signal { id, sig } => remote::simple(socket, &request::signal(&id, &sig)),

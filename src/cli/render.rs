@@ -452,6 +452,7 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             )
         }
         WatchKind::Unstalled { pane } => format!("{} no longer stalled", who(pane)),
+        WatchKind::Removed { pane } => format!("{} removed", who(pane)),
         WatchKind::Paused { pane } => format!("{} paused", who(pane)),
         WatchKind::Resumed { pane } => format!("{} resumed", who(pane)),
         WatchKind::Exited { pane, code, signal } => {
@@ -606,6 +607,7 @@ pub(crate) mod tests {
             blocked_reason: None,
             exit: None,
             restart: None,
+            supervision: None,
         }
     }
 

@@ -58,8 +58,8 @@ pub fn spawn(s: &SpawnRequest) -> Value {
     Value::Object(m)
 }
 
-/// `kill-agent`, `pause-agent`, `resume-agent`: the commands that take only
-/// an agent.
+/// `kill-agent`, `pause-agent`, `resume-agent`, `start-agent`, `stop-agent`,
+/// `restart-agent`, `remove-agent`: the commands that take only an agent.
 pub fn agent(cmd: &str, agent_id: &str) -> Value {
     json!({"cmd": cmd, "agent_id": agent_id})
 }

@@ -97,6 +97,7 @@ struct RawDaemon {
     stall_after: Option<Spanned<String>>,
     heartbeat: Option<Spanned<String>>,
     shutdown_grace: Option<Spanned<String>>,
+    retain_finished: Option<Spanned<String>>,
     max_line: Option<Spanned<u64>>,
     max_request: Option<Spanned<u64>>,
     max_connections: Option<Spanned<u64>>,
@@ -232,6 +233,9 @@ impl Validator<'_> {
                 parse_positive_duration(&v)
             }),
             shutdown_grace: self.opt(d.shutdown_grace, "daemon.shutdown_grace", |v| {
+                parse_duration(&v)
+            }),
+            retain_finished: self.opt(d.retain_finished, "daemon.retain_finished", |v| {
                 parse_duration(&v)
             }),
             max_line: self.opt(d.max_line, "daemon.max_line", positive_usize),

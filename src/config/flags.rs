@@ -102,6 +102,7 @@ impl DaemonArgs {
                 stall_after: self.stall_after,
                 heartbeat: self.heartbeat,
                 shutdown_grace: self.shutdown_grace,
+                retain_finished: None,
                 max_line: self.max_line,
                 max_request: self.max_request,
                 max_connections: self.max_connections,

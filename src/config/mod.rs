@@ -173,6 +173,10 @@ layered! {
         heartbeat: Duration = DEFAULT_HEARTBEAT,
         #[serde(serialize_with = "render::duration")]
         shutdown_grace: Duration = DEFAULT_SHUTDOWN_GRACE,
+        /// Finished panes older than this leave the snapshot (their logs
+        /// stay); zero keeps them until `remove-agent`.
+        #[serde(serialize_with = "render::duration")]
+        retain_finished: Duration = Duration::ZERO,
         max_line: usize = DEFAULT_MAX_LINE,
         max_request: usize = DEFAULT_MAX_REQUEST,
         max_connections: usize = DEFAULT_MAX_CONNECTIONS,
@@ -600,10 +604,11 @@ fn system_hostname() -> String {
 /// applied by reconciling ([`crate::core::reconcile::plan`]): the agent
 /// starts, stops, restarts or takes its new policy, as `supervisorctl
 /// update` does; `resume.` templates are read at the next resume.
-pub const RELOADABLE_KEYS: [&str; 9] = [
+pub const RELOADABLE_KEYS: [&str; 10] = [
     "daemon.stall_after",
     "daemon.heartbeat",
     "daemon.shutdown_grace",
+    "daemon.retain_finished",
     "daemon.log_level",
     "syslog.",
     "restart.",

@@ -271,6 +271,19 @@ fn wants(conn: &Conn, pane_jail: Option<&str>, pane: Option<&str>) -> bool {
 /// The alert an event raises, if any, with its reason.
 fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<String>)> {
     let agent = &mut slot.agent;
+    // A stop somebody asked for (shutdown, stop-agent, a reload) pages no one.
+    if agent.supervision.planned_stop()
+        && matches!(
+            kind,
+            WatchKind::Exited { .. }
+                | WatchKind::State {
+                    to: AgentState::Error,
+                    ..
+                }
+        )
+    {
+        return None;
+    }
     match kind {
         WatchKind::State {
             to: AgentState::Blocked,
@@ -325,7 +338,8 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
         | WatchKind::TaskCompleted { .. }
         | WatchKind::ApprovalRequest { .. }
         | WatchKind::AgentError { .. }
-        | WatchKind::Gap { .. } => None,
+        | WatchKind::Gap { .. }
+        | WatchKind::Removed { .. } => None,
     }
 }
 

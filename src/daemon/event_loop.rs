@@ -133,6 +133,7 @@ pub struct Daemon {
     pub(crate) store_failing: bool,
     pub(crate) reloader: crate::daemon::Reloader,
     pub(crate) control: crate::daemon::control_plane::ControlPlane,
+    pub(crate) records: crate::daemon::supervise::RecordsWriter,
 }
 
 pub fn now() -> Timestamp {
@@ -231,6 +232,7 @@ impl Daemon {
             store_failing: false,
             reloader,
             control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
+            records: Default::default(),
         };
         d.rearm_task_timer(t0);
         d.recover(recovery, t0);
@@ -246,6 +248,7 @@ impl Daemon {
             d.settings.jail_sockets.len(),
             d.settings.daemon.state_dir.display()
         );
+        d.supervise_at_start(t0);
         Ok(d)
     }
 

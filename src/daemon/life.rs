@@ -71,6 +71,7 @@ impl Daemon {
                 Deadline::Stall => self.stall_check(key, t),
                 Deadline::Drain => self.life_event(key, LifeEvent::DrainTimeout, t),
                 Deadline::Backoff => self.life_event(key, LifeEvent::BackoffDue, t),
+                Deadline::StopGrace => self.stop_grace_over(key),
             }
         }
     }
@@ -155,6 +156,7 @@ impl Daemon {
                 };
                 let pane = agent.pane_id.clone();
                 log_info!("pane {pane} will not be restarted: {attempts} restarts used");
+                self.mark_given_up(key);
                 self.publish(WatchKind::RestartsExhausted { pane, attempts }, t);
             }
             LifeEffect::Release => {
@@ -182,12 +184,19 @@ impl Daemon {
         {
             return RestartPlan::No;
         }
+        // A declared agent's own backoff steps, else the daemon's.
+        let backoff = agent
+            .supervision
+            .spec
+            .as_ref()
+            .and_then(|s| s.backoff.as_deref())
+            .unwrap_or(&self.settings.restart_backoff);
         lifecycle::plan_restart(
             agent.rule(),
             agent.restart.attempts,
             state,
             ran_for,
-            &self.settings.restart_backoff,
+            backoff,
             t,
         )
     }

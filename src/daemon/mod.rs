@@ -31,6 +31,7 @@ pub mod settings;
 mod shutdown;
 pub mod source;
 pub mod store;
+pub mod supervise;
 pub mod timers;
 pub(crate) mod views;
 

@@ -121,6 +121,7 @@ impl Daemon {
         self.transitions = transitions;
         self.transitions.clear();
         self.index_runtime(key, t);
+        self.note_harness_session(key);
         self.refresh_stall(key, t);
     }
 
@@ -232,6 +233,9 @@ impl Daemon {
         }
         self.tokens.remove(proc_.pty_token);
         agent.timers.clear(Deadline::Drain, t, self.poll.registry());
+        agent
+            .timers
+            .clear(Deadline::StopGrace, t, self.poll.registry());
         agent.timers.clear(Deadline::Stall, t, self.poll.registry());
         let status = proc_.status.unwrap_or(ExitStatus::Unknown);
         // A last line without a newline is still a line.
@@ -275,6 +279,7 @@ impl Daemon {
         );
         let restart = self.restart_plan(key, state, ran_for, t);
         self.life_event(key, LifeEvent::Ended { restart }, t);
+        self.after_end(key, t);
         self.accept_blocked = true;
     }
 

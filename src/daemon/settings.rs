@@ -29,6 +29,8 @@ pub struct Settings {
     /// The file with `[[notify]]` sinks, if it has any: colibrid then
     /// supervises `colibri notify` (see `daemon/notify.rs`).
     pub notify_config: Option<PathBuf>,
+    /// `[agents.NAME]`, resolved (`daemon::supervise` reconciles them).
+    pub agents: BTreeMap<String, crate::core::spec::AgentSpec>,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
 }
@@ -67,6 +69,7 @@ impl Settings {
                 .source
                 .clone()
                 .filter(|p| crate::config::notify::load_sinks(p).is_ok_and(|s| !s.is_empty())),
+            agents: cfg.agents.clone(),
             reload: ReloadStatus::default(),
         }
     }

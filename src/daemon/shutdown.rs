@@ -66,13 +66,16 @@ impl Daemon {
         self.settings.daemon.stall_after = new.daemon.stall_after;
         self.settings.daemon.heartbeat = new.daemon.heartbeat;
         self.settings.daemon.shutdown_grace = new.daemon.shutdown_grace;
+        self.settings.daemon.retain_finished = new.daemon.retain_finished;
         self.settings.restart_backoff = new.restart_backoff;
         self.settings.max_restarts = new.max_restarts;
         self.settings.providers = new.providers;
         self.settings.alert = new.alert;
+        self.reconcile_declared(new.agents, super::now());
     }
 
     pub(crate) fn on_heartbeat(&mut self, t: Timestamp) {
+        self.retire_finished(t);
         let n = self.panes.len();
         self.publish(WatchKind::Heartbeat { panes: n }, t);
         if let Some(session) = self.store.heartbeat(t) {
@@ -104,6 +107,7 @@ impl Daemon {
                 let _ = self.poll.registry().deregister(&mut socket);
             }
         }
+        self.stop_all_planned();
         // Orphans first: once the agents die, their own descendants become
         // orphans too and would get the signal twice.
         self.signal_orphans(libc::SIGTERM);
@@ -241,6 +245,7 @@ impl Daemon {
     pub(crate) fn finish_shutdown(&mut self) -> Result<(), DaemonError> {
         // Never exit 0 having lost acknowledged records (see RELIABILITY.md).
         let outcome = self.store.shutdown_flush(now());
+        self.records.close();
         if !outcome.data_safe() {
             bus::log_write_alert(&mut self.alerter, &self.store.health(), now());
         }

@@ -30,22 +30,30 @@ pub enum Deadline {
     Drain,
     /// Restart backoff.
     Backoff,
+    /// A planned stop sent SIGTERM; SIGKILL follows if still running.
+    StopGrace,
 }
 
-const ALL: [Deadline; 3] = [Deadline::Stall, Deadline::Drain, Deadline::Backoff];
+const ALL: [Deadline; 4] = [
+    Deadline::Stall,
+    Deadline::Drain,
+    Deadline::Backoff,
+    Deadline::StopGrace,
+];
 
 fn slot(d: Deadline) -> usize {
     match d {
         Deadline::Stall => 0,
         Deadline::Drain => 1,
         Deadline::Backoff => 2,
+        Deadline::StopGrace => 3,
     }
 }
 
 #[derive(Debug, Default)]
 pub struct PaneTimers {
     timer: Option<(KernelTimer, Token)>,
-    due: [Option<Timestamp>; 3],
+    due: [Option<Timestamp>; ALL.len()],
     /// What the kernel timer is armed for.
     armed: Option<Timestamp>,
 }
@@ -108,7 +116,7 @@ impl PaneTimers {
 
     /// Drops the kernel timer and its token: the pane waits on nothing.
     pub fn release(&mut self, registry: &Registry, tokens: &mut Tokens) {
-        self.due = [None; 3];
+        self.due = [None; ALL.len()];
         self.armed = None;
         if let Some((timer, token)) = self.timer.take() {
             timer.deregister(registry);
@@ -155,7 +163,7 @@ impl PaneTimers {
     fn arm(
         timer: &mut KernelTimer,
         armed: &mut Option<Timestamp>,
-        due: [Option<Timestamp>; 3],
+        due: [Option<Timestamp>; ALL.len()],
         now: Timestamp,
         registry: &Registry,
     ) {

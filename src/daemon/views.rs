@@ -24,7 +24,13 @@ impl Daemon {
                 .panes
                 .iter()
                 .filter(|(k, _)| self.visible(scope, *k))
-                .map(|(_, s)| PaneV1::from_pane(&s.pane, t, stall))
+                .map(|(_, s)| {
+                    let mut v = PaneV1::from_pane(&s.pane, t, stall);
+                    // The contract's five states: see docs/PROTOCOL.md.
+                    let actual = s.agent.supervision.actual(&s.agent);
+                    v.state = crate::core::spec::v1_state(actual, s.pane.state());
+                    v
+                })
                 .collect(),
         }
     }
@@ -43,6 +49,7 @@ impl Daemon {
                     v.jail = a.jail.clone();
                     v.pid = a.running_pid();
                     v.generation = a.generation;
+                    v.supervision = Some(a.supervision.wire(a));
                     if a.restart.policy != RestartPolicy::Never {
                         v.restart = Some(WireRestart {
                             policy: a.restart.policy.as_str().to_string(),

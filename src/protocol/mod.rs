@@ -26,6 +26,8 @@ pub use control_plane::{
     ActivityArgs, ActivityReply, ApprovalsReply, CallerArgs, StateReply, TaskActArgs, TaskAddArgs,
     TaskClaimArgs, TaskReply, TasksArgs, TasksReply,
 };
+mod lifecycle;
+pub use lifecycle::{LifecycleReply, WireSupervision};
 
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
@@ -157,6 +159,9 @@ pub struct PaneV2 {
     pub exit: Option<WireExit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<WireRestart>,
+    /// Wanted beside actual state (see `protocol::lifecycle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervision: Option<WireSupervision>,
 }
 
 impl PaneV2 {
@@ -188,6 +193,7 @@ impl PaneV2 {
             blocked_reason: p.blocked_reason().map(str::to_string),
             exit: p.exit().map(WireExit::from),
             restart: None,
+            supervision: None,
         }
     }
 }
@@ -362,6 +368,10 @@ pub enum Command {
     TaskCancel(TaskActArgs),
     Approvals(CallerArgs),
     Activity(ActivityArgs),
+    StartAgent(AgentArgs),
+    StopAgent(AgentArgs),
+    RestartAgent(AgentArgs),
+    RemoveAgent(AgentArgs),
 }
 
 /// Who may use a command.
@@ -388,7 +398,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 26] = {
+pub const COMMANDS: [CommandInfo; 30] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -417,6 +427,10 @@ pub const COMMANDS: [CommandInfo; 26] = {
         cmd("task-cancel", Operator),
         cmd("approvals", Agent),
         cmd("activity", Agent),
+        cmd("start-agent", Operator),
+        cmd("stop-agent", Operator),
+        cmd("restart-agent", Operator),
+        cmd("remove-agent", Operator),
     ]
 };
 
@@ -462,6 +476,10 @@ impl Command {
             Command::TaskCancel(_) => 23,
             Command::Approvals(_) => 24,
             Command::Activity(_) => 25,
+            Command::StartAgent(_) => 26,
+            Command::StopAgent(_) => 27,
+            Command::RestartAgent(_) => 28,
+            Command::RemoveAgent(_) => 29,
         }
     }
 
@@ -675,10 +693,12 @@ pub enum ErrorCode {
     Os,
     /// A bug: the daemon could not encode its own reply.
     Internal,
+    /// A short id prefix names more than one pane; the message lists them.
+    Ambiguous,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownCommand,
         ErrorCode::Invalid,
@@ -690,6 +710,7 @@ impl ErrorCode {
         ErrorCode::Store,
         ErrorCode::Os,
         ErrorCode::Internal,
+        ErrorCode::Ambiguous,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -705,6 +726,7 @@ impl ErrorCode {
             ErrorCode::Store => "store",
             ErrorCode::Os => "os",
             ErrorCode::Internal => "internal",
+            ErrorCode::Ambiguous => "ambiguous",
         }
     }
 }
@@ -1009,6 +1031,7 @@ pub enum Reply {
     Task(TaskReply),
     Approvals(ApprovalsReply),
     Activity(ActivityReply),
+    Lifecycle(LifecycleReply),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1149,6 +1172,10 @@ pub enum WatchKind {
         since: u64,
         resumes_at: u64,
     },
+    /// `remove-agent` forgot the pane (its session logs stay).
+    Removed {
+        pane: String,
+    },
 }
 
 impl WatchKind {
@@ -1166,7 +1193,8 @@ impl WatchKind {
             | WatchKind::RestartsExhausted { pane, .. }
             | WatchKind::TaskCompleted { pane, .. }
             | WatchKind::ApprovalRequest { pane, .. }
-            | WatchKind::AgentError { pane, .. } => Some(pane),
+            | WatchKind::AgentError { pane, .. }
+            | WatchKind::Removed { pane } => Some(pane),
             WatchKind::Task { pane, .. } => pane.as_deref(),
             WatchKind::Heartbeat { .. } | WatchKind::Gap { .. } => None,
         }

@@ -22,3 +22,5 @@ mod notify;
 mod reshape;
 /// Bad input, slow clients, floods, scale.
 mod robustness;
+/// The supervisor: declared agents, lifecycle commands, resume, ids.
+mod supervise;

@@ -200,6 +200,7 @@ impl Daemon {
         match self.start_process(key, &recipe, t) {
             Ok(pid) => {
                 self.life_event(key, LifeEvent::Spawned, t);
+                self.adopt_spawned(key, a.name.as_deref(), a.max_restarts);
                 self.publish(
                     WatchKind::Attached {
                         pane: pane_id.clone(),

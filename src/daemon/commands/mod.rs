@@ -14,10 +14,12 @@
 mod agents;
 mod control;
 mod control_plane;
+mod lifecycle;
 mod query;
 mod session;
 mod watch;
 
+use crate::core::resolve::ResolveError;
 use crate::core::time::Timestamp;
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
@@ -65,6 +67,10 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("task-cancel", control_plane::act),
     ("approvals", control_plane::approvals),
     ("activity", control_plane::activity),
+    ("start-agent", lifecycle::start),
+    ("stop-agent", lifecycle::stop),
+    ("restart-agent", lifecycle::restart),
+    ("remove-agent", lifecycle::remove),
 ];
 
 /// A handler reached with another command's arguments: the tables are out
@@ -101,18 +107,20 @@ impl Daemon {
         })
     }
 
-    /// A pane by id or by name, visible in `scope`.
+    /// A pane by name, full id, or unique id prefix (`core::resolve`),
+    /// among the panes visible in `scope`.
     pub(crate) fn resolve(&self, scope: &Scope, agent_id: &str) -> Result<PaneKey, CommandError> {
-        let key = self.panes.key(agent_id).or_else(|| {
-            self.panes
-                .iter()
-                .find(|(_, s)| s.pane.name.as_deref() == Some(agent_id))
-                .map(|(k, _)| k)
-        });
-        match key {
-            Some(key) if self.visible(scope, key) => Ok(key),
-            _ => Err(CommandError::not_found(agent_id)),
-        }
+        let visible = self
+            .panes
+            .iter()
+            .filter(|(k, _)| self.visible(scope, *k))
+            .map(|(k, s)| (s.pane.name.as_deref(), s.pane.id.0.as_str(), k));
+        crate::core::resolve::resolve(agent_id, visible).map_err(|e| match e {
+            ResolveError::NotFound { .. } => CommandError::not_found(agent_id),
+            ambiguous @ ResolveError::Ambiguous { .. } => {
+                CommandError::new(ErrorCode::Ambiguous, ambiguous.to_string())
+            }
+        })
     }
 
     pub(crate) fn visible(&self, scope: &Scope, key: PaneKey) -> bool {
