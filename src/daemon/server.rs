@@ -19,6 +19,9 @@ use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::{
     Daemon, DaemonError, Listener, Pending, CONN_STEPS_PER_WAKEUP, LINGER,
 };
+
+/// Connections accepted (or refused) per listener per wakeup.
+const ACCEPTS_PER_WAKEUP: usize = 64;
 use crate::daemon::source::{ConnId, Source};
 use crate::platform::{self, PeerKey};
 use crate::protocol::{self, ErrorCode, WatchKind};
@@ -91,7 +94,16 @@ impl Daemon {
         if self.is_stopping() {
             return;
         }
+        // Clients connecting in a tight loop must not keep the loop here:
+        // what is left is accepted on the next turn, via `pending`.
+        let mut budget = ACCEPTS_PER_WAKEUP;
+        let mut reap = true;
         loop {
+            if budget == 0 {
+                self.push_pending(Pending::Accept(i));
+                return;
+            }
+            budget -= 1;
             let Some(l) = self.listeners.get(i) else {
                 return;
             };
@@ -111,7 +123,7 @@ impl Daemon {
                 }
             };
             let peer = platform::peer_key(stream.as_fd()).ok();
-            if let Some(why) = self.refusal(i, &scope, peer, t) {
+            if let Some(why) = self.refusal(i, &scope, peer, std::mem::take(&mut reap), t) {
                 let line = protocol::err_line(None, ErrorCode::Busy, why);
                 let _ = io::Write::write(&mut stream, &line);
                 continue;
@@ -143,6 +155,7 @@ impl Daemon {
                 last_progress: Some(t),
             };
             entry.insert(conn);
+            reap = true;
             // Data may have arrived before registration; edge-triggered
             // polling would not report it again.
             self.push_pending(Pending::Conn(id));
@@ -152,15 +165,20 @@ impl Daemon {
     /// Why a new connection on listener `i` is refused, if it is. Each
     /// listener has its own cap, so jail sockets never take the operator's
     /// room; each peer has a share of it. Connections whose peer already
-    /// hung up are finished first, so they are never counted.
+    /// hung up are finished first (when `reap`: once per connection
+    /// accepted, so refusals stay cheap), so they are never counted.
     fn refusal(
         &mut self,
         i: usize,
         scope: &Scope,
         peer: Option<PeerKey>,
+        reap: bool,
         t: Timestamp,
     ) -> Option<&'static str> {
-        self.over_cap(i, scope, peer)?;
+        let why = self.over_cap(i, scope, peer)?;
+        if !reap {
+            return Some(why);
+        }
         self.finish_hung_up(i, t);
         self.over_cap(i, scope, peer)
     }

@@ -92,7 +92,11 @@ impl Daemon {
             } else {
                 String::new()
             },
-            os: if operator { self.os.clone() } else { String::new() },
+            os: if operator {
+                self.os.clone()
+            } else {
+                String::new()
+            },
             version: env!("CARGO_PKG_VERSION").to_string(),
             pid: if operator { std::process::id() } else { 0 },
             started_at: if operator {

@@ -48,8 +48,8 @@ pub use os::{
 };
 pub use posix::{
     effective_uid, ensure_std_fds, hostname, lookup_user, peer_hung_up, raise_fd_limit,
-    read_master, reap, reap_any,
-    set_window_size, signal_group, utc_offset_seconds, write_nonblocking,
+    read_master, reap, reap_any, set_window_size, signal_group, utc_offset_seconds,
+    write_nonblocking,
 };
 
 /// Who holds the other end of a local socket, for per-peer caps: the uid,
