@@ -376,7 +376,7 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
     for t in threads {
         t.join().expect("hostile client");
     }
-    assert!(answered > 10, "the operator asked throughout ({answered})");
+    assert!(answered >= 3, "the operator asked throughout ({answered})");
     d.ok(json!({"cmd":"kill-agent","agent_id":flipper}));
     d.wait_pane(&flipper, "finished", |p| p["exit"].is_object());
     let mut fds_now = 0;
