@@ -344,11 +344,16 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
         "only the asking connection",
         || (status_over(&d.socket)["data"]["connections"] == json!(1)).then_some(()),
     );
-    let fds_before = fd_count(pid);
-    let rss_before = rss_bytes(pid);
     // An agent whose state flips fast, so watchers that never read fill up.
     let body = "while :; do i=0; while [ $i -lt 200 ]; do echo '{\"type\":\"extension_ui_request\",\"id\":\"q\",\"method\":\"confirm\",\"title\":\"ok?\"}'; echo '{\"type\":\"tool_execution_start\",\"toolName\":\"bash\",\"args\":{\"command\":\"true\"}}'; i=$((i+1)); done; sleep 0.05; done";
     let flipper = d.spawn(&["/bin/sh", "-c", body], json!({"runtime":"pi"}));
+    d.wait_pane(&flipper, "flipping", |p| {
+        p["counters"]["events"].as_u64().unwrap_or(0) > 1000
+    });
+    // Measured with the agent running (its PTY, timer and log are open),
+    // so only what the clients leave behind can differ.
+    let fds_before = fd_count(pid);
+    let rss_before = rss_bytes(pid);
     let stop = Arc::new(AtomicBool::new(false));
     let threads = hostile_swarm(&d, &jail_sock, &stop);
     let started = Instant::now();
@@ -377,14 +382,19 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
         t.join().expect("hostile client");
     }
     assert!(answered >= 3, "the operator asked throughout ({answered})");
-    d.ok(json!({"cmd":"kill-agent","agent_id":flipper}));
-    d.wait_pane(&flipper, "finished", |p| p["exit"].is_object());
     let mut fds_now = 0;
-    wait_for(Duration::from_secs(30), "fds back to the baseline", || {
+    let mut conns = Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fds_now != fds_before || conns != json!(1) {
+        assert!(
+            Instant::now() < deadline,
+            "fds {fds_now} (baseline {fds_before}), connections {conns} (want 1)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        conns = status_over(&d.socket)["data"]["connections"].clone();
         fds_now = fd_count(pid);
-        let conns = status_over(&d.socket)["data"]["connections"].clone();
-        (fds_now == fds_before && conns == json!(1)).then_some(())
-    });
+    }
+    d.ok(json!({"cmd":"kill-agent","agent_id":flipper}));
     let rss_after = rss_bytes(pid);
     eprintln!(
         "soak: {answered} operator rounds, slowest {slowest:?}; fds {fds_before} -> {fds_now}; RSS {} KiB -> {} KiB",
