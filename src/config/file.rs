@@ -101,6 +101,8 @@ struct RawDaemon {
     max_line: Option<Spanned<u64>>,
     max_request: Option<Spanned<u64>>,
     max_connections: Option<Spanned<u64>>,
+    max_connections_per_peer: Option<Spanned<u64>>,
+    idle_timeout: Option<Spanned<String>>,
     log_level: Option<Spanned<String>>,
     agent_path: Option<Spanned<String>>,
 }
@@ -241,6 +243,14 @@ impl Validator<'_> {
             max_line: self.opt(d.max_line, "daemon.max_line", positive_usize),
             max_request: self.opt(d.max_request, "daemon.max_request", positive_usize),
             max_connections: self.opt(d.max_connections, "daemon.max_connections", positive_usize),
+            max_connections_per_peer: self.opt(
+                d.max_connections_per_peer,
+                "daemon.max_connections_per_peer",
+                positive_usize,
+            ),
+            idle_timeout: self.opt(d.idle_timeout, "daemon.idle_timeout", |v| {
+                parse_positive_duration(&v)
+            }),
             log_level: self.opt(d.log_level, "daemon.log_level", |v| v.parse()),
             agent_path: self.opt(d.agent_path, "daemon.agent_path", |v| check_agent_path(&v)),
         }

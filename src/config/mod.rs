@@ -57,6 +57,12 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_MAX_LINE: usize = crate::core::ingest::DEFAULT_MAX_LINE;
 pub const DEFAULT_MAX_REQUEST: usize = 1_048_576;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Connections one peer (a uid; on FreeBSD a uid in one jail) may hold on
+/// one listener; the daemon's own uid and root are exempt on the operator socket.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 32;
+/// A connection without a complete request (or a reply or event it reads)
+/// for this long is closed.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_LOG_LEVEL: LogLevel = LogLevel::Info;
 /// The PATH an agent gets when its spawn request does not set one.
 pub use crate::platform::DEFAULT_AGENT_PATH;
@@ -180,6 +186,9 @@ layered! {
         max_line: usize = DEFAULT_MAX_LINE,
         max_request: usize = DEFAULT_MAX_REQUEST,
         max_connections: usize = DEFAULT_MAX_CONNECTIONS,
+        max_connections_per_peer: usize = DEFAULT_MAX_CONNECTIONS_PER_PEER,
+        #[serde(serialize_with = "render::duration")]
+        idle_timeout: Duration = DEFAULT_IDLE_TIMEOUT,
         #[serde(serialize_with = "render::log_level")]
         log_level: LogLevel = DEFAULT_LOG_LEVEL,
         /// The PATH given to agents whose request sets none.

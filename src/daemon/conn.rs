@@ -16,6 +16,7 @@ use mio::{Interest, Registry, Token};
 
 use crate::core::ingest::{Frame, LineFramer};
 use crate::core::time::Timestamp;
+use crate::platform::PeerKey;
 
 /// Queued reply bytes above which no further requests of this client are
 /// served until it reads (pipelined requests wait; nothing is dropped).
@@ -63,6 +64,18 @@ pub struct Received {
     pub more: bool,
 }
 
+/// Where a connection came from and when it last did anything: for the
+/// per-listener and per-peer caps and the idle close (see `server`).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Seat {
+    /// Index of the listener it was accepted on.
+    pub listener: usize,
+    /// `None` when the kernel would not say who the peer is.
+    pub peer: Option<PeerKey>,
+    /// The last complete request received, or reply bytes the peer took.
+    pub last_progress: Option<Timestamp>,
+}
+
 #[derive(Debug)]
 pub struct Conn {
     pub stream: UnixStream,
@@ -79,6 +92,7 @@ pub struct Conn {
     pub requests: VecDeque<Vec<u8>>,
     /// The client closed its side: serve what is queued, then close.
     pub eof: bool,
+    pub seat: Seat,
     framer: LineFramer,
     out: VecDeque<Rc<[u8]>>,
     out_bytes: usize,
@@ -99,6 +113,7 @@ impl Conn {
             read_pending: false,
             requests: VecDeque::new(),
             eof: false,
+            seat: Seat::default(),
             framer: LineFramer::new(max_request),
             out: VecDeque::new(),
             out_bytes: 0,
@@ -211,6 +226,17 @@ impl Conn {
             }
         }
         Ok(())
+    }
+
+    /// Idle: nothing received or taken for `limit`. A watcher with nothing
+    /// queued waits on us, not we on it, so it is never idle.
+    pub fn is_idle(&self, limit: std::time::Duration, now: Timestamp) -> bool {
+        if self.closing || (self.watch.is_some() && self.out.is_empty()) {
+            return false;
+        }
+        self.seat
+            .last_progress
+            .is_some_and(|since| now.since(since) >= limit)
     }
 
     pub fn is_flushed(&self) -> bool {

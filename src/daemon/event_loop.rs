@@ -76,6 +76,8 @@ pub(crate) enum Pending {
     Conn(ConnId),
     /// An exit noticed at registration (the child died before we watched).
     Exit(PaneKey),
+    /// A listener with connections still waiting to be accepted.
+    Accept(usize),
 }
 
 #[derive(Debug)]
@@ -346,6 +348,7 @@ impl Daemon {
                 Pending::Pty(key) => self.read_pty(key, t),
                 Pending::Conn(id) => self.conn_readable(id, t),
                 Pending::Exit(key) => self.exit_notice(key, t),
+                Pending::Accept(i) => self.accept(i, t),
             }
         }
         if !self.store_blocked.is_empty() {

@@ -77,6 +77,13 @@ impl Daemon {
     }
 
     pub(crate) fn stall_check(&mut self, key: PaneKey, t: Timestamp) {
+        // What the agent wrote while colibrid itself was not running (stopped,
+        // or starved of CPU) waits in its PTY: read it before calling the
+        // agent quiet, whatever order this wakeup's events came in.
+        if let Some(p) = self.panes.agent_mut(key).and_then(|a| a.proc.as_mut()) {
+            p.read_pending = true;
+        }
+        self.read_pty(key, t);
         let Some(pane) = self.panes.pane(key) else {
             return;
         };

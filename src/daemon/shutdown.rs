@@ -91,6 +91,7 @@ impl Daemon {
         for id in lingering {
             self.close_conn(ConnId(id));
         }
+        self.close_idle_conns(t);
     }
 
     pub(crate) fn begin_shutdown(&mut self, t: Timestamp) {

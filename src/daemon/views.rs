@@ -89,12 +89,28 @@ impl Daemon {
             own_sessions.push(s.agent.session.as_str());
         }
         let reload = self.settings.reload.shown_to(scope);
+        // A jail socket is reachable by every user of the jail (on Linux, of
+        // the host): it answers what an agent needs (its panes, their states,
+        // the stall threshold, the version), not where and how the daemon runs.
+        let operator = *scope == Scope::Operator;
         StatusData {
-            host: self.settings.daemon.host.clone(),
-            os: self.os.clone(),
+            host: if operator {
+                self.settings.daemon.host.clone()
+            } else {
+                String::new()
+            },
+            os: if operator {
+                self.os.clone()
+            } else {
+                String::new()
+            },
             version: env!("CARGO_PKG_VERSION").to_string(),
-            pid: std::process::id(),
-            started_at: self.started_at.to_rfc3339(),
+            pid: if operator { std::process::id() } else { 0 },
+            started_at: if operator {
+                self.started_at.to_rfc3339()
+            } else {
+                String::new()
+            },
             agents,
             running,
             // Daemon-wide counts are the operator's business only.
@@ -120,7 +136,9 @@ impl Daemon {
             stalled,
             stall_after_ms: self.settings.daemon.stall_after.as_millis() as u64,
             scope: scope.name(),
-            logs: {
+            logs: if !operator {
+                LogHealth::default()
+            } else {
                 let h = self.store.health();
                 LogHealth {
                     pending_bytes: h.pending_bytes as u64,

@@ -14,6 +14,8 @@ mod contract;
 mod control_plane;
 /// Session logs, recovery after a crash, syslog alerts, configuration.
 mod durability;
+/// Hostile local clients: caps, idle close, jail status, the soak.
+mod hostile;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.
 mod lifecycle;
 /// The resumable watch and `colibri notify`.
