@@ -84,6 +84,8 @@ pub struct Agent {
     pub runtime_indexed: bool,
     /// This run's failure was alerted (the bus alerts one per failure).
     pub failure_alerted: bool,
+    /// The raw output ring and the attached clients (`daemon::attach`).
+    pub attach: crate::daemon::attach::PaneAttach,
 }
 
 impl Agent {
@@ -109,6 +111,7 @@ impl Agent {
             stopped_by: None,
             runtime_indexed: false,
             failure_alerted: false,
+            attach: Default::default(),
         }
     }
 

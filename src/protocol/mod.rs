@@ -19,6 +19,11 @@ use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::core::usage::Usage;
 
+pub mod attach;
+pub use attach::{
+    AttachArgs, AttachInputArgs, AttachInputReply, AttachReply, AttachResizeArgs, AttachResizeReply,
+};
+
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
 
@@ -341,6 +346,9 @@ pub enum Command {
     Emit(EmitArgs),
     Whoami,
     Hint(HintArgs),
+    Attach(AttachArgs),
+    AttachInput(AttachInputArgs),
+    AttachResize(AttachResizeArgs),
 }
 
 /// Who may use a command.
@@ -367,7 +375,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 16] = {
+pub const COMMANDS: [CommandInfo; 19] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -386,6 +394,9 @@ pub const COMMANDS: [CommandInfo; 16] = {
         cmd("emit", Agent),
         cmd("whoami", Agent),
         cmd("hint", Operator),
+        cmd("attach", Operator),
+        cmd("attach-input", Operator),
+        cmd("attach-resize", Operator),
     ]
 };
 
@@ -421,6 +432,9 @@ impl Command {
             Command::Emit(_) => 13,
             Command::Whoami => 14,
             Command::Hint(_) => 15,
+            Command::Attach(_) => 16,
+            Command::AttachInput(_) => 17,
+            Command::AttachResize(_) => 18,
         }
     }
 
@@ -960,6 +974,9 @@ pub enum Reply {
     Compact(CompactReply),
     Whoami(WhoamiReply),
     Hint(HintReply),
+    Attach(AttachReply),
+    AttachInput(AttachInputReply),
+    AttachResize(AttachResizeReply),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -18,3 +18,5 @@ mod lifecycle;
 mod reshape;
 /// Bad input, slow clients, floods, scale.
 mod robustness;
+/// `colibri top` and `colibri attach` under tmux; the attach protocol.
+mod views;

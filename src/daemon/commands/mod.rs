@@ -12,6 +12,7 @@
 //! `watch` (watch, emit), `session` (get and compact a session log).
 
 mod agents;
+mod attach;
 mod control;
 mod query;
 mod session;
@@ -54,6 +55,9 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("emit", watch::emit),
     ("whoami", query::whoami),
     ("hint", control::hint),
+    ("attach", attach::attach),
+    ("attach-input", attach::input),
+    ("attach-resize", attach::resize_cmd),
 ];
 
 /// A handler reached with another command's arguments: the tables are out

@@ -1,0 +1,186 @@
+//! `colibri attach` and `colibri top` in a real terminal: tmux runs the
+//! CLI, `send-keys` types and `capture-pane` reads the screen, against
+//! the real daemon and real agents on PTYs.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::support::{pid_alive, wait_for, Client, Colibrid, COLIBRI};
+
+/// A tmux server of its own (a private socket), killed on drop.
+struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    /// `None` (with a loud message) only when tmux is not installed.
+    fn start(d: &Colibrid, cmd: &str) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            eprintln!("\n*** SKIPPED: tmux is not installed (apt-get install tmux) ***\n");
+            return None;
+        }
+        let t = Tmux {
+            socket: d.path("tmux.sock"),
+        };
+        let ok = t
+            .tmux(&["new-session", "-d", "-x", "80", "-y", "24", "-s", "v", cmd])
+            .status
+            .success();
+        assert!(ok, "tmux new-session failed");
+        Some(t)
+    }
+
+    fn tmux(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .env_remove("TMUX")
+            .output()
+            .expect("run tmux")
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-t", "v"]).stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "v"];
+        args.extend_from_slice(keys);
+        assert!(self.tmux(&args).status.success(), "send-keys {keys:?}");
+    }
+
+    fn wait_screen(&self, what: &str, cond: impl Fn(&str) -> bool) -> String {
+        wait_for(Duration::from_secs(30), what, || {
+            let s = self.screen();
+            cond(&s).then_some(s)
+        })
+    }
+
+    fn alive(&self) -> bool {
+        self.tmux(&["has-session", "-t", "v"]).status.success()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+fn cli(d: &Colibrid, args: &str) -> String {
+    format!("{COLIBRI} --socket {} {args}", d.socket.display())
+}
+
+/// An agent that reads lines (CR ends a line, as a terminal's Enter) and
+/// answers each.
+fn echo_agent(d: &Colibrid) -> String {
+    let script = d.script(
+        "echo-agent",
+        "stty icrnl 2>/dev/null\necho booted-and-ready\nwhile read l; do echo \"got:$l\"; done",
+    );
+    d.spawn(&[&script], json!({"name": "echoer"}))
+}
+
+#[test]
+fn attach_shows_output_forwards_input_and_detach_leaves_the_agent_running() {
+    let d = Colibrid::start(&[]);
+    let id = echo_agent(&d);
+    let Some(t) = Tmux::start(&d, &cli(&d, "attach echoer")) else {
+        return;
+    };
+    t.wait_screen("the agent's earlier output", |s| {
+        s.contains("booted-and-ready")
+    });
+    t.keys(&["hello-there", "Enter"]);
+    t.wait_screen("the agent's answer to typed input", |s| {
+        s.contains("got:hello-there")
+    });
+    t.keys(&["C-]"]);
+    wait_for(Duration::from_secs(30), "attach to exit on Ctrl-]", || {
+        (!t.alive()).then_some(())
+    });
+    let pane = d.pane(&id);
+    assert!(pane["exit"].is_null(), "the agent ended: {pane}");
+    let pid = pane["pid"].as_i64().expect("pid") as i32;
+    assert!(pid_alive(pid), "the agent's process is gone after a detach");
+}
+
+fn attach_on(d: &Colibrid, id: &str, input: bool) -> (Client, Value) {
+    let mut c = Client::connect(&d.socket);
+    let r =
+        c.request(&json!({"cmd":"attach","agent_id": id, "input": input, "cols": 100, "rows": 40}));
+    assert_eq!(r["ok"], json!(true), "attach: {r}");
+    (c, r["data"].clone())
+}
+
+/// A request on an attached connection: its reply, past the frames.
+fn call(c: &mut Client, v: Value) -> Value {
+    c.send_raw(format!("{v}\n").as_bytes());
+    wait_for(Duration::from_secs(30), "a reply among the frames", || {
+        let line = c.read_line()?;
+        line.get("ok").is_some().then_some(line)
+    })
+}
+
+fn decode(s: &Value) -> String {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s.as_str().expect("base64 string"))
+        .expect("base64");
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[test]
+fn one_attacher_owns_the_input_and_the_others_read_only() {
+    let d = Colibrid::start(&[]);
+    let id = echo_agent(&d);
+    let (mut owner, first) = attach_on(&d, &id, true);
+    assert_eq!(first["input"], json!(true));
+    let (mut reader, second) = attach_on(&d, &id, true);
+    assert_eq!(second["input"], json!(false), "a second owner: {second}");
+    // The backlog first, then live frames, until the agent is ready.
+    let mut seen = decode(&second["data"]);
+    wait_for(Duration::from_secs(30), "the agent's first line", || {
+        if seen.contains("booted-and-ready") {
+            return Some(());
+        }
+        let line = reader.read_line()?;
+        if line["attach"] == json!("output") {
+            seen.push_str(&decode(&line["data"]));
+        }
+        None
+    });
+    let refused = call(&mut reader, json!({"cmd":"attach-input","data":"aGkK"}));
+    assert_eq!(refused["code"], json!("forbidden"), "{refused}");
+    let data = base64::engine::general_purpose::STANDARD.encode(b"ping\r");
+    let r = call(&mut owner, json!({"cmd":"attach-input","data": data}));
+    assert_eq!(r["data"]["written"], json!(5), "{r}");
+    // The reader sees the answer as output frames.
+    wait_for(
+        Duration::from_secs(30),
+        "the answer on the read-only attacher",
+        || {
+            let line = reader.read_line()?;
+            if line["attach"] == json!("output") {
+                seen.push_str(&decode(&line["data"]));
+            }
+            seen.contains("got:ping").then_some(())
+        },
+    );
+    // The owner leaves: the input is free for the next one who types.
+    drop(owner);
+    let r = wait_for(Duration::from_secs(30), "the input to be free", || {
+        let r = call(&mut reader, json!({"cmd":"attach-input","data":"cG9uZw0="}));
+        (r["ok"] == json!(true)).then_some(r)
+    });
+    assert_eq!(r["data"]["written"], json!(5));
+    let r = call(
+        &mut reader,
+        json!({"cmd":"attach-resize","cols": 120, "rows": 50}),
+    );
+    assert_eq!(r["ok"], json!(true), "{r}");
+}
