@@ -184,3 +184,68 @@ fn one_attacher_owns_the_input_and_the_others_read_only() {
     );
     assert_eq!(r["ok"], json!(true), "{r}");
 }
+
+/// The screen's row for a pane name.
+fn row<'a>(screen: &'a str, name: &str) -> Option<&'a str> {
+    screen.lines().find(|l| l.contains(name))
+}
+
+#[test]
+fn top_shows_state_changes_and_a_key_pauses_the_agent() {
+    let d = Colibrid::start(&[]);
+    let script = d.script("waiter", "stty icrnl 2>/dev/null\nread l\nexit 3");
+    let id = d.spawn(&[&script], json!({"name": "waiter"}));
+    let Some(t) = Tmux::start(&d, &cli(&d, "top")) else {
+        return;
+    };
+    let first = d.pane(&id)["state"].as_str().unwrap_or("").to_string();
+    t.wait_screen("top to list the pane", |s| {
+        row(s, "waiter").is_some_and(|r| r.contains(&first)) && s.contains("a approve")
+    });
+    t.keys(&["p"]);
+    d.wait_pane(&id, "the pane paused by the p key", |p| {
+        p["paused"] == json!(true)
+    });
+    t.wait_screen("the row to say paused", |s| {
+        row(s, "waiter").is_some_and(|r| r.contains("paused"))
+    });
+    t.keys(&["r"]);
+    d.wait_pane(&id, "the pane resumed by the r key", |p| {
+        p["paused"] == json!(false)
+    });
+    // The agent ends: the row follows the watch stream to its final state.
+    d.ok(json!({"cmd":"send-input","agent_id": id, "text": "bye"}));
+    let last = d.wait_pane(&id, "the agent to exit", |p| !p["exit"].is_null());
+    let last = last["state"].as_str().expect("state").to_string();
+    assert_ne!(last, first);
+    let screen = t.wait_screen("the row to show the final state", |s| {
+        row(s, "waiter").is_some_and(|r| r.contains(&last) && !r.contains("paused"))
+    });
+    // An unknown command (approvals may not exist yet) shows the daemon's answer.
+    t.keys(&["a"]);
+    t.wait_screen("the daemon's answer to approve", |s| s.contains("approve:"));
+    assert!(screen.lines().count() <= 24);
+}
+
+#[test]
+fn top_reconnects_after_a_daemon_restart() {
+    let mut d = Colibrid::start(&[]);
+    let script = d.script("long", "sleep 300");
+    d.spawn(&[&script], json!({"name": "before"}));
+    let Some(t) = Tmux::start(&d, &cli(&d, "top")) else {
+        return;
+    };
+    t.wait_screen("top to list the pane", |s| {
+        s.contains("before") && s.contains("live")
+    });
+    d.terminate();
+    t.wait_screen("top to notice the daemon is gone", |s| {
+        s.contains("reconnecting")
+    });
+    d.launch();
+    let script = d.script("long2", "sleep 300");
+    d.spawn(&[&script], json!({"name": "after"}));
+    t.wait_screen("top to resume on the new daemon", |s| {
+        s.contains("after") && s.contains("live")
+    });
+}
