@@ -187,9 +187,11 @@ mod tests {
 
     #[test]
     fn detaching_the_owner_frees_the_input() {
-        let mut a = PaneAttach::default();
-        a.clients = vec![ConnId(1), ConnId(2)];
-        a.owner = Some(ConnId(1));
+        let mut a = PaneAttach {
+            clients: vec![ConnId(1), ConnId(2)],
+            owner: Some(ConnId(1)),
+            ..Default::default()
+        };
         a.detach(ConnId(2));
         assert_eq!(a.owner, Some(ConnId(1)));
         a.detach(ConnId(1));

@@ -249,3 +249,31 @@ fn top_reconnects_after_a_daemon_restart() {
         s.contains("after") && s.contains("live")
     });
 }
+
+#[test]
+fn an_attacher_that_does_not_read_is_dropped_and_the_agent_goes_on() {
+    let d = Colibrid::start(&[]);
+    // Endless output, plain text (not JSON): only counted and logged.
+    let script = d.script(
+        "flood",
+        "while :; do echo 0123456789abcdefghijklmnopqrstuvwxyz0123456789; done",
+    );
+    let id = d.spawn(&[&script], json!({"name": "flood"}));
+    let (mut idle, _) = attach_on(&d, &id, false);
+    // The agent keeps writing far past what the attacher's queue holds.
+    let limit = 1u64 << 20;
+    d.wait_pane(&id, "the agent to write well past the attach queue", |p| {
+        p["counters"]["bytes"].as_u64().unwrap_or(0) > 8 * limit
+    });
+    // The attacher finds a last line saying it was dropped, then the end.
+    let last = wait_for(Duration::from_secs(60), "the detached frame", || {
+        let line = idle.read_line()?;
+        (line["attach"] == json!("detached")).then_some(line)
+    });
+    assert!(
+        last["reason"].as_str().unwrap_or("").contains("behind"),
+        "{last}"
+    );
+    assert!(idle.read_line().is_none(), "the connection stays open");
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+}
