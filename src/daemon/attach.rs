@@ -19,9 +19,10 @@ use crate::daemon::source::ConnId;
 use crate::platform;
 use crate::protocol::attach::AttachFrame;
 
-/// Recent output kept per pane for a new attacher (about two screens of
-/// a busy terminal).
-pub const RING_BYTES: usize = 64 * 1024;
+/// Recent output kept per pane for a new attacher: a few screens of a
+/// terminal. Small because every pane keeps one (10,000 panes: 160 MiB at
+/// most), and it only grows as far as the pane has written.
+pub const RING_BYTES: usize = 16 * 1024;
 /// Unsent bytes after which an attacher has fallen behind and is dropped.
 pub const ATTACH_QUEUE_LIMIT: usize = 1 << 20;
 

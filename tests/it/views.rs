@@ -277,3 +277,44 @@ fn an_attacher_that_does_not_read_is_dropped_and_the_agent_goes_on() {
     assert!(idle.read_line().is_none(), "the connection stays open");
     d.ok(json!({"cmd":"kill-agent","agent_id": id}));
 }
+
+#[test]
+fn enter_in_top_attaches_and_detaching_comes_back_to_top() {
+    let d = Colibrid::start(&[]);
+    let id = echo_agent(&d);
+    let Some(t) = Tmux::start(&d, &cli(&d, "top")) else {
+        return;
+    };
+    t.wait_screen("top to list the pane", |s| row(s, "echoer").is_some());
+    t.keys(&["Enter"]);
+    t.wait_screen("the agent's terminal", |s| {
+        s.contains("attached to") && s.contains("booted-and-ready")
+    });
+    t.keys(&["from-top", "Enter"]);
+    t.wait_screen("the answer in the attached terminal", |s| {
+        s.contains("got:from-top")
+    });
+    t.keys(&["C-]"]);
+    t.wait_screen("top again after the detach", |s| {
+        s.contains("a approve") && s.contains("detached") && row(s, "echoer").is_some()
+    });
+    assert!(d.pane(&id)["exit"].is_null(), "the agent ended");
+}
+
+#[test]
+fn attach_events_renders_json_lines_readably() {
+    let d = Colibrid::start(&[]);
+    let script = d.script(
+        "talker",
+        "echo '{\"type\":\"message_update\",\"text\":\"halfway through\"}'\nsleep 300",
+    );
+    d.spawn(&[&script], json!({"name": "talker"}));
+    let Some(t) = Tmux::start(&d, &cli(&d, "attach --events --read-only talker")) else {
+        return;
+    };
+    let screen = t.wait_screen("the rendered event", |s| {
+        s.contains("message_update  halfway through")
+    });
+    assert!(screen.contains("read only"), "{screen}");
+    assert!(!screen.contains("{\"type\""), "raw JSON shown: {screen}");
+}
