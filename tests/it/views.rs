@@ -318,3 +318,25 @@ fn attach_events_renders_json_lines_readably() {
     assert!(screen.contains("read only"), "{screen}");
     assert!(!screen.contains("{\"type\""), "raw JSON shown: {screen}");
 }
+
+#[test]
+fn the_attached_window_size_reaches_the_agent() {
+    let d = Colibrid::start(&[]);
+    let script = d.script(
+        "sizer",
+        "trap 'echo size:$(stty size)' WINCH\necho ready\nwhile :; do sleep 0.2; done",
+    );
+    d.spawn(&[&script], json!({"name": "sizer"}));
+    let Some(t) = Tmux::start(&d, &cli(&d, "attach sizer")) else {
+        return;
+    };
+    // Attaching sets the attacher's size (80x24), which signals the agent.
+    t.wait_screen("the agent to see the attacher's size", |s| {
+        s.contains("size:24 80")
+    });
+    let resized = t.tmux(&["resize-window", "-t", "v", "-x", "100", "-y", "30"]);
+    assert!(resized.status.success(), "tmux resize-window failed");
+    t.wait_screen("the agent to see the new size", |s| {
+        s.contains("size:30 100")
+    });
+}
