@@ -28,6 +28,7 @@ use crate::client::ClientError;
 use crate::core::ingest::DEFAULT_MAX_LINE;
 use crate::core::taxonomy::Runtime;
 
+pub mod attach;
 pub mod demo;
 pub mod fold;
 pub mod notify;
@@ -37,6 +38,7 @@ pub mod render;
 pub mod replay;
 pub mod request;
 pub mod task;
+pub mod top;
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +163,21 @@ pub enum Command {
         #[arg(long)]
         no_newline: bool,
     },
+    /// The agent's terminal, live: recent output, then the stream; typed
+    /// input goes to the agent (one attacher owns the input). Ctrl-] detaches.
+    Attach {
+        /// The pane's id or name.
+        id: String,
+        /// Render the agent's JSON lines readably instead of raw bytes.
+        #[arg(long)]
+        events: bool,
+        /// Watch only: never take the input.
+        #[arg(long)]
+        read_only: bool,
+    },
+    /// A live view of every pane (a TUI): state, cost, approvals, keys to
+    /// steer; updates from the watch stream.
+    Top,
     /// Follow state changes as they happen (all panes, or the ones named).
     Watch {
         /// Only these panes (ids or names); all when none is given.
@@ -447,6 +464,18 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             no_newline,
         } => remote::simple(socket, &request::send_input(&id, &text, !no_newline)),
         Command::Watch { ids, json, since } => remote::watch(socket, &ids, since, json, &mut out),
+        Command::Attach {
+            id,
+            events,
+            read_only,
+        } => {
+            drop(out);
+            attach::run(socket, &id, attach::AttachOptions { events, read_only })
+        }
+        Command::Top => {
+            drop(out);
+            top::run(socket)
+        }
         Command::Sessions { json } => remote::sessions(socket, json, &mut out),
         Command::Session { id } => remote::session(socket, &id, &mut out),
         Command::Compact { id } => remote::compact(socket, &id, &mut out),

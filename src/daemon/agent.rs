@@ -86,6 +86,8 @@ pub struct Agent {
     pub failure_alerted: bool,
     /// Recipe, origin, wanted state (`daemon::supervise`).
     pub supervision: crate::daemon::supervise::Supervision,
+    /// The raw output ring and the attached clients (`daemon::attach`).
+    pub attach: crate::daemon::attach::PaneAttach,
 }
 
 impl Agent {
@@ -112,6 +114,7 @@ impl Agent {
             runtime_indexed: false,
             failure_alerted: false,
             supervision: Default::default(),
+            attach: Default::default(),
         }
     }
 

@@ -79,6 +79,7 @@ impl Daemon {
     /// Feeds `read_buf[..n]` to the pane (the single ingest entry), which
     /// hands each line back, classified, for the session log.
     pub(crate) fn ingest_chunk(&mut self, key: PaneKey, n: usize, t: Timestamp) {
+        self.attach_output(key, n, t);
         let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return;
         };
@@ -277,6 +278,7 @@ impl Daemon {
             },
             t,
         );
+        self.attach_exited(key, code, signal, t);
         let restart = self.restart_plan(key, state, ran_for, t);
         self.life_event(key, LifeEvent::Ended { restart }, t);
         self.after_end(key, t);

@@ -378,6 +378,7 @@ impl Daemon {
         let _ = self.poll.registry().deregister(&mut conn.stream);
         self.tokens.remove(conn.token);
         self.bus.unsubscribe(id);
+        self.detach_conn(id);
         self.accept_blocked = true;
     }
 

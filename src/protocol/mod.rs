@@ -28,6 +28,10 @@ pub use control_plane::{
 };
 mod lifecycle;
 pub use lifecycle::{LifecycleReply, WireSupervision};
+pub mod attach;
+pub use attach::{
+    AttachArgs, AttachInputArgs, AttachInputReply, AttachReply, AttachResizeArgs, AttachResizeReply,
+};
 
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
@@ -372,6 +376,9 @@ pub enum Command {
     StopAgent(AgentArgs),
     RestartAgent(AgentArgs),
     RemoveAgent(AgentArgs),
+    Attach(AttachArgs),
+    AttachInput(AttachInputArgs),
+    AttachResize(AttachResizeArgs),
 }
 
 /// Who may use a command.
@@ -398,7 +405,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 30] = {
+pub const COMMANDS: [CommandInfo; 33] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -431,6 +438,9 @@ pub const COMMANDS: [CommandInfo; 30] = {
         cmd("stop-agent", Operator),
         cmd("restart-agent", Operator),
         cmd("remove-agent", Operator),
+        cmd("attach", Operator),
+        cmd("attach-input", Operator),
+        cmd("attach-resize", Operator),
     ]
 };
 
@@ -480,6 +490,9 @@ impl Command {
             Command::StopAgent(_) => 27,
             Command::RestartAgent(_) => 28,
             Command::RemoveAgent(_) => 29,
+            Command::Attach(_) => 30,
+            Command::AttachInput(_) => 31,
+            Command::AttachResize(_) => 32,
         }
     }
 
@@ -1032,6 +1045,9 @@ pub enum Reply {
     Approvals(ApprovalsReply),
     Activity(ActivityReply),
     Lifecycle(LifecycleReply),
+    Attach(AttachReply),
+    AttachInput(AttachInputReply),
+    AttachResize(AttachResizeReply),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

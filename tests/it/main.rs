@@ -26,3 +26,5 @@ mod reshape;
 mod robustness;
 /// The supervisor: declared agents, lifecycle commands, resume, ids.
 mod supervise;
+/// `colibri top` and `colibri attach` under tmux; the attach protocol.
+mod views;

@@ -12,6 +12,7 @@
 //! `watch` (watch, emit), `session` (get and compact a session log).
 
 mod agents;
+mod attach;
 mod control;
 mod control_plane;
 mod lifecycle;
@@ -71,6 +72,9 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("stop-agent", lifecycle::stop),
     ("restart-agent", lifecycle::restart),
     ("remove-agent", lifecycle::remove),
+    ("attach", attach::attach),
+    ("attach-input", attach::input),
+    ("attach-resize", attach::resize_cmd),
 ];
 
 /// A handler reached with another command's arguments: the tables are out
