@@ -187,7 +187,23 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
             agent.failure_alerted = false;
             None
         }
+        WatchKind::ApprovalOpened { approval, .. } => {
+            Some((AlertKind::Approval, Some(approval.question.clone())))
+        }
+        WatchKind::ApprovalEscalated {
+            approval,
+            pending_ms,
+            ..
+        } => Some((
+            AlertKind::ApprovalEscalated,
+            Some(format!(
+                "approval {approval} unanswered for {}",
+                humantime::format_duration(std::time::Duration::from_secs(pending_ms / 1000))
+            )),
+        )),
         WatchKind::State { .. }
+        | WatchKind::ApprovalAnswered { .. }
+        | WatchKind::ApprovalExpired { .. }
         | WatchKind::Paused { .. }
         | WatchKind::Resumed { .. }
         | WatchKind::RestartScheduled { .. }

@@ -130,6 +130,7 @@ pub struct Daemon {
     /// wakeup of any kind (at the latest the heartbeat), never in a spin.
     pub(crate) store_failing: bool,
     pub(crate) reloader: crate::daemon::Reloader,
+    pub(crate) approvals: crate::daemon::approvals::ApprovalDesk,
 }
 
 pub fn now() -> Timestamp {
@@ -220,6 +221,7 @@ impl Daemon {
             store_pending: false,
             store_failing: false,
             reloader,
+            approvals: crate::daemon::approvals::ApprovalDesk::default(),
         };
         d.recover(recovery, t0);
         let operator = d.settings.daemon.socket.clone();

@@ -122,6 +122,7 @@ impl Daemon {
         self.transitions.clear();
         self.index_runtime(key, t);
         self.refresh_stall(key, t);
+        self.after_approvals(key, t);
     }
 
     pub(crate) fn on_transition(&mut self, key: PaneKey, tr: &Transition, t: Timestamp) {

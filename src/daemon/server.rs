@@ -297,6 +297,7 @@ impl Daemon {
         let _ = self.poll.registry().deregister(&mut conn.stream);
         self.tokens.remove(conn.token);
         self.bus.unsubscribe(id);
+        self.approvals.forget_conn(id);
         self.accept_blocked = true;
     }
 

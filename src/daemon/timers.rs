@@ -30,22 +30,35 @@ pub enum Deadline {
     Drain,
     /// Restart backoff.
     Backoff,
+    /// The earliest pending approval's own timeout (a Pi dialog's, or the
+    /// wait of a `colibri hook`).
+    ApprovalExpiry,
+    /// The next approval to escalate, or to answer by the default policy.
+    ApprovalEscalation,
 }
 
-const ALL: [Deadline; 3] = [Deadline::Stall, Deadline::Drain, Deadline::Backoff];
+const ALL: [Deadline; 5] = [
+    Deadline::Stall,
+    Deadline::Drain,
+    Deadline::Backoff,
+    Deadline::ApprovalExpiry,
+    Deadline::ApprovalEscalation,
+];
 
 fn slot(d: Deadline) -> usize {
     match d {
         Deadline::Stall => 0,
         Deadline::Drain => 1,
         Deadline::Backoff => 2,
+        Deadline::ApprovalExpiry => 3,
+        Deadline::ApprovalEscalation => 4,
     }
 }
 
 #[derive(Debug, Default)]
 pub struct PaneTimers {
     timer: Option<(KernelTimer, Token)>,
-    due: [Option<Timestamp>; 3],
+    due: [Option<Timestamp>; ALL.len()],
     /// What the kernel timer is armed for.
     armed: Option<Timestamp>,
 }
@@ -108,7 +121,7 @@ impl PaneTimers {
 
     /// Drops the kernel timer and its token: the pane waits on nothing.
     pub fn release(&mut self, registry: &Registry, tokens: &mut Tokens) {
-        self.due = [None; 3];
+        self.due = [None; ALL.len()];
         self.armed = None;
         if let Some((timer, token)) = self.timer.take() {
             timer.deregister(registry);
@@ -155,7 +168,7 @@ impl PaneTimers {
     fn arm(
         timer: &mut KernelTimer,
         armed: &mut Option<Timestamp>,
-        due: [Option<Timestamp>; 3],
+        due: [Option<Timestamp>; ALL.len()],
         now: Timestamp,
         registry: &Registry,
     ) {

@@ -43,6 +43,9 @@ impl Daemon {
                     v.jail = a.jail.clone();
                     v.pid = a.running_pid();
                     v.generation = a.generation;
+                    for w in &mut v.approvals {
+                        w.escalated = self.approvals.escalated(&w.id);
+                    }
                     if a.restart.policy != RestartPolicy::Never {
                         v.restart = Some(WireRestart {
                             policy: a.restart.policy.as_str().to_string(),

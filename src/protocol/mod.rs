@@ -20,7 +20,10 @@ use crate::core::time::Timestamp;
 use crate::core::usage::Usage;
 
 mod approvals;
-pub use approvals::{fold_approvals, FoldApproval, WireOutcome};
+pub use approvals::{
+    fold_approvals, ApprovalsArgs, ApprovalsReply, DecideArgs, DecideReply, FoldApproval, HookArgs,
+    HookReply, WireApproval, WireOutcome,
+};
 
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
@@ -152,6 +155,9 @@ pub struct PaneV2 {
     pub exit: Option<WireExit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<WireRestart>,
+    /// Pending approvals, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<WireApproval>,
 }
 
 impl PaneV2 {
@@ -183,6 +189,11 @@ impl PaneV2 {
             blocked_reason: p.blocked_reason().map(str::to_string),
             exit: p.exit().map(WireExit::from),
             restart: None,
+            approvals: p
+                .pending_approvals()
+                .iter()
+                .map(|a| WireApproval::new(a, p.id.as_str(), p.name.as_deref(), false))
+                .collect(),
         }
     }
 }
@@ -347,6 +358,11 @@ pub enum Command {
     Emit(EmitArgs),
     Whoami,
     Hint(HintArgs),
+    Approvals(ApprovalsArgs),
+    Approve(DecideArgs),
+    Deny(DecideArgs),
+    Answer(DecideArgs),
+    Hook(HookArgs),
 }
 
 /// Who may use a command.
@@ -373,7 +389,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 16] = {
+pub const COMMANDS: [CommandInfo; 21] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -392,6 +408,11 @@ pub const COMMANDS: [CommandInfo; 16] = {
         cmd("emit", Agent),
         cmd("whoami", Agent),
         cmd("hint", Operator),
+        cmd("approvals", Agent),
+        cmd("approve", Operator),
+        cmd("deny", Operator),
+        cmd("answer", Operator),
+        cmd("hook", Agent),
     ]
 };
 
@@ -427,6 +448,11 @@ impl Command {
             Command::Emit(_) => 13,
             Command::Whoami => 14,
             Command::Hint(_) => 15,
+            Command::Approvals(_) => 16,
+            Command::Approve(_) => 17,
+            Command::Deny(_) => 18,
+            Command::Answer(_) => 19,
+            Command::Hook(_) => 20,
         }
     }
 
@@ -637,10 +663,13 @@ pub enum ErrorCode {
     Os,
     /// A bug: the daemon could not encode its own reply.
     Internal,
+    /// The approval cannot take this decision, or its harness has no
+    /// answer channel.
+    Unanswerable,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownCommand,
         ErrorCode::Invalid,
@@ -652,6 +681,7 @@ impl ErrorCode {
         ErrorCode::Store,
         ErrorCode::Os,
         ErrorCode::Internal,
+        ErrorCode::Unanswerable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -667,6 +697,7 @@ impl ErrorCode {
             ErrorCode::Store => "store",
             ErrorCode::Os => "os",
             ErrorCode::Internal => "internal",
+            ErrorCode::Unanswerable => "unanswerable",
         }
     }
 }
@@ -966,6 +997,12 @@ pub enum Reply {
     Compact(CompactReply),
     Whoami(WhoamiReply),
     Hint(HintReply),
+    Approvals(ApprovalsReply),
+    Decide(DecideReply),
+    Hook(HookReply),
+    /// No reply now: the handler sends it later (`hook` waiting for a
+    /// decision). Never serialised.
+    Deferred,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1057,6 +1094,36 @@ pub enum WatchKind {
     Heartbeat {
         panes: usize,
     },
+    /// A harness asked the operator something.
+    ApprovalOpened {
+        pane: String,
+        approval: Box<WireApproval>,
+    },
+    /// The operator (or the default policy) answered.
+    ApprovalAnswered {
+        pane: String,
+        approval: String,
+        decision: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// `operator`, `jail:NAME` or `policy`.
+        by: String,
+    },
+    /// It ended without colibri's answer (`reason`: `cancelled`,
+    /// `resolved`, `timed_out`, `exited`, `overflow`).
+    ApprovalExpired {
+        pane: String,
+        approval: String,
+        reason: String,
+    },
+    /// Pending longer than `[approvals] escalate_after`.
+    ApprovalEscalated {
+        pane: String,
+        approval: String,
+        pending_ms: u64,
+    },
 }
 
 impl WatchKind {
@@ -1071,7 +1138,11 @@ impl WatchKind {
             | WatchKind::Exited { pane, .. }
             | WatchKind::RestartScheduled { pane, .. }
             | WatchKind::Restarted { pane, .. }
-            | WatchKind::RestartsExhausted { pane, .. } => Some(pane),
+            | WatchKind::RestartsExhausted { pane, .. }
+            | WatchKind::ApprovalOpened { pane, .. }
+            | WatchKind::ApprovalAnswered { pane, .. }
+            | WatchKind::ApprovalExpired { pane, .. }
+            | WatchKind::ApprovalEscalated { pane, .. } => Some(pane),
             WatchKind::Heartbeat { .. } => None,
         }
     }

@@ -12,6 +12,7 @@
 //! `watch` (watch, emit), `session` (get and compact a session log).
 
 mod agents;
+mod approvals;
 mod control;
 mod query;
 mod session;
@@ -31,6 +32,8 @@ pub(crate) struct Call {
     pub conn: ConnId,
     pub scope: Scope,
     pub t: Timestamp,
+    /// The request's `id`, for a reply sent later (`hook`).
+    pub rid: Option<serde_json::Value>,
 }
 
 type Handler = fn(&mut Daemon, &Call, Command) -> Result<Reply, CommandError>;
@@ -54,6 +57,11 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("emit", watch::emit),
     ("whoami", query::whoami),
     ("hint", control::hint),
+    ("approvals", approvals::list),
+    ("approve", approvals::approve),
+    ("deny", approvals::deny),
+    ("answer", approvals::answer),
+    ("hook", approvals::hook),
 ];
 
 /// A handler reached with another command's arguments: the tables are out
@@ -80,11 +88,17 @@ impl Daemon {
                 return Some(protocol::err_line(rid.as_ref(), ErrorCode::Forbidden, &msg));
             }
         }
-        let call = Call { conn: id, scope, t };
+        let call = Call {
+            conn: id,
+            scope,
+            t,
+            rid: rid.clone(),
+        };
         let (_, handler) = HANDLERS[req.command.index()];
         // Large typed replies (snapshots, status, sessions) are serialised
         // straight into the reply line, never through a `Value` tree.
         Some(match handler(self, &call, req.command) {
+            Ok(Reply::Deferred) => return None,
             Ok(reply) => protocol::ok_line(rid.as_ref(), &reply),
             Err(e) => protocol::err_line(rid.as_ref(), e.code, &e.message),
         })
