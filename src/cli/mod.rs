@@ -470,9 +470,11 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             &mut io::stderr(),
         )),
         Command::Approvals { id, json } => remote::approvals(socket, id.as_deref(), json, &mut out),
-        Command::Approve { target } => {
-            remote::decide(socket, &request::decide("approve", &target, None, None), &mut out)
-        }
+        Command::Approve { target } => remote::decide(
+            socket,
+            &request::decide("approve", &target, None, None),
+            &mut out,
+        ),
         Command::Deny { target, message } => remote::decide(
             socket,
             &request::decide("deny", &target, message.as_deref(), None),

@@ -15,9 +15,9 @@ use serde_json::Value;
 
 use crate::cli::render;
 use crate::cli::request::{self, SpawnRequest};
+use crate::cli::HookDefault;
 use crate::cli::{print, CliError, Schema, SpawnArgs, REQUEST_TIMEOUT};
 use crate::client::{resolve_socket, Client, ClientError};
-use crate::cli::HookDefault;
 use crate::core::approval::{
     encode_answer, AnswerChannel, Approval, ApprovalKind, ApprovalRequest, Decision,
 };
@@ -366,7 +366,10 @@ pub fn decide(socket: Option<&Path>, req: &Value, out: &mut impl Write) -> Resul
     let r: DecideReply = decode("decide", data)?;
     print(
         out,
-        &format!("{}: {} ({} bytes to {})\n", r.approval, r.decision, r.bytes, r.channel),
+        &format!(
+            "{}: {} ({} bytes to {})\n",
+            r.approval, r.decision, r.bytes, r.channel
+        ),
     )?;
     Ok(0)
 }

@@ -281,11 +281,9 @@ impl Daemon {
             return Err(CommandError::not_found(id));
         };
         let pane_id = slot.pane.id.0.clone();
-        let approval = slot
-            .pane
-            .approval(id)
-            .cloned()
-            .ok_or_else(|| CommandError::new(ErrorCode::NotFound, format!("no pending approval {id:?}")))?;
+        let approval = slot.pane.approval(id).cloned().ok_or_else(|| {
+            CommandError::new(ErrorCode::NotFound, format!("no pending approval {id:?}"))
+        })?;
         let runtime = slot.pane.runtime().ok_or_else(|| {
             CommandError::new(
                 ErrorCode::Unanswerable,
@@ -344,7 +342,14 @@ impl Daemon {
         })
     }
 
-    fn log_answer(&mut self, key: PaneKey, id: &str, decision: &Decision, who: &Answerer, t: Timestamp) {
+    fn log_answer(
+        &mut self,
+        key: PaneKey,
+        id: &str,
+        decision: &Decision,
+        who: &Answerer,
+        t: Timestamp,
+    ) {
         let Some(agent) = self.panes.agent(key) else {
             return;
         };
@@ -441,7 +446,8 @@ impl Daemon {
                 "Denied by colibri: no answer within {}.",
                 humantime::format_duration(escalate_after + policy.deny_after.unwrap_or_default())
             ));
-            if let Err(e) = self.decide(key, &id, Decision::Deny { message }, Answerer::policy(), t) {
+            if let Err(e) = self.decide(key, &id, Decision::Deny { message }, Answerer::policy(), t)
+            {
                 log_warn!("the default answer to approval {id}: {}", e.message);
             }
         }
