@@ -43,6 +43,18 @@ pub struct ApprovalPolicy {
     pub deny_after: Option<Duration>,
 }
 
+impl ApprovalPolicy {
+    pub fn from_section(s: &crate::config::ApprovalsSection) -> ApprovalPolicy {
+        let escalate_after = (!s.escalate_after.is_zero()).then_some(s.escalate_after);
+        let deny_after =
+            (escalate_after.is_some() && s.default_answer == "deny").then_some(s.default_after);
+        ApprovalPolicy {
+            escalate_after,
+            deny_after,
+        }
+    }
+}
+
 /// Who answered: `operator`, `jail:NAME` or `policy`, and the peer's uid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answerer {
@@ -69,7 +81,6 @@ struct Waiter {
 /// The daemon's approval state beyond what the panes hold.
 #[derive(Debug, Default)]
 pub struct ApprovalDesk {
-    pub policy: ApprovalPolicy,
     waiters: BTreeMap<String, Waiter>,
     escalated: BTreeSet<String>,
     defaulted: BTreeSet<String>,
@@ -407,7 +418,7 @@ impl Daemon {
             p.expire_approvals(t);
         }
         self.after_approvals(key, t);
-        let policy = self.approvals.policy.clone();
+        let policy = self.settings.approvals.clone();
         let Some(escalate_after) = policy.escalate_after else {
             self.refresh_approval_deadlines(key, t);
             return;
@@ -460,7 +471,7 @@ impl Daemon {
             return;
         };
         let expiry = pane.next_approval_expiry();
-        let policy = &self.approvals.policy;
+        let policy = &self.settings.approvals;
         let next_escalation = policy.escalate_after.and_then(|after| {
             pane.pending_approvals()
                 .iter()

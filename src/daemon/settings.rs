@@ -26,6 +26,8 @@ pub struct Settings {
     pub max_restarts: u32,
     pub providers: BTreeMap<String, Vec<String>>,
     pub jail_sockets: Vec<(String, PathBuf)>,
+    /// The `[approvals]` section.
+    pub approvals: crate::daemon::approvals::ApprovalPolicy,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
 }
@@ -60,6 +62,7 @@ impl Settings {
                 .iter()
                 .map(|(k, j)| (k.clone(), j.socket.clone()))
                 .collect(),
+            approvals: crate::daemon::approvals::ApprovalPolicy::from_section(&cfg.approvals),
             reload: ReloadStatus::default(),
         }
     }

@@ -358,3 +358,61 @@ fn agent_scope_sees_only_its_own_panes_approvals() {
     let r = c.request(&json!({"cmd":"approve","approval":"inside"}));
     assert_eq!(r["code"], json!("forbidden"), "{r}");
 }
+
+#[test]
+fn an_unanswered_approval_escalates_then_is_denied_by_default() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cfg = dir.path().join("colibri.toml");
+    std::fs::write(
+        &cfg,
+        "[approvals]\nescalate_after = \"1s\"\ndefault_answer = \"deny\"\ndefault_after = \"1s\"\n",
+    )
+    .expect("write config");
+    let cfg = cfg.display().to_string();
+    let d = Colibrid::start(&["--config", &cfg]);
+    let mut w = Client::connect(&d.socket);
+    w.request(&json!({"cmd":"watch"}));
+    let (script, got) = asking_agent(
+        &d,
+        "pi-slow",
+        r#"{"type":"extension_ui_request","id":"e1","method":"confirm","title":"Anyone?"}"#,
+        r#"{"type":"agent_end"}"#,
+    );
+    let id = d.spawn(&[&script], json!({"runtime":"pi"}));
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|e: &Value| e["event"] == json!("approval_answered"))
+    {
+        let ev = w.read_line().expect("watch event");
+        if ev["event"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("approval_"))
+        {
+            seen.push(ev);
+        }
+    }
+    let kinds: Vec<&str> = seen.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["approval_opened", "approval_escalated", "approval_answered"]
+    );
+    assert!(seen[1]["pending_ms"].as_u64() >= Some(1000), "{}", seen[1]);
+    assert_eq!(seen[2]["decision"], json!("deny"));
+    assert_eq!(seen[2]["by"], json!("policy"));
+    assert_eq!(
+        read_when_there(&got).trim_end(),
+        r#"{"type":"extension_ui_response","id":"e1","confirmed":false}"#
+    );
+    assert!(pending(&d, &id).is_empty());
+    let recs = wait_for(
+        Duration::from_secs(30),
+        "the policy's answer record",
+        || {
+            let r = answer_records(&d);
+            (!r.is_empty()).then_some(r)
+        },
+    );
+    assert_eq!(recs[0]["by"], json!("policy"));
+    assert!(recs[0].get("uid").is_none());
+}
