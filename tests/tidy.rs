@@ -5,7 +5,7 @@
 //! colibri.toml(5) marks exactly the keys SIGHUP reloads.
 
 use colibri::core::state::AgentState;
-use colibri::protocol::{ErrorCode, WatchKind, COMMAND_NAMES};
+use colibri::protocol::{ErrorCode, WatchKind, WireApproval, COMMAND_NAMES};
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + path)
@@ -71,6 +71,43 @@ fn every_watch_kind() -> Vec<WatchKind> {
             attempts: 3,
         },
         WatchKind::Heartbeat { panes: 0 },
+        WatchKind::ApprovalOpened {
+            pane: p(),
+            approval: Box::new(WireApproval {
+                id: p(),
+                pane: p(),
+                name: None,
+                kind: p(),
+                channel: p(),
+                question: p(),
+                tool: None,
+                summary: None,
+                title: None,
+                message: None,
+                options: Vec::new(),
+                asked_at: p(),
+                expires_at: None,
+                escalated: false,
+            }),
+        },
+        WatchKind::ApprovalAnswered {
+            pane: p(),
+            approval: p(),
+            decision: p(),
+            message: None,
+            text: None,
+            by: p(),
+        },
+        WatchKind::ApprovalExpired {
+            pane: p(),
+            approval: p(),
+            reason: p(),
+        },
+        WatchKind::ApprovalEscalated {
+            pane: p(),
+            approval: p(),
+            pending_ms: 1,
+        },
     ];
     for k in &all {
         match k {
@@ -84,7 +121,11 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::RestartScheduled { .. }
             | WatchKind::Restarted { .. }
             | WatchKind::RestartsExhausted { .. }
-            | WatchKind::Heartbeat { .. } => {}
+            | WatchKind::Heartbeat { .. }
+            | WatchKind::ApprovalOpened { .. }
+            | WatchKind::ApprovalAnswered { .. }
+            | WatchKind::ApprovalExpired { .. }
+            | WatchKind::ApprovalEscalated { .. } => {}
         }
     }
     all
