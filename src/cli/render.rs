@@ -583,6 +583,7 @@ pub(crate) mod tests {
             blocked_reason: None,
             exit: None,
             restart: None,
+            approvals: Vec::new(),
         }
     }
 

@@ -126,6 +126,26 @@ fn a_pi_confirm_is_approved_through_the_cli_and_the_agent_goes_on() {
     assert_eq!(recs[0]["decision"], json!("approve"));
     assert_eq!(recs[0]["by"], json!("operator"));
     assert_eq!(recs[0]["uid"], json!(nix::unistd::geteuid().as_raw()));
+
+    // `colibri fold` replays the record: the approval closes as answered.
+    let log = std::fs::read_dir(d.state.join("sessions"))
+        .expect("sessions dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"colibri\":\"answer\"")))
+        .expect("the log with the answer");
+    let o = Command::new(COLIBRI)
+        .args(["fold", "--json"])
+        .arg(&log)
+        .output()
+        .expect("fold");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: Value = serde_json::from_slice(&o.stdout).expect("fold report");
+    assert_eq!(report["approvals"][0]["request_id"], json!("q1"));
+    assert_eq!(
+        report["approvals"][0]["outcome"],
+        json!({"event":"answered","decision":"approve"})
+    );
 }
 
 #[test]
