@@ -187,6 +187,9 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
             agent.failure_alerted = false;
             None
         }
+        // One request, one alert: a pane that became blocked by it has
+        // alerted already (the blocked state is published first).
+        WatchKind::ApprovalOpened { .. } if slot.pane.state() == AgentState::Blocked => None,
         WatchKind::ApprovalOpened { approval, .. } => {
             Some((AlertKind::Approval, Some(approval.question.clone())))
         }
