@@ -498,3 +498,29 @@ impl Daemon {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ApprovalsSection;
+
+    fn section(escalate: u64, answer: &str, after: u64) -> ApprovalsSection {
+        ApprovalsSection {
+            escalate_after: Duration::from_secs(escalate),
+            default_answer: answer.into(),
+            default_after: Duration::from_secs(after),
+        }
+    }
+
+    #[test]
+    fn the_policy_denies_by_default_only_after_an_escalation() {
+        let p = ApprovalPolicy::from_section(&section(60, "deny", 30));
+        assert_eq!(p.escalate_after, Some(Duration::from_secs(60)));
+        assert_eq!(p.deny_after, Some(Duration::from_secs(30)));
+        // No escalation: nothing is answered by default either.
+        let p = ApprovalPolicy::from_section(&section(0, "deny", 30));
+        assert_eq!(p, ApprovalPolicy::default());
+        let p = ApprovalPolicy::from_section(&section(60, "none", 30));
+        assert_eq!(p.deny_after, None);
+    }
+}
