@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::core::approval::ApprovalEvent;
+use crate::core::approval::{ApprovalEvent, Decision};
 use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
 use crate::core::state::AgentState;
 use crate::core::taxonomy::Runtime;
@@ -14,6 +14,48 @@ use crate::core::time::Timestamp;
 use crate::protocol::{
     fold_approvals, FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage,
 };
+
+/// An answer a session log recorded (a `colibri` `answer` record): after
+/// `offset` bytes of the stream, `approval` was answered with `decision`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedAnswer {
+    pub offset: usize,
+    pub approval: String,
+    pub decision: Decision,
+}
+
+/// Folds `bytes` with the answers the daemon recorded, each replayed where
+/// it happened, so the approvals it closed close in the fold too. The
+/// fold's pane has its own id: an approval is matched by its per-pane
+/// count (`3f2a9c1d-2` is the fold's `fold-2`).
+pub fn fold_answered(
+    runtime: Option<Runtime>,
+    max_line: usize,
+    bytes: &[u8],
+    answers: &[RecordedAnswer],
+    exit: Option<ExitStatus>,
+) -> FoldReport {
+    let t0 = Timestamp::from_millis(0);
+    let mut pane = Pane::new(PaneId("fold".into()), "fold".into(), runtime, max_line, t0);
+    let mut transitions: Vec<Transition> = Vec::new();
+    let mut approvals: Vec<ApprovalEvent> = Vec::new();
+    let mut at = 0;
+    for a in answers {
+        let end = a.offset.clamp(at, bytes.len());
+        pane.ingest(&bytes[at..end], t0, &mut transitions);
+        at = end;
+        let count = a.approval.rsplit('-').next().unwrap_or_default();
+        pane.answered(&format!("fold-{count}"), &a.decision, t0);
+        approvals.extend(pane.take_approval_events());
+    }
+    pane.ingest(&bytes[at..], t0, &mut transitions);
+    match exit {
+        Some(status) => pane.exited(status, t0, &mut transitions),
+        None => pane.finish_stream(t0, &mut transitions),
+    }
+    approvals.extend(pane.take_approval_events());
+    report(&pane, &transitions, &approvals)
+}
 
 /// Folds `chunks` (a stream cut anywhere) into a report. `exit`, when given,
 /// is folded in after the stream as the daemon would on process exit;

@@ -5,7 +5,7 @@
 //! colibri.toml(5) marks exactly the keys SIGHUP reloads.
 
 use colibri::core::state::AgentState;
-use colibri::protocol::{ErrorCode, WatchKind, COMMAND_NAMES};
+use colibri::protocol::{ErrorCode, WatchKind, WireApproval, COMMAND_NAMES};
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + path)
@@ -101,6 +101,43 @@ fn every_watch_kind() -> Vec<WatchKind> {
             resumes_at: 9,
         },
         WatchKind::Removed { pane: p() },
+        WatchKind::ApprovalOpened {
+            pane: p(),
+            approval: Box::new(WireApproval {
+                id: p(),
+                pane: p(),
+                name: None,
+                kind: p(),
+                channel: p(),
+                question: p(),
+                tool: None,
+                summary: None,
+                title: None,
+                message: None,
+                options: Vec::new(),
+                asked_at: p(),
+                expires_at: None,
+                escalated: false,
+            }),
+        },
+        WatchKind::ApprovalAnswered {
+            pane: p(),
+            approval: p(),
+            decision: p(),
+            message: None,
+            text: None,
+            by: p(),
+        },
+        WatchKind::ApprovalExpired {
+            pane: p(),
+            approval: p(),
+            reason: p(),
+        },
+        WatchKind::ApprovalEscalated {
+            pane: p(),
+            approval: p(),
+            pending_ms: 1,
+        },
     ];
     for k in &all {
         match k {
@@ -120,7 +157,11 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::ApprovalRequest { .. }
             | WatchKind::AgentError { .. }
             | WatchKind::Gap { .. }
-            | WatchKind::Removed { .. } => {}
+            | WatchKind::Removed { .. }
+            | WatchKind::ApprovalOpened { .. }
+            | WatchKind::ApprovalAnswered { .. }
+            | WatchKind::ApprovalExpired { .. }
+            | WatchKind::ApprovalEscalated { .. } => {}
         }
     }
     all

@@ -220,6 +220,45 @@ pub enum Command {
         /// The hook's event name (informational; defaults to the input's
         /// hook_event_name).
         event: Option<String>,
+        /// How long a `PermissionRequest` waits for the operator's decision
+        /// (0: do not wait). Keep it under the hook's own `timeout` in
+        /// Claude Code's settings (60 s unless set).
+        #[arg(long, default_value = "50s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
+        /// What to print when nobody decides in time: `deny` the tool call,
+        /// or `none` (Claude Code asks in its terminal as usual).
+        #[arg(long = "default", value_enum, default_value = "deny")]
+        default_answer: HookDefault,
+    },
+    /// Pending approvals: what each agent is asking (all, or one agent's).
+    Approvals {
+        /// The pane's name, id or id prefix.
+        id: Option<String>,
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending approval (by its id, or by its agent when that
+    /// agent has exactly one pending).
+    Approve {
+        /// An approval id, or a pane's name, id or id prefix.
+        target: String,
+    },
+    /// Deny a pending approval, optionally saying why.
+    Deny {
+        /// An approval id, or a pane's name, id or id prefix.
+        target: String,
+        /// The reason given to the agent.
+        #[arg(short, long)]
+        message: Option<String>,
+    },
+    /// Answer a question: free text, or one of a select's options (its
+    /// text or its 1-based number).
+    Answer {
+        /// An approval id, or a pane's name, id or id prefix.
+        target: String,
+        /// The answer.
+        text: String,
     },
     /// Deliver watch events to the [[notify]] sinks of colibri.toml
     /// (exec, webhook, ntfy), resuming from a saved cursor; runs until killed.
@@ -249,6 +288,15 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Run a private daemon with sample agents and show it live.
     Demo(DemoArgs),
+}
+
+/// What `colibri hook` prints when no decision comes in time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HookDefault {
+    /// Deny the tool call.
+    Deny,
+    /// Print nothing: Claude Code asks in its terminal.
+    None,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -480,13 +528,38 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Session { id } => remote::session(socket, &id, &mut out),
         Command::Compact { id } => remote::compact(socket, &id, &mut out),
         Command::Emit { id, json } => remote::emit(socket, &id, &json),
-        Command::Hook { event } => Ok(remote::hook(
+        Command::Hook {
+            event,
+            wait,
+            default_answer,
+        } => Ok(remote::hook(
             socket,
-            event.as_deref(),
+            &remote::HookOptions {
+                event: event.as_deref(),
+                wait,
+                default_answer,
+            },
             &mut io::stdin().lock(),
+            &mut out,
             &mut io::stderr(),
         )),
         Command::Notify { config, cursor } => notify::run(socket, &config, &cursor),
+        Command::Approvals { id, json } => remote::approvals(socket, id.as_deref(), json, &mut out),
+        Command::Approve { target } => remote::decide(
+            socket,
+            &request::decide("approve", &target, None, None),
+            &mut out,
+        ),
+        Command::Deny { target, message } => remote::decide(
+            socket,
+            &request::decide("deny", &target, message.as_deref(), None),
+            &mut out,
+        ),
+        Command::Answer { target, text } => remote::decide(
+            socket,
+            &request::decide("answer", &target, None, Some(&text)),
+            &mut out,
+        ),
         Command::Hint {
             kind: HintKind::Resume,
         } => remote::hint_resume(socket),

@@ -13,7 +13,8 @@
 //! (`approval_*`) unless `approvals = false`. Sub-agents never notify: the
 //! core keeps their observations off the pane's state, so they make no
 //! event. Each sink then applies its name and runtime filters, drops a
-//! repeat of the same pane, event and reason within `dedupe`, and holds
+//! repeat of the same pane, event and reason within `dedupe` (a pane
+//! turning blocked and the approval it opens are one event), and holds
 //! to `rate_per_minute` (the rest is dropped and said on stderr).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -225,13 +226,23 @@ impl Notifier {
         {
             return false;
         }
-        let key = format!(
-            "{}\u{1f}{event}\u{1f}{}\u{1f}{}\u{1f}{}",
-            ev["pane"].as_str().unwrap_or_default(),
-            ev["to"].as_str().unwrap_or_default(),
-            ev["reason"].as_str().unwrap_or_default(),
-            ev["id"].as_str().unwrap_or_default(),
-        );
+        // A pane turning blocked and the approval it opens are one moment for
+        // a human: whichever arrives first is told, the other is a repeat.
+        let needs_human = (event == "state" && ev["to"] == "blocked") || event == "approval_opened";
+        let key = if needs_human {
+            format!(
+                "{}\u{1f}needs_human",
+                ev["pane"].as_str().unwrap_or_default()
+            )
+        } else {
+            format!(
+                "{}\u{1f}{event}\u{1f}{}\u{1f}{}\u{1f}{}",
+                ev["pane"].as_str().unwrap_or_default(),
+                ev["to"].as_str().unwrap_or_default(),
+                ev["reason"].as_str().unwrap_or_default(),
+                ev["id"].as_str().unwrap_or_default(),
+            )
+        };
         let window = s.sink.dedupe;
         s.recent.retain(|_, t| now.duration_since(*t) < window);
         if s.recent.contains_key(&key) {

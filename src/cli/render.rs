@@ -451,6 +451,30 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
                 format_age(Duration::from_millis(*silent_ms))
             )
         }
+        WatchKind::ApprovalOpened { pane, approval } => {
+            format!("{} asks {}: {}", who(pane), approval.id, approval.question)
+        }
+        WatchKind::ApprovalAnswered {
+            pane,
+            approval,
+            decision,
+            by,
+            ..
+        } => format!("{} {approval} answered: {decision} (by {by})", who(pane)),
+        WatchKind::ApprovalExpired {
+            pane,
+            approval,
+            reason,
+        } => format!("{} {approval} expired ({reason})", who(pane)),
+        WatchKind::ApprovalEscalated {
+            pane,
+            approval,
+            pending_ms,
+        } => format!(
+            "{} {approval} escalated (unanswered for {})",
+            who(pane),
+            format_age(Duration::from_millis(*pending_ms))
+        ),
         WatchKind::Unstalled { pane } => format!("{} no longer stalled", who(pane)),
         WatchKind::Removed { pane } => format!("{} removed", who(pane)),
         WatchKind::Paused { pane } => format!("{} paused", who(pane)),
@@ -608,6 +632,7 @@ pub(crate) mod tests {
             exit: None,
             restart: None,
             supervision: None,
+            approvals: Vec::new(),
         }
     }
 

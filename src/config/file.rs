@@ -14,8 +14,8 @@ use toml::Spanned;
 use super::agents::{RawAgent, RawResume};
 use super::{
     check_agent_path, check_jail_name, default_jail_socket, parse_duration, parse_mode,
-    parse_positive_duration, parse_stall_after, positive_usize, ConfigError, DaemonLayer,
-    JailListener, Layer, Provider, RestartLayer, SessionsLayer, SyslogLayer,
+    parse_positive_duration, parse_stall_after, positive_usize, ApprovalsLayer, ConfigError,
+    DaemonLayer, JailListener, Layer, Provider, RestartLayer, SessionsLayer, SyslogLayer,
 };
 use crate::syslog::{parse_facility, unknown_facility, Severity};
 
@@ -72,6 +72,8 @@ struct RawFile {
     sessions: RawSessions,
     #[serde(default)]
     restart: RawRestart,
+    #[serde(default)]
+    approvals: RawApprovals,
     #[serde(default)]
     providers: BTreeMap<String, Spanned<RawProvider>>,
     #[serde(default)]
@@ -169,6 +171,14 @@ struct RawRestart {
     max_restarts: Option<Spanned<u64>>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawApprovals {
+    escalate_after: Option<Spanned<String>>,
+    default_answer: Option<Spanned<String>>,
+    default_after: Option<Spanned<String>>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawProvider {
@@ -197,6 +207,7 @@ impl Validator<'_> {
             syslog: self.syslog(raw.syslog),
             sessions: self.sessions(raw.sessions),
             restart: self.restart(raw.restart),
+            approvals: self.approvals(raw.approvals),
             agents: self.agents(raw.agents, &providers),
             resume: self.resume(raw.resume),
             providers,
@@ -295,6 +306,23 @@ impl Validator<'_> {
             backoff,
             max_restarts: self.opt(r.max_restarts, "restart.max_restarts", |v| {
                 u32::try_from(v).map_err(|_| format!("{v} is out of range (0..=4294967295)"))
+            }),
+        }
+    }
+
+    fn approvals(&mut self, a: RawApprovals) -> ApprovalsLayer {
+        ApprovalsLayer {
+            escalate_after: self.opt(a.escalate_after, "approvals.escalate_after", |v| {
+                parse_duration(&v)
+            }),
+            default_answer: self.opt(a.default_answer, "approvals.default_answer", |v| {
+                match v.as_str() {
+                    "deny" | "none" => Ok(v),
+                    _ => Err(format!("{v:?} is not deny or none")),
+                }
+            }),
+            default_after: self.opt(a.default_after, "approvals.default_after", |v| {
+                parse_duration(&v)
             }),
         }
     }

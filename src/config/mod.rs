@@ -248,6 +248,21 @@ layered! {
     }
 }
 
+layered! {
+    /// `[approvals]`, resolved: what happens to approvals nobody answers.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    ApprovalsSection / ApprovalsLayer {
+        /// Escalate an approval pending this long; zero: never.
+        #[serde(serialize_with = "render::duration")]
+        escalate_after: Duration = Duration::ZERO,
+        /// `none`, or `deny`: answered by default `default_after` after the
+        /// escalation.
+        default_answer: String = "none".to_owned(),
+        #[serde(serialize_with = "render::duration")]
+        default_after: Duration = Duration::ZERO,
+    }
+}
+
 /// How to start an agent for `spawn-agent {"provider": NAME}`; `{model}` in
 /// an argument is replaced by the requested model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -273,6 +288,7 @@ pub struct Config {
     pub syslog: SyslogSection,
     pub sessions: SessionsSection,
     pub restart: RestartSection,
+    pub approvals: ApprovalsSection,
     pub providers: BTreeMap<String, Provider>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub jails: BTreeMap<String, JailListener>,
@@ -296,6 +312,7 @@ pub struct Layer {
     pub syslog: SyslogLayer,
     pub sessions: SessionsLayer,
     pub restart: RestartLayer,
+    pub approvals: ApprovalsLayer,
     pub providers: BTreeMap<String, Provider>,
     pub jails: BTreeMap<String, JailListener>,
     pub agents: BTreeMap<String, AgentDecl>,
@@ -319,6 +336,7 @@ impl Layer {
             syslog: self.syslog.or(lower.syslog),
             sessions: self.sessions.or(lower.sessions),
             restart: self.restart.or(lower.restart),
+            approvals: self.approvals.or(lower.approvals),
             providers,
             jails,
             agents,
@@ -344,6 +362,7 @@ impl Layer {
             syslog: self.syslog.resolve(),
             sessions: self.sessions.resolve(),
             restart: self.restart.resolve(),
+            approvals: self.approvals.resolve(),
             providers,
             jails: self.jails,
             resume,

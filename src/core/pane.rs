@@ -282,6 +282,18 @@ impl Pane {
         closed.into_iter().next()
     }
 
+    /// Sets when a pending approval gives up by itself (a waiting hook's
+    /// timeout); false if `id` is not pending.
+    pub fn set_approval_expiry(&mut self, id: &str, at: Timestamp) -> bool {
+        match self.approvals.pending.iter_mut().find(|a| a.id == id) {
+            Some(a) => {
+                a.expires_at = Some(at);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Closes the approvals whose own timeout has passed (the harness
     /// answered them with its default); returns how many.
     pub fn expire_approvals(&mut self, now: Timestamp) -> usize {

@@ -328,7 +328,26 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
             agent.failure_alerted = false;
             None
         }
+        // One request, one alert: a pane that became blocked by it has
+        // alerted already (the blocked state is published first).
+        WatchKind::ApprovalOpened { .. } if slot.pane.state() == AgentState::Blocked => None,
+        WatchKind::ApprovalOpened { approval, .. } => {
+            Some((AlertKind::Approval, Some(approval.question.clone())))
+        }
+        WatchKind::ApprovalEscalated {
+            approval,
+            pending_ms,
+            ..
+        } => Some((
+            AlertKind::ApprovalEscalated,
+            Some(format!(
+                "approval {approval} unanswered for {}",
+                humantime::format_duration(std::time::Duration::from_secs(pending_ms / 1000))
+            )),
+        )),
         WatchKind::State { .. }
+        | WatchKind::ApprovalAnswered { .. }
+        | WatchKind::ApprovalExpired { .. }
         | WatchKind::Paused { .. }
         | WatchKind::Resumed { .. }
         | WatchKind::RestartScheduled { .. }

@@ -137,6 +137,7 @@ pub struct Daemon {
     pub(crate) reloader: crate::daemon::Reloader,
     pub(crate) control: crate::daemon::control_plane::ControlPlane,
     pub(crate) records: crate::daemon::supervise::RecordsWriter,
+    pub(crate) approvals: crate::daemon::approvals::ApprovalDesk,
 }
 
 pub fn now() -> Timestamp {
@@ -237,6 +238,7 @@ impl Daemon {
             reloader,
             control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
             records: Default::default(),
+            approvals: crate::daemon::approvals::ApprovalDesk::default(),
         };
         d.rearm_task_timer(t0);
         d.recover(recovery, t0);

@@ -72,6 +72,9 @@ impl Daemon {
                 Deadline::Drain => self.life_event(key, LifeEvent::DrainTimeout, t),
                 Deadline::Backoff => self.life_event(key, LifeEvent::BackoffDue, t),
                 Deadline::StopGrace => self.stop_grace_over(key),
+                Deadline::ApprovalExpiry | Deadline::ApprovalEscalation => {
+                    self.approval_deadline(key, t)
+                }
             }
         }
     }

@@ -13,6 +13,7 @@
 
 pub mod agent;
 pub mod alert;
+pub(crate) mod approvals;
 pub mod attach;
 pub mod bus;
 mod classify;

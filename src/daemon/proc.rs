@@ -124,6 +124,7 @@ impl Daemon {
         self.index_runtime(key, t);
         self.note_harness_session(key);
         self.refresh_stall(key, t);
+        self.after_approvals(key, t);
     }
 
     pub(crate) fn on_transition(&mut self, key: PaneKey, tr: &Transition, t: Timestamp) {

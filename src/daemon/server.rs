@@ -379,6 +379,7 @@ impl Daemon {
         self.tokens.remove(conn.token);
         self.bus.unsubscribe(id);
         self.detach_conn(id);
+        self.approvals.forget_conn(id);
         self.accept_blocked = true;
     }
 

@@ -31,6 +31,8 @@ pub struct Settings {
     pub notify_config: Option<PathBuf>,
     /// `[agents.NAME]`, resolved (`daemon::supervise` reconciles them).
     pub agents: BTreeMap<String, crate::core::spec::AgentSpec>,
+    /// The `[approvals]` section.
+    pub approvals: crate::daemon::approvals::ApprovalPolicy,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
 }
@@ -70,6 +72,7 @@ impl Settings {
                 .clone()
                 .filter(|p| crate::config::notify::load_sinks(p).is_ok_and(|s| !s.is_empty())),
             agents: cfg.agents.clone(),
+            approvals: crate::daemon::approvals::ApprovalPolicy::from_section(&cfg.approvals),
             reload: ReloadStatus::default(),
         }
     }

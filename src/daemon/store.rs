@@ -169,6 +169,21 @@ pub struct ExitRecord<'a> {
     pub reason: Option<&'a str>,
 }
 
+/// An answer to an approval, as the session log keeps it (`fold` replays it).
+#[derive(Copy, Clone, Debug)]
+pub struct AnswerRecord<'a> {
+    pub pane: &'a str,
+    pub approval: &'a str,
+    /// `approve`, `deny` or `answer`.
+    pub decision: &'a str,
+    pub message: Option<&'a str>,
+    pub text: Option<&'a str>,
+    /// `operator`, `jail:NAME` or `policy`.
+    pub by: &'a str,
+    /// The peer's effective uid (absent for the policy).
+    pub uid: Option<u32>,
+}
+
 /// How compaction treats one event line (the taxonomy decides).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LineClass {
@@ -935,6 +950,19 @@ impl SessionStore {
         let before = s.buf.len();
         record::encode_exit(&mut s.buf, &mut self.ts, now, rec);
         self.index_dirty = true;
+        self.commit(i, before, false);
+    }
+
+    /// Records an answer to an approval. Never dropped.
+    pub fn answer(&mut self, session: &str, rec: &AnswerRecord<'_>, now: Timestamp) {
+        self.note_now(now);
+        let Some(i) = self.session_index(session, now) else {
+            self.reject(session, 0);
+            return;
+        };
+        let s = &mut self.sessions[i];
+        let before = s.buf.len();
+        record::encode_answer(&mut s.buf, &mut self.ts, now, rec);
         self.commit(i, before, false);
     }
 

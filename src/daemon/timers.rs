@@ -32,13 +32,20 @@ pub enum Deadline {
     Backoff,
     /// A planned stop sent SIGTERM; SIGKILL follows if still running.
     StopGrace,
+    /// The earliest pending approval's own timeout (a Pi dialog's, or the
+    /// wait of a `colibri hook`).
+    ApprovalExpiry,
+    /// The next approval to escalate, or to answer by the default policy.
+    ApprovalEscalation,
 }
 
-const ALL: [Deadline; 4] = [
+const ALL: [Deadline; 6] = [
     Deadline::Stall,
     Deadline::Drain,
     Deadline::Backoff,
     Deadline::StopGrace,
+    Deadline::ApprovalExpiry,
+    Deadline::ApprovalEscalation,
 ];
 
 fn slot(d: Deadline) -> usize {
@@ -47,6 +54,8 @@ fn slot(d: Deadline) -> usize {
         Deadline::Drain => 1,
         Deadline::Backoff => 2,
         Deadline::StopGrace => 3,
+        Deadline::ApprovalExpiry => 4,
+        Deadline::ApprovalEscalation => 5,
     }
 }
 

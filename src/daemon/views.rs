@@ -50,6 +50,9 @@ impl Daemon {
                     v.pid = a.running_pid();
                     v.generation = a.generation;
                     v.supervision = Some(a.supervision.wire(a));
+                    for w in &mut v.approvals {
+                        w.escalated = self.approvals.escalated(&w.id);
+                    }
                     if a.restart.policy != RestartPolicy::Never {
                         v.restart = Some(WireRestart {
                             policy: a.restart.policy.as_str().to_string(),

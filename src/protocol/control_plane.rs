@@ -181,21 +181,6 @@ pub struct TaskReply {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct WireApproval {
-    pub approval_id: String,
-    pub pane: String,
-    pub operation: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answer: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalsReply {
-    pub pending: Vec<WireApproval>,
-    pub answered: Vec<WireApproval>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ActivityReply {
     pub seq: u64,
 }

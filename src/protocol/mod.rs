@@ -20,11 +20,14 @@ use crate::core::time::Timestamp;
 use crate::core::usage::Usage;
 
 mod approvals;
-pub use approvals::{fold_approvals, FoldApproval, WireOutcome};
+pub use approvals::{
+    fold_approvals, ApprovalsArgs, ApprovalsReply, DecideArgs, DecideReply, FoldApproval, HookArgs,
+    HookReply, WireApproval, WireOutcome,
+};
 pub mod control_plane;
 pub use control_plane::{
-    ActivityArgs, ActivityReply, ApprovalsReply, CallerArgs, StateReply, TaskActArgs, TaskAddArgs,
-    TaskClaimArgs, TaskReply, TasksArgs, TasksReply,
+    ActivityArgs, ActivityReply, CallerArgs, StateReply, TaskActArgs, TaskAddArgs, TaskClaimArgs,
+    TaskReply, TasksArgs, TasksReply,
 };
 mod lifecycle;
 pub use lifecycle::{LifecycleReply, WireSupervision};
@@ -166,6 +169,9 @@ pub struct PaneV2 {
     /// Wanted beside actual state (see `protocol::lifecycle`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supervision: Option<WireSupervision>,
+    /// Pending approvals, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<WireApproval>,
 }
 
 impl PaneV2 {
@@ -198,6 +204,11 @@ impl PaneV2 {
             exit: p.exit().map(WireExit::from),
             restart: None,
             supervision: None,
+            approvals: p
+                .pending_approvals()
+                .iter()
+                .map(|a| WireApproval::new(a, p.id.as_str(), p.name.as_deref(), false))
+                .collect(),
         }
     }
 }
@@ -370,7 +381,6 @@ pub enum Command {
     TaskDone(TaskActArgs),
     TaskFail(TaskActArgs),
     TaskCancel(TaskActArgs),
-    Approvals(CallerArgs),
     Activity(ActivityArgs),
     StartAgent(AgentArgs),
     StopAgent(AgentArgs),
@@ -379,6 +389,11 @@ pub enum Command {
     Attach(AttachArgs),
     AttachInput(AttachInputArgs),
     AttachResize(AttachResizeArgs),
+    Approvals(ApprovalsArgs),
+    Approve(DecideArgs),
+    Deny(DecideArgs),
+    Answer(DecideArgs),
+    Hook(HookArgs),
 }
 
 /// Who may use a command.
@@ -405,7 +420,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 33] = {
+pub const COMMANDS: [CommandInfo; 37] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -432,7 +447,6 @@ pub const COMMANDS: [CommandInfo; 33] = {
         cmd("task-done", Agent),
         cmd("task-fail", Agent),
         cmd("task-cancel", Operator),
-        cmd("approvals", Agent),
         cmd("activity", Agent),
         cmd("start-agent", Operator),
         cmd("stop-agent", Operator),
@@ -441,6 +455,11 @@ pub const COMMANDS: [CommandInfo; 33] = {
         cmd("attach", Operator),
         cmd("attach-input", Operator),
         cmd("attach-resize", Operator),
+        cmd("approvals", Agent),
+        cmd("approve", Operator),
+        cmd("deny", Operator),
+        cmd("answer", Operator),
+        cmd("hook", Agent),
     ]
 };
 
@@ -484,15 +503,19 @@ impl Command {
             Command::TaskDone(_) => 21,
             Command::TaskFail(_) => 22,
             Command::TaskCancel(_) => 23,
-            Command::Approvals(_) => 24,
-            Command::Activity(_) => 25,
-            Command::StartAgent(_) => 26,
-            Command::StopAgent(_) => 27,
-            Command::RestartAgent(_) => 28,
-            Command::RemoveAgent(_) => 29,
-            Command::Attach(_) => 30,
-            Command::AttachInput(_) => 31,
-            Command::AttachResize(_) => 32,
+            Command::Activity(_) => 24,
+            Command::StartAgent(_) => 25,
+            Command::StopAgent(_) => 26,
+            Command::RestartAgent(_) => 27,
+            Command::RemoveAgent(_) => 28,
+            Command::Attach(_) => 29,
+            Command::AttachInput(_) => 30,
+            Command::AttachResize(_) => 31,
+            Command::Approvals(_) => 32,
+            Command::Approve(_) => 33,
+            Command::Deny(_) => 34,
+            Command::Answer(_) => 35,
+            Command::Hook(_) => 36,
         }
     }
 
@@ -708,10 +731,13 @@ pub enum ErrorCode {
     Internal,
     /// A short id prefix names more than one pane; the message lists them.
     Ambiguous,
+    /// The approval cannot take this decision, or its harness has no
+    /// answer channel.
+    Unanswerable,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownCommand,
         ErrorCode::Invalid,
@@ -724,6 +750,7 @@ impl ErrorCode {
         ErrorCode::Os,
         ErrorCode::Internal,
         ErrorCode::Ambiguous,
+        ErrorCode::Unanswerable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -740,6 +767,7 @@ impl ErrorCode {
             ErrorCode::Os => "os",
             ErrorCode::Internal => "internal",
             ErrorCode::Ambiguous => "ambiguous",
+            ErrorCode::Unanswerable => "unanswerable",
         }
     }
 }
@@ -1042,12 +1070,17 @@ pub enum Reply {
     State(StateReply),
     Tasks(TasksReply),
     Task(TaskReply),
-    Approvals(ApprovalsReply),
     Activity(ActivityReply),
     Lifecycle(LifecycleReply),
     Attach(AttachReply),
     AttachInput(AttachInputReply),
     AttachResize(AttachResizeReply),
+    Approvals(ApprovalsReply),
+    Decide(DecideReply),
+    Hook(HookReply),
+    /// No reply now: the handler sends it later (`hook` waiting for a
+    /// decision). Never serialised.
+    Deferred,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1192,6 +1225,36 @@ pub enum WatchKind {
     Removed {
         pane: String,
     },
+    /// A harness asked the operator something.
+    ApprovalOpened {
+        pane: String,
+        approval: Box<WireApproval>,
+    },
+    /// The operator (or the default policy) answered.
+    ApprovalAnswered {
+        pane: String,
+        approval: String,
+        decision: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// `operator`, `jail:NAME` or `policy`.
+        by: String,
+    },
+    /// It ended without colibri's answer (`reason`: `cancelled`,
+    /// `resolved`, `timed_out`, `exited`, `overflow`).
+    ApprovalExpired {
+        pane: String,
+        approval: String,
+        reason: String,
+    },
+    /// Pending longer than `[approvals] escalate_after`.
+    ApprovalEscalated {
+        pane: String,
+        approval: String,
+        pending_ms: u64,
+    },
 }
 
 impl WatchKind {
@@ -1210,7 +1273,11 @@ impl WatchKind {
             | WatchKind::TaskCompleted { pane, .. }
             | WatchKind::ApprovalRequest { pane, .. }
             | WatchKind::AgentError { pane, .. }
-            | WatchKind::Removed { pane } => Some(pane),
+            | WatchKind::Removed { pane }
+            | WatchKind::ApprovalOpened { pane, .. }
+            | WatchKind::ApprovalAnswered { pane, .. }
+            | WatchKind::ApprovalExpired { pane, .. }
+            | WatchKind::ApprovalEscalated { pane, .. } => Some(pane),
             WatchKind::Task { pane, .. } => pane.as_deref(),
             WatchKind::Heartbeat { .. } | WatchKind::Gap { .. } => None,
         }

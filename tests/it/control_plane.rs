@@ -40,6 +40,7 @@ fn start(ack_ms: Option<u64>, extra: &[&str]) -> Colibrid {
         state,
         child: Some(child),
         args: extra.iter().map(|s| s.to_string()).collect(),
+        env: Vec::new(),
     };
     wait_for(Duration::from_secs(20), "colibrid to answer", || {
         let mut c = Client::try_connect(&d.socket).ok()?;
@@ -213,8 +214,8 @@ fn an_agent_sees_and_moves_only_its_own_tasks() {
     assert_eq!(st["agents"][0]["pane"], json!(b));
     assert_eq!(st["agents"][0]["task_id"], json!(tb));
     assert_eq!(
-        d.ok(json!({"cmd":"approvals","pane": b})),
-        json!({"pending": [], "answered": []})
+        d.ok(json!({"cmd":"approvals","agent_id": b})),
+        json!({"approvals": []})
     );
     // The operator sees everything and may finish any task.
     let all = d.ok(json!({"cmd":"tasks"}));
@@ -246,7 +247,7 @@ fn a_jail_socket_must_name_a_pane_of_its_own_jail() {
     );
     let r = c.request(&json!({"cmd":"task-add","title":"x"}));
     assert_eq!(r["code"], json!("forbidden"), "{r}");
-    let r = c.request(&json!({"cmd":"approvals","pane": host}));
+    let r = c.request(&json!({"cmd":"approvals","agent_id": host}));
     assert_eq!(r["code"], json!("not_found"), "{r}");
     assert_eq!(task(&d, id)["status"], json!("pending"));
 }

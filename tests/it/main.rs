@@ -4,6 +4,8 @@
 
 mod support;
 
+/// Approvals: asked by scripted agents, answered by the operator and hooks.
+mod approvals;
 /// Kills, stops and disk freezes while agents stream.
 mod chaos;
 /// The operator CLI against the real daemon, reload, hints, jail scope.

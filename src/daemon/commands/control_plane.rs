@@ -15,8 +15,8 @@ use crate::daemon::control_plane::wire_budget;
 use crate::daemon::event_loop::Daemon;
 use crate::protocol::control_plane::{ActivityType, AgentControlState, WireTask};
 use crate::protocol::{
-    ActivityReply, ApprovalsReply, Command, CommandError, ErrorCode, Reply, StateReply, TaskReply,
-    TasksReply, WatchKind,
+    ActivityReply, Command, CommandError, ErrorCode, Reply, StateReply, TaskReply, TasksReply,
+    WatchKind,
 };
 
 /// The caller's pane id, `None` for the operator. A jail socket must name
@@ -167,16 +167,6 @@ pub(super) fn act(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Comm
     .map_err(task_error)?;
     d.task_changed(ev, call.t);
     Ok(task_reply(d, args.task_id))
-}
-
-/// Approvals live on the pane once the approvals engine lands; until then
-/// the lists are empty (see docs/GOVERNANCE.md, "The control plane").
-pub(super) fn approvals(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Approvals(args) = c else {
-        return Err(mismatch(&c));
-    };
-    caller(d, call, args.pane.as_deref())?;
-    Ok(Reply::Approvals(ApprovalsReply::default()))
 }
 
 pub(super) fn activity(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {

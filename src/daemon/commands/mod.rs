@@ -12,6 +12,7 @@
 //! `watch` (watch, emit), `session` (get and compact a session log).
 
 mod agents;
+mod approvals;
 mod attach;
 mod control;
 mod control_plane;
@@ -35,6 +36,8 @@ pub(crate) struct Call {
     pub conn: ConnId,
     pub scope: Scope,
     pub t: Timestamp,
+    /// The request's `id`, for a reply sent later (`hook`).
+    pub rid: Option<serde_json::Value>,
 }
 
 type Handler = fn(&mut Daemon, &Call, Command) -> Result<Reply, CommandError>;
@@ -66,7 +69,6 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("task-done", control_plane::act),
     ("task-fail", control_plane::act),
     ("task-cancel", control_plane::act),
-    ("approvals", control_plane::approvals),
     ("activity", control_plane::activity),
     ("start-agent", lifecycle::start),
     ("stop-agent", lifecycle::stop),
@@ -75,6 +77,11 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("attach", attach::attach),
     ("attach-input", attach::input),
     ("attach-resize", attach::resize_cmd),
+    ("approvals", approvals::list),
+    ("approve", approvals::approve),
+    ("deny", approvals::deny),
+    ("answer", approvals::answer),
+    ("hook", approvals::hook),
 ];
 
 /// A handler reached with another command's arguments: the tables are out
@@ -101,11 +108,17 @@ impl Daemon {
                 return Some(protocol::err_line(rid.as_ref(), ErrorCode::Forbidden, &msg));
             }
         }
-        let call = Call { conn: id, scope, t };
+        let call = Call {
+            conn: id,
+            scope,
+            t,
+            rid: rid.clone(),
+        };
         let (_, handler) = HANDLERS[req.command.index()];
         // Large typed replies (snapshots, status, sessions) are serialised
         // straight into the reply line, never through a `Value` tree.
         Some(match handler(self, &call, req.command) {
+            Ok(Reply::Deferred) => return None,
             Ok(reply) => protocol::ok_line(rid.as_ref(), &reply),
             Err(e) => protocol::err_line(rid.as_ref(), e.code, &e.message),
         })
