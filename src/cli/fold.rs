@@ -80,11 +80,18 @@ pub fn fold_input(
     let u = unwrap_input(input)?;
     let mut report = fold_bytes(runtime, max_line, &u.stream, u.exit);
     if !u.line_map.is_empty() {
-        for step in &mut report.timeline {
-            if step.line > 0 {
-                let idx = usize::try_from(step.line - 1).unwrap_or(usize::MAX);
-                step.line = u.line_map.get(idx).copied().unwrap_or(step.line);
+        let map = |line: u64| match line {
+            0 => 0,
+            n => {
+                let idx = usize::try_from(n - 1).unwrap_or(usize::MAX);
+                u.line_map.get(idx).copied().unwrap_or(n)
             }
+        };
+        for step in &mut report.timeline {
+            step.line = map(step.line);
+        }
+        for verdict in &mut report.verdicts {
+            verdict.line = map(verdict.line);
         }
     }
     Ok(report)

@@ -523,6 +523,17 @@ pub fn fold_text(r: &FoldReport) -> String {
     if let Some(e) = &r.exit {
         let _ = writeln!(out, "exit:     {}", format_exit(e));
     }
+    for v in &r.verdicts {
+        let line = format!(
+            "line {}: {} {} ({}): {}",
+            v.line,
+            v.policy_name(),
+            v.action,
+            v.rule,
+            v.reason
+        );
+        let _ = writeln!(out, "verdict:  {}", escape_controls(&line));
+    }
     escape_lines(&out)
 }
 

@@ -487,7 +487,11 @@ impl Pane {
         let before = self.usage;
         obs.usage.apply_to(&mut self.usage);
         if let Some(facts) = &mut self.facts {
-            facts.push(line_facts(&obs, &before, &self.usage, self.lines));
+            let mut f = line_facts(&obs, &before, &self.usage, self.lines);
+            if f.tool.is_some() {
+                f.cwd = self.cwd.clone();
+            }
+            facts.push(f);
         }
         if let Some(t) = &obs.tool {
             self.last_tool = Some(tool_record(t, now));
@@ -565,6 +569,7 @@ fn line_facts(obs: &Observation<'_>, before: &Usage, after: &Usage, line: u64) -
         error: obs.error.as_ref().map(|e| e.to_string()),
         turn: obs.turn,
         finished: !obs.subagent && obs.signal == Signal::Finished,
+        cwd: None,
     }
 }
 

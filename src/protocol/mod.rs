@@ -19,6 +19,9 @@ use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::core::usage::Usage;
 
+mod governance;
+pub use governance::WireVerdict;
+
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
 
@@ -300,6 +303,9 @@ pub struct FoldReport {
     pub blocked_reason: Option<String>,
     #[serde(default)]
     pub exit: Option<WireExit>,
+    /// Policy verdicts (guard, loops, budgets) at the lines that caused them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<WireVerdict>,
 }
 
 /// One state change in a fold; `line` is the 1-based non-blank line that

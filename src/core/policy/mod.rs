@@ -39,6 +39,9 @@ pub struct LineFacts {
     pub turn: bool,
     /// The task finished cleanly (productive work: loop counts reset).
     pub finished: bool,
+    /// The pane's working directory at this line, with a tool call only
+    /// (the guard judges `rm` targets against it).
+    pub cwd: Option<String>,
 }
 
 impl LineFacts {
@@ -348,7 +351,8 @@ impl Governor {
             return;
         }
         let Some(tool) = &facts.tool else { return };
-        let Some(hit) = guard::check(&tool.name, &tool.args, pane.cwd.as_deref()) else {
+        let cwd = facts.cwd.as_deref().or(pane.cwd.as_deref());
+        let Some(hit) = guard::check(&tool.name, &tool.args, cwd) else {
             return;
         };
         if self.guard.disabled.contains(&hit.rule) {
