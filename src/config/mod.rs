@@ -25,6 +25,7 @@
 mod agents;
 mod file;
 mod flags;
+mod governance;
 mod render;
 
 use std::collections::BTreeMap;
@@ -271,6 +272,9 @@ pub struct Config {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub agents: BTreeMap<String, AgentSpec>,
+    /// `[budgets.*]`, `[loops]`, `[guard]`, `[prices.*]` (docs/GOVERNANCE.md).
+    #[serde(skip)]
+    pub governance: crate::core::policy::Policies,
 }
 
 /// Every source's values; the file gives one, the flags and environment
@@ -287,6 +291,8 @@ pub struct Layer {
     pub agents: BTreeMap<String, AgentDecl>,
     /// Runtime name to template; empty means never resume.
     pub resume: BTreeMap<String, Vec<String>>,
+    /// The file's governance sections (only a file sets them).
+    pub governance: Option<crate::core::policy::Policies>,
 }
 
 impl Layer {
@@ -309,6 +315,7 @@ impl Layer {
             jails,
             agents,
             resume,
+            governance: self.governance.or(lower.governance),
         }
     }
 
@@ -334,6 +341,7 @@ impl Layer {
             jails: self.jails,
             resume,
             agents,
+            governance: self.governance.unwrap_or_default(),
         };
         errors.extend(check_listeners(&config));
         match ConfigError::from_list(errors) {
