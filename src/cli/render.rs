@@ -470,6 +470,14 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             )
         }
         WatchKind::Heartbeat { panes } => format!("heartbeat ({panes} pane(s))"),
+        WatchKind::Verdict { pane, verdict } => format!(
+            "{} {} {} ({}): {}",
+            who(pane),
+            verdict.policy_name(),
+            verdict.action,
+            verdict.rule,
+            verdict.reason
+        ),
     };
     escape_controls(&format!("{time} #{} {what}", ev.seq)).into_owned()
 }

@@ -74,6 +74,8 @@ pub enum AlertKind {
     LogWrite,
     /// An agent's restart policy is spent: it stays down.
     RestartsExhausted,
+    /// A governance policy warned, paused, killed or escalated.
+    Policy,
 }
 
 impl AlertKind {
@@ -87,6 +89,7 @@ impl AlertKind {
             AlertKind::Exited => "exited",
             AlertKind::LogWrite => "log_write",
             AlertKind::RestartsExhausted => "restarts_exhausted",
+            AlertKind::Policy => "policy",
         }
     }
 }
@@ -404,7 +407,7 @@ impl Alerter {
 /// The severity an alert is sent at.
 pub fn severity_of(kind: AlertKind, f: &AlertFields<'_>) -> Severity {
     match kind {
-        AlertKind::Blocked | AlertKind::Stalled => Severity::Warning,
+        AlertKind::Blocked | AlertKind::Stalled | AlertKind::Policy => Severity::Warning,
         AlertKind::Unstalled => Severity::Notice,
         AlertKind::Error | AlertKind::LogWrite | AlertKind::RestartsExhausted => Severity::Err,
         AlertKind::Exited => {

@@ -130,6 +130,8 @@ pub struct Daemon {
     /// wakeup of any kind (at the latest the heartbeat), never in a spin.
     pub(crate) store_failing: bool,
     pub(crate) reloader: crate::daemon::Reloader,
+    /// The policies and their state (`daemon::govern` carries them out).
+    pub(crate) governor: crate::core::policy::Governor,
 }
 
 pub fn now() -> Timestamp {
@@ -193,7 +195,9 @@ impl Daemon {
                 crate::daemon::alert::SYSTEM_LOG_SOCKETS.join(", ")
             );
         }
+        let governor = crate::core::policy::Governor::new(settings.governance.clone());
         let mut d = Daemon {
+            governor,
             panes: PaneTable::default(),
             settings,
             poll,

@@ -71,6 +71,7 @@ impl Daemon {
                 Deadline::Stall => self.stall_check(key, t),
                 Deadline::Drain => self.life_event(key, LifeEvent::DrainTimeout, t),
                 Deadline::Backoff => self.life_event(key, LifeEvent::BackoffDue, t),
+                Deadline::Govern => self.govern_tick(t),
             }
         }
     }

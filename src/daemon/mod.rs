@@ -19,6 +19,7 @@ pub(crate) mod commands;
 pub mod conn;
 pub mod diag;
 pub mod event_loop;
+mod govern;
 mod life;
 pub mod panes;
 mod proc;

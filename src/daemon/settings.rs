@@ -28,6 +28,8 @@ pub struct Settings {
     pub jail_sockets: Vec<(String, PathBuf)>,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
+    /// Budgets, loop detection, the guard and prices.
+    pub governance: crate::core::policy::Policies,
 }
 
 /// How long an exited agent's PTY may stay open (a grandchild holding the
@@ -61,6 +63,7 @@ impl Settings {
                 .map(|(k, j)| (k.clone(), j.socket.clone()))
                 .collect(),
             reload: ReloadStatus::default(),
+            governance: cfg.governance.clone(),
         }
     }
 }

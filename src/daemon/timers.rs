@@ -30,22 +30,31 @@ pub enum Deadline {
     Drain,
     /// Restart backoff.
     Backoff,
+    /// A governance resume: a loop's backoff or a budget window (the
+    /// governor says which when it ticks).
+    Govern,
 }
 
-const ALL: [Deadline; 3] = [Deadline::Stall, Deadline::Drain, Deadline::Backoff];
+const ALL: [Deadline; 4] = [
+    Deadline::Stall,
+    Deadline::Drain,
+    Deadline::Backoff,
+    Deadline::Govern,
+];
 
 fn slot(d: Deadline) -> usize {
     match d {
         Deadline::Stall => 0,
         Deadline::Drain => 1,
         Deadline::Backoff => 2,
+        Deadline::Govern => 3,
     }
 }
 
 #[derive(Debug, Default)]
 pub struct PaneTimers {
     timer: Option<(KernelTimer, Token)>,
-    due: [Option<Timestamp>; 3],
+    due: [Option<Timestamp>; 4],
     /// What the kernel timer is armed for.
     armed: Option<Timestamp>,
 }
@@ -108,7 +117,7 @@ impl PaneTimers {
 
     /// Drops the kernel timer and its token: the pane waits on nothing.
     pub fn release(&mut self, registry: &Registry, tokens: &mut Tokens) {
-        self.due = [None; 3];
+        self.due = [None; 4];
         self.armed = None;
         if let Some((timer, token)) = self.timer.take() {
             timer.deregister(registry);
@@ -155,7 +164,7 @@ impl PaneTimers {
     fn arm(
         timer: &mut KernelTimer,
         armed: &mut Option<Timestamp>,
-        due: [Option<Timestamp>; 3],
+        due: [Option<Timestamp>; 4],
         now: Timestamp,
         registry: &Registry,
     ) {

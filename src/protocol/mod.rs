@@ -1057,6 +1057,11 @@ pub enum WatchKind {
     Heartbeat {
         panes: usize,
     },
+    /// A policy's verdict (docs/GOVERNANCE.md), carried out already.
+    Verdict {
+        pane: String,
+        verdict: WireVerdict,
+    },
 }
 
 impl WatchKind {
@@ -1071,7 +1076,8 @@ impl WatchKind {
             | WatchKind::Exited { pane, .. }
             | WatchKind::RestartScheduled { pane, .. }
             | WatchKind::Restarted { pane, .. }
-            | WatchKind::RestartsExhausted { pane, .. } => Some(pane),
+            | WatchKind::RestartsExhausted { pane, .. }
+            | WatchKind::Verdict { pane, .. } => Some(pane),
             WatchKind::Heartbeat { .. } => None,
         }
     }

@@ -12,6 +12,8 @@ mod cli;
 mod contract;
 /// Session logs, recovery after a crash, syslog alerts, configuration.
 mod durability;
+/// Governance: budgets, loop detection and the guard, carried out.
+mod govern;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.
 mod lifecycle;
 /// The reshaped top layer: per-pane resources, lifecycle events, the bus.
