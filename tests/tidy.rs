@@ -71,6 +71,19 @@ fn every_watch_kind() -> Vec<WatchKind> {
             attempts: 3,
         },
         WatchKind::Heartbeat { panes: 0 },
+        WatchKind::Verdict {
+            pane: p(),
+            verdict: colibri::protocol::WireVerdict {
+                line: 1,
+                policy: colibri::core::policy::PolicyKind::Guard,
+                rule: "rm_outside_cwd".into(),
+                action: "pause".into(),
+                target: "pane".into(),
+                until: None,
+                text: None,
+                reason: p(),
+            },
+        },
     ];
     for k in &all {
         match k {
@@ -84,7 +97,8 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::RestartScheduled { .. }
             | WatchKind::Restarted { .. }
             | WatchKind::RestartsExhausted { .. }
-            | WatchKind::Heartbeat { .. } => {}
+            | WatchKind::Heartbeat { .. }
+            | WatchKind::Verdict { .. } => {}
         }
     }
     all

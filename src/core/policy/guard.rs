@@ -281,7 +281,7 @@ fn substituted_program(word: &str) -> Option<&str> {
     let head = parts.next()?;
     let last = match head {
         "echo" | "printf" | "which" | "type" | "whereis" => parts.last()?,
-        "command" => parts.filter(|p| !p.starts_with('-')).last()?,
+        "command" => parts.rfind(|p| !p.starts_with('-'))?,
         _ => return None,
     };
     Some(last.trim_matches(|c| c == '\'' || c == '"'))
