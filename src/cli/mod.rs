@@ -28,6 +28,7 @@ use crate::client::ClientError;
 use crate::core::ingest::DEFAULT_MAX_LINE;
 use crate::core::taxonomy::Runtime;
 
+pub mod budget;
 pub mod demo;
 pub mod fold;
 pub mod recording;
@@ -178,6 +179,15 @@ pub enum Command {
         /// The hook's event name (informational; defaults to the input's
         /// hook_event_name).
         event: Option<String>,
+    },
+    /// Show the budget ledgers, or raise a budget's cap or resume it once
+    /// (docs/GOVERNANCE.md).
+    Budget {
+        #[command(subcommand)]
+        action: Option<budget::BudgetAction>,
+        /// Print the reply as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Tell the daemon something about the host.
     Hint {
@@ -412,6 +422,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             &mut io::stdin().lock(),
             &mut io::stderr(),
         )),
+        Command::Budget { action, json } => budget::run(socket, action.as_ref(), json, &mut out),
         Command::Hint {
             kind: HintKind::Resume,
         } => remote::hint_resume(socket),

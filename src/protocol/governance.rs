@@ -61,3 +61,36 @@ impl WireVerdict {
         }
     }
 }
+
+/// `budget`: show every budget ledger, or act on one budget first.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct BudgetArgs {
+    /// `show` (the default), `raise` (set the cap to `cap`) or `resume`
+    /// (let the budget's paused agents spend on until its period rolls).
+    #[serde(default)]
+    pub action: Option<String>,
+    /// The budget's name (`[budgets.NAME]`); needed by `raise` and `resume`.
+    #[serde(default)]
+    pub budget: Option<String>,
+    #[serde(default)]
+    pub cap: Option<f64>,
+}
+
+/// One budget ledger's standing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireBudget {
+    pub budget: String,
+    /// The scope key: the pane id, the name, the runtime, or empty for a
+    /// global budget.
+    pub key: String,
+    pub spent: f64,
+    pub cap: f64,
+    pub paused: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BudgetReply {
+    pub budgets: Vec<WireBudget>,
+    /// Ledgers this request resumed (their agents continue).
+    pub resumed: usize,
+}

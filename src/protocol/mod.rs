@@ -20,7 +20,7 @@ use crate::core::time::Timestamp;
 use crate::core::usage::Usage;
 
 mod governance;
-pub use governance::WireVerdict;
+pub use governance::{BudgetArgs, BudgetReply, WireBudget, WireVerdict};
 
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
@@ -347,6 +347,7 @@ pub enum Command {
     Emit(EmitArgs),
     Whoami,
     Hint(HintArgs),
+    Budget(BudgetArgs),
 }
 
 /// Who may use a command.
@@ -373,7 +374,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 16] = {
+pub const COMMANDS: [CommandInfo; 17] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -392,6 +393,7 @@ pub const COMMANDS: [CommandInfo; 16] = {
         cmd("emit", Agent),
         cmd("whoami", Agent),
         cmd("hint", Operator),
+        cmd("budget", Operator),
     ]
 };
 
@@ -427,6 +429,7 @@ impl Command {
             Command::Emit(_) => 13,
             Command::Whoami => 14,
             Command::Hint(_) => 15,
+            Command::Budget(_) => 16,
         }
     }
 
@@ -966,6 +969,7 @@ pub enum Reply {
     Compact(CompactReply),
     Whoami(WhoamiReply),
     Hint(HintReply),
+    Budget(BudgetReply),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -191,3 +191,26 @@ fn a_budget_pauses_the_agent_at_the_line_that_reaches_the_cap_and_resumes_when_t
     next(&mut w, "resumed", None);
     assert_eq!(d.pane(&id)["paused"], json!(false));
 }
+
+#[test]
+fn an_operator_raises_the_cap_and_the_paused_agent_resumes() {
+    let d = daemon_with("[budgets.hour]\ntokens = 500\nwindow = \"1h\"\n");
+    let used = r#"{"type":"message_end","message":{"role":"assistant","usage":{"input":300,"output":300,"cacheRead":0,"cacheWrite":0,"totalTokens":600,"cost":{"total":0.001}}}}"#;
+    let (id, gate) = agent(&d, "raise", &[r#"{"type":"agent_start"}"#, used], "");
+    let mut w = watch(&d, &id);
+    go(&gate);
+    let pause = next(&mut w, "verdict", Some("pause"));
+    assert_eq!(pause["verdict"]["line"], json!(2));
+    next(&mut w, "paused", None);
+    let shown = d.ok(json!({"cmd":"budget"}));
+    assert_eq!(shown["budgets"][0]["budget"], json!("hour"));
+    assert_eq!(shown["budgets"][0]["spent"], json!(600.0));
+    assert_eq!(shown["budgets"][0]["paused"], json!(true));
+    let bad = d.request(json!({"cmd":"budget","action":"raise","budget":"nope","cap":1000}));
+    assert_eq!(bad["ok"], json!(false), "{bad}");
+    let raised = d.ok(json!({"cmd":"budget","action":"raise","budget":"hour","cap":1000}));
+    assert_eq!(raised["resumed"], json!(1));
+    assert_eq!(raised["budgets"][0]["paused"], json!(false));
+    next(&mut w, "resumed", None);
+    assert_eq!(d.pane(&id)["paused"], json!(false));
+}

@@ -12,6 +12,7 @@
 //! `watch` (watch, emit), `session` (get and compact a session log).
 
 mod agents;
+mod budget;
 mod control;
 mod query;
 mod session;
@@ -54,6 +55,7 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("emit", watch::emit),
     ("whoami", query::whoami),
     ("hint", control::hint),
+    ("budget", budget::budget),
 ];
 
 /// A handler reached with another command's arguments: the tables are out
