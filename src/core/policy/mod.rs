@@ -40,7 +40,7 @@ pub struct LineFacts {
     /// The task finished cleanly (productive work: loop counts reset).
     pub finished: bool,
     /// The pane's working directory at this line, with a tool call only
-    /// (the guard judges `rm` targets against it).
+    /// (the guard judges `rm` targets against it; `None`: not known yet).
     pub cwd: Option<String>,
 }
 
@@ -123,6 +123,8 @@ pub struct PaneInfo {
     pub runtime: Option<String>,
     /// The model, when the daemon knows it (prices are looked up by it).
     pub model: Option<String>,
+    /// The pane's working directory now (informational: the guard uses
+    /// the line's own, [`LineFacts::cwd`]).
     pub cwd: Option<String>,
 }
 
@@ -351,8 +353,9 @@ impl Governor {
             return;
         }
         let Some(tool) = &facts.tool else { return };
-        let cwd = facts.cwd.as_deref().or(pane.cwd.as_deref());
-        let Some(hit) = guard::check(&tool.name, &tool.args, cwd) else {
+        // The directory at this line, not the pane's latest: a replay cut
+        // into other chunks must judge the line alike.
+        let Some(hit) = guard::check(&tool.name, &tool.args, facts.cwd.as_deref()) else {
             return;
         };
         if self.guard.disabled.contains(&hit.rule) {
