@@ -176,18 +176,47 @@ impl Daemon {
     }
 }
 
+/// Pi's RPC `prompt` command.
+#[derive(serde::Serialize)]
+struct PiPrompt<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: &'a str,
+}
+
+/// A Claude `stream-json` user message.
+#[derive(serde::Serialize)]
+struct ClaudeUser<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: ClaudeContent<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct ClaudeContent<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
 /// The message as the harness reads it on its input: Pi's RPC `prompt`
 /// command, a Claude `stream-json` user message, else a line of text.
 pub fn input_message(runtime: Option<Runtime>, text: &str) -> Vec<u8> {
-    let mut line = match runtime {
-        Some(Runtime::Pi) => serde_json::json!({"type": "prompt", "message": text}).to_string(),
-        Some(Runtime::Claude) => serde_json::json!({
-            "type": "user",
-            "message": {"role": "user", "content": text}
-        })
-        .to_string(),
-        _ => text.replace('\n', " "),
+    let json = match runtime {
+        Some(Runtime::Pi) => serde_json::to_string(&PiPrompt {
+            kind: "prompt",
+            message: text,
+        }),
+        Some(Runtime::Claude) => serde_json::to_string(&ClaudeUser {
+            kind: "user",
+            message: ClaudeContent {
+                role: "user",
+                content: text,
+            },
+        }),
+        _ => Ok(text.replace('\n', " ")),
     };
+    // Serialising borrowed strings cannot fail; a plain line if it did.
+    let mut line = json.unwrap_or_else(|_| text.replace('\n', " "));
     line.push('\n');
     line.into_bytes()
 }
