@@ -70,6 +70,8 @@ impl Daemon {
         self.settings.max_restarts = new.max_restarts;
         self.settings.providers = new.providers;
         self.settings.alert = new.alert;
+        self.governor.reconfigure(new.governance.clone());
+        self.settings.governance = new.governance;
     }
 
     pub(crate) fn on_heartbeat(&mut self, t: Timestamp) {

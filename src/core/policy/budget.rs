@@ -236,6 +236,29 @@ impl Budgets {
         &self.rules
     }
 
+    /// New rules (a reloaded config): the ledgers and raised caps of rules
+    /// that keep their name and meaning carry over, the others start anew.
+    pub fn replace_rules(&mut self, rules: Vec<BudgetRule>) {
+        let old = std::mem::take(&mut self.ledgers);
+        for ((i, key), ledger) in old {
+            let Some(prev) = self.rules.get(i) else {
+                continue;
+            };
+            let same = |r: &BudgetRule| {
+                r.name == prev.name
+                    && r.scope == prev.scope
+                    && r.unit == prev.unit
+                    && r.period == prev.period
+            };
+            if let Some(j) = rules.iter().position(same) {
+                self.ledgers.insert((j, key), ledger);
+            }
+        }
+        self.raised
+            .retain(|name, _| rules.iter().any(|r| &r.name == name));
+        self.rules = rules;
+    }
+
     fn cap(&self, i: usize) -> f64 {
         let rule = &self.rules[i];
         self.raised.get(&rule.name).copied().unwrap_or(rule.cap)
@@ -576,6 +599,28 @@ mod tests {
         b.tick(Timestamp::from_millis(20_001 * DAY_MS), &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].action, Action::Resume);
+    }
+
+    #[test]
+    fn a_reload_keeps_the_spend_of_budgets_that_stay() {
+        let mut b = Budgets::new(vec![BudgetRule::token_throttle()]);
+        let p = pane("p1");
+        let mut out = Vec::new();
+        b.observe(&p, &spend(1, 30_000), 0.0, at(0), &mut out);
+        let other = BudgetRule {
+            name: "other".into(),
+            ..BudgetRule::token_throttle()
+        };
+        b.replace_rules(vec![other, BudgetRule::token_throttle()]);
+        b.observe(&p, &spend(2, 30_000), 0.0, at(1), &mut out);
+        // The throttle had 30,000 already: 60,000 reaches its cap; the new
+        // rule counts from zero.
+        let paused: Vec<&str> = out
+            .iter()
+            .filter(|v| matches!(v.action, Action::Pause { .. }))
+            .map(|v| v.rule.as_str())
+            .collect();
+        assert_eq!(paused, ["throttle"]);
     }
 
     #[test]

@@ -427,6 +427,16 @@ impl Governor {
         }
     }
 
+    /// New policies (a reloaded config), keeping the state that still
+    /// applies: loop counts, pauses under way, and the spend of budgets
+    /// that keep their name and meaning.
+    pub fn reconfigure(&mut self, policies: Policies) {
+        self.loops = policies.loops;
+        self.guard = policies.guard;
+        self.prices = policies.prices;
+        self.budgets.replace_rules(policies.budgets);
+    }
+
     pub fn budgets(&self) -> &Budgets {
         &self.budgets
     }
