@@ -491,7 +491,10 @@ impl Pane {
             if f.tool.is_some() {
                 f.cwd = self.cwd.clone();
             }
-            facts.push(f);
+            // Most lines (streamed deltas) matter to no policy.
+            if !f.is_inert() {
+                facts.push(f);
+            }
         }
         if let Some(t) = &obs.tool {
             self.last_tool = Some(tool_record(t, now));

@@ -45,6 +45,16 @@ pub struct LineFacts {
 }
 
 impl LineFacts {
+    /// Nothing here can move any policy: no spend, no tool call, no
+    /// error, no message start, no finish.
+    pub fn is_inert(&self) -> bool {
+        self.usage.is_zero()
+            && self.tool.is_none()
+            && self.error.is_none()
+            && !self.turn
+            && !self.finished
+    }
+
     /// Tokens spent: input, output and cache writes (see [`Unit::Tokens`]).
     pub fn tokens(&self) -> u64 {
         self.usage
@@ -313,7 +323,13 @@ impl Governor {
         self.budgets.observe(pane, facts, cost, now, &mut out);
         self.guard_line(pane, facts, now, &mut out);
         let settings = &self.loops;
-        let state = self.panes.entry(pane.id.clone()).or_default();
+        if !self.panes.contains_key(&pane.id) {
+            self.panes
+                .insert(pane.id.clone(), PaneGovernance::default());
+        }
+        let Some(state) = self.panes.get_mut(&pane.id) else {
+            return out;
+        };
         if let Some(hit) = state.loops.observe(settings, facts) {
             let until = now.plus(hit.backoff);
             state.loop_resume_at = Some(until);
