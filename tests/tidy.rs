@@ -138,6 +138,19 @@ fn every_watch_kind() -> Vec<WatchKind> {
             approval: p(),
             pending_ms: 1,
         },
+        WatchKind::Verdict {
+            pane: p(),
+            verdict: colibri::protocol::WireVerdict {
+                line: 1,
+                policy: colibri::core::policy::PolicyKind::Guard,
+                rule: "rm_outside_cwd".into(),
+                action: "pause".into(),
+                target: "pane".into(),
+                until: None,
+                text: None,
+                reason: p(),
+            },
+        },
     ];
     for k in &all {
         match k {
@@ -161,7 +174,8 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::ApprovalOpened { .. }
             | WatchKind::ApprovalAnswered { .. }
             | WatchKind::ApprovalExpired { .. }
-            | WatchKind::ApprovalEscalated { .. } => {}
+            | WatchKind::ApprovalEscalated { .. }
+            | WatchKind::Verdict { .. } => {}
         }
     }
     all

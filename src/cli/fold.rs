@@ -134,6 +134,9 @@ pub fn fold_input(
             a.line = to_file_line(a.line);
             a.closed_line = a.closed_line.map(to_file_line);
         }
+        for verdict in &mut report.verdicts {
+            verdict.line = to_file_line(verdict.line);
+        }
     }
     Ok(report)
 }

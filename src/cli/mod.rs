@@ -29,6 +29,7 @@ use crate::core::ingest::DEFAULT_MAX_LINE;
 use crate::core::taxonomy::Runtime;
 
 pub mod attach;
+pub mod budget;
 pub mod demo;
 pub mod fold;
 pub mod notify;
@@ -269,6 +270,15 @@ pub enum Command {
         /// Where the last handled event's seq is kept.
         #[arg(long, default_value = "/var/db/colibri/notify.cursor")]
         cursor: PathBuf,
+    },
+    /// Show the budget ledgers, or raise a budget's cap or resume it once
+    /// (docs/GOVERNANCE.md).
+    Budget {
+        #[command(subcommand)]
+        action: Option<budget::BudgetAction>,
+        /// Print the reply as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Tell the daemon something about the host.
     Hint {
@@ -560,6 +570,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             &request::decide("answer", &target, None, Some(&text)),
             &mut out,
         ),
+        Command::Budget { action, json } => budget::run(socket, action.as_ref(), json, &mut out),
         Command::Hint {
             kind: HintKind::Resume,
         } => remote::hint_resume(socket),

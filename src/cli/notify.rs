@@ -230,8 +230,16 @@ impl Notifier {
         // a human: whichever arrives first is told, the other is a repeat.
         let needs_human = (event == "state" && ev["to"] == "blocked") || event == "approval_opened";
         let key = if needs_human {
+            // The blocked reason is the harness's question (the approval's
+            // title, else its question), so both events name it alike.
+            let approval = &ev["approval"];
+            let what = ev["reason"]
+                .as_str()
+                .or_else(|| approval["title"].as_str())
+                .or_else(|| approval["question"].as_str())
+                .unwrap_or_default();
             format!(
-                "{}\u{1f}needs_human",
+                "{}\u{1f}needs_human\u{1f}{what}",
                 ev["pane"].as_str().unwrap_or_default()
             )
         } else {
@@ -482,6 +490,12 @@ mod tests {
         );
         assert!(n.admit(0, &blocked(4, "p1", "r"), &i1, now));
         assert!(!n.admit(0, &blocked(5, "p1", "r"), &i1, now), "a repeat");
+        let opened = json!({"seq":5,"at":"x","event":"approval_opened","pane":"p1",
+            "approval":{"id":"p1-1","title":"r","question":"r"}});
+        assert!(
+            !n.admit(0, &opened, &i1, now),
+            "the approval of a pane just told blocked is the same moment"
+        );
         assert!(n.admit(0, &blocked(6, "p1", "other"), &i1, now));
         assert!(
             !n.admit(0, &blocked(7, "p1", "third"), &i1, now),

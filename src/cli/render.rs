@@ -542,6 +542,14 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
         WatchKind::Gap { since, resumes_at } => format!(
             "gap: events after #{since} up to #{resumes_at} are no longer journaled (take a snapshot)"
         ),
+        WatchKind::Verdict { pane, verdict } => format!(
+            "{} {} {} ({}): {}",
+            who(pane),
+            verdict.policy_name(),
+            verdict.action,
+            verdict.rule,
+            verdict.reason
+        ),
     };
     escape_controls(&format!("{time} #{} {what}", ev.seq)).into_owned()
 }
@@ -594,6 +602,17 @@ pub fn fold_text(r: &FoldReport) -> String {
     }
     if let Some(e) = &r.exit {
         let _ = writeln!(out, "exit:     {}", format_exit(e));
+    }
+    for v in &r.verdicts {
+        let line = format!(
+            "line {}: {} {} ({}): {}",
+            v.line,
+            v.policy_name(),
+            v.action,
+            v.rule,
+            v.reason
+        );
+        let _ = writeln!(out, "verdict:  {}", escape_controls(&line));
     }
     escape_lines(&out)
 }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::agents::{RawAgent, RawResume};
+use super::governance::{RawBudget, RawGovernance, RawGuard, RawLoops, RawPrice};
 use super::{
     check_agent_path, check_jail_name, default_jail_socket, parse_duration, parse_mode,
     parse_positive_duration, parse_stall_after, positive_usize, ApprovalsLayer, ConfigError,
@@ -86,6 +87,12 @@ struct RawFile {
     /// (`config/notify.rs`); colibrid only passes the file on.
     #[serde(default, rename = "notify")]
     _notify: Option<serde::de::IgnoredAny>,
+    loops: Option<RawLoops>,
+    guard: Option<RawGuard>,
+    #[serde(default)]
+    budgets: BTreeMap<String, Spanned<RawBudget>>,
+    #[serde(default)]
+    prices: BTreeMap<String, Spanned<RawPrice>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -202,7 +209,14 @@ pub(super) struct Validator<'a> {
 impl Validator<'_> {
     fn file(&mut self, raw: RawFile) -> Layer {
         let providers = self.providers(raw.providers);
+        let governance = self.governance(RawGovernance {
+            loops: raw.loops,
+            guard: raw.guard,
+            budgets: raw.budgets,
+            prices: raw.prices,
+        });
         Layer {
+            governance: Some(governance),
             daemon: self.daemon(raw.daemon),
             syslog: self.syslog(raw.syslog),
             sessions: self.sessions(raw.sessions),

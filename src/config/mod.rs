@@ -25,6 +25,7 @@
 mod agents;
 mod file;
 mod flags;
+mod governance;
 pub mod notify;
 mod render;
 
@@ -301,6 +302,9 @@ pub struct Config {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub agents: BTreeMap<String, AgentSpec>,
+    /// `[budgets.*]`, `[loops]`, `[guard]`, `[prices.*]` (docs/GOVERNANCE.md).
+    #[serde(skip)]
+    pub governance: crate::core::policy::Policies,
 }
 
 /// Every source's values; the file gives one, the flags and environment
@@ -318,6 +322,8 @@ pub struct Layer {
     pub agents: BTreeMap<String, AgentDecl>,
     /// Runtime name to template; empty means never resume.
     pub resume: BTreeMap<String, Vec<String>>,
+    /// The file's governance sections (only a file sets them).
+    pub governance: Option<crate::core::policy::Policies>,
 }
 
 impl Layer {
@@ -341,6 +347,7 @@ impl Layer {
             jails,
             agents,
             resume,
+            governance: self.governance.or(lower.governance),
         }
     }
 
@@ -367,6 +374,7 @@ impl Layer {
             jails: self.jails,
             resume,
             agents,
+            governance: self.governance.unwrap_or_default(),
         };
         errors.extend(check_listeners(&config));
         match ConfigError::from_list(errors) {

@@ -9,6 +9,7 @@ pub mod approval;
 pub mod ingest;
 pub mod lifecycle;
 pub mod pane;
+pub mod policy;
 pub mod reconcile;
 pub mod resolve;
 pub mod signal;

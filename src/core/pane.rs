@@ -12,6 +12,7 @@ use crate::core::approval::{
     Approval, ApprovalEvent, ApprovalOutcome, ApprovalRequest, Decision, ExpiryReason, Resolves,
 };
 use crate::core::ingest::{is_blank, Frame, LineFramer};
+use crate::core::policy::{LineFacts, ToolFacts};
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::state::{self, AgentState};
 use crate::core::taxonomy::detect::{detect, Detection};
@@ -152,6 +153,9 @@ pub struct Pane {
     blocked_reason: Option<String>,
     exit: Option<ExitStatus>,
     approvals: PendingApprovals,
+    /// What each line meant to the policies, kept only when asked for
+    /// ([`Pane::record_facts`]) and drained by the caller.
+    facts: Option<Vec<LineFacts>>,
 }
 
 /// The approvals a pane waits on, and what happened to them since the
@@ -205,6 +209,21 @@ impl Pane {
             blocked_reason: None,
             exit: None,
             approvals: PendingApprovals::default(),
+            facts: None,
+        }
+    }
+
+    /// Keeps each line's [`LineFacts`] for the policy engine, to be taken
+    /// with [`Pane::take_facts`] after each ingest call.
+    pub fn record_facts(&mut self) {
+        self.facts.get_or_insert_with(Vec::new);
+    }
+
+    /// The facts of the lines ingested since the last call.
+    pub fn take_facts(&mut self) -> Vec<LineFacts> {
+        match &mut self.facts {
+            Some(f) => std::mem::take(f),
+            None => Vec::new(),
         }
     }
 
@@ -546,7 +565,18 @@ impl Pane {
         if obs.turn {
             self.turns += 1;
         }
+        let before = self.usage;
         obs.usage.apply_to(&mut self.usage);
+        if let Some(facts) = &mut self.facts {
+            let mut f = line_facts(&obs, &before, &self.usage, self.lines);
+            if f.tool.is_some() {
+                f.cwd = self.cwd.clone();
+            }
+            // Most lines (streamed deltas) matter to no policy.
+            if !f.is_inert() {
+                facts.push(f);
+            }
+        }
         if let Some(t) = &obs.tool {
             self.last_tool = Some(tool_record(t, now));
         }
@@ -690,6 +720,37 @@ impl Pane {
         });
         self.state = next;
         self.state_since = now;
+    }
+}
+
+/// One line's facts: the usage it added (a replaced running total counts
+/// as its increase), its tool call and error.
+fn line_facts(obs: &Observation<'_>, before: &Usage, after: &Usage, line: u64) -> LineFacts {
+    let usage = Usage {
+        input_tokens: after.input_tokens.saturating_sub(before.input_tokens),
+        output_tokens: after.output_tokens.saturating_sub(before.output_tokens),
+        cache_read_tokens: after
+            .cache_read_tokens
+            .saturating_sub(before.cache_read_tokens),
+        cache_write_tokens: after
+            .cache_write_tokens
+            .saturating_sub(before.cache_write_tokens),
+        cost_usd: (after.cost_usd - before.cost_usd).max(0.0),
+    };
+    let tool = obs.tool.as_ref().map(|t| match (&t.command, t.args) {
+        (Some(cmd), _) => ToolFacts::new(&t.name, cmd),
+        (None, Some(args)) => ToolFacts::new(&t.name, args.get()),
+        (None, None) => ToolFacts::new(&t.name, ""),
+    });
+    LineFacts {
+        line,
+        usage,
+        cost_reported: after.cost_usd > 0.0,
+        tool,
+        error: obs.error.as_ref().map(|e| e.to_string()),
+        turn: obs.turn,
+        finished: !obs.subagent && obs.signal == Signal::Finished,
+        cwd: None,
     }
 }
 

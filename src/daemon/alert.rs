@@ -78,6 +78,8 @@ pub enum AlertKind {
     Approval,
     /// An approval waited longer than `[approvals] escalate_after`.
     ApprovalEscalated,
+    /// A governance policy warned, paused, killed or escalated.
+    Policy,
 }
 
 impl AlertKind {
@@ -93,6 +95,7 @@ impl AlertKind {
             AlertKind::RestartsExhausted => "restarts_exhausted",
             AlertKind::Approval => "approval",
             AlertKind::ApprovalEscalated => "approval_escalated",
+            AlertKind::Policy => "policy",
         }
     }
 }
@@ -410,7 +413,9 @@ impl Alerter {
 /// The severity an alert is sent at.
 pub fn severity_of(kind: AlertKind, f: &AlertFields<'_>) -> Severity {
     match kind {
-        AlertKind::Blocked | AlertKind::Stalled | AlertKind::Approval => Severity::Warning,
+        AlertKind::Blocked | AlertKind::Stalled | AlertKind::Approval | AlertKind::Policy => {
+            Severity::Warning
+        }
         AlertKind::ApprovalEscalated => Severity::Err,
         AlertKind::Unstalled => Severity::Notice,
         AlertKind::Error | AlertKind::LogWrite | AlertKind::RestartsExhausted => Severity::Err,

@@ -323,6 +323,12 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
             AlertKind::RestartsExhausted,
             Some(format!("{attempts} restarts used; not restarted again")),
         )),
+        WatchKind::Verdict { verdict, .. } => match verdict.action.as_str() {
+            "warn" | "pause" | "kill" | "escalate" => {
+                Some((AlertKind::Policy, Some(verdict.reason.clone())))
+            }
+            _ => None,
+        },
         WatchKind::Attached { .. } | WatchKind::Restarted { .. } => {
             // A new run: its failure is a new one.
             agent.failure_alerted = false;

@@ -138,6 +138,8 @@ pub struct Daemon {
     pub(crate) control: crate::daemon::control_plane::ControlPlane,
     pub(crate) records: crate::daemon::supervise::RecordsWriter,
     pub(crate) approvals: crate::daemon::approvals::ApprovalDesk,
+    /// The policies and their state (`daemon::govern` carries them out).
+    pub(crate) governor: crate::core::policy::Governor,
 }
 
 pub fn now() -> Timestamp {
@@ -208,7 +210,9 @@ impl Daemon {
             );
         }
         let state_dir = settings.daemon.state_dir.clone();
+        let governor = crate::core::policy::Governor::new(settings.governance.clone());
         let mut d = Daemon {
+            governor,
             panes: PaneTable::default(),
             settings,
             poll,

@@ -75,6 +75,7 @@ impl Daemon {
                 Deadline::ApprovalExpiry | Deadline::ApprovalEscalation => {
                     self.approval_deadline(key, t)
                 }
+                Deadline::Govern => self.govern_tick(t),
             }
         }
     }

@@ -22,6 +22,7 @@ pub mod conn;
 pub mod control_plane;
 pub mod diag;
 pub mod event_loop;
+mod govern;
 pub mod journal;
 mod life;
 pub mod notify;

@@ -87,6 +87,7 @@ impl Daemon {
             return;
         }
         let turns_before = pane.turns();
+        pane.record_facts();
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
         pane.ingest_with(&self.read_buf[..n], t, &mut self.transitions, |f, k| {
             log.line(f, k)
@@ -103,6 +104,7 @@ impl Daemon {
             return LineKind::Malformed;
         };
         let turns_before = pane.turns();
+        pane.record_facts();
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
         let kind = pane.ingest_line_with(line, t, &mut self.transitions, |f, k| log.line(f, k));
         if pane.turns() > turns_before {
@@ -115,6 +117,7 @@ impl Daemon {
     /// Publishes the transitions a batch of lines caused and keeps the
     /// pane's stall deadline and alerts up to date.
     pub(crate) fn after_ingest(&mut self, key: PaneKey, t: Timestamp) {
+        self.govern(key, t);
         let transitions = std::mem::take(&mut self.transitions);
         for tr in &transitions {
             self.on_transition(key, tr, t);

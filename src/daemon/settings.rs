@@ -35,6 +35,8 @@ pub struct Settings {
     pub approvals: crate::daemon::approvals::ApprovalPolicy,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
+    /// Budgets, loop detection, the guard and prices.
+    pub governance: crate::core::policy::Policies,
 }
 
 /// How long an exited agent's PTY may stay open (a grandchild holding the
@@ -74,6 +76,7 @@ impl Settings {
             agents: cfg.agents.clone(),
             approvals: crate::daemon::approvals::ApprovalPolicy::from_section(&cfg.approvals),
             reload: ReloadStatus::default(),
+            governance: cfg.governance.clone(),
         }
     }
 }

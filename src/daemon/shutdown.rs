@@ -72,6 +72,8 @@ impl Daemon {
         self.settings.providers = new.providers;
         self.settings.alert = new.alert;
         self.reconcile_declared(new.agents, super::now());
+        self.governor.reconfigure(new.governance.clone());
+        self.settings.governance = new.governance;
     }
 
     pub(crate) fn on_heartbeat(&mut self, t: Timestamp) {

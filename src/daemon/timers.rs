@@ -37,15 +37,19 @@ pub enum Deadline {
     ApprovalExpiry,
     /// The next approval to escalate, or to answer by the default policy.
     ApprovalEscalation,
+    /// A governance resume: a loop's backoff or a budget window (the
+    /// governor says which when it ticks).
+    Govern,
 }
 
-const ALL: [Deadline; 6] = [
+const ALL: [Deadline; 7] = [
     Deadline::Stall,
     Deadline::Drain,
     Deadline::Backoff,
     Deadline::StopGrace,
     Deadline::ApprovalExpiry,
     Deadline::ApprovalEscalation,
+    Deadline::Govern,
 ];
 
 fn slot(d: Deadline) -> usize {
@@ -56,6 +60,7 @@ fn slot(d: Deadline) -> usize {
         Deadline::StopGrace => 3,
         Deadline::ApprovalExpiry => 4,
         Deadline::ApprovalEscalation => 5,
+        Deadline::Govern => 6,
     }
 }
 

@@ -35,6 +35,8 @@ pub mod attach;
 pub use attach::{
     AttachArgs, AttachInputArgs, AttachInputReply, AttachReply, AttachResizeArgs, AttachResizeReply,
 };
+mod governance;
+pub use governance::{BudgetArgs, BudgetReply, WireBudget, WireVerdict};
 
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
@@ -332,6 +334,9 @@ pub struct FoldReport {
     /// Every approval the stream asked for, and how it ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<FoldApproval>,
+    /// Policy verdicts (guard, loops, budgets) at the lines that caused them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<WireVerdict>,
 }
 
 /// One state change in a fold; `line` is the 1-based non-blank line that
@@ -394,6 +399,7 @@ pub enum Command {
     Deny(DecideArgs),
     Answer(DecideArgs),
     Hook(HookArgs),
+    Budget(BudgetArgs),
 }
 
 /// Who may use a command.
@@ -420,7 +426,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 37] = {
+pub const COMMANDS: [CommandInfo; 38] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -460,6 +466,7 @@ pub const COMMANDS: [CommandInfo; 37] = {
         cmd("deny", Operator),
         cmd("answer", Operator),
         cmd("hook", Agent),
+        cmd("budget", Operator),
     ]
 };
 
@@ -516,6 +523,7 @@ impl Command {
             Command::Deny(_) => 34,
             Command::Answer(_) => 35,
             Command::Hook(_) => 36,
+            Command::Budget(_) => 37,
         }
     }
 
@@ -1081,6 +1089,7 @@ pub enum Reply {
     /// No reply now: the handler sends it later (`hook` waiting for a
     /// decision). Never serialised.
     Deferred,
+    Budget(BudgetReply),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1255,6 +1264,11 @@ pub enum WatchKind {
         approval: String,
         pending_ms: u64,
     },
+    /// A policy's verdict (docs/GOVERNANCE.md), carried out already.
+    Verdict {
+        pane: String,
+        verdict: WireVerdict,
+    },
 }
 
 impl WatchKind {
@@ -1277,7 +1291,8 @@ impl WatchKind {
             | WatchKind::ApprovalOpened { pane, .. }
             | WatchKind::ApprovalAnswered { pane, .. }
             | WatchKind::ApprovalExpired { pane, .. }
-            | WatchKind::ApprovalEscalated { pane, .. } => Some(pane),
+            | WatchKind::ApprovalEscalated { pane, .. }
+            | WatchKind::Verdict { pane, .. } => Some(pane),
             WatchKind::Task { pane, .. } => pane.as_deref(),
             WatchKind::Heartbeat { .. } | WatchKind::Gap { .. } => None,
         }

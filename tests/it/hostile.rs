@@ -358,7 +358,8 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
         || (status_over(&d.socket)["data"]["connections"] == json!(1)).then_some(()),
     );
     // An agent whose state flips fast, so watchers that never read fill up.
-    let body = "while :; do i=0; while [ $i -lt 200 ]; do echo '{\"type\":\"extension_ui_request\",\"id\":\"q\",\"method\":\"confirm\",\"title\":\"ok?\"}'; echo '{\"type\":\"tool_execution_start\",\"toolName\":\"bash\",\"args\":{\"command\":\"true\"}}'; i=$((i+1)); done; sleep 0.05; done";
+    let body = "while :; do i=0; while [ $i -lt 200 ]; do echo '{\"type\":\"extension_ui_request\",\"id\":\"q\",\"method\":\"confirm\",\"title\":\"ok?\"}'; echo '{\"type\":\"tool_execution_start\",\"toolName\":\"bash\",\"args\":{\"command\":\"true '$i'\"}}'; i=$((i+1)); done; sleep 0.05; done";
+    // Each tool call differs ($i), so loop detection sees work, not a loop.
     let flipper = d.spawn(&["/bin/sh", "-c", body], json!({"runtime":"pi"}));
     d.wait_pane(&flipper, "flipping", |p| {
         p["counters"]["events"].as_u64().unwrap_or(0) > 1000

@@ -16,6 +16,8 @@ mod contract;
 mod control_plane;
 /// Session logs, recovery after a crash, syslog alerts, configuration.
 mod durability;
+/// Governance: budgets, loop detection and the guard, carried out.
+mod govern;
 /// Hostile local clients: caps, idle close, jail status, the soak.
 mod hostile;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.

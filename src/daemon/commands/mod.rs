@@ -14,6 +14,7 @@
 mod agents;
 mod approvals;
 mod attach;
+mod budget;
 mod control;
 mod control_plane;
 mod lifecycle;
@@ -82,6 +83,7 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("deny", approvals::deny),
     ("answer", approvals::answer),
     ("hook", approvals::hook),
+    ("budget", budget::budget),
 ];
 
 /// A handler reached with another command's arguments: the tables are out
