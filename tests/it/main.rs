@@ -20,3 +20,5 @@ mod lifecycle;
 mod reshape;
 /// Bad input, slow clients, floods, scale.
 mod robustness;
+/// `colibri web`: its token, its event stream, the page in headless chromium.
+mod web;

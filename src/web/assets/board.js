@@ -285,12 +285,14 @@ function drawSeries(svg, series, colour, label) {
   if (series.length < 1) return;
   const t0 = series[0][0], t1 = Math.max(series[series.length - 1][0], t0 + 1);
   const vmax = Math.max(...series.map((s) => s[1]), 1e-9);
-  let d = "";
+  let d = "", y = 78;
   series.forEach(([t, v], k) => {
-    const x = ((t - t0) / (t1 - t0)) * 400, y = 78 - (v / vmax) * 60;
+    const x = ((t - t0) / (t1 - t0)) * 400;
+    y = 78 - (v / vmax) * 60;
     d += (k ? "L" : "M") + x.toFixed(1) + " " + y.toFixed(1);
   });
-  if (series.length === 1) d += "L400 " + (78 - 60).toFixed(1);
+  // A lone point is a level line, not a slope.
+  if (series.length === 1) d += "L400 " + y.toFixed(1);
   const path = document.createElementNS(ns, "path");
   path.setAttribute("d", d);
   path.setAttribute("stroke", colour);
