@@ -61,7 +61,9 @@ function ensurePane(id) {
 function applySnapshot(board) {
   for (const p of panes.values()) if (p.row) p.row.remove();
   panes.clear();
-  for (const e of board.panes) {
+  const byName = (e) => e.info.name || e.info.agent || e.info.id;
+  const sorted = board.panes.slice().sort((a, b) => byName(a).localeCompare(byName(b), undefined, { numeric: true }));
+  for (const e of sorted) {
     panes.set(e.info.id, { info: e.info, timeline: e.timeline, series: e.series, row: null, dirty: true });
   }
   approvals = board.approvals || [];
@@ -130,6 +132,16 @@ function applyItem(item) {
 
 // --- rendering, at most once a frame -------------------------------------
 
+// Read once: getComputedStyle per rectangle costs more than the whole row.
+const colours = new Map();
+function stateColour(state) {
+  if (!colours.has(state)) {
+    const c = getComputedStyle(document.documentElement).getPropertyValue("--" + state).trim();
+    colours.set(state, c || "#555");
+  }
+  return colours.get(state);
+}
+
 function timelineSvg(timeline) {
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
@@ -142,7 +154,7 @@ function timelineSvg(timeline) {
     r.setAttribute("width", String(120 / Math.max(n, 1)));
     r.setAttribute("height", "10");
     r.setAttribute("class", "s-" + state);
-    r.setAttribute("fill", getComputedStyle(document.documentElement).getPropertyValue("--" + state) || "#555");
+    r.setAttribute("fill", stateColour(state));
     const t = document.createElementNS(ns, "title");
     t.textContent = state + " at " + at;
     r.appendChild(t);
@@ -191,8 +203,13 @@ function renderRow(id, p) {
   if (i.stalled) c[1].appendChild(el("span", "flag", "stalled"));
   p.row.dataset.state = i.state;
   c[2].textContent = ago(i.state_since);
-  c[3].textContent = "";
-  c[3].appendChild(timelineSvg(p.timeline));
+  // The timeline is redrawn only when it gained a state.
+  const tlKey = p.timeline.length + ":" + (p.timeline.length ? p.timeline[p.timeline.length - 1][0] : "");
+  if (p.tlKey !== tlKey) {
+    p.tlKey = tlKey;
+    c[3].textContent = "";
+    c[3].appendChild(timelineSvg(p.timeline));
+  }
   c[4].textContent = tokensOf(i).toLocaleString();
   c[5].textContent = "$" + ((i.usage && i.usage.cost_usd) || 0).toFixed(4);
   c[6].textContent = i.last_tool ? i.last_tool.name + ": " + (i.last_tool.summary || "") : "";
@@ -334,5 +351,8 @@ function connect() {
 }
 
 $("filter").addEventListener("input", () => { for (const p of panes.values()) if (p.row) applyFilter(p.row); });
-setInterval(() => { dirtyAll = true; schedule(); }, 5000); // refresh the "since" ages
+// The "since" ages move on their own: only that cell, every 5 seconds.
+setInterval(() => {
+  for (const p of panes.values()) if (p.row) p.row.children[2].textContent = ago(p.info.state_since);
+}, 5000);
 connect();
