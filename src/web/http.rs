@@ -81,7 +81,7 @@ pub fn handle(ctx: &Ctx, req: Request) {
     // Login: a right token in the query becomes a cookie.
     if let Some(given) = query_token(&url) {
         if *req.method() == Method::Get && auth::same(given, &ctx.token) {
-            return login(req, &path, &ctx.token);
+            return login(req, &ctx.token);
         }
     }
     let authorized = auth::authorized(
@@ -113,13 +113,15 @@ pub fn handle(ctx: &Ctx, req: Request) {
     }
 }
 
-fn login(req: Request, path: &str, token: &str) {
+/// Sets the cookie and sends the browser to `/` (never to a path from the
+/// request: `//host` there would be a redirect off the board).
+fn login(req: Request, token: &str) {
     let cookie = format!(
         "{}={token}; Path=/; HttpOnly; SameSite=Strict",
         auth::COOKIE
     );
     let mut resp = Response::empty(303);
-    for h in [header("Set-Cookie", &cookie), header("Location", path)]
+    for h in [header("Set-Cookie", &cookie), header("Location", "/")]
         .into_iter()
         .flatten()
     {
