@@ -298,6 +298,8 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Run a private daemon with sample agents and show it live.
     Demo(DemoArgs),
+    /// Serve the web board (live panes, approvals, charts, activity) over HTTP.
+    Web(WebArgs),
 }
 
 /// What `colibri hook` prints when no decision comes in time.
@@ -581,7 +583,36 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             drop(out);
             demo::run(args)
         }
+        Command::Web(args) => web_cmd(socket, args, &mut out),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// The address to serve on; loopback by default (see docs/WEB.md for
+    /// a TLS reverse proxy in front of it).
+    #[arg(long, default_value = "127.0.0.1:8765", value_name = "ADDR:PORT")]
+    pub listen: std::net::SocketAddr,
+    /// The token's file (created 0600 at first start)
+    /// [default: ~/.config/colibri/web-token].
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+}
+
+fn web_cmd(
+    socket: Option<&std::path::Path>,
+    args: WebArgs,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
+    let opts = crate::web::WebOptions {
+        socket: crate::client::resolve_socket(socket),
+        listen: args.listen,
+        token_file: args
+            .token_file
+            .unwrap_or_else(crate::web::auth::default_path),
+    };
+    crate::web::run(&opts, out).map_err(|e| CliError::Runtime(e.to_string()))?;
+    Ok(0)
 }
 
 /// Writes to our stdout and flushes; a failure stays [`CliError::Stdout`].

@@ -32,3 +32,5 @@ mod robustness;
 mod supervise;
 /// `colibri top` and `colibri attach` under tmux; the attach protocol.
 mod views;
+/// `colibri web`: its token, its event stream, the page in headless chromium.
+mod web;
