@@ -125,6 +125,26 @@ impl Client {
         into_data(self.request(cmd)?)
     }
 
+    /// Subscribes to the watch stream, first replaying the journaled events
+    /// after `since` (a seq from an earlier event line; `None` for live
+    /// events only), and returns the `watch` reply's data. Read the events
+    /// with [`Client::stream`]; a `gap` event says the journal no longer
+    /// reached back to `since`.
+    pub fn watch_from(
+        &mut self,
+        panes: &[String],
+        since: Option<u64>,
+    ) -> Result<Value, ClientError> {
+        let mut cmd = serde_json::json!({"cmd": "watch"});
+        if !panes.is_empty() {
+            cmd["panes"] = serde_json::json!(panes);
+        }
+        if let Some(s) = since {
+            cmd["since"] = serde_json::json!(s);
+        }
+        self.call(&cmd)
+    }
+
     /// The event lines that follow a `watch` reply, until the daemon closes
     /// the connection. A line with `"ok":false` (a watcher that fell behind)
     /// is yielded as [`ClientError::Daemon`] and ends the stream. Events can

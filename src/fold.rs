@@ -6,13 +6,67 @@
 
 use std::time::Duration;
 
+use crate::core::approval::{ApprovalEvent, Decision};
 use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
+use crate::core::policy::{Governor, PaneInfo, Policies, Verdict};
 use crate::core::state::AgentState;
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
-use crate::protocol::{FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage};
+use crate::protocol::{
+    fold_approvals, FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage, WireVerdict,
+};
 
-/// Folds `chunks` (a stream cut anywhere) into a report. `exit`, when given,
+/// An answer a session log recorded (a `colibri` `answer` record): after
+/// `offset` bytes of the stream, `approval` was answered with `decision`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedAnswer {
+    pub offset: usize,
+    pub approval: String,
+    pub decision: Decision,
+}
+
+/// Folds `bytes` with the answers the daemon recorded, each replayed where
+/// it happened, so the approvals it closed close in the fold too. The
+/// fold's pane has its own id: an approval is matched by its per-pane
+/// count (`3f2a9c1d-2` is the fold's `fold-2`).
+pub fn fold_answered(
+    runtime: Option<Runtime>,
+    max_line: usize,
+    bytes: &[u8],
+    answers: &[RecordedAnswer],
+    exit: Option<ExitStatus>,
+) -> FoldReport {
+    let t0 = Timestamp::from_millis(0);
+    let mut pane = Pane::new(PaneId("fold".into()), "fold".into(), runtime, max_line, t0);
+    pane.record_facts();
+    let mut governor = Governor::new(Policies::default());
+    let mut verdicts: Vec<Verdict> = Vec::new();
+    let mut transitions: Vec<Transition> = Vec::new();
+    let mut approvals: Vec<ApprovalEvent> = Vec::new();
+    let mut at = 0;
+    for a in answers {
+        let end = a.offset.clamp(at, bytes.len());
+        pane.ingest(&bytes[at..end], t0, &mut transitions);
+        govern(&mut pane, &mut governor, t0, &mut verdicts);
+        at = end;
+        let count = a.approval.rsplit('-').next().unwrap_or_default();
+        pane.answered(&format!("fold-{count}"), &a.decision, t0);
+        approvals.extend(pane.take_approval_events());
+    }
+    pane.ingest(&bytes[at..], t0, &mut transitions);
+    match exit {
+        Some(status) => pane.exited(status, t0, &mut transitions),
+        None => pane.finish_stream(t0, &mut transitions),
+    }
+    approvals.extend(pane.take_approval_events());
+    govern(&mut pane, &mut governor, t0, &mut verdicts);
+    let mut report = report(&pane, &transitions, &approvals);
+    report.verdicts = verdicts.iter().map(WireVerdict::from).collect();
+    report
+}
+
+/// Folds `chunks` (a stream cut anywhere) into a report, under the default
+/// policies (the guard and loop detection; no budgets). `exit`, when given,
 /// is folded in after the stream as the daemon would on process exit;
 /// without it the stream's end is still flushed (a last line without `\n`).
 pub fn fold_chunks<'a>(
@@ -21,18 +75,53 @@ pub fn fold_chunks<'a>(
     chunks: impl IntoIterator<Item = &'a [u8]>,
     exit: Option<ExitStatus>,
 ) -> (Pane, FoldReport) {
+    fold_chunks_governed(runtime, max_line, chunks, exit, Policies::default())
+}
+
+/// [`fold_chunks`] under the given policies.
+pub fn fold_chunks_governed<'a>(
+    runtime: Option<Runtime>,
+    max_line: usize,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+    exit: Option<ExitStatus>,
+    policies: Policies,
+) -> (Pane, FoldReport) {
     let t0 = Timestamp::from_millis(0);
     let mut pane = Pane::new(PaneId("fold".into()), "fold".into(), runtime, max_line, t0);
+    pane.record_facts();
+    let mut governor = Governor::new(policies);
+    let mut verdicts: Vec<Verdict> = Vec::new();
     let mut transitions: Vec<Transition> = Vec::new();
+    // Drained after every chunk, as the daemon would, so none is dropped.
+    let mut approvals: Vec<ApprovalEvent> = Vec::new();
     for c in chunks {
         pane.ingest(c, t0, &mut transitions);
+        approvals.extend(pane.take_approval_events());
+        govern(&mut pane, &mut governor, t0, &mut verdicts);
     }
     match exit {
         Some(status) => pane.exited(status, t0, &mut transitions),
         None => pane.finish_stream(t0, &mut transitions),
     }
-    let report = report(&pane, &transitions);
+    approvals.extend(pane.take_approval_events());
+    govern(&mut pane, &mut governor, t0, &mut verdicts);
+    let mut report = report(&pane, &transitions, &approvals);
+    report.verdicts = verdicts.iter().map(WireVerdict::from).collect();
     (pane, report)
+}
+
+/// Runs the policies over the lines the pane took in since the last call.
+fn govern(pane: &mut Pane, governor: &mut Governor, now: Timestamp, out: &mut Vec<Verdict>) {
+    let info = PaneInfo {
+        id: pane.id.to_string(),
+        name: pane.name.clone(),
+        runtime: pane.runtime().map(|r| r.as_str().to_string()),
+        cwd: pane.cwd().map(str::to_string),
+        ..PaneInfo::default()
+    };
+    for facts in pane.take_facts() {
+        out.extend(governor.observe(&info, &facts, now));
+    }
 }
 
 /// Folds one whole buffer.
@@ -45,7 +134,7 @@ pub fn fold_bytes(
     fold_chunks(runtime, max_line, [bytes], exit).1
 }
 
-fn report(pane: &Pane, transitions: &[Transition]) -> FoldReport {
+fn report(pane: &Pane, transitions: &[Transition], approvals: &[ApprovalEvent]) -> FoldReport {
     let mut timeline = vec![FoldStep {
         line: 0,
         state: AgentState::Idle,
@@ -68,5 +157,7 @@ fn report(pane: &Pane, transitions: &[Transition]) -> FoldReport {
         last_error: pane.last_error().map(str::to_string),
         blocked_reason: pane.blocked_reason().map(str::to_string),
         exit: pane.exit().map(WireExit::from),
+        approvals: fold_approvals(approvals),
+        verdicts: Vec::new(),
     }
 }

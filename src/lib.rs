@@ -17,3 +17,4 @@ pub mod fold;
 pub mod platform;
 pub mod protocol;
 pub mod syslog;
+pub mod web;

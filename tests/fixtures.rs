@@ -21,7 +21,11 @@
 //! `cache_write_tokens`, `cost_usd` within 1e-9), `counters` (`events`,
 //! `malformed`, `oversize`, `unknown`), `turns`, `last_tool` (`name`,
 //! `summary`), `last_error_contains`, `last_error` (`null` for none),
-//! `blocked_reason`, `max_line`, and `exit` (a code, or `{"signal":N}`).
+//! `blocked_reason`, `max_line`, `exit` (a code, or `{"signal":N}`), and
+//! `approvals` (one object per approval asked, in order, each field given
+//! compared with the report's: `id`, `kind`, `request_id`, `tool`,
+//! `summary`, `title`, `options`, `line`, `outcome` (`null`: still
+//! pending), `closed_line`).
 
 use std::path::{Path, PathBuf};
 
@@ -207,6 +211,18 @@ fn check_expect(name: &str, expect: &Value, report: &FoldReport, turns: u64) {
             want.as_str(),
             "{name}: last_error"
         );
+    }
+    if let Some(want) = expect.get("approvals") {
+        let want = want.as_array().expect("approvals is a list");
+        let got = serde_json::to_value(&report.approvals).expect("approvals serialise");
+        let got = got.as_array().expect("a list");
+        assert_eq!(got.len(), want.len(), "{name}: approvals {got:?}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            for (key, value) in w.as_object().expect("an approval is an object") {
+                let have = g.get(key).unwrap_or(&Value::Null);
+                assert_eq!(have, value, "{name}: approvals[{i}].{key}");
+            }
+        }
     }
     if let Some(reason) = expect.get("blocked_reason") {
         assert_eq!(

@@ -5,7 +5,7 @@
 //! colibri.toml(5) marks exactly the keys SIGHUP reloads.
 
 use colibri::core::state::AgentState;
-use colibri::protocol::{ErrorCode, WatchKind, COMMAND_NAMES};
+use colibri::protocol::{ErrorCode, WatchKind, WireApproval, COMMAND_NAMES};
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + path)
@@ -71,6 +71,86 @@ fn every_watch_kind() -> Vec<WatchKind> {
             attempts: 3,
         },
         WatchKind::Heartbeat { panes: 0 },
+        WatchKind::Task {
+            task_id: 1,
+            status: colibri::core::tasks::TaskStatus::Claimed,
+            pane: Some(p()),
+        },
+        WatchKind::TaskCompleted {
+            pane: p(),
+            task_id: Some(1),
+            message: None,
+            tokens: None,
+        },
+        WatchKind::ApprovalRequest {
+            pane: p(),
+            task_id: None,
+            message: None,
+            detail: None,
+            tokens: None,
+        },
+        WatchKind::AgentError {
+            pane: p(),
+            task_id: None,
+            message: None,
+            detail: None,
+            tokens: None,
+        },
+        WatchKind::Gap {
+            since: 1,
+            resumes_at: 9,
+        },
+        WatchKind::Removed { pane: p() },
+        WatchKind::ApprovalOpened {
+            pane: p(),
+            approval: Box::new(WireApproval {
+                id: p(),
+                pane: p(),
+                name: None,
+                kind: p(),
+                channel: p(),
+                question: p(),
+                tool: None,
+                summary: None,
+                title: None,
+                message: None,
+                options: Vec::new(),
+                asked_at: p(),
+                expires_at: None,
+                escalated: false,
+            }),
+        },
+        WatchKind::ApprovalAnswered {
+            pane: p(),
+            approval: p(),
+            decision: p(),
+            message: None,
+            text: None,
+            by: p(),
+        },
+        WatchKind::ApprovalExpired {
+            pane: p(),
+            approval: p(),
+            reason: p(),
+        },
+        WatchKind::ApprovalEscalated {
+            pane: p(),
+            approval: p(),
+            pending_ms: 1,
+        },
+        WatchKind::Verdict {
+            pane: p(),
+            verdict: colibri::protocol::WireVerdict {
+                line: 1,
+                policy: colibri::core::policy::PolicyKind::Guard,
+                rule: "rm_outside_cwd".into(),
+                action: "pause".into(),
+                target: "pane".into(),
+                until: None,
+                text: None,
+                reason: p(),
+            },
+        },
     ];
     for k in &all {
         match k {
@@ -84,7 +164,18 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::RestartScheduled { .. }
             | WatchKind::Restarted { .. }
             | WatchKind::RestartsExhausted { .. }
-            | WatchKind::Heartbeat { .. } => {}
+            | WatchKind::Heartbeat { .. }
+            | WatchKind::Task { .. }
+            | WatchKind::TaskCompleted { .. }
+            | WatchKind::ApprovalRequest { .. }
+            | WatchKind::AgentError { .. }
+            | WatchKind::Gap { .. }
+            | WatchKind::Removed { .. }
+            | WatchKind::ApprovalOpened { .. }
+            | WatchKind::ApprovalAnswered { .. }
+            | WatchKind::ApprovalExpired { .. }
+            | WatchKind::ApprovalEscalated { .. }
+            | WatchKind::Verdict { .. } => {}
         }
     }
     all

@@ -8,10 +8,11 @@
 
 use crate::cli::recording::{self, Action, Clock};
 use crate::cli::CliError;
+use crate::core::approval::Decision;
 use crate::core::ingest::is_blank;
 use crate::core::pane::ExitStatus;
 use crate::core::taxonomy::Runtime;
-use crate::fold::fold_bytes;
+use crate::fold::{fold_answered, RecordedAnswer};
 use crate::protocol::FoldReport;
 
 /// An input ready to fold.
@@ -23,6 +24,40 @@ pub struct Unwrapped {
     /// Empty for plain input, whose numbering is already the input's.
     pub line_map: Vec<u64>,
     pub exit: Option<ExitStatus>,
+    /// The answers a session log recorded, at their place in `stream`.
+    pub answers: Vec<RecordedAnswer>,
+}
+
+/// A session log's `colibri` `answer` record.
+#[derive(serde::Deserialize)]
+struct AnswerLine {
+    colibri: String,
+    approval: String,
+    decision: String,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+fn recorded_answer(line: &[u8], offset: usize) -> Option<RecordedAnswer> {
+    let a: AnswerLine = serde_json::from_slice(line).ok()?;
+    if a.colibri != "answer" {
+        return None;
+    }
+    let decision = match a.decision.as_str() {
+        "approve" => Decision::Approve,
+        "deny" => Decision::Deny { message: a.message },
+        "answer" => Decision::Answer {
+            text: a.text.unwrap_or_default(),
+        },
+        _ => return None,
+    };
+    Some(RecordedAnswer {
+        offset,
+        approval: a.approval,
+        decision,
+    })
 }
 
 /// Unwraps a recording; returns plain input unchanged.
@@ -33,6 +68,7 @@ pub fn unwrap_input(input: Vec<u8>) -> Result<Unwrapped, CliError> {
             stream: input,
             line_map: Vec::new(),
             exit: None,
+            answers: Vec::new(),
         });
     }
     let mut out = Unwrapped::default();
@@ -56,7 +92,11 @@ pub fn unwrap_input(input: Vec<u8>) -> Result<Unwrapped, CliError> {
                 out.exit = Some(ExitStatus::Signal(i32::try_from(*sig).unwrap_or(i32::MAX)));
                 break;
             }
-            Action::AwaitInput | Action::Skip => continue,
+            Action::Skip => {
+                out.answers.extend(recorded_answer(line, out.stream.len()));
+                continue;
+            }
+            Action::AwaitInput => continue,
         };
         // A raw text may hold several lines; each counts where the pane
         // would count it.
@@ -78,13 +118,24 @@ pub fn fold_input(
     max_line: usize,
 ) -> Result<FoldReport, CliError> {
     let u = unwrap_input(input)?;
-    let mut report = fold_bytes(runtime, max_line, &u.stream, u.exit);
+    let mut report = fold_answered(runtime, max_line, &u.stream, &u.answers, u.exit);
     if !u.line_map.is_empty() {
-        for step in &mut report.timeline {
-            if step.line > 0 {
-                let idx = usize::try_from(step.line - 1).unwrap_or(usize::MAX);
-                step.line = u.line_map.get(idx).copied().unwrap_or(step.line);
+        let to_file_line = |line: u64| {
+            if line == 0 {
+                return 0;
             }
+            let idx = usize::try_from(line - 1).unwrap_or(usize::MAX);
+            u.line_map.get(idx).copied().unwrap_or(line)
+        };
+        for step in &mut report.timeline {
+            step.line = to_file_line(step.line);
+        }
+        for a in &mut report.approvals {
+            a.line = to_file_line(a.line);
+            a.closed_line = a.closed_line.map(to_file_line);
+        }
+        for verdict in &mut report.verdicts {
+            verdict.line = to_file_line(verdict.line);
         }
     }
     Ok(report)
@@ -137,6 +188,23 @@ mod tests {
     }
 
     #[test]
+    fn a_logged_answer_closes_its_approval_in_the_fold() {
+        let log = concat!(
+            "{\"ts\":\"2026-11-21T10:00:00.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"attach\",\"agent\":\"pi\",\"runtime\":\"pi\",\"name\":null,\"cwd\":null,\"argv\":[\"pi\"],\"generation\":0}\n",
+            "{\"ts\":\"2026-11-21T10:00:01.000Z\",\"pane\":\"3f2a9c1d-0000\",\"ev\":{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Go?\"}}\n",
+            "{\"ts\":\"2026-11-21T10:00:02.000Z\",\"pane\":\"3f2a9c1d-0000\",\"ev\":{\"type\":\"extension_ui_request\",\"id\":\"q2\",\"method\":\"confirm\",\"title\":\"Really?\"}}\n",
+            "{\"ts\":\"2026-11-21T10:00:03.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"answer\",\"approval\":\"3f2a9c1d-2\",\"decision\":\"deny\",\"message\":\"no\",\"by\":\"operator\",\"uid\":1001}\n",
+        );
+        let report = fold_input(log.as_bytes().to_vec(), None, 1 << 20).expect("fold");
+        assert_eq!(report.approvals.len(), 2);
+        assert_eq!(report.approvals[0].outcome, None, "q1 is still pending");
+        let closed = report.approvals[1].outcome.as_ref().expect("q2 answered");
+        assert_eq!(closed.event, "answered");
+        assert_eq!(closed.decision.as_deref(), Some("deny"));
+        assert_eq!(closed.message.as_deref(), Some("no"));
+    }
+
+    #[test]
     fn plain_input_is_not_touched() {
         let u = unwrap_input(b"{\"type\":\"agent_start\"}\n".to_vec()).expect("plain");
         assert_eq!(
@@ -144,7 +212,8 @@ mod tests {
             Unwrapped {
                 stream: b"{\"type\":\"agent_start\"}\n".to_vec(),
                 line_map: vec![],
-                exit: None
+                exit: None,
+                answers: vec![],
             }
         );
     }

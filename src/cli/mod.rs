@@ -28,13 +28,18 @@ use crate::client::ClientError;
 use crate::core::ingest::DEFAULT_MAX_LINE;
 use crate::core::taxonomy::Runtime;
 
+pub mod attach;
+pub mod budget;
 pub mod demo;
 pub mod fold;
+pub mod notify;
 pub mod recording;
 pub mod remote;
 pub mod render;
 pub mod replay;
 pub mod request;
+pub mod task;
+pub mod top;
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +116,26 @@ pub enum Command {
         /// The pane's id or name.
         id: String,
     },
+    /// Start a stopped, exited or given-up agent again with its recipe.
+    Start {
+        /// The pane's name, id, or a unique id prefix (4 characters or more).
+        id: String,
+    },
+    /// Stop an agent (SIGTERM) and keep it down until `start` or colibrid's next start; no alert.
+    Stop {
+        /// The pane's name, id, or a unique id prefix (4 characters or more).
+        id: String,
+    },
+    /// Stop an agent and start it again with its recipe.
+    Restart {
+        /// The pane's name, id, or a unique id prefix (4 characters or more).
+        id: String,
+    },
+    /// Forget a finished pane: it leaves the snapshot, its logs stay, its name is free.
+    Remove {
+        /// The pane's name, id, or a unique id prefix (4 characters or more).
+        id: String,
+    },
     /// Suspend an agent and its processes (SIGSTOP); a paused agent is never stalled.
     Pause {
         /// The pane's id or name.
@@ -139,6 +164,21 @@ pub enum Command {
         #[arg(long)]
         no_newline: bool,
     },
+    /// The agent's terminal, live: recent output, then the stream; typed
+    /// input goes to the agent (one attacher owns the input). Ctrl-] detaches.
+    Attach {
+        /// The pane's id or name.
+        id: String,
+        /// Render the agent's JSON lines readably instead of raw bytes.
+        #[arg(long)]
+        events: bool,
+        /// Watch only: never take the input.
+        #[arg(long)]
+        read_only: bool,
+    },
+    /// A live view of every pane (a TUI): state, cost, approvals, keys to
+    /// steer; updates from the watch stream.
+    Top,
     /// Follow state changes as they happen (all panes, or the ones named).
     Watch {
         /// Only these panes (ids or names); all when none is given.
@@ -146,6 +186,9 @@ pub enum Command {
         /// Print each event as its JSON line.
         #[arg(long)]
         json: bool,
+        /// First replay the journaled events after this seq (resume).
+        #[arg(long, value_name = "SEQ")]
+        since: Option<u64>,
     },
     /// The daemon's sessions as a table.
     Sessions {
@@ -178,6 +221,64 @@ pub enum Command {
         /// The hook's event name (informational; defaults to the input's
         /// hook_event_name).
         event: Option<String>,
+        /// How long a `PermissionRequest` waits for the operator's decision
+        /// (0: do not wait). Keep it under the hook's own `timeout` in
+        /// Claude Code's settings (60 s unless set).
+        #[arg(long, default_value = "50s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
+        /// What to print when nobody decides in time: `deny` the tool call,
+        /// or `none` (Claude Code asks in its terminal as usual).
+        #[arg(long = "default", value_enum, default_value = "deny")]
+        default_answer: HookDefault,
+    },
+    /// Pending approvals: what each agent is asking (all, or one agent's).
+    Approvals {
+        /// The pane's name, id or id prefix.
+        id: Option<String>,
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending approval (by its id, or by its agent when that
+    /// agent has exactly one pending).
+    Approve {
+        /// An approval id, or a pane's name, id or id prefix.
+        target: String,
+    },
+    /// Deny a pending approval, optionally saying why.
+    Deny {
+        /// An approval id, or a pane's name, id or id prefix.
+        target: String,
+        /// The reason given to the agent.
+        #[arg(short, long)]
+        message: Option<String>,
+    },
+    /// Answer a question: free text, or one of a select's options (its
+    /// text or its 1-based number).
+    Answer {
+        /// An approval id, or a pane's name, id or id prefix.
+        target: String,
+        /// The answer.
+        text: String,
+    },
+    /// Deliver watch events to the [[notify]] sinks of colibri.toml
+    /// (exec, webhook, ntfy), resuming from a saved cursor; runs until killed.
+    Notify {
+        /// The file with the [[notify]] sinks.
+        #[arg(long, env = "COLIBRI_CONFIG", default_value = crate::config::DEFAULT_CONFIG_PATH)]
+        config: PathBuf,
+        /// Where the last handled event's seq is kept.
+        #[arg(long, default_value = "/var/db/colibri/notify.cursor")]
+        cursor: PathBuf,
+    },
+    /// Show the budget ledgers, or raise a budget's cap or resume it once
+    /// (docs/GOVERNANCE.md).
+    Budget {
+        #[command(subcommand)]
+        action: Option<budget::BudgetAction>,
+        /// Print the reply as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Tell the daemon something about the host.
     Hint {
@@ -185,12 +286,29 @@ pub enum Command {
         #[arg(value_enum)]
         kind: HintKind,
     },
+    /// The control plane's task queue: add, ls, show, cancel (operators);
+    /// claim, ack, done, fail (agents, as $COLIBRI_PANE_ID).
+    Task {
+        #[command(subcommand)]
+        cmd: task::TaskCommand,
+    },
     /// Fold a stream or recording offline and print its state timeline.
     Fold(FoldArgs),
     /// Play a recording back to stdout, paced, as a fake agent.
     Replay(ReplayArgs),
     /// Run a private daemon with sample agents and show it live.
     Demo(DemoArgs),
+    /// Serve the web board (live panes, approvals, charts, activity) over HTTP.
+    Web(WebArgs),
+}
+
+/// What `colibri hook` prints when no decision comes in time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HookDefault {
+    /// Deny the tool call.
+    Deny,
+    /// Print nothing: Claude Code asks in its terminal.
+    None,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -393,6 +511,10 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Snapshot { json, schema } => remote::snapshot(socket, schema, json, &mut out),
         Command::Spawn(args) => remote::spawn(socket, args, &mut out),
         Command::Kill { id } => remote::simple(socket, &request::agent("kill-agent", &id)),
+        Command::Start { id } => remote::simple(socket, &request::agent("start-agent", &id)),
+        Command::Stop { id } => remote::simple(socket, &request::agent("stop-agent", &id)),
+        Command::Restart { id } => remote::simple(socket, &request::agent("restart-agent", &id)),
+        Command::Remove { id } => remote::simple(socket, &request::agent("remove-agent", &id)),
         Command::Pause { id } => remote::simple(socket, &request::agent("pause-agent", &id)),
         Command::Resume { id } => remote::simple(socket, &request::agent("resume-agent", &id)),
         Command::Signal { id, sig } => remote::simple(socket, &request::signal(&id, &sig)),
@@ -401,27 +523,96 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             text,
             no_newline,
         } => remote::simple(socket, &request::send_input(&id, &text, !no_newline)),
-        Command::Watch { ids, json } => remote::watch(socket, &ids, json, &mut out),
+        Command::Watch { ids, json, since } => remote::watch(socket, &ids, since, json, &mut out),
+        Command::Attach {
+            id,
+            events,
+            read_only,
+        } => {
+            drop(out);
+            attach::run(socket, &id, attach::AttachOptions { events, read_only })
+        }
+        Command::Top => {
+            drop(out);
+            top::run(socket)
+        }
         Command::Sessions { json } => remote::sessions(socket, json, &mut out),
         Command::Session { id } => remote::session(socket, &id, &mut out),
         Command::Compact { id } => remote::compact(socket, &id, &mut out),
         Command::Emit { id, json } => remote::emit(socket, &id, &json),
-        Command::Hook { event } => Ok(remote::hook(
+        Command::Hook {
+            event,
+            wait,
+            default_answer,
+        } => Ok(remote::hook(
             socket,
-            event.as_deref(),
+            &remote::HookOptions {
+                event: event.as_deref(),
+                wait,
+                default_answer,
+            },
             &mut io::stdin().lock(),
+            &mut out,
             &mut io::stderr(),
         )),
+        Command::Notify { config, cursor } => notify::run(socket, &config, &cursor),
+        Command::Approvals { id, json } => remote::approvals(socket, id.as_deref(), json, &mut out),
+        Command::Approve { target } => remote::decide(
+            socket,
+            &request::decide("approve", &target, None, None),
+            &mut out,
+        ),
+        Command::Deny { target, message } => remote::decide(
+            socket,
+            &request::decide("deny", &target, message.as_deref(), None),
+            &mut out,
+        ),
+        Command::Answer { target, text } => remote::decide(
+            socket,
+            &request::decide("answer", &target, None, Some(&text)),
+            &mut out,
+        ),
+        Command::Budget { action, json } => budget::run(socket, action.as_ref(), json, &mut out),
         Command::Hint {
             kind: HintKind::Resume,
         } => remote::hint_resume(socket),
+        Command::Task { cmd } => task::run(socket, &cmd, &mut out),
         Command::Fold(args) => fold_cmd(args, &mut out),
         Command::Replay(args) => replay_cmd(args, &mut out),
         Command::Demo(args) => {
             drop(out);
             demo::run(args)
         }
+        Command::Web(args) => web_cmd(socket, args, &mut out),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// The address to serve on; loopback by default (see docs/WEB.md for
+    /// a TLS reverse proxy in front of it).
+    #[arg(long, default_value = "127.0.0.1:8765", value_name = "ADDR:PORT")]
+    pub listen: std::net::SocketAddr,
+    /// The token's file (created 0600 at first start)
+    /// [default: ~/.config/colibri/web-token].
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+}
+
+fn web_cmd(
+    socket: Option<&std::path::Path>,
+    args: WebArgs,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
+    let opts = crate::web::WebOptions {
+        socket: crate::client::resolve_socket(socket),
+        listen: args.listen,
+        token_file: args
+            .token_file
+            .unwrap_or_else(crate::web::auth::default_path),
+    };
+    crate::web::run(&opts, out).map_err(|e| CliError::Runtime(e.to_string()))?;
+    Ok(0)
 }
 
 /// Writes to our stdout and flushes; a failure stays [`CliError::Stdout`].

@@ -15,10 +15,17 @@ use serde_json::Value;
 
 use crate::cli::render;
 use crate::cli::request::{self, SpawnRequest};
+use crate::cli::HookDefault;
 use crate::cli::{print, CliError, Schema, SpawnArgs, REQUEST_TIMEOUT};
 use crate::client::{resolve_socket, Client, ClientError};
+use crate::core::approval::{
+    encode_answer, AnswerChannel, Approval, ApprovalKind, ApprovalRequest, Decision,
+};
+use crate::core::taxonomy::Runtime;
+use crate::core::time::Timestamp;
 use crate::protocol::{
-    SessionSummary, SnapshotV1, SnapshotV2, SpawnData, StatusData, WatchEvent, WatchKind,
+    ApprovalsReply, DecideReply, HookReply, SessionSummary, SnapshotV1, SnapshotV2, SpawnData,
+    StatusData, WatchEvent, WatchKind,
 };
 
 /// Hooks and hints must not hold up whoever runs them.
@@ -112,11 +119,12 @@ pub fn spawn(socket: Option<&Path>, args: SpawnArgs, out: &mut impl Write) -> Re
 pub fn watch(
     socket: Option<&Path>,
     panes: &[String],
+    since: Option<u64>,
     json: bool,
     out: &mut impl Write,
 ) -> Result<u8, CliError> {
     let mut client = connect(socket, REQUEST_TIMEOUT)?;
-    client.call(&request::watch(panes))?;
+    client.watch_from(panes, since)?;
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     for item in client.stream() {
         let v = item?;
@@ -209,32 +217,54 @@ pub fn hint_resume(socket: Option<&Path>) -> Result<u8, CliError> {
     Ok(0)
 }
 
-/// `colibri hook EVENT`: forwards Claude Code hook input to the pane.
+/// What `colibri hook` was asked to do.
+pub struct HookOptions<'a> {
+    pub event: Option<&'a str>,
+    /// How long a permission request waits for the operator (0: not at all).
+    pub wait: Duration,
+    pub default_answer: HookDefault,
+}
+
+/// Time on top of the wait for the daemon's own timeout reply to arrive.
+const HOOK_REPLY_GRACE: Duration = Duration::from_secs(3);
+
+/// `colibri hook EVENT`: forwards Claude Code hook input to the pane, and
+/// for a `PermissionRequest` waits for the operator's decision.
 ///
 /// Always returns 0. Claude Code runs hooks synchronously and reads their
 /// exit status: exit 2 blocks the tool call or the prompt and feeds stderr
 /// to the model, other failures are shown to the user. A supervisor that is
 /// down or busy must never change what the agent does, so every problem is
-/// reported on stderr only, the exit status stays 0, and nothing is written
-/// to stdout (Claude Code parses a hook's stdout as instructions).
+/// reported on stderr only and the exit status stays 0. Stdout carries only
+/// a decision (Claude Code parses a hook's stdout as instructions): the
+/// operator's, or the default when the wait ran out. With the daemon
+/// absent nothing is printed and Claude Code asks in its terminal.
 pub fn hook(
     socket: Option<&Path>,
-    event: Option<&str>,
+    opts: &HookOptions<'_>,
     stdin: &mut impl Read,
+    stdout: &mut impl Write,
     stderr: &mut impl Write,
 ) -> u8 {
-    if let Err(e) = forward_hook(socket, event, stdin) {
-        let text = format!("colibri hook {}: {e}", event.unwrap_or("-"));
-        let _ = writeln!(stderr, "{}", render::escape_controls(&text));
+    match forward_hook(socket, opts, stdin) {
+        Ok(Some(line)) => {
+            let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let text = format!("colibri hook {}: {e}", opts.event.unwrap_or("-"));
+            let _ = writeln!(stderr, "{}", render::escape_controls(&text));
+        }
     }
     0
 }
 
+/// The decision line to print, if any.
 fn forward_hook(
     socket: Option<&Path>,
-    event: Option<&str>,
+    opts: &HookOptions<'_>,
     stdin: &mut impl Read,
-) -> Result<(), CliError> {
+) -> Result<Option<String>, CliError> {
     let pane = match std::env::var("COLIBRI_PANE_ID") {
         Ok(p) if !p.is_empty() => p,
         _ => {
@@ -251,10 +281,96 @@ fn forward_hook(
     let mut ev = parse_event(&text)?;
     // The event name is informational, but a hand-made input without one
     // still deserves to be recognised as a hook.
-    if let (Value::Object(m), Some(event)) = (&mut ev, event) {
+    if let (Value::Object(m), Some(event)) = (&mut ev, opts.event) {
         m.entry("hook_event_name")
             .or_insert_with(|| Value::from(event));
     }
-    connect(socket, SHORT_TIMEOUT)?.call(&request::emit(&pane, ev))?;
-    Ok(())
+    let asks = ev.get("hook_event_name").and_then(Value::as_str) == Some("PermissionRequest");
+    if !asks || opts.wait.is_zero() {
+        connect(socket, SHORT_TIMEOUT)?.call(&request::emit(&pane, ev))?;
+        return Ok(None);
+    }
+    let wait_ms = u64::try_from(opts.wait.as_millis()).unwrap_or(u64::MAX);
+    let mut client = connect(socket, opts.wait + HOOK_REPLY_GRACE)?;
+    let reply = match client.call(&request::hook(&pane, ev, wait_ms)) {
+        Ok(v) => v,
+        // The daemon took the request but never answered in time.
+        Err(ClientError::Timeout(_)) => return Ok(default_decision(opts)),
+        Err(e) => return Err(e.into()),
+    };
+    let reply: HookReply = decode("hook", reply)?;
+    if let Some(out) = reply.output {
+        return Ok(Some(out));
+    }
+    match reply.reason.as_deref() {
+        Some("timed_out") => Ok(default_decision(opts)),
+        _ => Ok(None),
+    }
+}
+
+/// What to print when nobody decided: Claude Code's deny, built by the
+/// same encoder the daemon uses, or nothing.
+fn default_decision(opts: &HookOptions<'_>) -> Option<String> {
+    if opts.default_answer == HookDefault::None {
+        return None;
+    }
+    let mut req = ApprovalRequest::new(ApprovalKind::ToolPermission, "".into());
+    req.channel = AnswerChannel::HookOutput;
+    let approval = Approval::from_request(String::new(), &req, Timestamp::from_millis(0), 0);
+    let message = format!(
+        "No answer from the operator within {}; denied by default.",
+        humantime::format_duration(opts.wait)
+    );
+    let line = encode_answer(
+        Runtime::Claude,
+        &approval,
+        &Decision::Deny {
+            message: Some(message),
+        },
+    )
+    .ok()?;
+    Some(String::from_utf8_lossy(&line).trim_end().to_string())
+}
+
+/// `colibri approvals [AGENT]`.
+pub fn approvals(
+    socket: Option<&Path>,
+    agent: Option<&str>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
+    let data = call(socket, &request::approvals(agent))?;
+    if json {
+        return print_json_line(out, &data).map(|()| 0);
+    }
+    let list: ApprovalsReply = decode("approvals", data)?;
+    let mut text = String::new();
+    for a in &list.approvals {
+        let who = a.name.as_deref().unwrap_or(&a.pane);
+        let mut line = format!("{}  {}  {}  {}", a.id, who, a.kind, a.question);
+        if !a.options.is_empty() {
+            line.push_str(&format!("  [{}]", a.options.join(" | ")));
+        }
+        if a.escalated {
+            line.push_str("  (escalated)");
+        }
+        text.push_str(&render::escape_controls(&line));
+        text.push('\n');
+    }
+    print(out, &text)?;
+    Ok(0)
+}
+
+/// `colibri approve|deny|answer`.
+pub fn decide(socket: Option<&Path>, req: &Value, out: &mut impl Write) -> Result<u8, CliError> {
+    let data = call(socket, req)?;
+    let r: DecideReply = decode("decide", data)?;
+    print(
+        out,
+        &format!(
+            "{}: {} ({} bytes to {})\n",
+            r.approval, r.decision, r.bytes, r.channel
+        ),
+    )?;
+    Ok(0)
 }

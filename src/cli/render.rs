@@ -393,6 +393,24 @@ pub fn sessions_table(list: &[SessionSummary]) -> String {
     t.render()
 }
 
+/// An `activity` post as words: who, what, the task, the message.
+fn activity_line(
+    who: String,
+    what: &str,
+    task_id: Option<u64>,
+    message: &Option<String>,
+) -> String {
+    let mut line = format!("{who} {what}");
+    if let Some(id) = task_id {
+        line.push_str(&format!(" (task {id})"));
+    }
+    if let Some(m) = message {
+        line.push_str(": ");
+        line.push_str(m);
+    }
+    line
+}
+
 /// One `watch` event as a readable line. `names` maps pane ids to the names
 /// seen in `attached` events so later lines can show them.
 pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
@@ -433,7 +451,32 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
                 format_age(Duration::from_millis(*silent_ms))
             )
         }
+        WatchKind::ApprovalOpened { pane, approval } => {
+            format!("{} asks {}: {}", who(pane), approval.id, approval.question)
+        }
+        WatchKind::ApprovalAnswered {
+            pane,
+            approval,
+            decision,
+            by,
+            ..
+        } => format!("{} {approval} answered: {decision} (by {by})", who(pane)),
+        WatchKind::ApprovalExpired {
+            pane,
+            approval,
+            reason,
+        } => format!("{} {approval} expired ({reason})", who(pane)),
+        WatchKind::ApprovalEscalated {
+            pane,
+            approval,
+            pending_ms,
+        } => format!(
+            "{} {approval} escalated (unanswered for {})",
+            who(pane),
+            format_age(Duration::from_millis(*pending_ms))
+        ),
         WatchKind::Unstalled { pane } => format!("{} no longer stalled", who(pane)),
+        WatchKind::Removed { pane } => format!("{} removed", who(pane)),
         WatchKind::Paused { pane } => format!("{} paused", who(pane)),
         WatchKind::Resumed { pane } => format!("{} resumed", who(pane)),
         WatchKind::Exited { pane, code, signal } => {
@@ -470,6 +513,43 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             )
         }
         WatchKind::Heartbeat { panes } => format!("heartbeat ({panes} pane(s))"),
+        WatchKind::Task {
+            task_id,
+            status,
+            pane,
+        } => match pane {
+            Some(p) => format!("task {task_id} {} ({})", status.as_str(), who(p)),
+            None => format!("task {task_id} {}", status.as_str()),
+        },
+        WatchKind::TaskCompleted {
+            pane,
+            task_id,
+            message,
+            ..
+        } => activity_line(who(pane), "completed a task", *task_id, message),
+        WatchKind::ApprovalRequest {
+            pane,
+            task_id,
+            message,
+            ..
+        } => activity_line(who(pane), "asks for approval", *task_id, message),
+        WatchKind::AgentError {
+            pane,
+            task_id,
+            message,
+            ..
+        } => activity_line(who(pane), "reports an error", *task_id, message),
+        WatchKind::Gap { since, resumes_at } => format!(
+            "gap: events after #{since} up to #{resumes_at} are no longer journaled (take a snapshot)"
+        ),
+        WatchKind::Verdict { pane, verdict } => format!(
+            "{} {} {} ({}): {}",
+            who(pane),
+            verdict.policy_name(),
+            verdict.action,
+            verdict.rule,
+            verdict.reason
+        ),
     };
     escape_controls(&format!("{time} #{} {what}", ev.seq)).into_owned()
 }
@@ -523,6 +603,17 @@ pub fn fold_text(r: &FoldReport) -> String {
     if let Some(e) = &r.exit {
         let _ = writeln!(out, "exit:     {}", format_exit(e));
     }
+    for v in &r.verdicts {
+        let line = format!(
+            "line {}: {} {} ({}): {}",
+            v.line,
+            v.policy_name(),
+            v.action,
+            v.rule,
+            v.reason
+        );
+        let _ = writeln!(out, "verdict:  {}", escape_controls(&line));
+    }
     escape_lines(&out)
 }
 
@@ -559,6 +650,8 @@ pub(crate) mod tests {
             blocked_reason: None,
             exit: None,
             restart: None,
+            supervision: None,
+            approvals: Vec::new(),
         }
     }
 

@@ -58,8 +58,8 @@ pub fn spawn(s: &SpawnRequest) -> Value {
     Value::Object(m)
 }
 
-/// `kill-agent`, `pause-agent`, `resume-agent`: the commands that take only
-/// an agent.
+/// `kill-agent`, `pause-agent`, `resume-agent`, `start-agent`, `stop-agent`,
+/// `restart-agent`, `remove-agent`: the commands that take only an agent.
 pub fn agent(cmd: &str, agent_id: &str) -> Value {
     json!({"cmd": cmd, "agent_id": agent_id})
 }
@@ -95,6 +95,29 @@ pub fn compact_session(session_id: &str) -> Value {
 
 pub fn emit(agent_id: &str, event: Value) -> Value {
     json!({"cmd": "emit", "agent_id": agent_id, "event": event})
+}
+
+pub fn approvals(agent_id: Option<&str>) -> Value {
+    match agent_id {
+        Some(a) => json!({"cmd": "approvals", "agent_id": a}),
+        None => json!({"cmd": "approvals"}),
+    }
+}
+
+/// `approve`, `deny` or `answer`.
+pub fn decide(cmd: &str, target: &str, message: Option<&str>, text: Option<&str>) -> Value {
+    let mut v = json!({"cmd": cmd, "approval": target});
+    if let Some(m) = message {
+        v["message"] = Value::from(m);
+    }
+    if let Some(t) = text {
+        v["text"] = Value::from(t);
+    }
+    v
+}
+
+pub fn hook(agent_id: &str, event: Value, wait_ms: u64) -> Value {
+    json!({"cmd": "hook", "agent_id": agent_id, "event": event, "wait_ms": wait_ms})
 }
 
 pub fn hint_resume() -> Value {

@@ -12,10 +12,11 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::agents::{RawAgent, RawResume};
+use super::governance::{RawBudget, RawGovernance, RawGuard, RawLoops, RawPrice};
 use super::{
     check_agent_path, check_jail_name, default_jail_socket, parse_duration, parse_mode,
-    parse_positive_duration, parse_stall_after, positive_usize, ConfigError, DaemonLayer,
-    JailListener, Layer, Provider, RestartLayer, SessionsLayer, SyslogLayer,
+    parse_positive_duration, parse_stall_after, positive_usize, ApprovalsLayer, ConfigError,
+    DaemonLayer, JailListener, Layer, Provider, RestartLayer, SessionsLayer, SyslogLayer,
 };
 use crate::syslog::{parse_facility, unknown_facility, Severity};
 
@@ -73,6 +74,8 @@ struct RawFile {
     #[serde(default)]
     restart: RawRestart,
     #[serde(default)]
+    approvals: RawApprovals,
+    #[serde(default)]
     providers: BTreeMap<String, Spanned<RawProvider>>,
     #[serde(default)]
     jails: BTreeMap<String, Spanned<RawJail>>,
@@ -80,6 +83,16 @@ struct RawFile {
     agents: BTreeMap<String, Spanned<RawAgent>>,
     #[serde(default)]
     resume: BTreeMap<String, Spanned<RawResume>>,
+    /// `[[notify]]` sinks: read and checked by `colibri notify`
+    /// (`config/notify.rs`); colibrid only passes the file on.
+    #[serde(default, rename = "notify")]
+    _notify: Option<serde::de::IgnoredAny>,
+    loops: Option<RawLoops>,
+    guard: Option<RawGuard>,
+    #[serde(default)]
+    budgets: BTreeMap<String, Spanned<RawBudget>>,
+    #[serde(default)]
+    prices: BTreeMap<String, Spanned<RawPrice>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -93,9 +106,12 @@ struct RawDaemon {
     stall_after: Option<Spanned<String>>,
     heartbeat: Option<Spanned<String>>,
     shutdown_grace: Option<Spanned<String>>,
+    retain_finished: Option<Spanned<String>>,
     max_line: Option<Spanned<u64>>,
     max_request: Option<Spanned<u64>>,
     max_connections: Option<Spanned<u64>>,
+    max_connections_per_peer: Option<Spanned<u64>>,
+    idle_timeout: Option<Spanned<String>>,
     log_level: Option<Spanned<String>>,
     agent_path: Option<Spanned<String>>,
 }
@@ -162,6 +178,14 @@ struct RawRestart {
     max_restarts: Option<Spanned<u64>>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawApprovals {
+    escalate_after: Option<Spanned<String>>,
+    default_answer: Option<Spanned<String>>,
+    default_after: Option<Spanned<String>>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawProvider {
@@ -185,11 +209,19 @@ pub(super) struct Validator<'a> {
 impl Validator<'_> {
     fn file(&mut self, raw: RawFile) -> Layer {
         let providers = self.providers(raw.providers);
+        let governance = self.governance(RawGovernance {
+            loops: raw.loops,
+            guard: raw.guard,
+            budgets: raw.budgets,
+            prices: raw.prices,
+        });
         Layer {
+            governance: Some(governance),
             daemon: self.daemon(raw.daemon),
             syslog: self.syslog(raw.syslog),
             sessions: self.sessions(raw.sessions),
             restart: self.restart(raw.restart),
+            approvals: self.approvals(raw.approvals),
             agents: self.agents(raw.agents, &providers),
             resume: self.resume(raw.resume),
             providers,
@@ -230,9 +262,20 @@ impl Validator<'_> {
             shutdown_grace: self.opt(d.shutdown_grace, "daemon.shutdown_grace", |v| {
                 parse_duration(&v)
             }),
+            retain_finished: self.opt(d.retain_finished, "daemon.retain_finished", |v| {
+                parse_duration(&v)
+            }),
             max_line: self.opt(d.max_line, "daemon.max_line", positive_usize),
             max_request: self.opt(d.max_request, "daemon.max_request", positive_usize),
             max_connections: self.opt(d.max_connections, "daemon.max_connections", positive_usize),
+            max_connections_per_peer: self.opt(
+                d.max_connections_per_peer,
+                "daemon.max_connections_per_peer",
+                positive_usize,
+            ),
+            idle_timeout: self.opt(d.idle_timeout, "daemon.idle_timeout", |v| {
+                parse_positive_duration(&v)
+            }),
             log_level: self.opt(d.log_level, "daemon.log_level", |v| v.parse()),
             agent_path: self.opt(d.agent_path, "daemon.agent_path", |v| check_agent_path(&v)),
         }
@@ -277,6 +320,23 @@ impl Validator<'_> {
             backoff,
             max_restarts: self.opt(r.max_restarts, "restart.max_restarts", |v| {
                 u32::try_from(v).map_err(|_| format!("{v} is out of range (0..=4294967295)"))
+            }),
+        }
+    }
+
+    fn approvals(&mut self, a: RawApprovals) -> ApprovalsLayer {
+        ApprovalsLayer {
+            escalate_after: self.opt(a.escalate_after, "approvals.escalate_after", |v| {
+                parse_duration(&v)
+            }),
+            default_answer: self.opt(a.default_answer, "approvals.default_answer", |v| {
+                match v.as_str() {
+                    "deny" | "none" => Ok(v),
+                    _ => Err(format!("{v:?} is not deny or none")),
+                }
+            }),
+            default_after: self.opt(a.default_after, "approvals.default_after", |v| {
+                parse_duration(&v)
             }),
         }
     }

@@ -51,9 +51,17 @@ pub struct DaemonArgs {
     /// Socket request line cap in bytes [default: 1048576].
     #[arg(long, value_name = "BYTES", value_parser = parse_positive_usize)]
     pub max_request: Option<usize>,
-    /// Most simultaneous socket connections [default: 256].
+    /// Most simultaneous connections on each socket [default: 256].
     #[arg(long, value_name = "N", value_parser = parse_positive_usize)]
     pub max_connections: Option<usize>,
+    /// Most connections of one peer (uid; on FreeBSD uid and jail) on one
+    /// socket [default: 32].
+    #[arg(long, value_name = "N", value_parser = parse_positive_usize)]
+    pub max_connections_per_peer: Option<usize>,
+    /// Close a connection with no complete request (nor a reply or event it
+    /// reads) for this long [default: 2m].
+    #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
+    pub idle_timeout: Option<Duration>,
     /// Daemon diagnostics on stderr: error, warn, info or debug [default: info].
     #[arg(long, env = "COLIBRI_LOG", value_name = "LEVEL", value_parser = parse_log_level)]
     pub log_level: Option<LogLevel>,
@@ -102,9 +110,12 @@ impl DaemonArgs {
                 stall_after: self.stall_after,
                 heartbeat: self.heartbeat,
                 shutdown_grace: self.shutdown_grace,
+                retain_finished: None,
                 max_line: self.max_line,
                 max_request: self.max_request,
                 max_connections: self.max_connections,
+                max_connections_per_peer: self.max_connections_per_peer,
+                idle_timeout: self.idle_timeout,
                 log_level: self.log_level,
                 agent_path: self.agent_path.clone(),
             },

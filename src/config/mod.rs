@@ -25,6 +25,8 @@
 mod agents;
 mod file;
 mod flags;
+mod governance;
+pub mod notify;
 mod render;
 
 use std::collections::BTreeMap;
@@ -56,6 +58,12 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_MAX_LINE: usize = crate::core::ingest::DEFAULT_MAX_LINE;
 pub const DEFAULT_MAX_REQUEST: usize = 1_048_576;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Connections one peer (a uid; on FreeBSD a uid in one jail) may hold on
+/// one listener; the daemon's own uid and root are exempt on the operator socket.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 32;
+/// A connection without a complete request (or a reply or event it reads)
+/// for this long is closed.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_LOG_LEVEL: LogLevel = LogLevel::Info;
 /// The PATH an agent gets when its spawn request does not set one.
 pub use crate::platform::DEFAULT_AGENT_PATH;
@@ -172,9 +180,16 @@ layered! {
         heartbeat: Duration = DEFAULT_HEARTBEAT,
         #[serde(serialize_with = "render::duration")]
         shutdown_grace: Duration = DEFAULT_SHUTDOWN_GRACE,
+        /// Finished panes older than this leave the snapshot (their logs
+        /// stay); zero keeps them until `remove-agent`.
+        #[serde(serialize_with = "render::duration")]
+        retain_finished: Duration = Duration::ZERO,
         max_line: usize = DEFAULT_MAX_LINE,
         max_request: usize = DEFAULT_MAX_REQUEST,
         max_connections: usize = DEFAULT_MAX_CONNECTIONS,
+        max_connections_per_peer: usize = DEFAULT_MAX_CONNECTIONS_PER_PEER,
+        #[serde(serialize_with = "render::duration")]
+        idle_timeout: Duration = DEFAULT_IDLE_TIMEOUT,
         #[serde(serialize_with = "render::log_level")]
         log_level: LogLevel = DEFAULT_LOG_LEVEL,
         /// The PATH given to agents whose request sets none.
@@ -234,6 +249,21 @@ layered! {
     }
 }
 
+layered! {
+    /// `[approvals]`, resolved: what happens to approvals nobody answers.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    ApprovalsSection / ApprovalsLayer {
+        /// Escalate an approval pending this long; zero: never.
+        #[serde(serialize_with = "render::duration")]
+        escalate_after: Duration = Duration::ZERO,
+        /// `none`, or `deny`: answered by default `default_after` after the
+        /// escalation.
+        default_answer: String = "none".to_owned(),
+        #[serde(serialize_with = "render::duration")]
+        default_after: Duration = Duration::ZERO,
+    }
+}
+
 /// How to start an agent for `spawn-agent {"provider": NAME}`; `{model}` in
 /// an argument is replaced by the requested model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -259,6 +289,7 @@ pub struct Config {
     pub syslog: SyslogSection,
     pub sessions: SessionsSection,
     pub restart: RestartSection,
+    pub approvals: ApprovalsSection,
     pub providers: BTreeMap<String, Provider>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub jails: BTreeMap<String, JailListener>,
@@ -271,6 +302,9 @@ pub struct Config {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub agents: BTreeMap<String, AgentSpec>,
+    /// `[budgets.*]`, `[loops]`, `[guard]`, `[prices.*]` (docs/GOVERNANCE.md).
+    #[serde(skip)]
+    pub governance: crate::core::policy::Policies,
 }
 
 /// Every source's values; the file gives one, the flags and environment
@@ -282,11 +316,14 @@ pub struct Layer {
     pub syslog: SyslogLayer,
     pub sessions: SessionsLayer,
     pub restart: RestartLayer,
+    pub approvals: ApprovalsLayer,
     pub providers: BTreeMap<String, Provider>,
     pub jails: BTreeMap<String, JailListener>,
     pub agents: BTreeMap<String, AgentDecl>,
     /// Runtime name to template; empty means never resume.
     pub resume: BTreeMap<String, Vec<String>>,
+    /// The file's governance sections (only a file sets them).
+    pub governance: Option<crate::core::policy::Policies>,
 }
 
 impl Layer {
@@ -305,10 +342,12 @@ impl Layer {
             syslog: self.syslog.or(lower.syslog),
             sessions: self.sessions.or(lower.sessions),
             restart: self.restart.or(lower.restart),
+            approvals: self.approvals.or(lower.approvals),
             providers,
             jails,
             agents,
             resume,
+            governance: self.governance.or(lower.governance),
         }
     }
 
@@ -330,10 +369,12 @@ impl Layer {
             syslog: self.syslog.resolve(),
             sessions: self.sessions.resolve(),
             restart: self.restart.resolve(),
+            approvals: self.approvals.resolve(),
             providers,
             jails: self.jails,
             resume,
             agents,
+            governance: self.governance.unwrap_or_default(),
         };
         errors.extend(check_listeners(&config));
         match ConfigError::from_list(errors) {
@@ -599,10 +640,11 @@ fn system_hostname() -> String {
 /// applied by reconciling ([`crate::core::reconcile::plan`]): the agent
 /// starts, stops, restarts or takes its new policy, as `supervisorctl
 /// update` does; `resume.` templates are read at the next resume.
-pub const RELOADABLE_KEYS: [&str; 9] = [
+pub const RELOADABLE_KEYS: [&str; 10] = [
     "daemon.stall_after",
     "daemon.heartbeat",
     "daemon.shutdown_grace",
+    "daemon.retain_finished",
     "daemon.log_level",
     "syslog.",
     "restart.",

@@ -1090,3 +1090,24 @@ fn reload_reconciles_declared_agents() {
             .collect();
     assert_eq!(names, ["stop reviewer", "stop tool", "restart fixer"]);
 }
+
+#[test]
+fn the_approvals_section_parses_and_rejects_an_unknown_default() {
+    let layer = parse(
+        "[approvals]\nescalate_after = \"10m\"\ndefault_answer = \"deny\"\ndefault_after = \"5m\"\n",
+    )
+    .expect("parses");
+    let cfg = resolve_with(&DaemonArgs::default(), Some(&layer));
+    assert_eq!(cfg.approvals.escalate_after, Duration::from_secs(600));
+    assert_eq!(cfg.approvals.default_answer, "deny");
+    assert_eq!(cfg.approvals.default_after, Duration::from_secs(300));
+    let none = resolve_with(&DaemonArgs::default(), None);
+    assert_eq!(none.approvals.escalate_after, Duration::ZERO);
+    assert_eq!(none.approvals.default_answer, "none");
+    expect_invalid(
+        "[approvals]\ndefault_answer = \"allow\"\n",
+        2,
+        "approvals.default_answer",
+        "not deny or none",
+    );
+}

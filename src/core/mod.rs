@@ -5,15 +5,18 @@
 //! slices. That is what lets `colibri fold` replay a recording offline and
 //! get exactly the states the daemon saw live.
 
+pub mod approval;
 pub mod ingest;
 pub mod lifecycle;
 pub mod pane;
+pub mod policy;
 pub mod reconcile;
 pub mod resolve;
 pub mod signal;
 pub mod spec;
 pub mod state;
 pub mod supervisor;
+pub mod tasks;
 pub mod taxonomy;
 pub mod time;
 pub mod tool;

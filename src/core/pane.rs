@@ -5,9 +5,14 @@
 //! report. It is fed bytes with a time and returns state transitions; it
 //! never reads a clock.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::core::approval::{
+    Approval, ApprovalEvent, ApprovalOutcome, ApprovalRequest, Decision, ExpiryReason, Resolves,
+};
 use crate::core::ingest::{is_blank, Frame, LineFramer};
+use crate::core::policy::{LineFacts, ToolFacts};
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::state::{self, AgentState};
 use crate::core::taxonomy::detect::{detect, Detection};
@@ -99,6 +104,12 @@ pub struct Transition {
     pub line: u64,
 }
 
+/// Approvals pending at once; one more drops the oldest, so a harness that
+/// asks without end cannot grow the pane.
+pub const MAX_PENDING_APPROVALS: usize = 32;
+/// Approval events kept until [`Pane::take_approval_events`] drains them.
+pub const MAX_APPROVAL_EVENTS: usize = 256;
+
 /// Held lines of a stream whose runtime is not known yet.
 const DETECT_MAX_LINES: usize = 64;
 const DETECT_MAX_BYTES: usize = 256 * 1024;
@@ -141,6 +152,22 @@ pub struct Pane {
     last_error: Option<String>,
     blocked_reason: Option<String>,
     exit: Option<ExitStatus>,
+    approvals: PendingApprovals,
+    /// What each line meant to the policies, kept only when asked for
+    /// ([`Pane::record_facts`]) and drained by the caller.
+    facts: Option<Vec<LineFacts>>,
+}
+
+/// The approvals a pane waits on, and what happened to them since the
+/// owner last looked.
+#[derive(Debug, Default)]
+struct PendingApprovals {
+    pending: Vec<Approval>,
+    /// Approvals opened so far; numbers the ids.
+    opened: u64,
+    events: VecDeque<ApprovalEvent>,
+    /// Events dropped because nobody drained them in time.
+    events_dropped: u64,
 }
 
 impl Pane {
@@ -181,6 +208,22 @@ impl Pane {
             last_error: None,
             blocked_reason: None,
             exit: None,
+            approvals: PendingApprovals::default(),
+            facts: None,
+        }
+    }
+
+    /// Keeps each line's [`LineFacts`] for the policy engine, to be taken
+    /// with [`Pane::take_facts`] after each ingest call.
+    pub fn record_facts(&mut self) {
+        self.facts.get_or_insert_with(Vec::new);
+    }
+
+    /// The facts of the lines ingested since the last call.
+    pub fn take_facts(&mut self) -> Vec<LineFacts> {
+        match &mut self.facts {
+            Some(f) => std::mem::take(f),
+            None => Vec::new(),
         }
     }
 
@@ -223,6 +266,61 @@ impl Pane {
     }
     pub fn exit(&self) -> Option<ExitStatus> {
         self.exit
+    }
+    /// Requests waiting for the operator, oldest first.
+    pub fn pending_approvals(&self) -> &[Approval] {
+        &self.approvals.pending
+    }
+    pub fn approval(&self, id: &str) -> Option<&Approval> {
+        self.approvals.pending.iter().find(|a| a.id == id)
+    }
+    /// When the next pending approval times out by itself, if any does.
+    pub fn next_approval_expiry(&self) -> Option<Timestamp> {
+        self.approvals
+            .pending
+            .iter()
+            .filter_map(|a| a.expires_at)
+            .min()
+    }
+    /// Approval events since the last call, oldest first.
+    pub fn take_approval_events(&mut self) -> Vec<ApprovalEvent> {
+        self.approvals.events.drain(..).collect()
+    }
+    /// Approval events dropped because they were not taken in time.
+    pub fn approval_events_dropped(&self) -> u64 {
+        self.approvals.events_dropped
+    }
+
+    /// Records that the operator's `decision` was written to the agent;
+    /// returns the approval it closed, `None` if `id` is not pending.
+    pub fn answered(&mut self, id: &str, decision: &Decision, now: Timestamp) -> Option<Approval> {
+        let outcome = ApprovalOutcome::Answered {
+            decision: decision.clone(),
+        };
+        let closed = self.close_approvals(|a| a.id == id, &outcome, now, 0);
+        closed.into_iter().next()
+    }
+
+    /// Sets when a pending approval gives up by itself (a waiting hook's
+    /// timeout); false if `id` is not pending.
+    pub fn set_approval_expiry(&mut self, id: &str, at: Timestamp) -> bool {
+        match self.approvals.pending.iter_mut().find(|a| a.id == id) {
+            Some(a) => {
+                a.expires_at = Some(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes the approvals whose own timeout has passed (the harness
+    /// answered them with its default); returns how many.
+    pub fn expire_approvals(&mut self, now: Timestamp) -> usize {
+        let outcome = ApprovalOutcome::Expired {
+            reason: ExpiryReason::TimedOut,
+        };
+        self.close_approvals(|a| a.expires_at.is_some_and(|t| t <= now), &outcome, now, 0)
+            .len()
     }
     pub fn runtime(&self) -> Option<Runtime> {
         match &self.dialect {
@@ -351,6 +449,7 @@ impl Pane {
     pub fn exited(&mut self, status: ExitStatus, now: Timestamp, out: &mut Vec<Transition>) {
         self.finish_stream(now, out);
         self.exit = Some(status);
+        self.close_all_approvals(ExpiryReason::Exited, now, 0);
         let signal = match &mut self.dialect {
             Dialect::Known(a) => a.on_exit(status.success()),
             Dialect::Detecting { .. } => Signal::Exited {
@@ -371,6 +470,7 @@ impl Pane {
     /// a daemon restart that lost the agent).
     pub fn fail(&mut self, reason: String, now: Timestamp, out: &mut Vec<Transition>) {
         self.last_error = Some(reason);
+        self.close_all_approvals(ExpiryReason::Exited, now, 0);
         self.transition(&Signal::Failed, now, 0, out);
     }
 
@@ -465,13 +565,27 @@ impl Pane {
         if obs.turn {
             self.turns += 1;
         }
+        let before = self.usage;
         obs.usage.apply_to(&mut self.usage);
+        if let Some(facts) = &mut self.facts {
+            let mut f = line_facts(&obs, &before, &self.usage, self.lines);
+            if f.tool.is_some() {
+                f.cwd = self.cwd.clone();
+            }
+            // Most lines (streamed deltas) matter to no policy.
+            if !f.is_inert() {
+                facts.push(f);
+            }
+        }
         if let Some(t) = &obs.tool {
             self.last_tool = Some(tool_record(t, now));
         }
         if let Some(e) = &obs.error {
             self.last_error = Some(tool::truncate(e));
         }
+        // A sub-agent's request still waits for an answer: approvals are
+        // kept before the sub-agent line is set aside.
+        self.track_approvals(&obs, now);
         if obs.subagent {
             return;
         }
@@ -488,6 +602,100 @@ impl Pane {
         }
         let line = self.lines;
         self.transition(&obs.signal, now, line, out);
+    }
+
+    /// Applies what one line says about approvals: the harness settling
+    /// some (a new session settles all), then a new request.
+    fn track_approvals(&mut self, obs: &Observation<'_>, now: Timestamp) {
+        self.expire_approvals(now);
+        let line = self.lines;
+        let resolved = ApprovalOutcome::Expired {
+            reason: ExpiryReason::Resolved,
+        };
+        let new_session = !obs.subagent && matches!(obs.signal, Signal::Session { .. });
+        match &obs.resolves {
+            _ if new_session => self.close_all_approvals(ExpiryReason::Resolved, now, line),
+            Resolves::Nothing => {}
+            Resolves::Cancelled(id) => {
+                let cancelled = ApprovalOutcome::Expired {
+                    reason: ExpiryReason::Cancelled,
+                };
+                self.close_approvals(|a| a.request_id == id.as_ref(), &cancelled, now, line);
+            }
+            Resolves::ToolUses(ids) => {
+                let settled = |a: &Approval| {
+                    a.tool_use_id
+                        .as_deref()
+                        .is_some_and(|t| ids.iter().any(|id| id.as_ref() == t))
+                };
+                self.close_approvals(settled, &resolved, now, line);
+            }
+            Resolves::All => self.close_all_approvals(ExpiryReason::Resolved, now, line),
+        }
+        if let Some(req) = &obs.approval {
+            self.open_approval(req, now, line);
+        }
+    }
+
+    fn open_approval(&mut self, req: &ApprovalRequest<'_>, now: Timestamp, line: u64) {
+        // The same request again (a harness that repeats itself) stays one.
+        let again =
+            |a: &Approval| a.request_id == req.request_id.as_ref() && a.channel == req.channel;
+        if !req.request_id.is_empty() && self.approvals.pending.iter().any(again) {
+            return;
+        }
+        if self.approvals.pending.len() >= MAX_PENDING_APPROVALS {
+            let oldest = self.approvals.pending.first().map(|a| a.id.clone());
+            let overflow = ApprovalOutcome::Expired {
+                reason: ExpiryReason::Overflow,
+            };
+            self.close_approvals(|a| Some(&a.id) == oldest.as_ref(), &overflow, now, line);
+        }
+        self.approvals.opened += 1;
+        let prefix: String = self.id.as_str().chars().take(8).collect();
+        let id = format!("{prefix}-{}", self.approvals.opened);
+        let approval = Approval::from_request(id, req, now, line);
+        self.approvals.pending.push(approval.clone());
+        self.push_approval_event(ApprovalEvent::Opened(approval));
+    }
+
+    fn close_all_approvals(&mut self, reason: ExpiryReason, now: Timestamp, line: u64) {
+        self.close_approvals(|_| true, &ApprovalOutcome::Expired { reason }, now, line);
+    }
+
+    /// Closes every pending approval `which` selects, in the order asked.
+    fn close_approvals(
+        &mut self,
+        which: impl Fn(&Approval) -> bool,
+        outcome: &ApprovalOutcome,
+        now: Timestamp,
+        line: u64,
+    ) -> Vec<Approval> {
+        if self.approvals.pending.is_empty() {
+            return Vec::new();
+        }
+        let (closed, kept): (Vec<Approval>, Vec<Approval>) =
+            std::mem::take(&mut self.approvals.pending)
+                .into_iter()
+                .partition(|a| which(a));
+        self.approvals.pending = kept;
+        for a in &closed {
+            self.push_approval_event(ApprovalEvent::Closed {
+                approval: a.clone(),
+                outcome: outcome.clone(),
+                at: now,
+                line,
+            });
+        }
+        closed
+    }
+
+    fn push_approval_event(&mut self, event: ApprovalEvent) {
+        if self.approvals.events.len() >= MAX_APPROVAL_EVENTS {
+            self.approvals.events.pop_front();
+            self.approvals.events_dropped += 1;
+        }
+        self.approvals.events.push_back(event);
     }
 
     fn transition(
@@ -515,6 +723,37 @@ impl Pane {
     }
 }
 
+/// One line's facts: the usage it added (a replaced running total counts
+/// as its increase), its tool call and error.
+fn line_facts(obs: &Observation<'_>, before: &Usage, after: &Usage, line: u64) -> LineFacts {
+    let usage = Usage {
+        input_tokens: after.input_tokens.saturating_sub(before.input_tokens),
+        output_tokens: after.output_tokens.saturating_sub(before.output_tokens),
+        cache_read_tokens: after
+            .cache_read_tokens
+            .saturating_sub(before.cache_read_tokens),
+        cache_write_tokens: after
+            .cache_write_tokens
+            .saturating_sub(before.cache_write_tokens),
+        cost_usd: (after.cost_usd - before.cost_usd).max(0.0),
+    };
+    let tool = obs.tool.as_ref().map(|t| match (&t.command, t.args) {
+        (Some(cmd), _) => ToolFacts::new(&t.name, cmd),
+        (None, Some(args)) => ToolFacts::new(&t.name, args.get()),
+        (None, None) => ToolFacts::new(&t.name, ""),
+    });
+    LineFacts {
+        line,
+        usage,
+        cost_reported: after.cost_usd > 0.0,
+        tool,
+        error: obs.error.as_ref().map(|e| e.to_string()),
+        turn: obs.turn,
+        finished: !obs.subagent && obs.signal == Signal::Finished,
+        cwd: None,
+    }
+}
+
 fn tool_record(t: &ToolCall<'_>, now: Timestamp) -> ToolRecord {
     let summary = match (&t.command, t.args) {
         (Some(cmd), _) => tool::summarize_command(cmd),
@@ -525,5 +764,142 @@ fn tool_record(t: &ToolCall<'_>, now: Timestamp) -> ToolRecord {
         name: tool::truncate(&t.name),
         summary,
         at: now,
+    }
+}
+
+#[cfg(test)]
+mod approval_tests {
+    use super::*;
+    use crate::core::approval::{encode_answer, ApprovalKind, ExpiryReason};
+
+    fn pane(runtime: Runtime) -> Pane {
+        Pane::new(
+            PaneId("3f2a9c1d-0000-4000-8000-000000000001".into()),
+            "agent".into(),
+            Some(runtime),
+            1 << 20,
+            Timestamp::from_millis(1_000),
+        )
+    }
+
+    fn feed(p: &mut Pane, line: &str, ms: u64) {
+        let mut out = Vec::new();
+        p.ingest_line(line.as_bytes(), Timestamp::from_millis(ms), &mut out);
+    }
+
+    const PI_CONFIRM: &str = r#"{"type":"extension_ui_request","id":"ui-1","method":"confirm","title":"Push?","message":"to main","timeout":5000}"#;
+
+    #[test]
+    fn an_answer_closes_the_approval_and_is_recorded() {
+        let mut p = pane(Runtime::Pi);
+        feed(&mut p, PI_CONFIRM, 2_000);
+        let a = p.pending_approvals()[0].clone();
+        assert_eq!(a.id, "3f2a9c1d-1");
+        assert_eq!(
+            (a.kind, a.request_id.as_str()),
+            (ApprovalKind::Confirm, "ui-1")
+        );
+        assert_eq!(a.asked_at, Timestamp::from_millis(2_000));
+        assert_eq!(a.expires_at, Some(Timestamp::from_millis(7_000)));
+        assert_eq!(p.state(), AgentState::Blocked);
+        let reply = encode_answer(Runtime::Pi, &a, &Decision::Approve).expect("answerable");
+        assert_eq!(
+            reply,
+            b"{\"type\":\"extension_ui_response\",\"id\":\"ui-1\",\"confirmed\":true}\n"
+        );
+
+        let closed = p.answered(&a.id, &Decision::Approve, Timestamp::from_millis(3_000));
+        assert_eq!(closed.map(|c| c.id), Some(a.id.clone()));
+        assert!(p.pending_approvals().is_empty());
+        assert!(p
+            .answered(&a.id, &Decision::Approve, Timestamp::from_millis(3_000))
+            .is_none());
+        let events = p.take_approval_events();
+        assert_eq!(events.len(), 2);
+        assert!(matches!(&events[0], ApprovalEvent::Opened(o) if o.id == a.id));
+        assert!(matches!(
+            &events[1],
+            ApprovalEvent::Closed { outcome: ApprovalOutcome::Answered { decision: Decision::Approve }, at, .. }
+                if *at == Timestamp::from_millis(3_000)
+        ));
+        assert!(p.take_approval_events().is_empty());
+    }
+
+    #[test]
+    fn a_dialog_times_out_at_its_own_deadline() {
+        let mut p = pane(Runtime::Pi);
+        feed(&mut p, PI_CONFIRM, 2_000);
+        assert_eq!(
+            p.next_approval_expiry(),
+            Some(Timestamp::from_millis(7_000))
+        );
+        assert_eq!(p.expire_approvals(Timestamp::from_millis(6_999)), 0);
+        assert_eq!(p.expire_approvals(Timestamp::from_millis(7_000)), 1);
+        assert_eq!(p.next_approval_expiry(), None);
+        let events = p.take_approval_events();
+        assert!(matches!(
+            events.last(),
+            Some(ApprovalEvent::Closed {
+                outcome: ApprovalOutcome::Expired {
+                    reason: ExpiryReason::TimedOut
+                },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_repeated_request_stays_one_and_exit_expires_it() {
+        let mut p = pane(Runtime::Pi);
+        feed(&mut p, PI_CONFIRM, 2_000);
+        feed(&mut p, PI_CONFIRM, 2_100);
+        assert_eq!(p.pending_approvals().len(), 1);
+        let mut out = Vec::new();
+        p.exited(ExitStatus::Code(0), Timestamp::from_millis(4_000), &mut out);
+        assert!(p.pending_approvals().is_empty());
+        assert!(matches!(
+            p.take_approval_events().last(),
+            Some(ApprovalEvent::Closed {
+                outcome: ApprovalOutcome::Expired {
+                    reason: ExpiryReason::Exited
+                },
+                line: 0,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn pending_approvals_and_undrained_events_are_bounded() {
+        let mut p = pane(Runtime::Claude);
+        let total = MAX_APPROVAL_EVENTS + 10;
+        for i in 0..total {
+            let line = format!(
+                r#"{{"type":"control_request","request_id":"req_{i}","request":{{"subtype":"can_use_tool","tool_name":"Bash","input":{{"command":"echo {i}"}},"tool_use_id":"toolu_{i}"}}}}"#
+            );
+            feed(&mut p, &line, 2_000);
+        }
+        assert_eq!(p.pending_approvals().len(), MAX_PENDING_APPROVALS);
+        // The oldest were dropped; the newest is still answerable.
+        let last = p.pending_approvals().last().expect("one pending");
+        assert_eq!(last.request_id, format!("req_{}", total - 1));
+        assert!(p.approval_events_dropped() > 0);
+        assert_eq!(p.take_approval_events().len(), MAX_APPROVAL_EVENTS);
+    }
+
+    #[test]
+    fn a_new_session_settles_what_the_old_one_asked() {
+        let mut p = pane(Runtime::Claude);
+        feed(
+            &mut p,
+            r#"{"type":"control_request","request_id":"req_1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"},"tool_use_id":"toolu_1"}}"#,
+            2_000,
+        );
+        feed(
+            &mut p,
+            r#"{"type":"system","subtype":"init","session_id":"s2","cwd":"/r"}"#,
+            3_000,
+        );
+        assert!(p.pending_approvals().is_empty());
     }
 }

@@ -9,6 +9,7 @@ use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 
+use crate::core::approval::{ApprovalRequest, Resolves};
 use crate::core::usage::UsageUpdate;
 
 /// What one line means for the pane's state.
@@ -65,6 +66,10 @@ pub struct Observation<'a> {
     /// The line starts a new turn (one model call or prompt round); the
     /// session index counts these.
     pub turn: bool,
+    /// The line asks a human something the harness can be answered on.
+    pub approval: Option<ApprovalRequest<'a>>,
+    /// Pending approvals the harness settled itself with this line.
+    pub resolves: Resolves<'a>,
 }
 
 impl<'a> Observation<'a> {
@@ -77,6 +82,8 @@ impl<'a> Observation<'a> {
             error: None,
             reason: None,
             turn: false,
+            approval: None,
+            resolves: Resolves::Nothing,
         }
     }
 
@@ -106,6 +113,16 @@ impl<'a> Observation<'a> {
 
     pub fn turn(mut self, yes: bool) -> Self {
         self.turn = yes;
+        self
+    }
+
+    pub fn with_approval(mut self, request: Option<ApprovalRequest<'a>>) -> Self {
+        self.approval = request;
+        self
+    }
+
+    pub fn resolving(mut self, resolves: Resolves<'a>) -> Self {
+        self.resolves = resolves;
         self
     }
 

@@ -84,6 +84,10 @@ pub struct Agent {
     pub runtime_indexed: bool,
     /// This run's failure was alerted (the bus alerts one per failure).
     pub failure_alerted: bool,
+    /// Recipe, origin, wanted state (`daemon::supervise`).
+    pub supervision: crate::daemon::supervise::Supervision,
+    /// The raw output ring and the attached clients (`daemon::attach`).
+    pub attach: crate::daemon::attach::PaneAttach,
 }
 
 impl Agent {
@@ -109,6 +113,8 @@ impl Agent {
             stopped_by: None,
             runtime_indexed: false,
             failure_alerted: false,
+            supervision: Default::default(),
+            attach: Default::default(),
         }
     }
 

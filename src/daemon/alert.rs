@@ -74,6 +74,12 @@ pub enum AlertKind {
     LogWrite,
     /// An agent's restart policy is spent: it stays down.
     RestartsExhausted,
+    /// A harness asks the operator something (an approval opened).
+    Approval,
+    /// An approval waited longer than `[approvals] escalate_after`.
+    ApprovalEscalated,
+    /// A governance policy warned, paused, killed or escalated.
+    Policy,
 }
 
 impl AlertKind {
@@ -87,6 +93,9 @@ impl AlertKind {
             AlertKind::Exited => "exited",
             AlertKind::LogWrite => "log_write",
             AlertKind::RestartsExhausted => "restarts_exhausted",
+            AlertKind::Approval => "approval",
+            AlertKind::ApprovalEscalated => "approval_escalated",
+            AlertKind::Policy => "policy",
         }
     }
 }
@@ -404,7 +413,10 @@ impl Alerter {
 /// The severity an alert is sent at.
 pub fn severity_of(kind: AlertKind, f: &AlertFields<'_>) -> Severity {
     match kind {
-        AlertKind::Blocked | AlertKind::Stalled => Severity::Warning,
+        AlertKind::Blocked | AlertKind::Stalled | AlertKind::Approval | AlertKind::Policy => {
+            Severity::Warning
+        }
+        AlertKind::ApprovalEscalated => Severity::Err,
         AlertKind::Unstalled => Severity::Notice,
         AlertKind::Error | AlertKind::LogWrite | AlertKind::RestartsExhausted => Severity::Err,
         AlertKind::Exited => {

@@ -2,9 +2,11 @@
 //!
 //! Handlers, the ingest path and the lifecycle hand a [`WatchKind`] to
 //! [`Bus::emit`]. Only the bus stamps it (`epoch`, `seq`, time), derives the
-//! syslog alert from it, and fans it out to the watchers, so the watch
-//! stream and syslog can never disagree. A later consumer (the journal, a
-//! notification sink) subscribes here too.
+//! syslog alert from it, journals it (`journal.rs`: `seq` goes on across
+//! restarts) and fans it out to the watchers, so the watch stream and
+//! syslog can never disagree. A watcher that asked for `since` is served
+//! from the journal in slices as it drains, and joins the live stream once
+//! it has caught up.
 //!
 //! One failure, one alert: an error state and the exit that follows it are
 //! the same failure, so the first of them alerts and the other is folded in.
@@ -20,6 +22,7 @@ use crate::core::time::Timestamp;
 use crate::daemon::alert::{AlertFields, AlertKind, Alerter};
 use crate::daemon::conn::{Conn, Scope};
 use crate::daemon::diag::{log_error, log_warn};
+use crate::daemon::journal::Journal;
 use crate::daemon::panes::{PaneTable, Slot};
 use crate::daemon::source::ConnId;
 use crate::daemon::store::StoreHealth;
@@ -36,7 +39,17 @@ pub struct Bus {
     coalescing: usize,
     /// State changes held for them until the end of the pass.
     held: Vec<Held>,
+    journal: Journal,
+    /// Watchers still being replayed to, with the next seq each gets; live
+    /// events (and coalesced state changes) skip them: the journal holds
+    /// those too, in order.
+    replays: Vec<(ConnId, u64)>,
 }
+
+/// A replaying watcher is given more once its queue is below this.
+const REPLAY_LOW_WATER: usize = 64 << 10;
+/// Bytes of replay queued to one watcher per wakeup.
+const REPLAY_SLICE_BYTES: usize = 128 << 10;
 
 /// What an event reaches besides the bus's own state.
 pub struct Outlets<'a> {
@@ -48,14 +61,28 @@ pub struct Outlets<'a> {
 }
 
 impl Bus {
-    pub fn new(epoch: String) -> Bus {
+    pub fn new(epoch: String, journal: Journal) -> Bus {
         Bus {
             epoch,
-            seq: 0,
+            seq: journal.last_seq(),
             watchers: Vec::new(),
             coalescing: 0,
             held: Vec::new(),
+            journal,
+            replays: Vec::new(),
         }
+    }
+
+    pub fn journal_mut(&mut self) -> &mut Journal {
+        &mut self.journal
+    }
+
+    /// Hands this wakeup's events to the journal writer; the seq up to
+    /// which every event is on disk, so replies and watch lines reporting
+    /// events up to it may leave (`Conn::stamp`).
+    pub fn sync_journal(&mut self) -> u64 {
+        self.journal.submit();
+        self.journal.journaled_through()
     }
 
     pub fn seq(&self) -> u64 {
@@ -70,6 +97,8 @@ impl Bus {
         self.watchers.len()
     }
 
+    /// Subscribes a watcher from now on; its filter (`conn.watch`) is set
+    /// already, so the count of watchers of changes only stays right.
     pub fn subscribe(&mut self, id: ConnId, conns: &Slab<Conn>) {
         if !self.watchers.contains(&id) {
             self.watchers.push(id);
@@ -79,14 +108,108 @@ impl Bus {
 
     pub fn unsubscribe(&mut self, id: ConnId, conns: &Slab<Conn>) {
         self.watchers.retain(|w| *w != id);
+        self.replays.retain(|(w, _)| *w != id);
         self.count_coalescing(conns);
     }
 
-    /// Numbers an event, raises its alert, and queues it to every watcher
-    /// that wants it. A watcher whose queue passes the hard limit is
-    /// dropped with a final error line; the agents never wait for it.
-    /// Watchers of state changes only get a pane's `state` events at the
-    /// end of the pass (`end_pass`), coalesced.
+    /// Subscribes a watcher that saw everything up to `since`: it is
+    /// replayed what the journal holds after that (a gap marker first if
+    /// the journal no longer reaches back to `since + 1`), then goes live.
+    /// Replay sends every journaled event the watcher's panes and scope
+    /// allow, each `state` event too: a watcher of changes only gets the
+    /// journal as it was written, and coalesced changes once it is live.
+    pub fn subscribe_since(&mut self, id: ConnId, since: u64, conns: &Slab<Conn>) {
+        self.subscribe(id, conns);
+        self.replays.retain(|(w, _)| *w != id);
+        // A `since` ahead of `seq` is a cursor from a journal that is gone
+        // (a reset state dir): it gets the gap marker.
+        if since != self.seq {
+            self.replays.push((id, since.saturating_add(1)));
+        }
+    }
+
+    /// A replaying watcher has room and more to get: the loop should come
+    /// back without sleeping. Not while the journal writer is busy: it
+    /// wakes the loop when done.
+    pub fn replay_wants_more(&self, conns: &Slab<Conn>) -> bool {
+        self.journal.caught_up()
+            && self.replays.iter().any(|(id, _)| {
+                conns
+                    .get(id.0)
+                    .is_some_and(|c| c.queued_bytes() < REPLAY_LOW_WATER)
+            })
+    }
+
+    /// Queues the next slice of replay to each watcher with room for it.
+    pub fn pump_replays(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        dirty: &mut BTreeSet<usize>,
+        t: Timestamp,
+    ) {
+        let mut done = Vec::new();
+        for i in 0..self.replays.len() {
+            let (id, next) = self.replays[i];
+            let Some(conn) = conns.get_mut(id.0) else {
+                done.push(id);
+                continue;
+            };
+            if conn.queued_bytes() >= REPLAY_LOW_WATER {
+                continue;
+            }
+            let next = self.replay_slice(conn, next, t);
+            dirty.insert(id.0);
+            if next > self.seq {
+                done.push(id);
+            } else {
+                self.replays[i].1 = next;
+            }
+        }
+        self.replays.retain(|(w, _)| !done.contains(w));
+    }
+
+    /// Queues events from `next` on, up to a slice; the next seq to send.
+    fn replay_slice(&self, conn: &mut Conn, mut next: u64, t: Timestamp) -> u64 {
+        let first = self.journal.first_seq();
+        if next < first || next > self.seq + 1 {
+            let gap = WatchEvent {
+                epoch: Some(self.epoch.clone()),
+                seq: first - 1,
+                at: t.to_rfc3339(),
+                kind: WatchKind::Gap {
+                    since: next.saturating_sub(1),
+                    resumes_at: first,
+                },
+            };
+            if let Ok(mut line) = serde_json::to_vec(&gap) {
+                line.push(b'\n');
+                conn.enqueue(Rc::from(line));
+            }
+            next = first;
+        }
+        let mut sent = 0;
+        let mut i = self.journal.position(next);
+        while sent < REPLAY_SLICE_BYTES {
+            let Some(e) = self.journal.get(i) else { break };
+            i += 1;
+            next = e.seq + 1;
+            if !wants(conn, e.jail.as_deref(), e.pane.as_deref()) {
+                continue;
+            }
+            sent += e.frame.len();
+            conn.enqueue(e.frame.clone());
+        }
+        if self.journal.get(i).is_none() {
+            next = self.seq + 1;
+        }
+        next
+    }
+
+    /// Numbers an event, raises its alert, journals it, and queues it to
+    /// every live watcher that wants it. A watcher whose queue passes the
+    /// hard limit is dropped with a final error line; the agents never
+    /// wait for it. Watchers of state changes only get a pane's `state`
+    /// events at the end of the pass (`end_pass`), coalesced.
     pub fn emit(&mut self, kind: WatchKind, t: Timestamp, out: Outlets<'_>) {
         self.seq += 1;
         let slot = kind
@@ -95,9 +218,6 @@ impl Bus {
             .and_then(|k| out.panes.get_mut(k));
         let pane_jail = slot.as_ref().and_then(|s| s.agent.jail.clone());
         derive_alert(&kind, slot, out.alerter, t);
-        if self.watchers.is_empty() {
-            return;
-        }
         let is_state = matches!(kind, WatchKind::State { .. });
         if self.coalescing > 0 {
             if is_state {
@@ -113,12 +233,26 @@ impl Bus {
             at: t.to_rfc3339(),
             kind,
         };
+        // Every event is journaled, watched or not: a later `since` replays it.
+        let Some(frame) = encode(&ev) else { return };
+        self.journal
+            .append(self.seq, t, pane_jail.as_deref(), frame.clone());
+        if self.watchers.is_empty() {
+            return;
+        }
         let audience = if is_state {
             Audience::Every
         } else {
             Audience::All
         };
-        self.deliver(&ev, pane_jail.as_deref(), audience, out.conns, out.dirty, t);
+        let to = Delivery {
+            frame,
+            seq: ev.seq,
+            pane: ev.kind.pane(),
+            pane_jail: pane_jail.as_deref(),
+            audience,
+        };
+        self.deliver(&to, out.conns, out.dirty, t);
     }
 
     /// Ends a loop pass: the coalesced state changes go to the watchers of
@@ -157,6 +291,8 @@ impl Bus {
         });
     }
 
+    /// The coalesced changes are not journaled themselves: each `state`
+    /// event they fold was, under its own seq.
     fn deliver_held(&mut self, conns: &mut Slab<Conn>, dirty: &mut BTreeSet<usize>, t: Timestamp) {
         for h in std::mem::take(&mut self.held) {
             if h.from == h.to {
@@ -167,68 +303,51 @@ impl Bus {
                 seq: h.seq,
                 at: h.at.to_rfc3339(),
                 kind: WatchKind::State {
-                    pane: h.pane,
+                    pane: h.pane.clone(),
                     from: h.from,
                     to: h.to,
                     reason: h.reason,
                 },
             };
-            self.deliver(
-                &ev,
-                h.jail.as_deref(),
-                Audience::ChangesOnly,
-                conns,
-                dirty,
-                t,
-            );
+            let Some(frame) = encode(&ev) else { continue };
+            let to = Delivery {
+                frame,
+                seq: h.seq,
+                pane: Some(&h.pane),
+                pane_jail: h.jail.as_deref(),
+                audience: Audience::ChangesOnly,
+            };
+            self.deliver(&to, conns, dirty, t);
         }
     }
 
     fn deliver(
         &mut self,
-        ev: &WatchEvent,
-        pane_jail: Option<&str>,
-        audience: Audience,
+        to: &Delivery<'_>,
         conns: &mut Slab<Conn>,
         dirty: &mut BTreeSet<usize>,
         t: Timestamp,
     ) {
-        let mut bytes = match serde_json::to_vec(ev) {
-            Ok(b) => b,
-            Err(e) => {
-                log_error!("cannot encode a watch event: {e}");
-                return;
-            }
-        };
-        bytes.push(b'\n');
-        let frame: Rc<[u8]> = Rc::from(bytes);
         let mut dropped = Vec::new();
         for &id in &self.watchers {
+            // A replaying watcher gets this from the journal, in order.
+            if self.replays.iter().any(|(w, _)| *w == id) {
+                continue;
+            }
             let Some(conn) = conns.get_mut(id.0) else {
                 continue;
             };
             let Some(filter) = &conn.watch else { continue };
-            let wanted = match audience {
+            let wanted = match to.audience {
                 Audience::All => true,
                 Audience::Every => !filter.changes_only,
                 Audience::ChangesOnly => filter.changes_only,
             };
-            if !wanted {
+            if !wanted || !wants(conn, to.pane_jail, to.pane) {
                 continue;
             }
-            // Agent scope sees its own jail's panes and nothing daemon-wide.
-            if let Scope::Jail(j) = &conn.scope {
-                if pane_jail != Some(j.as_str()) {
-                    continue;
-                }
-            }
-            if let (Some(panes), Some(p)) = (&filter.panes, ev.kind.pane()) {
-                if !panes.iter().any(|x| x == p) {
-                    continue;
-                }
-            }
-            if !conn.enqueue(frame.clone()) {
-                drop_behind(conn, ev.seq, t);
+            if !conn.enqueue(to.frame.clone()) {
+                drop_behind(conn, to.seq, t);
                 dropped.push(id);
             }
             dirty.insert(id.0);
@@ -268,6 +387,29 @@ enum Audience {
     ChangesOnly,
 }
 
+/// One encoded event on its way to the live watchers.
+struct Delivery<'a> {
+    frame: Rc<[u8]>,
+    seq: u64,
+    pane: Option<&'a str>,
+    pane_jail: Option<&'a str>,
+    audience: Audience,
+}
+
+/// An event as one watch line.
+fn encode(ev: &WatchEvent) -> Option<Rc<[u8]>> {
+    match serde_json::to_vec(ev) {
+        Ok(mut bytes) => {
+            bytes.push(b'\n');
+            Some(Rc::from(bytes))
+        }
+        Err(e) => {
+            log_error!("cannot encode a watch event: {e}");
+            None
+        }
+    }
+}
+
 /// A pane's state changes of this pass, held for the watchers of changes
 /// only: the state before the first, the last, and the last one's stamp.
 #[derive(Debug)]
@@ -287,6 +429,7 @@ impl Bus {
         let was_coalescing = conn.watch.as_ref().is_some_and(|f| f.changes_only);
         drop_behind(conn, self.seq, t);
         self.watchers.retain(|w| *w != id);
+        self.replays.retain(|(w, _)| *w != id);
         self.coalescing = self.coalescing.saturating_sub(usize::from(was_coalescing));
         log_warn!("dropped a watcher that fell behind");
     }
@@ -299,9 +442,41 @@ fn drop_behind(conn: &mut Conn, seq: u64, t: Timestamp) {
     conn.drop_backlog_and_close(Rc::from(protocol::err_line(None, ErrorCode::Busy, &msg)), t);
 }
 
+/// Whether a watcher receives an event of this pane (of this jail).
+fn wants(conn: &Conn, pane_jail: Option<&str>, pane: Option<&str>) -> bool {
+    let Some(filter) = &conn.watch else {
+        return false;
+    };
+    // Agent scope sees its own jail's panes and nothing daemon-wide.
+    if let Scope::Jail(j) = &conn.scope {
+        if pane_jail != Some(j.as_str()) {
+            return false;
+        }
+    }
+    if let (Some(panes), Some(p)) = (&filter.panes, pane) {
+        if !panes.iter().any(|x| x == p) {
+            return false;
+        }
+    }
+    true
+}
+
 /// The alert an event raises, if any, with its reason.
 fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<String>)> {
     let agent = &mut slot.agent;
+    // A stop somebody asked for (shutdown, stop-agent, a reload) pages no one.
+    if agent.supervision.planned_stop()
+        && matches!(
+            kind,
+            WatchKind::Exited { .. }
+                | WatchKind::State {
+                    to: AgentState::Error,
+                    ..
+                }
+        )
+    {
+        return None;
+    }
     match kind {
         WatchKind::State {
             to: AgentState::Blocked,
@@ -341,16 +516,48 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
             AlertKind::RestartsExhausted,
             Some(format!("{attempts} restarts used; not restarted again")),
         )),
+        WatchKind::Verdict { verdict, .. } => match verdict.action.as_str() {
+            "warn" | "pause" | "kill" | "escalate" => {
+                Some((AlertKind::Policy, Some(verdict.reason.clone())))
+            }
+            _ => None,
+        },
         WatchKind::Attached { .. } | WatchKind::Restarted { .. } => {
             // A new run: its failure is a new one.
             agent.failure_alerted = false;
             None
         }
+        // One request, one alert: a pane that became blocked by it has
+        // alerted already (the blocked state is published first).
+        WatchKind::ApprovalOpened { .. } if slot.pane.state() == AgentState::Blocked => None,
+        WatchKind::ApprovalOpened { approval, .. } => {
+            Some((AlertKind::Approval, Some(approval.question.clone())))
+        }
+        WatchKind::ApprovalEscalated {
+            approval,
+            pending_ms,
+            ..
+        } => Some((
+            AlertKind::ApprovalEscalated,
+            Some(format!(
+                "approval {approval} unanswered for {}",
+                humantime::format_duration(std::time::Duration::from_secs(pending_ms / 1000))
+            )),
+        )),
         WatchKind::State { .. }
+        | WatchKind::ApprovalAnswered { .. }
+        | WatchKind::ApprovalExpired { .. }
         | WatchKind::Paused { .. }
         | WatchKind::Resumed { .. }
         | WatchKind::RestartScheduled { .. }
-        | WatchKind::Heartbeat { .. } => None,
+        | WatchKind::Heartbeat { .. }
+        // Control-plane events reach operators on the watch stream.
+        | WatchKind::Task { .. }
+        | WatchKind::TaskCompleted { .. }
+        | WatchKind::ApprovalRequest { .. }
+        | WatchKind::AgentError { .. }
+        | WatchKind::Gap { .. }
+        | WatchKind::Removed { .. } => None,
     }
 }
 

@@ -16,6 +16,7 @@ use mio::{Interest, Registry, Token};
 
 use crate::core::ingest::{Frame, LineFramer};
 use crate::core::time::Timestamp;
+use crate::platform::PeerKey;
 
 /// Queued reply bytes above which no further requests of this client are
 /// served until it reads (pipelined requests wait; nothing is dropped).
@@ -40,8 +41,33 @@ const READ_BUDGET: usize = 256 * 1024;
 /// Frames handed to one `writev` (at most `IOV_MAX`, 1024 on both systems).
 const WRITE_SLICES: usize = 256;
 
-/// The mark of a frame queued in this pass, before the pass's log flush.
-const UNSTAMPED: u64 = u64::MAX;
+/// What a frame waits for before it may leave: the session log batch
+/// that holds the lines it reports (`SessionStore::log_mark`) and the watch
+/// journal's seq that holds the events it reports (`Bus::seq`). The same
+/// pair, as confirmed by the two writers, says what may leave now.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Marks {
+    pub log: u64,
+    pub journal: u64,
+}
+
+impl Marks {
+    /// A frame queued in this pass, before the pass's flushes; also "all
+    /// confirmed" (shutdown, once the logs are final).
+    pub const ALL: Marks = Marks {
+        log: u64::MAX,
+        journal: u64::MAX,
+    };
+
+    /// Whether both writers have confirmed what a frame with these marks
+    /// waits for.
+    fn within(self, confirmed: Marks) -> bool {
+        self.log <= confirmed.log && self.journal <= confirmed.journal
+    }
+}
+
+/// The marks of a frame queued in this pass, before the pass's flushes.
+const UNSTAMPED: Marks = Marks::ALL;
 
 /// What a connection may do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +107,18 @@ pub struct Received {
     pub more: bool,
 }
 
+/// Where a connection came from and when it last did anything: for the
+/// per-listener and per-peer caps and the idle close (see `server`).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Seat {
+    /// Index of the listener it was accepted on.
+    pub listener: usize,
+    /// `None` when the kernel would not say who the peer is.
+    pub peer: Option<PeerKey>,
+    /// The last complete request received, or reply bytes the peer took.
+    pub last_progress: Option<Timestamp>,
+}
+
 #[derive(Debug)]
 pub struct Conn {
     pub stream: UnixStream,
@@ -97,10 +135,11 @@ pub struct Conn {
     pub requests: VecDeque<Vec<u8>>,
     /// The client closed its side: serve what is queued, then close.
     pub eof: bool,
+    pub seat: Seat,
     framer: LineFramer,
-    /// Frames with the log mark they wait for (`SessionStore::log_mark`):
-    /// a frame leaves only once the log holds what it reports.
-    out: VecDeque<(Rc<[u8]>, u64)>,
+    /// Frames with the marks they wait for: a frame leaves only once the
+    /// session log and the watch journal hold what it reports.
+    out: VecDeque<(Rc<[u8]>, Marks)>,
     out_bytes: usize,
     /// Bytes of `out.front()` already written.
     head_written: usize,
@@ -124,6 +163,7 @@ impl Conn {
             read_pending: false,
             requests: VecDeque::new(),
             eof: false,
+            seat: Seat::default(),
             framer: LineFramer::new(max_request),
             out: VecDeque::new(),
             out_bytes: 0,
@@ -219,9 +259,9 @@ impl Conn {
         }
     }
 
-    /// Gives the frames queued since the last call the log mark that
-    /// covers what they report.
-    pub fn stamp(&mut self, mark: u64) {
+    /// Gives the frames queued since the last call the marks that cover
+    /// what they report.
+    pub fn stamp(&mut self, mark: Marks) {
         for f in self.out.iter_mut().rev() {
             if f.1 != UNSTAMPED {
                 break;
@@ -233,12 +273,12 @@ impl Conn {
     /// Writes all queued output until the socket would block (at shutdown,
     /// once the logs are final).
     pub fn flush(&mut self) -> io::Result<()> {
-        self.flush_logged(u64::MAX)
+        self.flush_logged(Marks::ALL)
     }
 
-    /// Writes the frames whose log mark is at most `logged` until the
-    /// socket would block.
-    pub fn flush_logged(&mut self, logged: u64) -> io::Result<()> {
+    /// Writes the frames whose marks are `confirmed` until the socket
+    /// would block.
+    pub fn flush_logged(&mut self, confirmed: Marks) -> io::Result<()> {
         self.last_written = 0;
         loop {
             // Many frames per `writev`: one small write per frame would
@@ -247,7 +287,7 @@ impl Conn {
             let mut slices = Vec::with_capacity(WRITE_SLICES);
             for (i, (frame, mark)) in self.out.iter().enumerate() {
                 if slices.len() == WRITE_SLICES
-                    || (i > 0 || self.head_written == 0) && *mark > logged
+                    || (i > 0 || self.head_written == 0) && !mark.within(confirmed)
                 {
                     break;
                 }
@@ -300,9 +340,21 @@ impl Conn {
         now.since(since) >= WATCH_BEHIND_GRACE
     }
 
-    /// Whether a frame waits for its log (revisit once the log advances).
-    pub fn waits_for_log(&self, logged: u64) -> bool {
-        self.out.front().is_some_and(|f| f.1 > logged)
+    /// Whether a frame waits for its log or the journal (revisit once
+    /// they advance).
+    pub fn waits_for_log(&self, confirmed: Marks) -> bool {
+        self.out.front().is_some_and(|f| !f.1.within(confirmed))
+    }
+
+    /// Idle: nothing received or taken for `limit`. A watcher with nothing
+    /// queued waits on us, not we on it, so it is never idle.
+    pub fn is_idle(&self, limit: std::time::Duration, now: Timestamp) -> bool {
+        if self.closing || (self.watch.is_some() && self.out.is_empty()) {
+            return false;
+        }
+        self.seat
+            .last_progress
+            .is_some_and(|since| now.since(since) >= limit)
     }
 
     pub fn is_flushed(&self) -> bool {
@@ -354,20 +406,40 @@ mod tests {
         }
     }
 
+    /// Marks of a frame (or confirmations) about the session log only.
+    fn log(n: u64) -> Marks {
+        Marks { log: n, journal: 0 }
+    }
+
+    #[test]
+    fn a_frame_waits_for_the_journal_as_for_the_log() {
+        let (mut c, mut peer) = conn();
+        c.enqueue(Rc::from(&b"event 7\n"[..]));
+        c.stamp(Marks { log: 2, journal: 7 });
+        c.flush_logged(Marks { log: 9, journal: 6 }).expect("flush");
+        assert!(read_all(&mut peer).is_empty());
+        assert!(c.waits_for_log(Marks { log: 9, journal: 6 }));
+        c.flush_logged(Marks { log: 1, journal: 9 }).expect("flush");
+        assert!(read_all(&mut peer).is_empty());
+        c.flush_logged(Marks { log: 2, journal: 7 }).expect("flush");
+        assert_eq!(read_all(&mut peer), b"event 7\n");
+        assert!(c.is_flushed());
+    }
+
     #[test]
     fn a_frame_leaves_only_once_its_log_mark_is_reached() {
         let (mut c, mut peer) = conn();
         c.enqueue(Rc::from(&b"first\n"[..]));
-        c.stamp(3);
+        c.stamp(log(3));
         c.enqueue(Rc::from(&b"second\n"[..]));
-        c.stamp(5);
-        c.flush_logged(2).expect("flush");
+        c.stamp(log(5));
+        c.flush_logged(log(2)).expect("flush");
         assert!(read_all(&mut peer).is_empty());
-        assert!(c.waits_for_log(2));
-        c.flush_logged(4).expect("flush");
+        assert!(c.waits_for_log(log(2)));
+        c.flush_logged(log(4)).expect("flush");
         assert_eq!(read_all(&mut peer), b"first\n");
-        assert!(c.waits_for_log(4));
-        c.flush_logged(5).expect("flush");
+        assert!(c.waits_for_log(log(4)));
+        c.flush_logged(log(5)).expect("flush");
         assert_eq!(read_all(&mut peer), b"second\n");
         assert!(c.is_flushed());
         assert_eq!(c.queued_bytes(), 0);
@@ -377,10 +449,10 @@ mod tests {
     fn frames_queued_after_a_stamp_wait_for_their_own() {
         let (mut c, mut peer) = conn();
         c.enqueue(Rc::from(&b"a\n"[..]));
-        c.stamp(1);
+        c.stamp(log(1));
         c.enqueue(Rc::from(&b"b\n"[..]));
         // Not stamped yet: only a final flush (shutdown) sends it.
-        c.flush_logged(1).expect("flush");
+        c.flush_logged(log(1)).expect("flush");
         assert_eq!(read_all(&mut peer), b"a\n");
         assert!(!c.is_flushed());
         c.flush().expect("flush");
@@ -396,10 +468,10 @@ mod tests {
             want.extend_from_slice(line.as_bytes());
             c.enqueue(Rc::from(line.into_bytes()));
         }
-        c.stamp(0);
+        c.stamp(log(0));
         let mut got = Vec::new();
         while !c.is_flushed() {
-            c.flush_logged(0).expect("flush");
+            c.flush_logged(log(0)).expect("flush");
             got.extend(read_all(&mut peer));
         }
         assert_eq!(got, want);

@@ -29,8 +29,9 @@ use crate::core::pane::Transition;
 use crate::core::time::Timestamp;
 use crate::daemon::alert::Alerter;
 use crate::daemon::bus::{self, Bus};
-use crate::daemon::conn::{Conn, Scope};
+use crate::daemon::conn::{Conn, Marks, Scope};
 use crate::daemon::diag::{log_debug, log_info, log_warn};
+use crate::daemon::journal::{Journal, JournalConfig};
 use crate::daemon::panes::{PaneKey, PaneTable};
 use crate::daemon::settings::Settings;
 use crate::daemon::source::{ConnId, Source, Tokens};
@@ -56,8 +57,9 @@ pub enum DaemonError {
     Store(String),
 }
 
-/// Wakes the loop when the log writer finished a batch; outside the token
-/// table, so dispatch ignores it and the wakeup's flush collects the batch.
+/// Wakes the loop when the log writer (or the watch journal's writer)
+/// finished a batch; outside the token table, so dispatch ignores it and
+/// the wakeup's flush collects the batch.
 const WRITER_TOKEN: Token = Token(usize::MAX);
 
 #[derive(Debug)]
@@ -96,9 +98,10 @@ pub struct Daemon {
     /// Work a budget cut short, and PTY reads, by class (`sched.rs`).
     pub(crate) sched: Sched,
     pub(crate) dirty_conns: BTreeSet<usize>,
-    /// Frames with a log mark up to this may leave (`after_wakeup`).
-    pub(crate) logged_mark: u64,
+    /// Frames with marks up to these may leave (`after_wakeup`).
+    pub(crate) confirmed: Marks,
     pub(crate) bus: Bus,
+    pub(crate) attached: crate::daemon::attach::Attached,
     pub(crate) transitions: Vec<Transition>,
     pub(crate) read_buf: Vec<u8>,
     pub(crate) run_state: RunState,
@@ -116,6 +119,11 @@ pub struct Daemon {
     /// wakeup of any kind (at the latest the heartbeat), never in a spin.
     pub(crate) store_failing: bool,
     pub(crate) reloader: crate::daemon::Reloader,
+    pub(crate) control: crate::daemon::control_plane::ControlPlane,
+    pub(crate) records: crate::daemon::supervise::RecordsWriter,
+    pub(crate) approvals: crate::daemon::approvals::ApprovalDesk,
+    /// The policies and their state (`daemon::govern` carries them out).
+    pub(crate) governor: crate::core::policy::Governor,
 }
 
 pub fn now() -> Timestamp {
@@ -166,6 +174,12 @@ impl Daemon {
                 recovery.corrupt_lines
             );
         }
+        let mut journal = Journal::open(JournalConfig::in_dir(&settings.daemon.state_dir), t0);
+        // Its wakeups reach the loop through the store writer's waker.
+        let started = store.waker().map(|w| journal.start_writer(w));
+        if let Some(Err(e)) = started {
+            log_warn!("cannot start the watch journal thread (writing on the loop): {e}");
+        }
         let alerter = Alerter::new(settings.alert.clone());
         if settings.alert.enabled
             && settings.alert.socket.is_none()
@@ -179,7 +193,10 @@ impl Daemon {
                 crate::daemon::alert::SYSTEM_LOG_SOCKETS.join(", ")
             );
         }
+        let state_dir = settings.daemon.state_dir.clone();
+        let governor = crate::core::policy::Governor::new(settings.governance.clone());
         let mut d = Daemon {
+            governor,
             panes: PaneTable::default(),
             settings,
             poll,
@@ -193,8 +210,9 @@ impl Daemon {
             shutdown_timer: None,
             sched: Sched::default(),
             dirty_conns: BTreeSet::new(),
-            logged_mark: 0,
-            bus: Bus::new(uuid::Uuid::new_v4().simple().to_string()),
+            confirmed: Marks { log: 0, journal: 0 },
+            bus: Bus::new(uuid::Uuid::new_v4().simple().to_string(), journal),
+            attached: Default::default(),
             transitions: Vec::new(),
             read_buf: vec![0; READ_BUF],
             run_state: RunState::Running,
@@ -206,10 +224,15 @@ impl Daemon {
             store_pending: false,
             store_failing: false,
             reloader,
+            control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
+            records: Default::default(),
+            approvals: crate::daemon::approvals::ApprovalDesk::default(),
         };
+        d.rearm_task_timer(t0);
         d.recover(recovery, t0);
         let operator = d.settings.daemon.socket.clone();
         d.bind(&operator, Scope::Operator)?;
+        d.start_notify_satellite(t0);
         for (jail, path) in d.settings.jail_sockets.clone() {
             d.bind(&path, Scope::Jail(jail))?;
         }
@@ -219,6 +242,7 @@ impl Daemon {
             d.settings.jail_sockets.len(),
             d.settings.daemon.state_dir.display()
         );
+        d.supervise_at_start(t0);
         Ok(d)
     }
 
@@ -233,7 +257,8 @@ impl Daemon {
             let busy = !self.sched.is_empty()
                 || (self.store_pending && !writer_busy)
                 || (self.store.compaction_active() && !writer_busy)
-                || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy);
+                || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy)
+                || self.bus.replay_wants_more(&self.conns);
             let timeout = if busy { Some(Duration::ZERO) } else { None };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -294,6 +319,7 @@ impl Daemon {
             }
             Source::Shutdown => self.shutdown_timer_fired(t),
             Source::Signals => self.on_signals(t),
+            Source::TaskAck => self.task_ack_due(t),
         }
     }
 
@@ -308,6 +334,9 @@ impl Daemon {
             match p {
                 Pending::Conn(id) => self.conn_readable(id, t),
                 Pending::Exit(key) => self.exit_notice(key, t),
+                // Accepts left by the budget; a still busy listener is
+                // queued again for the next pass (`accept`).
+                Pending::Accept(i) => self.accept(i, t),
                 Pending::Pty(key) => self.push_pending(Pending::Pty(key)),
             }
         }
@@ -381,15 +410,25 @@ impl Daemon {
         }
         self.bus.end_pass(&mut self.conns, &mut self.dirty_conns, t);
         // No reply or watch event leaves before its log holds the lines it
-        // reports (a crash could lose them): each frame queued in this pass
-        // gets the mark of what is buffered now, and leaves once the log is
-        // written that far. Agents are read meanwhile; a burst's events go
-        // out as the writer confirms them, not only once it is idle.
-        let mark = self.store.log_mark();
-        self.logged_mark = if self.store_pending {
-            self.store.logged_through()
-        } else {
-            u64::MAX
+        // reports and the watch journal the events (a crash could lose
+        // them): each frame queued in this pass gets the marks of what is
+        // buffered now (log batch, bus seq), and leaves once both writers
+        // have confirmed that far. Agents are read meanwhile; a burst's
+        // events go out as the writers confirm them, not only once idle.
+        let journaled = self.bus.sync_journal();
+        self.bus
+            .pump_replays(&mut self.conns, &mut self.dirty_conns, t);
+        let mark = Marks {
+            log: self.store.log_mark(),
+            journal: self.bus.seq(),
+        };
+        self.confirmed = Marks {
+            log: if self.store_pending {
+                self.store.logged_through()
+            } else {
+                u64::MAX
+            },
+            journal: journaled,
         };
         let dirty: Vec<usize> = std::mem::take(&mut self.dirty_conns).into_iter().collect();
         for id in dirty {

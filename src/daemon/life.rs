@@ -71,11 +71,25 @@ impl Daemon {
                 Deadline::Stall => self.stall_check(key, t),
                 Deadline::Drain => self.life_event(key, LifeEvent::DrainTimeout, t),
                 Deadline::Backoff => self.life_event(key, LifeEvent::BackoffDue, t),
+                Deadline::StopGrace => self.stop_grace_over(key),
+                Deadline::ApprovalExpiry | Deadline::ApprovalEscalation => {
+                    self.approval_deadline(key, t)
+                }
+                Deadline::Govern => self.govern_tick(t),
             }
         }
     }
 
     pub(crate) fn stall_check(&mut self, key: PaneKey, t: Timestamp) {
+        // What the agent wrote while colibrid itself was not running (stopped,
+        // or starved of CPU) waits in its PTY: read it before calling the
+        // agent quiet, whatever order this wakeup's events came in.
+        if let Some(p) = self.panes.agent_mut(key).and_then(|a| a.proc.as_mut()) {
+            p.read_pending = true;
+        }
+        // One quantum is enough: any output read makes the agent not quiet,
+        // and the rest waits its turn in the round robin.
+        self.read_pty(key, crate::daemon::sched::PTY_QUANTUM, t);
         let Some(pane) = self.panes.pane(key) else {
             return;
         };
@@ -155,6 +169,7 @@ impl Daemon {
                 };
                 let pane = agent.pane_id.clone();
                 log_info!("pane {pane} will not be restarted: {attempts} restarts used");
+                self.mark_given_up(key);
                 self.publish(WatchKind::RestartsExhausted { pane, attempts }, t);
             }
             LifeEffect::Release => {
@@ -182,12 +197,19 @@ impl Daemon {
         {
             return RestartPlan::No;
         }
+        // A declared agent's own backoff steps, else the daemon's.
+        let backoff = agent
+            .supervision
+            .spec
+            .as_ref()
+            .and_then(|s| s.backoff.as_deref())
+            .unwrap_or(&self.settings.restart_backoff);
         lifecycle::plan_restart(
             agent.rule(),
             agent.restart.attempts,
             state,
             ran_for,
-            &self.settings.restart_backoff,
+            backoff,
             t,
         )
     }

@@ -13,13 +13,19 @@
 
 pub mod agent;
 pub mod alert;
+pub(crate) mod approvals;
+pub mod attach;
 pub mod bus;
 mod classify;
 pub(crate) mod commands;
 pub mod conn;
+pub mod control_plane;
 pub mod diag;
 pub mod event_loop;
+mod govern;
+pub mod journal;
 mod life;
+pub mod notify;
 pub mod panes;
 mod proc;
 pub(crate) mod recovery;
@@ -29,6 +35,7 @@ pub mod settings;
 mod shutdown;
 pub mod source;
 pub mod store;
+pub mod supervise;
 pub mod timers;
 pub(crate) mod views;
 

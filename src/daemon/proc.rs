@@ -91,6 +91,7 @@ impl Daemon {
     /// Feeds `read_buf[..n]` to the pane (the single ingest entry), which
     /// hands each line back, classified, for the session log.
     pub(crate) fn ingest_chunk(&mut self, key: PaneKey, n: usize, t: Timestamp) {
+        self.attach_output(key, n, t);
         let Some(Slot { pane, agent }) = self.panes.get_mut(key) else {
             return;
         };
@@ -98,6 +99,7 @@ impl Daemon {
             return;
         }
         let turns_before = pane.turns();
+        pane.record_facts();
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
         pane.ingest_with(&self.read_buf[..n], t, &mut self.transitions, |f, k| {
             log.line(f, k)
@@ -114,6 +116,7 @@ impl Daemon {
             return LineKind::Malformed;
         };
         let turns_before = pane.turns();
+        pane.record_facts();
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
         let kind = pane.ingest_line_with(line, t, &mut self.transitions, |f, k| log.line(f, k));
         if pane.turns() > turns_before {
@@ -126,6 +129,7 @@ impl Daemon {
     /// Publishes the transitions a batch of lines caused and keeps the
     /// pane's stall deadline and alerts up to date.
     pub(crate) fn after_ingest(&mut self, key: PaneKey, t: Timestamp) {
+        self.govern(key, t);
         let transitions = std::mem::take(&mut self.transitions);
         for tr in &transitions {
             self.on_transition(key, tr, t);
@@ -133,7 +137,9 @@ impl Daemon {
         self.transitions = transitions;
         self.transitions.clear();
         self.index_runtime(key, t);
+        self.note_harness_session(key);
         self.refresh_stall(key, t);
+        self.after_approvals(key, t);
     }
 
     pub(crate) fn on_transition(&mut self, key: PaneKey, tr: &Transition, t: Timestamp) {
@@ -244,6 +250,9 @@ impl Daemon {
         }
         self.tokens.remove(proc_.pty_token);
         agent.timers.clear(Deadline::Drain, t, self.poll.registry());
+        agent
+            .timers
+            .clear(Deadline::StopGrace, t, self.poll.registry());
         agent.timers.clear(Deadline::Stall, t, self.poll.registry());
         let status = proc_.status.unwrap_or(ExitStatus::Unknown);
         // A last line without a newline is still a line.
@@ -285,8 +294,10 @@ impl Daemon {
             },
             t,
         );
+        self.attach_exited(key, code, signal, t);
         let restart = self.restart_plan(key, state, ran_for, t);
         self.life_event(key, LifeEvent::Ended { restart }, t);
+        self.after_end(key, t);
         self.accept_blocked = true;
     }
 

@@ -54,6 +54,9 @@ pub(crate) enum Pending {
     /// Urgent: an exit noticed at registration (the child died before we
     /// watched).
     Exit(PaneKey),
+    /// Urgent: a listener with connections still waiting to be accepted
+    /// (the accept budget of a wakeup ran out).
+    Accept(usize),
 }
 
 /// Pending work by class; each item is queued at most once.
@@ -71,7 +74,7 @@ impl Sched {
         }
         match p {
             Pending::Pty(key) => self.bulk.push_back(key),
-            Pending::Conn(_) | Pending::Exit(_) => self.urgent.push_back(p),
+            Pending::Conn(_) | Pending::Exit(_) | Pending::Accept(_) => self.urgent.push_back(p),
         }
     }
 
@@ -117,11 +120,17 @@ mod tests {
         s.push(Pending::Conn(ConnId(1)));
         s.push(Pending::Conn(ConnId(1)));
         s.push(Pending::Conn(ConnId(2)));
+        s.push(Pending::Accept(0));
+        s.push(Pending::Accept(0));
         assert_eq!(s.bulk_len(), 0);
         let taken = s.take_urgent();
         assert_eq!(
             taken,
-            vec![Pending::Conn(ConnId(1)), Pending::Conn(ConnId(2))]
+            vec![
+                Pending::Conn(ConnId(1)),
+                Pending::Conn(ConnId(2)),
+                Pending::Accept(0)
+            ]
         );
         assert!(s.is_empty());
         // Once taken, it may be queued again (a budget cut it short).

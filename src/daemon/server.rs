@@ -14,13 +14,16 @@ use mio::Interest;
 
 use crate::core::time::Timestamp;
 use crate::daemon::bus::Outlets;
-use crate::daemon::conn::{Conn, Scope};
+use crate::daemon::conn::{Conn, Scope, Seat};
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::{
     Daemon, DaemonError, Listener, Pending, CONN_STEPS_PER_WAKEUP, LINGER,
 };
+
+/// Connections accepted (or refused) per listener per wakeup.
+const ACCEPTS_PER_WAKEUP: usize = 64;
 use crate::daemon::source::{ConnId, Source};
-use crate::platform;
+use crate::platform::{self, PeerKey};
 use crate::protocol::{self, ErrorCode, WatchKind};
 
 impl Daemon {
@@ -91,7 +94,16 @@ impl Daemon {
         if self.is_stopping() {
             return;
         }
+        // Clients connecting in a tight loop must not keep the loop here:
+        // what is left is accepted on the next turn, via `pending`.
+        let mut budget = ACCEPTS_PER_WAKEUP;
+        let mut reap = true;
         loop {
+            if budget == 0 {
+                self.push_pending(Pending::Accept(i));
+                return;
+            }
+            budget -= 1;
             let Some(l) = self.listeners.get(i) else {
                 return;
             };
@@ -110,12 +122,9 @@ impl Daemon {
                     return;
                 }
             };
-            if self.conns.len() >= self.settings.daemon.max_connections {
-                let line = protocol::err_line(
-                    None,
-                    ErrorCode::Busy,
-                    "too many connections; try again later",
-                );
+            let peer = platform::peer_key(stream.as_fd()).ok();
+            if let Some(why) = self.refusal(i, &scope, peer, std::mem::take(&mut reap), t) {
+                let line = protocol::err_line(None, ErrorCode::Busy, why);
                 let _ = io::Write::write(&mut stream, &line);
                 continue;
             }
@@ -139,16 +148,83 @@ impl Daemon {
                 self.tokens.remove(token);
                 continue;
             }
-            entry.insert(Conn::new(
-                stream,
-                token,
-                scope,
-                self.settings.daemon.max_request,
-            ));
+            let mut conn = Conn::new(stream, token, scope, self.settings.daemon.max_request);
+            conn.seat = Seat {
+                listener: i,
+                peer,
+                last_progress: Some(t),
+            };
+            entry.insert(conn);
+            reap = true;
             // Data may have arrived before registration; edge-triggered
             // polling would not report it again.
             self.push_pending(Pending::Conn(id));
-            let _ = t;
+        }
+    }
+
+    /// Why a new connection on listener `i` is refused, if it is. Each
+    /// listener has its own cap, so jail sockets never take the operator's
+    /// room; each peer has a share of it. Connections whose peer already
+    /// hung up are finished first (when `reap`: once per connection
+    /// accepted, so refusals stay cheap), so they are never counted.
+    fn refusal(
+        &mut self,
+        i: usize,
+        scope: &Scope,
+        peer: Option<PeerKey>,
+        reap: bool,
+        t: Timestamp,
+    ) -> Option<&'static str> {
+        let why = self.over_cap(i, scope, peer)?;
+        if !reap {
+            return Some(why);
+        }
+        self.finish_hung_up(i, t);
+        self.over_cap(i, scope, peer)
+    }
+
+    fn over_cap(&self, i: usize, scope: &Scope, peer: Option<PeerKey>) -> Option<&'static str> {
+        let d = &self.settings.daemon;
+        let on_listener = self.conns.iter().filter(|(_, c)| c.seat.listener == i);
+        if on_listener.clone().count() >= d.max_connections {
+            return Some("too many connections; try again later");
+        }
+        if is_the_operator(scope, peer) {
+            return None;
+        }
+        let same_peer = on_listener.filter(|(_, c)| c.seat.peer == peer).count();
+        (same_peer >= d.max_connections_per_peer)
+            .then_some("too many connections from this peer; try again later")
+    }
+
+    /// Serves what hung-up clients of listener `i` sent and closes them now,
+    /// instead of when their hang-up comes round in the event queue.
+    fn finish_hung_up(&mut self, i: usize, t: Timestamp) {
+        let gone: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.seat.listener == i && platform::peer_hung_up(c.stream.as_fd()))
+            .map(|(k, _)| ConnId(k))
+            .collect();
+        for id in gone {
+            self.conn_readable(id, t);
+            self.flush_conn(id, t);
+        }
+    }
+
+    /// Closes connections idle for longer than `idle_timeout`: a client that
+    /// connects and says nothing (or stops reading) gives its slot back.
+    pub(crate) fn close_idle_conns(&mut self, t: Timestamp) {
+        let limit = self.settings.daemon.idle_timeout;
+        let idle: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.is_idle(limit, t))
+            .map(|(k, _)| ConnId(k))
+            .collect();
+        for id in idle {
+            log_info!("closing a connection idle for {}s", limit.as_secs());
+            self.close_conn(id);
         }
     }
 
@@ -201,6 +277,7 @@ impl Daemon {
                 return;
             }
             if let Some(line) = conn.requests.pop_front() {
+                conn.seat.last_progress = Some(t);
                 self.serve_line(id, &line, t);
                 continue;
             }
@@ -273,8 +350,13 @@ impl Daemon {
         let Some(conn) = self.conns.get_mut(id.0) else {
             return;
         };
-        let failed = conn.flush_logged(self.logged_mark).is_err();
-        if conn.waits_for_log(self.logged_mark) {
+        let queued = conn.queued_bytes();
+        let failed = conn.flush_logged(self.confirmed).is_err();
+        // Progress for the idle close: the peer took some of its queue.
+        if conn.queued_bytes() < queued {
+            conn.seat.last_progress = Some(t);
+        }
+        if conn.waits_for_log(self.confirmed) {
             self.dirty_conns.insert(id.0);
         }
         if conn.watch_fell_behind(t) {
@@ -303,6 +385,8 @@ impl Daemon {
         let _ = self.poll.registry().deregister(&mut conn.stream);
         self.tokens.remove(conn.token);
         self.bus.unsubscribe(id, &self.conns);
+        self.detach_conn(id);
+        self.approvals.forget_conn(id);
         self.accept_blocked = true;
     }
 
@@ -316,4 +400,11 @@ impl Daemon {
         };
         self.bus.emit(kind, t, out);
     }
+}
+
+/// The operator (root, or the daemon's own user on its host) on the
+/// operator socket is never capped per peer: it always has room.
+fn is_the_operator(scope: &Scope, peer: Option<PeerKey>) -> bool {
+    *scope == Scope::Operator
+        && peer.is_some_and(|p| p.jail == 0 && (p.uid == 0 || p.uid == platform::effective_uid()))
 }

@@ -26,8 +26,17 @@ pub struct Settings {
     pub max_restarts: u32,
     pub providers: BTreeMap<String, Vec<String>>,
     pub jail_sockets: Vec<(String, PathBuf)>,
+    /// The file with `[[notify]]` sinks, if it has any: colibrid then
+    /// supervises `colibri notify` (see `daemon/notify.rs`).
+    pub notify_config: Option<PathBuf>,
+    /// `[agents.NAME]`, resolved (`daemon::supervise` reconciles them).
+    pub agents: BTreeMap<String, crate::core::spec::AgentSpec>,
+    /// The `[approvals]` section.
+    pub approvals: crate::daemon::approvals::ApprovalPolicy,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
+    /// Budgets, loop detection, the guard and prices.
+    pub governance: crate::core::policy::Policies,
 }
 
 /// How long an exited agent's PTY may stay open (a grandchild holding the
@@ -60,7 +69,14 @@ impl Settings {
                 .iter()
                 .map(|(k, j)| (k.clone(), j.socket.clone()))
                 .collect(),
+            notify_config: cfg
+                .source
+                .clone()
+                .filter(|p| crate::config::notify::load_sinks(p).is_ok_and(|s| !s.is_empty())),
+            agents: cfg.agents.clone(),
+            approvals: crate::daemon::approvals::ApprovalPolicy::from_section(&cfg.approvals),
             reload: ReloadStatus::default(),
+            governance: cfg.governance.clone(),
         }
     }
 }

@@ -66,13 +66,18 @@ impl Daemon {
         self.settings.daemon.stall_after = new.daemon.stall_after;
         self.settings.daemon.heartbeat = new.daemon.heartbeat;
         self.settings.daemon.shutdown_grace = new.daemon.shutdown_grace;
+        self.settings.daemon.retain_finished = new.daemon.retain_finished;
         self.settings.restart_backoff = new.restart_backoff;
         self.settings.max_restarts = new.max_restarts;
         self.settings.providers = new.providers;
         self.settings.alert = new.alert;
+        self.reconcile_declared(new.agents, super::now());
+        self.governor.reconfigure(new.governance.clone());
+        self.settings.governance = new.governance;
     }
 
     pub(crate) fn on_heartbeat(&mut self, t: Timestamp) {
+        self.retire_finished(t);
         let n = self.panes.len();
         self.publish(WatchKind::Heartbeat { panes: n }, t);
         if let Some(session) = self.store.heartbeat(t) {
@@ -88,6 +93,7 @@ impl Daemon {
         for id in lingering {
             self.close_conn(ConnId(id));
         }
+        self.close_idle_conns(t);
     }
 
     pub(crate) fn begin_shutdown(&mut self, t: Timestamp) {
@@ -104,6 +110,7 @@ impl Daemon {
                 let _ = self.poll.registry().deregister(&mut socket);
             }
         }
+        self.stop_all_planned();
         // Orphans first: once the agents die, their own descendants become
         // orphans too and would get the signal twice.
         self.signal_orphans(libc::SIGTERM);
@@ -241,6 +248,7 @@ impl Daemon {
     pub(crate) fn finish_shutdown(&mut self) -> Result<(), DaemonError> {
         // Never exit 0 having lost acknowledged records (see RELIABILITY.md).
         let outcome = self.store.shutdown_flush(now());
+        self.records.close();
         if !outcome.data_safe() {
             bus::log_write_alert(&mut self.alerter, &self.store.health(), now());
         }

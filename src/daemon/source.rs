@@ -52,6 +52,8 @@ pub enum Source {
     /// The shutdown grace deadline.
     Shutdown,
     Signals,
+    /// The control plane's claim acknowledgement deadline.
+    TaskAck,
 }
 
 #[derive(Debug, Default)]

@@ -169,6 +169,21 @@ pub struct ExitRecord<'a> {
     pub reason: Option<&'a str>,
 }
 
+/// An answer to an approval, as the session log keeps it (`fold` replays it).
+#[derive(Copy, Clone, Debug)]
+pub struct AnswerRecord<'a> {
+    pub pane: &'a str,
+    pub approval: &'a str,
+    /// `approve`, `deny` or `answer`.
+    pub decision: &'a str,
+    pub message: Option<&'a str>,
+    pub text: Option<&'a str>,
+    /// `operator`, `jail:NAME` or `policy`.
+    pub by: &'a str,
+    /// The peer's effective uid (absent for the policy).
+    pub uid: Option<u32>,
+}
+
 /// How compaction treats one event line (the taxonomy decides).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LineClass {
@@ -949,6 +964,19 @@ impl SessionStore {
         self.commit(i, before, false);
     }
 
+    /// Records an answer to an approval. Never dropped.
+    pub fn answer(&mut self, session: &str, rec: &AnswerRecord<'_>, now: Timestamp) {
+        self.note_now(now);
+        let Some(i) = self.session_index(session, now) else {
+            self.reject(session, 0);
+            return;
+        };
+        let s = &mut self.sessions[i];
+        let before = s.buf.len();
+        record::encode_answer(&mut s.buf, &mut self.ts, now, rec);
+        self.commit(i, before, false);
+    }
+
     /// Hands buffered records to the writer, at most `budget` bytes,
     /// sessions in the order they got data, and applies the outcome of the
     /// batch the writer finished (if any). Without a writer thread (unit
@@ -1051,6 +1079,15 @@ impl SessionStore {
                 Ok(())
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// The writer thread's loop waker, for another thread that must wake
+    /// the loop (mio allows one waker per poll).
+    pub fn waker(&self) -> Option<std::sync::Arc<mio::Waker>> {
+        match &self.writer {
+            Writer::Thread(t) => Some(t.waker()),
+            Writer::Inline(_) => None,
         }
     }
 

@@ -30,22 +30,44 @@ pub enum Deadline {
     Drain,
     /// Restart backoff.
     Backoff,
+    /// A planned stop sent SIGTERM; SIGKILL follows if still running.
+    StopGrace,
+    /// The earliest pending approval's own timeout (a Pi dialog's, or the
+    /// wait of a `colibri hook`).
+    ApprovalExpiry,
+    /// The next approval to escalate, or to answer by the default policy.
+    ApprovalEscalation,
+    /// A governance resume: a loop's backoff or a budget window (the
+    /// governor says which when it ticks).
+    Govern,
 }
 
-const ALL: [Deadline; 3] = [Deadline::Stall, Deadline::Drain, Deadline::Backoff];
+const ALL: [Deadline; 7] = [
+    Deadline::Stall,
+    Deadline::Drain,
+    Deadline::Backoff,
+    Deadline::StopGrace,
+    Deadline::ApprovalExpiry,
+    Deadline::ApprovalEscalation,
+    Deadline::Govern,
+];
 
 fn slot(d: Deadline) -> usize {
     match d {
         Deadline::Stall => 0,
         Deadline::Drain => 1,
         Deadline::Backoff => 2,
+        Deadline::StopGrace => 3,
+        Deadline::ApprovalExpiry => 4,
+        Deadline::ApprovalEscalation => 5,
+        Deadline::Govern => 6,
     }
 }
 
 #[derive(Debug, Default)]
 pub struct PaneTimers {
     timer: Option<(KernelTimer, Token)>,
-    due: [Option<Timestamp>; 3],
+    due: [Option<Timestamp>; ALL.len()],
     /// What the kernel timer is armed for.
     armed: Option<Timestamp>,
 }
@@ -108,7 +130,7 @@ impl PaneTimers {
 
     /// Drops the kernel timer and its token: the pane waits on nothing.
     pub fn release(&mut self, registry: &Registry, tokens: &mut Tokens) {
-        self.due = [None; 3];
+        self.due = [None; ALL.len()];
         self.armed = None;
         if let Some((timer, token)) = self.timer.take() {
             timer.deregister(registry);
@@ -155,7 +177,7 @@ impl PaneTimers {
     fn arm(
         timer: &mut KernelTimer,
         armed: &mut Option<Timestamp>,
-        due: [Option<Timestamp>; 3],
+        due: [Option<Timestamp>; ALL.len()],
         now: Timestamp,
         registry: &Registry,
     ) {

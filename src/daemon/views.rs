@@ -24,7 +24,13 @@ impl Daemon {
                 .panes
                 .iter()
                 .filter(|(k, _)| self.visible(scope, *k))
-                .map(|(_, s)| PaneV1::from_pane(&s.pane, t, stall))
+                .map(|(_, s)| {
+                    let mut v = PaneV1::from_pane(&s.pane, t, stall);
+                    // The contract's five states: see docs/PROTOCOL.md.
+                    let actual = s.agent.supervision.actual(&s.agent);
+                    v.state = crate::core::spec::v1_state(actual, s.pane.state());
+                    v
+                })
                 .collect(),
         }
     }
@@ -43,6 +49,10 @@ impl Daemon {
                     v.jail = a.jail.clone();
                     v.pid = a.running_pid();
                     v.generation = a.generation;
+                    v.supervision = Some(a.supervision.wire(a));
+                    for w in &mut v.approvals {
+                        w.escalated = self.approvals.escalated(&w.id);
+                    }
                     if a.restart.policy != RestartPolicy::Never {
                         v.restart = Some(WireRestart {
                             policy: a.restart.policy.as_str().to_string(),
@@ -82,12 +92,28 @@ impl Daemon {
             own_sessions.push(s.agent.session.as_str());
         }
         let reload = self.settings.reload.shown_to(scope);
+        // A jail socket is reachable by every user of the jail (on Linux, of
+        // the host): it answers what an agent needs (its panes, their states,
+        // the stall threshold, the version), not where and how the daemon runs.
+        let operator = *scope == Scope::Operator;
         StatusData {
-            host: self.settings.daemon.host.clone(),
-            os: self.os.clone(),
+            host: if operator {
+                self.settings.daemon.host.clone()
+            } else {
+                String::new()
+            },
+            os: if operator {
+                self.os.clone()
+            } else {
+                String::new()
+            },
             version: env!("CARGO_PKG_VERSION").to_string(),
-            pid: std::process::id(),
-            started_at: self.started_at.to_rfc3339(),
+            pid: if operator { std::process::id() } else { 0 },
+            started_at: if operator {
+                self.started_at.to_rfc3339()
+            } else {
+                String::new()
+            },
             agents,
             running,
             // Daemon-wide counts are the operator's business only.
@@ -113,7 +139,9 @@ impl Daemon {
             stalled,
             stall_after_ms: self.settings.daemon.stall_after.as_millis() as u64,
             scope: scope.name(),
-            logs: {
+            logs: if !operator {
+                LogHealth::default()
+            } else {
                 let h = self.store.health();
                 LogHealth {
                     pending_bytes: h.pending_bytes as u64,

@@ -47,9 +47,32 @@ pub use os::{
     KernelTimer, SignalSource,
 };
 pub use posix::{
-    ensure_std_fds, hostname, lookup_user, raise_fd_limit, read_master, reap, reap_any,
-    set_window_size, signal_group, utc_offset_seconds, write_nonblocking,
+    effective_uid, ensure_std_fds, hostname, lookup_user, peer_hung_up, raise_fd_limit,
+    read_master, reap, reap_any, set_window_size, signal_group, utc_offset_seconds,
+    write_nonblocking,
 };
+
+/// Who holds the other end of a local socket, for per-peer caps: the uid,
+/// and on FreeBSD the jail (a uid is jail-local there). `jail` is 0 on the
+/// host and on Linux, -1 when the kernel did not say which process it is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerKey {
+    pub uid: u32,
+    pub jail: i32,
+}
+
+/// The [`PeerKey`] of a connected local socket.
+pub fn peer_key(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<PeerKey> {
+    let cred = peer_cred(fd)?;
+    let jail = match cred.pid {
+        Some(pid) => pid_jail(pid).unwrap_or(-1),
+        None => -1,
+    };
+    Ok(PeerKey {
+        uid: cred.uid,
+        jail,
+    })
+}
 
 /// A process id, as the kernel and `libc::pid_t` spell it.
 pub type Pid = i32;

@@ -934,3 +934,22 @@ pub(super) fn close_fds_from_3_by_loop() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Whether the peer of a connected socket has closed it (POLLHUP), even
+/// with unread data left: a closed client must not hold a connection slot
+/// while its hang-up waits in the event queue.
+pub fn peer_hung_up(fd: BorrowedFd<'_>) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(n) if n > 0 => fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)),
+        _ => false,
+    }
+}
+
+/// The daemon's effective uid (the operator socket's owner).
+pub fn effective_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}

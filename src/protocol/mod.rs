@@ -22,6 +22,25 @@ use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::core::usage::Usage;
 
+mod approvals;
+pub use approvals::{
+    fold_approvals, ApprovalsArgs, ApprovalsReply, DecideArgs, DecideReply, FoldApproval, HookArgs,
+    HookReply, WireApproval, WireOutcome,
+};
+pub mod control_plane;
+pub use control_plane::{
+    ActivityArgs, ActivityReply, CallerArgs, StateReply, TaskActArgs, TaskAddArgs, TaskClaimArgs,
+    TaskReply, TasksArgs, TasksReply,
+};
+mod lifecycle;
+pub use lifecycle::{LifecycleReply, WireSupervision};
+pub mod attach;
+pub use attach::{
+    AttachArgs, AttachInputArgs, AttachInputReply, AttachReply, AttachResizeArgs, AttachResizeReply,
+};
+mod governance;
+pub use governance::{BudgetArgs, BudgetReply, WireBudget, WireVerdict};
+
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
 
@@ -152,6 +171,12 @@ pub struct PaneV2 {
     pub exit: Option<WireExit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<WireRestart>,
+    /// Wanted beside actual state (see `protocol::lifecycle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervision: Option<WireSupervision>,
+    /// Pending approvals, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<WireApproval>,
 }
 
 impl PaneV2 {
@@ -183,6 +208,12 @@ impl PaneV2 {
             blocked_reason: p.blocked_reason().map(str::to_string),
             exit: p.exit().map(WireExit::from),
             restart: None,
+            supervision: None,
+            approvals: p
+                .pending_approvals()
+                .iter()
+                .map(|a| WireApproval::new(a, p.id.as_str(), p.name.as_deref(), false))
+                .collect(),
         }
     }
 }
@@ -303,6 +334,12 @@ pub struct FoldReport {
     pub blocked_reason: Option<String>,
     #[serde(default)]
     pub exit: Option<WireExit>,
+    /// Every approval the stream asked for, and how it ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<FoldApproval>,
+    /// Policy verdicts (guard, loops, budgets) at the lines that caused them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<WireVerdict>,
 }
 
 /// One state change in a fold; `line` is the 1-based non-blank line that
@@ -344,6 +381,28 @@ pub enum Command {
     Emit(EmitArgs),
     Whoami,
     Hint(HintArgs),
+    State(CallerArgs),
+    Tasks(TasksArgs),
+    TaskAdd(Box<TaskAddArgs>),
+    TaskClaim(TaskClaimArgs),
+    TaskAck(TaskActArgs),
+    TaskDone(TaskActArgs),
+    TaskFail(TaskActArgs),
+    TaskCancel(TaskActArgs),
+    Activity(ActivityArgs),
+    StartAgent(AgentArgs),
+    StopAgent(AgentArgs),
+    RestartAgent(AgentArgs),
+    RemoveAgent(AgentArgs),
+    Attach(AttachArgs),
+    AttachInput(AttachInputArgs),
+    AttachResize(AttachResizeArgs),
+    Approvals(ApprovalsArgs),
+    Approve(DecideArgs),
+    Deny(DecideArgs),
+    Answer(DecideArgs),
+    Hook(HookArgs),
+    Budget(BudgetArgs),
 }
 
 /// Who may use a command.
@@ -370,7 +429,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 16] = {
+pub const COMMANDS: [CommandInfo; 38] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -389,6 +448,28 @@ pub const COMMANDS: [CommandInfo; 16] = {
         cmd("emit", Agent),
         cmd("whoami", Agent),
         cmd("hint", Operator),
+        cmd("state", Agent),
+        cmd("tasks", Agent),
+        cmd("task-add", Operator),
+        cmd("task-claim", Agent),
+        cmd("task-ack", Agent),
+        cmd("task-done", Agent),
+        cmd("task-fail", Agent),
+        cmd("task-cancel", Operator),
+        cmd("activity", Agent),
+        cmd("start-agent", Operator),
+        cmd("stop-agent", Operator),
+        cmd("restart-agent", Operator),
+        cmd("remove-agent", Operator),
+        cmd("attach", Operator),
+        cmd("attach-input", Operator),
+        cmd("attach-resize", Operator),
+        cmd("approvals", Agent),
+        cmd("approve", Operator),
+        cmd("deny", Operator),
+        cmd("answer", Operator),
+        cmd("hook", Agent),
+        cmd("budget", Operator),
     ]
 };
 
@@ -424,6 +505,28 @@ impl Command {
             Command::Emit(_) => 13,
             Command::Whoami => 14,
             Command::Hint(_) => 15,
+            Command::State(_) => 16,
+            Command::Tasks(_) => 17,
+            Command::TaskAdd(_) => 18,
+            Command::TaskClaim(_) => 19,
+            Command::TaskAck(_) => 20,
+            Command::TaskDone(_) => 21,
+            Command::TaskFail(_) => 22,
+            Command::TaskCancel(_) => 23,
+            Command::Activity(_) => 24,
+            Command::StartAgent(_) => 25,
+            Command::StopAgent(_) => 26,
+            Command::RestartAgent(_) => 27,
+            Command::RemoveAgent(_) => 28,
+            Command::Attach(_) => 29,
+            Command::AttachInput(_) => 30,
+            Command::AttachResize(_) => 31,
+            Command::Approvals(_) => 32,
+            Command::Approve(_) => 33,
+            Command::Deny(_) => 34,
+            Command::Answer(_) => 35,
+            Command::Hook(_) => 36,
+            Command::Budget(_) => 37,
         }
     }
 
@@ -553,6 +656,9 @@ pub struct WatchArgs {
     /// `all` (the default) or `changes`: state changes only.
     #[serde(default)]
     pub mode: WatchMode,
+    /// Replay the journaled events after this seq first (see `watch.rs`).
+    #[serde(default)]
+    pub since: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -637,10 +743,15 @@ pub enum ErrorCode {
     Os,
     /// A bug: the daemon could not encode its own reply.
     Internal,
+    /// A short id prefix names more than one pane; the message lists them.
+    Ambiguous,
+    /// The approval cannot take this decision, or its harness has no
+    /// answer channel.
+    Unanswerable,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownCommand,
         ErrorCode::Invalid,
@@ -652,6 +763,8 @@ impl ErrorCode {
         ErrorCode::Store,
         ErrorCode::Os,
         ErrorCode::Internal,
+        ErrorCode::Ambiguous,
+        ErrorCode::Unanswerable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -667,6 +780,8 @@ impl ErrorCode {
             ErrorCode::Store => "store",
             ErrorCode::Os => "os",
             ErrorCode::Internal => "internal",
+            ErrorCode::Ambiguous => "ambiguous",
+            ErrorCode::Unanswerable => "unanswerable",
         }
     }
 }
@@ -966,6 +1081,21 @@ pub enum Reply {
     Compact(CompactReply),
     Whoami(WhoamiReply),
     Hint(HintReply),
+    State(StateReply),
+    Tasks(TasksReply),
+    Task(TaskReply),
+    Activity(ActivityReply),
+    Lifecycle(LifecycleReply),
+    Attach(AttachReply),
+    AttachInput(AttachInputReply),
+    AttachResize(AttachResizeReply),
+    Approvals(ApprovalsReply),
+    Decide(DecideReply),
+    Hook(HookReply),
+    /// No reply now: the handler sends it later (`hook` waiting for a
+    /// decision). Never serialised.
+    Deferred,
+    Budget(BudgetReply),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1057,6 +1187,94 @@ pub enum WatchKind {
     Heartbeat {
         panes: usize,
     },
+    /// A control-plane task changed status; `pane` is the agent holding
+    /// (or that held) it.
+    Task {
+        task_id: u64,
+        status: crate::core::tasks::TaskStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pane: Option<String>,
+    },
+    /// `activity`: an agent reports a finished task.
+    TaskCompleted {
+        pane: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
+    },
+    /// `activity`: an agent asks the operator to approve an operation.
+    ApprovalRequest {
+        pane: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
+    },
+    /// `activity`: an agent reports an error (and what it did about it).
+    #[serde(rename = "error")]
+    AgentError {
+        pane: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
+    },
+    /// A `watch` with `since` asked for events the journal no longer
+    /// holds: those after `since` and before `resumes_at` are lost.
+    Gap {
+        since: u64,
+        resumes_at: u64,
+    },
+    /// `remove-agent` forgot the pane (its session logs stay).
+    Removed {
+        pane: String,
+    },
+    /// A harness asked the operator something.
+    ApprovalOpened {
+        pane: String,
+        approval: Box<WireApproval>,
+    },
+    /// The operator (or the default policy) answered.
+    ApprovalAnswered {
+        pane: String,
+        approval: String,
+        decision: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// `operator`, `jail:NAME` or `policy`.
+        by: String,
+    },
+    /// It ended without colibri's answer (`reason`: `cancelled`,
+    /// `resolved`, `timed_out`, `exited`, `overflow`).
+    ApprovalExpired {
+        pane: String,
+        approval: String,
+        reason: String,
+    },
+    /// Pending longer than `[approvals] escalate_after`.
+    ApprovalEscalated {
+        pane: String,
+        approval: String,
+        pending_ms: u64,
+    },
+    /// A policy's verdict (docs/GOVERNANCE.md), carried out already.
+    Verdict {
+        pane: String,
+        verdict: WireVerdict,
+    },
 }
 
 impl WatchKind {
@@ -1071,8 +1289,18 @@ impl WatchKind {
             | WatchKind::Exited { pane, .. }
             | WatchKind::RestartScheduled { pane, .. }
             | WatchKind::Restarted { pane, .. }
-            | WatchKind::RestartsExhausted { pane, .. } => Some(pane),
-            WatchKind::Heartbeat { .. } => None,
+            | WatchKind::RestartsExhausted { pane, .. }
+            | WatchKind::TaskCompleted { pane, .. }
+            | WatchKind::ApprovalRequest { pane, .. }
+            | WatchKind::AgentError { pane, .. }
+            | WatchKind::Removed { pane }
+            | WatchKind::ApprovalOpened { pane, .. }
+            | WatchKind::ApprovalAnswered { pane, .. }
+            | WatchKind::ApprovalExpired { pane, .. }
+            | WatchKind::ApprovalEscalated { pane, .. }
+            | WatchKind::Verdict { pane, .. } => Some(pane),
+            WatchKind::Task { pane, .. } => pane.as_deref(),
+            WatchKind::Heartbeat { .. } | WatchKind::Gap { .. } => None,
         }
     }
 }

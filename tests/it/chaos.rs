@@ -93,6 +93,7 @@ fn kill_stop_and_freeze_while_agents_stream_lose_no_acknowledged_line() {
         dir,
         child: None,
         args: Vec::new(),
+        env: Vec::new(),
     };
     launch(&mut d, &stall);
     let mut sessions = Vec::new();

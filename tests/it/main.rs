@@ -4,19 +4,35 @@
 
 mod support;
 
+/// Approvals: asked by scripted agents, answered by the operator and hooks.
+mod approvals;
 /// Kills, stops and disk freezes while agents stream.
 mod chaos;
 /// The operator CLI against the real daemon, reload, hints, jail scope.
 mod cli;
 /// The glasspane contract's commands and example lines.
 mod contract;
+/// The control plane: tasks, the claim handshake, scope, restarts.
+mod control_plane;
 /// Session logs, recovery after a crash, syslog alerts, configuration.
 mod durability;
+/// Governance: budgets, loop detection and the guard, carried out.
+mod govern;
+/// Hostile local clients: caps, idle close, jail status, the soak.
+mod hostile;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.
 mod lifecycle;
 /// The loop under load: bursts, floods, watchers of state changes.
 mod load;
+/// The resumable watch and `colibri notify`.
+mod notify;
 /// The reshaped top layer: per-pane resources, lifecycle events, the bus.
 mod reshape;
 /// Bad input, slow clients, floods, scale.
 mod robustness;
+/// The supervisor: declared agents, lifecycle commands, resume, ids.
+mod supervise;
+/// `colibri top` and `colibri attach` under tmux; the attach protocol.
+mod views;
+/// `colibri web`: its token, its event stream, the page in headless chromium.
+mod web;

@@ -155,7 +155,16 @@ fn any_stream_folds_offline_to_what_the_live_daemon_reports() {
     use proptest::sample::select;
     use proptest::test_runner::{Config, TestRunner};
 
-    let d = Colibrid::start(&[]);
+    // Governance would stop `cat` at a random destructive or repeated tool
+    // call (tests/it/govern.rs covers that); this property is about ingest.
+    let cfg_dir = tempfile::tempdir().expect("tempdir");
+    let cfg = cfg_dir.path().join("colibri.toml");
+    std::fs::write(
+        &cfg,
+        "[loops]\nenabled = false\n\n[guard]\nenabled = false\n",
+    )
+    .expect("write config");
+    let d = Colibrid::start(&["--config", &cfg.display().to_string()]);
     let max_line = colibri::core::ingest::DEFAULT_MAX_LINE;
     let lines = stream_lines();
     let line = prop_oneof![

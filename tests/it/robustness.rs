@@ -73,7 +73,9 @@ fn a_watcher_that_falls_behind_is_dropped_with_a_final_error() {
     let mut w = UnixStream::connect(&d.socket).expect("connect");
     w.write_all(b"{\"cmd\":\"watch\"}\n").expect("watch");
     // Many panes changing state produce far more than a watcher's queue.
-    let body = "i=0; while [ $i -lt 3000 ]; do echo '{\"type\":\"extension_ui_request\",\"id\":\"q\",\"method\":\"confirm\",\"title\":\"ok?\"}'; echo '{\"type\":\"tool_execution_start\",\"toolName\":\"bash\",\"args\":{\"command\":\"true\"}}'; i=$((i+1)); done; sleep 5";
+    // Each tool call differs (`true $i`): the same call 3000 times in a
+    // row is a loop the default loop detection pauses.
+    let body = "i=0; while [ $i -lt 3000 ]; do echo '{\"type\":\"extension_ui_request\",\"id\":\"q\",\"method\":\"confirm\",\"title\":\"ok?\"}'; printf '{\"type\":\"tool_execution_start\",\"toolName\":\"bash\",\"args\":{\"command\":\"true %s\"}}\\n' $i; i=$((i+1)); done; sleep 5";
     let mut ids = Vec::new();
     for _ in 0..4 {
         ids.push(d.spawn(&["/bin/sh", "-c", body], json!({"runtime":"pi"})));

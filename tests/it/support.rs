@@ -25,11 +25,18 @@ pub struct Colibrid {
     pub state: PathBuf,
     pub child: Option<Child>,
     pub args: Vec<String>,
+    /// Extra environment for every launch (e.g. a small journal bound).
+    pub env: Vec<(String, String)>,
 }
 
 impl Colibrid {
     /// Starts colibrid with test-friendly defaults plus `extra` flags.
     pub fn start(extra: &[&str]) -> Colibrid {
+        Colibrid::start_with_env(extra, &[])
+    }
+
+    /// Like `start`, with extra environment variables for colibrid.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Colibrid {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("colibri.sock");
         let state = dir.path().join("state");
@@ -39,6 +46,10 @@ impl Colibrid {
             state,
             child: None,
             args: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         d.launch();
         d
@@ -58,6 +69,7 @@ impl Colibrid {
             .env_remove("COLIBRI_SOCKET")
             .env_remove("COLIBRI_CONFIG")
             .env("COLIBRI_LOG", "warn")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());

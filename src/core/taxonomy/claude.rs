@@ -17,6 +17,9 @@ use std::collections::VecDeque;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::core::approval::{
+    AnswerChannel, ApprovalKind, ApprovalRequest, Resolves, ASK_USER_QUESTION,
+};
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
@@ -81,6 +84,9 @@ struct Line<'a> {
     /// `control_request.request`.
     #[serde(borrow, default)]
     request: Option<&'a RawValue>,
+    /// `control_request.request_id`, `control_cancel_request.request_id`.
+    #[serde(borrow, default)]
+    request_id: Option<Cow<'a, str>>,
     /// `assistant.error` (a category string); hook `StopFailure.error`.
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
@@ -89,6 +95,8 @@ struct Line<'a> {
     tool_name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     tool_input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_use_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     notification_type: Option<Cow<'a, str>>,
 }
@@ -169,9 +177,10 @@ impl<'a> MessageField<'a> {
     }
 }
 
-/// A message's `content`, keeping only its last `tool_use` block: blocks
-/// are visited one by one, never collected.
-struct LastToolUse<'a>(Option<ToolCall<'a>>);
+/// A message's `content`, keeping only its last `tool_use` block and the
+/// ids its `tool_result` blocks answer: blocks are visited one by one,
+/// never collected.
+struct LastToolUse<'a>(Option<ToolCall<'a>>, Vec<Cow<'a, str>>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for LastToolUse<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -186,25 +195,30 @@ impl<'de: 'a, 'a> Deserialize<'de> for LastToolUse<'a> {
                 mut seq: A,
             ) -> Result<Self::Value, A::Error> {
                 let mut last = None;
+                let mut results = Vec::new();
                 while let Some(b) = seq.next_element::<Block<'a>>()? {
-                    if b.kind.as_deref() == Some("tool_use") {
-                        if let Some(name) = b.name {
-                            last = Some(ToolCall {
-                                name,
-                                args: b.input,
-                                command: None,
-                            });
+                    match b.kind.as_deref() {
+                        Some("tool_use") => {
+                            if let Some(name) = b.name {
+                                last = Some(ToolCall {
+                                    name,
+                                    args: b.input,
+                                    command: None,
+                                });
+                            }
                         }
+                        Some("tool_result") => results.extend(b.tool_use_id),
+                        _ => {}
                     }
                 }
-                Ok(LastToolUse(last))
+                Ok(LastToolUse(last, results))
             }
             // User messages may carry their content as one string.
             fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(LastToolUse(None))
+                Ok(LastToolUse(None, Vec::new()))
             }
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(LastToolUse(None))
+                Ok(LastToolUse(None, Vec::new()))
             }
         }
         d.deserialize_any(V(std::marker::PhantomData))
@@ -219,6 +233,9 @@ struct Block<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
+    /// `tool_result.tool_use_id`.
+    #[serde(borrow, default)]
+    tool_use_id: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -227,6 +244,17 @@ struct ControlRequest<'a> {
     subtype: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     tool_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_use_id: Option<Cow<'a, str>>,
+    /// A prompt sentence the CLI may supply (newer versions).
+    #[serde(borrow, default)]
+    title: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    description: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    decision_reason: Option<Cow<'a, str>>,
 }
 
 /// Anthropic usage: `input_tokens` excludes cache reads and writes.
@@ -316,26 +344,19 @@ impl ClaudeState {
         let obs = match kind {
             "system" => system_observation(&l),
             "assistant" => self.assistant(l.error, l.message.take()),
-            "user" | "stream_event" => Observation::new(Signal::Working),
-            "result" => self.result(&l).turn(true),
-            "control_request" => {
-                let req = l
-                    .request
-                    .and_then(|r| serde_json::from_str::<ControlRequest<'a>>(r.get()).ok());
-                match req {
-                    Some(ControlRequest {
-                        subtype: Some(s),
-                        tool_name,
-                    }) if s == "can_use_tool" => {
-                        let tool = tool_name.as_deref().unwrap_or("tool");
-                        Observation::new(Signal::Blocked)
-                            .with_reason(Some(Cow::Owned(format!("permission: {tool}"))))
-                    }
-                    _ => Observation::new(Signal::Meta),
-                }
+            "user" => user_observation(l.message.take()),
+            "stream_event" => Observation::new(Signal::Working),
+            // A query that ended left no permission of its own to answer.
+            "result" => self.result(&l).turn(true).resolving(Resolves::All),
+            "control_request" => control_request(l.request, l.request_id.take()),
+            // The CLI withdrew a pending request: work goes on.
+            "control_cancel_request" => {
+                let resolves = l
+                    .request_id
+                    .take()
+                    .map_or(Resolves::Nothing, Resolves::Cancelled);
+                Observation::new(Signal::Working).resolving(resolves)
             }
-            // The SDK withdrew a pending permission request: work goes on.
-            "control_cancel_request" => Observation::new(Signal::Working),
             "rate_limit_event" | "control_response" => Observation::new(Signal::Meta),
             _ => Observation::unknown(),
         };
@@ -402,6 +423,121 @@ impl ClaudeState {
         }
         self.seen.push_back(id.into());
         true
+    }
+}
+
+/// A `can_use_tool` control request blocks on the operator's permission
+/// and is answered with a `control_response` carrying its `request_id`.
+fn control_request<'a>(
+    request: Option<&'a RawValue>,
+    request_id: Option<Cow<'a, str>>,
+) -> Observation<'a> {
+    let Some(req) = request.and_then(|r| serde_json::from_str::<ControlRequest<'a>>(r.get()).ok())
+    else {
+        return Observation::new(Signal::Meta);
+    };
+    if req.subtype.as_deref() != Some("can_use_tool") {
+        return Observation::new(Signal::Meta);
+    }
+    let tool = req.tool_name.as_deref().unwrap_or("tool");
+    let reason = Cow::Owned(format!("permission: {tool}"));
+    let question = match (req.tool_name.as_deref(), req.input) {
+        (Some(ASK_USER_QUESTION), Some(input)) => single_question(input),
+        _ => None,
+    };
+    let approval = request_id.map(|id| {
+        let mut a = ApprovalRequest::new(ApprovalKind::ToolPermission, id);
+        a.tool = req.tool_name.clone();
+        a.input = req.input;
+        a.title = req.title.clone();
+        a.message = req.description.clone().or(req.decision_reason.clone());
+        a.tool_use_id = req.tool_use_id.clone();
+        if let Some(q) = &question {
+            a.kind = if q.options.is_empty() {
+                ApprovalKind::Input
+            } else {
+                ApprovalKind::Select
+            };
+            a.title = q.header.clone();
+            a.message = q.question.clone();
+            a.options = q.options.clone();
+        }
+        a
+    });
+    let reason = match question.and_then(|q| q.question) {
+        Some(q) => q,
+        None => reason,
+    };
+    Observation::new(Signal::Blocked)
+        .with_reason(Some(reason))
+        .with_approval(approval)
+}
+
+/// `AskUserQuestion`'s input: questions with options, answered through
+/// `can_use_tool` with `answers` in `updatedInput`.
+#[derive(Deserialize)]
+struct AskInput<'a> {
+    #[serde(borrow, default)]
+    questions: Option<Vec<AskQuestion<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct AskQuestion<'a> {
+    #[serde(borrow, default)]
+    question: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    header: Option<Cow<'a, str>>,
+    /// Read apart, so that an odd option cannot cost the question.
+    #[serde(borrow, default)]
+    options: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct AskOption<'a> {
+    #[serde(borrow)]
+    label: Cow<'a, str>,
+}
+
+struct OneQuestion<'a> {
+    question: Option<Cow<'a, str>>,
+    header: Option<Cow<'a, str>>,
+    options: Vec<Cow<'a, str>>,
+}
+
+/// The question of an `AskUserQuestion` that asks exactly one; several
+/// questions stay a plain permission (one answer cannot fill them).
+fn single_question(input: &RawValue) -> Option<OneQuestion<'_>> {
+    let mut qs = serde_json::from_str::<AskInput<'_>>(input.get())
+        .ok()?
+        .questions?;
+    if qs.len() != 1 {
+        return None;
+    }
+    let q = qs.pop()?;
+    let options = q
+        .options
+        .and_then(|raw| serde_json::from_str::<Vec<AskOption<'_>>>(raw.get()).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| o.label)
+        .collect();
+    Some(OneQuestion {
+        question: q.question,
+        header: q.header,
+        options,
+    })
+}
+
+/// A `user` line feeds tool results back; a permission whose tool has a
+/// result was settled, by colibri or by someone else.
+fn user_observation(message: Option<MessageField<'_>>) -> Observation<'_> {
+    let obs = Observation::new(Signal::Working);
+    match message {
+        Some(MessageField::Object(Message {
+            content: Some(LastToolUse(_, results)),
+            ..
+        })) if !results.is_empty() => obs.resolving(Resolves::ToolUses(results)),
+        _ => obs,
     }
 }
 
@@ -474,7 +610,9 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
             cwd: l.cwd.clone(),
             running: false,
         }),
-        "UserPromptSubmit" => Observation::new(Signal::Working).turn(true),
+        "UserPromptSubmit" => Observation::new(Signal::Working)
+            .turn(true)
+            .resolving(Resolves::All),
         "PreToolUse" => {
             let obs = Observation::new(Signal::Working);
             match tool() {
@@ -482,11 +620,26 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
                 None => obs,
             }
         }
-        "PostToolUse" | "PostToolUseFailure" | "PreCompact" => Observation::new(Signal::Working),
+        // A tool ran, failed or was denied: the terminal shows one
+        // permission prompt at a time, so the one pending is over. (The
+        // `PermissionRequest` input carries no `tool_use_id` to match.)
+        "PostToolUse" | "PostToolUseFailure" | "PermissionDenied" => {
+            Observation::new(Signal::Working).resolving(Resolves::All)
+        }
+        "PreCompact" => Observation::new(Signal::Working),
         "PermissionRequest" => {
             let name = l.tool_name.as_deref().unwrap_or("tool");
+            let mut approval = ApprovalRequest::new(
+                ApprovalKind::ToolPermission,
+                l.tool_use_id.clone().unwrap_or(Cow::Borrowed("")),
+            );
+            approval.channel = AnswerChannel::HookOutput;
+            approval.tool = l.tool_name.clone();
+            approval.input = l.tool_input;
+            approval.tool_use_id = l.tool_use_id.clone();
             let obs = Observation::new(Signal::Blocked)
-                .with_reason(Some(Cow::Owned(format!("permission: {name}"))));
+                .with_reason(Some(Cow::Owned(format!("permission: {name}"))))
+                .with_approval(Some(approval));
             match tool() {
                 Some(t) => obs.with_tool(t),
                 None => obs,
@@ -504,15 +657,17 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
             Some("idle_prompt") => Observation::new(Signal::Idle),
             _ => Observation::new(Signal::Meta),
         },
-        "Stop" => Observation::new(Signal::Idle),
+        "Stop" => Observation::new(Signal::Idle).resolving(Resolves::All),
         "StopFailure" => {
             let msg = l
                 .error
                 .and_then(raw_str)
                 .or_else(|| l.message.as_ref().and_then(MessageField::text));
-            Observation::new(Signal::Failed).with_error(msg)
+            Observation::new(Signal::Failed)
+                .with_error(msg)
+                .resolving(Resolves::All)
         }
-        "SessionEnd" => Observation::new(Signal::Finished),
+        "SessionEnd" => Observation::new(Signal::Finished).resolving(Resolves::All),
         "SubagentStart" | "SubagentStop" => Observation::new(Signal::Meta),
         _ => Observation::unknown(),
     }
@@ -678,6 +833,105 @@ mod tests {
                 r#"{"type":"system","subtype":"thinking_tokens","estimated_tokens":50,"estimated_tokens_delta":50}"#
             ),
             ("Working".to_string(), None)
+        );
+    }
+
+    #[test]
+    fn can_use_tool_opens_an_approval_that_echoes_its_input() {
+        use crate::core::approval::{
+            encode_answer, AnswerChannel, Approval, ApprovalKind, Decision, Resolves,
+        };
+        use crate::core::taxonomy::Runtime;
+        use crate::core::time::Timestamp;
+        let mut st = ClaudeState::default();
+        let line = br#"{"type":"control_request","request_id":"req_7","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"git push","timeout":60},"tool_use_id":"toolu_7","decision_reason":"not in allow list"}}"#;
+        let obs = st.observe(line).expect("valid");
+        let req = obs.approval.expect("a permission request");
+        assert_eq!(req.kind, ApprovalKind::ToolPermission);
+        assert_eq!(req.channel, AnswerChannel::AgentInput);
+        assert_eq!(req.tool.as_deref(), Some("Bash"));
+        assert_eq!(req.tool_use_id.as_deref(), Some("toolu_7"));
+        assert_eq!(req.message.as_deref(), Some("not in allow list"));
+        let a = Approval::from_request("p-1".into(), &req, Timestamp::from_millis(0), 1);
+        let reply = encode_answer(Runtime::Claude, &a, &Decision::Approve).expect("answerable");
+        assert_eq!(
+            String::from_utf8(reply).expect("UTF-8"),
+            "{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"req_7\",\"response\":{\"behavior\":\"allow\",\"updatedInput\":{\"command\":\"git push\",\"timeout\":60}}}}\n"
+        );
+
+        let cancel = st
+            .observe(br#"{"type":"control_cancel_request","request_id":"req_7"}"#)
+            .expect("valid");
+        assert_eq!(cancel.resolves, Resolves::Cancelled(Cow::Borrowed("req_7")));
+        let user = st
+            .observe(br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_7","content":"ok"},{"type":"tool_result","tool_use_id":"toolu_8","content":"ok"}]},"parent_tool_use_id":null}"#)
+            .expect("valid");
+        assert_eq!(
+            user.resolves,
+            Resolves::ToolUses(vec![Cow::Borrowed("toolu_7"), Cow::Borrowed("toolu_8")])
+        );
+        // Other control requests ask nothing.
+        let other = st
+            .observe(br#"{"type":"control_request","request_id":"req_8","request":{"subtype":"hook_callback","callback_id":"h1"}}"#)
+            .expect("valid");
+        assert!(other.approval.is_none());
+        assert_eq!(other.signal, Signal::Meta);
+    }
+
+    #[test]
+    fn a_permission_request_hook_is_answered_on_the_hook_output() {
+        use crate::core::approval::{AnswerChannel, Resolves};
+        let mut st = ClaudeState::default();
+        let obs = st
+            .observe(br#"{"session_id":"s","hook_event_name":"PermissionRequest","tool_name":"Edit","tool_input":{"file_path":"/a.rs"}}"#)
+            .expect("valid");
+        let req = obs.approval.expect("a permission request");
+        assert_eq!(req.channel, AnswerChannel::HookOutput);
+        assert_eq!(req.tool.as_deref(), Some("Edit"));
+        let post = st
+            .observe(br#"{"session_id":"s","hook_event_name":"PostToolUse","tool_name":"Edit","tool_use_id":"toolu_1"}"#)
+            .expect("valid");
+        assert_eq!(post.resolves, Resolves::All);
+    }
+
+    #[test]
+    fn ask_user_question_with_one_question_is_answered_through_updated_input() {
+        use crate::core::approval::{encode_answer, Approval, ApprovalKind, Decision};
+        use crate::core::taxonomy::Runtime;
+        use crate::core::time::Timestamp;
+        let mut st = ClaudeState::default();
+        let obs = st
+            .observe(br#"{"type":"control_request","request_id":"req_q","request":{"subtype":"can_use_tool","tool_name":"AskUserQuestion","input":{"questions":[{"question":"How should I format the output?","header":"Format","options":[{"label":"Summary","description":"Brief"},{"label":"Detailed","description":"Full"}],"multiSelect":false}]},"tool_use_id":"toolu_q"}}"#)
+            .expect("valid");
+        assert_eq!(
+            obs.reason.as_deref(),
+            Some("How should I format the output?")
+        );
+        let req = obs.approval.expect("a question");
+        assert_eq!(req.kind, ApprovalKind::Select);
+        assert_eq!(req.options, ["Summary", "Detailed"]);
+        let a = Approval::from_request("p-1".into(), &req, Timestamp::from_millis(0), 1);
+        let answer = |text: &str| {
+            encode_answer(Runtime::Claude, &a, &Decision::Answer { text: text.into() })
+                .map(|b| String::from_utf8(b).expect("UTF-8"))
+        };
+        // serde_json's map sorts keys: the input comes back reordered,
+        // which is the same JSON.
+        assert_eq!(
+            answer("2").as_deref(),
+            Ok("{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"req_q\",\"response\":{\"behavior\":\"allow\",\"updatedInput\":{\"answers\":{\"How should I format the output?\":\"Detailed\"},\"questions\":[{\"header\":\"Format\",\"multiSelect\":false,\"options\":[{\"description\":\"Brief\",\"label\":\"Summary\"},{\"description\":\"Full\",\"label\":\"Detailed\"}],\"question\":\"How should I format the output?\"}]}}}}\n")
+        );
+        assert!(answer("Bullet points")
+            .is_ok_and(|l| l.contains("\"How should I format the output?\":\"Bullet points\"")));
+        assert!(encode_answer(Runtime::Claude, &a, &Decision::Approve).is_err());
+
+        // Two questions cannot take one answer: a plain permission.
+        let obs = st
+            .observe(br#"{"type":"control_request","request_id":"req_r","request":{"subtype":"can_use_tool","tool_name":"AskUserQuestion","input":{"questions":[{"question":"A?","header":"A","options":[]},{"question":"B?","header":"B","options":[]}]}}}"#)
+            .expect("valid");
+        assert_eq!(
+            obs.approval.map(|a| a.kind),
+            Some(ApprovalKind::ToolPermission)
         );
     }
 }

@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::core::approval::{ApprovalKind, ApprovalRequest, Resolves};
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
@@ -49,6 +50,12 @@ struct Line<'a> {
     /// `request_user_input.questions`.
     #[serde(borrow, default)]
     questions: Option<&'a RawValue>,
+    /// `request_user_input.call_id`: the model's tool call.
+    #[serde(borrow, default)]
+    call_id: Option<Cow<'a, str>>,
+    /// `request_user_input.id`: the turn.
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -112,6 +119,29 @@ struct Question<'a> {
     question: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     header: Option<Cow<'a, str>>,
+    /// Read apart, so that an odd option cannot cost the question.
+    #[serde(borrow, default)]
+    options: Option<&'a RawValue>,
+}
+
+/// `{label, description}` in Codex's protocol; a bare string is accepted.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum QuestionOption<'a> {
+    Label {
+        #[serde(borrow)]
+        label: Cow<'a, str>,
+    },
+    Text(#[serde(borrow)] Cow<'a, str>),
+}
+
+impl<'a> QuestionOption<'a> {
+    fn into_text(self) -> Cow<'a, str> {
+        match self {
+            QuestionOption::Label { label } => label,
+            QuestionOption::Text(t) => t,
+        }
+    }
 }
 
 /// OpenAI usage: `input_tokens` includes `cached_input_tokens` and, since
@@ -140,7 +170,8 @@ impl CodexState {
             "turn.started" => Observation::new(Signal::Working).turn(true),
             "item.started" | "item.completed" => {
                 let started = l.kind == "item.started";
-                let obs = Observation::new(Signal::Working);
+                // `codex exec` refuses a question at once and goes on.
+                let obs = Observation::new(Signal::Working).resolving(Resolves::All);
                 match l.item.and_then(|raw| item_tool(raw, started)) {
                     Some(tool) => obs.with_tool(tool),
                     None => obs,
@@ -149,7 +180,9 @@ impl CodexState {
             "item.updated" | "item.plan.delta" => Observation::new(Signal::Working),
             "turn.completed" => {
                 let usage = l.usage.map_or(UsageUpdate::None, |raw| self.delta(raw));
-                Observation::new(Signal::Finished).with_usage(usage)
+                Observation::new(Signal::Finished)
+                    .with_usage(usage)
+                    .resolving(Resolves::All)
             }
             "turn.failed" => {
                 let msg = l
@@ -158,22 +191,16 @@ impl CodexState {
                     .and_then(|e| e.message)
                     .map(readable_error)
                     .or_else(|| self.last_error.take().map(Cow::Owned));
-                Observation::new(Signal::Failed).with_error(msg)
+                Observation::new(Signal::Failed)
+                    .with_error(msg)
+                    .resolving(Resolves::All)
             }
             "error" => {
                 let msg = l.message.and_then(raw_str).map(readable_error);
                 self.last_error = msg.as_deref().map(str::to_string);
                 Observation::new(Signal::Meta).with_error(msg)
             }
-            "request_user_input" => {
-                let reason = l
-                    .questions
-                    .and_then(|raw| serde_json::from_str::<Vec<Question<'a>>>(raw.get()).ok())
-                    .and_then(|qs| qs.into_iter().next())
-                    .and_then(|q| q.question.or(q.header))
-                    .unwrap_or(Cow::Borrowed("input requested"));
-                Observation::new(Signal::Blocked).with_reason(Some(reason))
-            }
+            "request_user_input" => user_input_request(l),
             _ => Observation::unknown(),
         };
         Ok(obs)
@@ -204,6 +231,47 @@ impl CodexState {
             cost_usd: 0.0,
         })
     }
+}
+
+/// A question the model asks. It is recorded as an approval, but `codex
+/// exec` rejects it itself and reads no answer (see `docs/TAXONOMY.md`).
+fn user_input_request(l: Line<'_>) -> Observation<'_> {
+    let first = l
+        .questions
+        .and_then(|raw| serde_json::from_str::<Vec<Question<'_>>>(raw.get()).ok())
+        .and_then(|qs| qs.into_iter().next());
+    let (header, question, options) = match first {
+        Some(q) => (
+            q.header,
+            q.question,
+            q.options
+                .and_then(|raw| serde_json::from_str::<Vec<QuestionOption<'_>>>(raw.get()).ok())
+                .unwrap_or_default()
+                .into_iter()
+                .map(QuestionOption::into_text)
+                .collect::<Vec<_>>(),
+        ),
+        None => (None, None, Vec::new()),
+    };
+    let reason = question
+        .clone()
+        .or_else(|| header.clone())
+        .unwrap_or(Cow::Borrowed("input requested"));
+    let approval = l.call_id.or(l.id).map(|id| {
+        let kind = if options.is_empty() {
+            ApprovalKind::Input
+        } else {
+            ApprovalKind::Select
+        };
+        let mut a = ApprovalRequest::new(kind, id);
+        a.title = header;
+        a.message = question;
+        a.options = options;
+        a
+    });
+    Observation::new(Signal::Blocked)
+        .with_reason(Some(reason))
+        .with_approval(approval)
 }
 
 /// The tool an item is: a shell command, an MCP call or a web search,
@@ -404,6 +472,37 @@ mod tests {
         assert_eq!(
             tool(&mut st, br#"{"type":"item.completed","item":{"id":"item_3","type":"file_change","changes":[{"path":"a.rs","kind":"add"},{"path":"b.rs","kind":"update"}],"status":"completed"}}"#),
             Some(("file_change".into(), Some("a.rs, b.rs".into())))
+        );
+    }
+
+    #[test]
+    fn a_question_is_an_approval_with_its_options() {
+        use crate::core::approval::{ApprovalKind, Resolves};
+        let mut st = CodexState::default();
+        let obs = st
+            .observe(br#"{"type":"request_user_input","id":"turn_1","call_id":"call_1","questions":[{"id":"q","header":"Env","question":"Where?","options":[{"label":"staging","description":"s"},{"label":"prod","description":"p"}]}]}"#)
+            .expect("valid");
+        assert_eq!(obs.reason.as_deref(), Some("Where?"));
+        let req = obs.approval.expect("a question");
+        assert_eq!(req.kind, ApprovalKind::Select);
+        assert_eq!(req.request_id, "call_1");
+        assert_eq!(req.options, ["staging", "prod"]);
+        // Without options it is free text; without `call_id` the turn id
+        // names it; odd options keep the question.
+        let obs = st
+            .observe(br#"{"type":"request_user_input","id":"turn_2","questions":[{"id":"q","header":"H","question":"Why?","options":[1]}]}"#)
+            .expect("valid");
+        assert_eq!(obs.reason.as_deref(), Some("Why?"));
+        let req = obs.approval.expect("a question");
+        assert_eq!(
+            (req.kind, req.request_id.as_ref()),
+            (ApprovalKind::Input, "turn_2")
+        );
+        assert_eq!(
+            st.observe(br#"{"type":"turn.completed","usage":{}}"#)
+                .expect("valid")
+                .resolves,
+            Resolves::All
         );
     }
 }

@@ -11,8 +11,9 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::core::approval::{ApprovalKind, ApprovalRequest, Resolves};
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{from_object, Malformed};
+use crate::core::taxonomy::{from_object, raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 /// Whether the stream is one-shot JSON mode or a long-lived RPC session.
@@ -64,6 +65,12 @@ struct Line<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "super::de_text_lenient")]
     title: Option<Cow<'a, str>>,
+    /// A `select` dialog's choices (strings).
+    #[serde(borrow, default)]
+    options: Option<&'a RawValue>,
+    /// A dialog's own timeout in milliseconds.
+    #[serde(borrow, default)]
+    timeout: Option<&'a RawValue>,
     /// `compaction_end.result` carries the summariser's usage.
     #[serde(borrow, default)]
     result: Option<&'a RawValue>,
@@ -188,10 +195,13 @@ impl PiState {
                 self.mode = PiMode::Rpc;
                 let method = l.method.as_deref().unwrap_or("");
                 if DIALOG_METHODS.contains(&method) {
+                    let request = dialog_request(method, &l);
                     let reason = l
                         .title
                         .or_else(|| l.message.and_then(super::raw_str_lenient));
-                    Observation::new(Signal::Blocked).with_reason(reason)
+                    Observation::new(Signal::Blocked)
+                        .with_reason(reason)
+                        .with_approval(request)
                 } else {
                     Observation::new(Signal::Meta)
                 }
@@ -257,8 +267,9 @@ impl PiState {
 
     fn settled(&mut self) -> Observation<'static> {
         if self.mode == PiMode::Rpc {
-            // A long-lived RPC agent waits for its next prompt.
-            return Observation::new(Signal::Idle);
+            // A long-lived RPC agent waits for its next prompt; a dialog
+            // of the run that settled was answered, or timed out.
+            return Observation::new(Signal::Idle).resolving(Resolves::All);
         }
         match self.last_stop {
             Some(StopReason::Error) => Observation::new(Signal::Failed),
@@ -273,6 +284,31 @@ impl PiState {
         }
         Signal::Exited { success }
     }
+}
+
+/// The approval an RPC dialog asks for; `None` without the `id` an
+/// `extension_ui_response` must carry.
+fn dialog_request<'a>(method: &str, l: &Line<'a>) -> Option<ApprovalRequest<'a>> {
+    let kind = match method {
+        "confirm" => ApprovalKind::Confirm,
+        "select" => ApprovalKind::Select,
+        // `editor` is multi-line free text; the reply is the same `value`.
+        _ => ApprovalKind::Input,
+    };
+    let mut req = ApprovalRequest::new(kind, l.id.clone()?);
+    req.title = l.title.clone();
+    req.message = l.message.and_then(raw_str);
+    req.options = l
+        .options
+        .and_then(|raw| serde_json::from_str::<Vec<Cow<'a, str>>>(raw.get()).ok())
+        .unwrap_or_default();
+    req.timeout = l
+        .timeout
+        .and_then(|raw| serde_json::from_str::<f64>(raw.get()).ok())
+        .filter(|ms| ms.is_finite() && *ms > 0.0)
+        // `as` saturates; a timeout beyond u64 milliseconds is no timeout.
+        .map(|ms| std::time::Duration::from_millis(ms as u64));
+    Some(req)
 }
 
 fn raw_string(raw: &RawValue) -> Option<Cow<'_, str>> {
@@ -346,5 +382,43 @@ mod tests {
         assert!(st.observe(b"{\"type\":").is_err());
         assert!(st.observe(b"{\"no_type\":1}").is_err());
         assert!(st.observe(b"\xff\xfe").is_err());
+    }
+
+    #[test]
+    fn dialogs_open_approvals_and_a_settled_rpc_run_resolves_them() {
+        use crate::core::approval::{ApprovalKind, Resolves};
+        let mut st = PiState::default();
+        let obs = st
+            .observe(br#"{"type":"extension_ui_request","id":"uuid-1","method":"select","title":"Allow dangerous command?","options":["Allow","Block"],"timeout":10000}"#)
+            .expect("valid");
+        let req = obs.approval.expect("a select asks");
+        assert_eq!(req.kind, ApprovalKind::Select);
+        assert_eq!(req.request_id, "uuid-1");
+        assert_eq!(req.options, ["Allow", "Block"]);
+        assert_eq!(req.timeout, Some(std::time::Duration::from_secs(10)));
+        let obs = st
+            .observe(br#"{"type":"extension_ui_request","id":"uuid-4","method":"editor","title":"Edit","prefill":"a"}"#)
+            .expect("valid");
+        assert_eq!(obs.approval.map(|a| a.kind), Some(ApprovalKind::Input));
+        // Fire-and-forget methods ask nothing; a dialog without an id
+        // cannot be answered.
+        for line in [
+            &br#"{"type":"extension_ui_request","id":"uuid-5","method":"notify","message":"hi"}"#[..],
+            br#"{"type":"extension_ui_request","method":"confirm","title":"?"}"#,
+        ] {
+            assert!(st.observe(line).expect("valid").approval.is_none());
+        }
+        // An odd `options` or `timeout` costs neither the line nor the dialog.
+        let obs = st
+            .observe(br#"{"type":"extension_ui_request","id":"u","method":"select","title":"t","options":[1,2],"timeout":"soon"}"#)
+            .expect("valid");
+        let req = obs.approval.expect("still asks");
+        assert!(req.options.is_empty() && req.timeout.is_none());
+        assert_eq!(
+            st.observe(br#"{"type":"agent_settled"}"#)
+                .expect("valid")
+                .resolves,
+            Resolves::All
+        );
     }
 }

@@ -82,7 +82,11 @@ impl Daemon {
         Ok(argv)
     }
 
-    fn cmd_spawn(&mut self, a: SpawnArgs, t: Timestamp) -> Result<SpawnData, CommandError> {
+    pub(crate) fn cmd_spawn(
+        &mut self,
+        a: SpawnArgs,
+        t: Timestamp,
+    ) -> Result<SpawnData, CommandError> {
         if self.is_stopping() {
             return Err(CommandError::new(
                 ErrorCode::Stopping,
@@ -113,6 +117,9 @@ impl Daemon {
                 return Err(CommandError::invalid(format!(
                     "name {n:?} is empty or already used"
                 )));
+            }
+            if let Some(why) = self.name_passes_for_an_id(n) {
+                return Err(CommandError::invalid(format!("name {n:?} {why}")));
             }
         }
         let policy = match a.restart.as_deref() {
@@ -196,6 +203,7 @@ impl Daemon {
         match self.start_process(key, &recipe, t) {
             Ok(pid) => {
                 self.life_event(key, LifeEvent::Spawned, t);
+                self.adopt_spawned(key, a.name.as_deref(), a.max_restarts);
                 self.publish(
                     WatchKind::Attached {
                         pane: pane_id.clone(),
@@ -236,4 +244,21 @@ impl Daemon {
             }
         }
     }
+
+    /// A name is looked up after ids, and people type the short ids the CLI
+    /// shows: a name that is (the shown prefix of) another pane's id, or
+    /// that has an id's shape, would make `send NAME` reach the wrong pane.
+    fn name_passes_for_an_id(&self, name: &str) -> Option<&'static str> {
+        if uuid::Uuid::parse_str(name).is_ok() {
+            return Some("has the shape of a pane id");
+        }
+        let taken = self.panes.iter().any(|(_, s)| {
+            let id = s.agent.pane_id.to_string();
+            id == name || (name.len() >= SHORT_ID_LEN && id.starts_with(name))
+        });
+        taken.then_some("is (a prefix of) another pane's id")
+    }
 }
+
+/// How many leading characters of a pane id the CLI shows.
+const SHORT_ID_LEN: usize = 8;

@@ -12,11 +12,17 @@
 //! `watch` (watch, emit), `session` (get and compact a session log).
 
 mod agents;
+mod approvals;
+mod attach;
+mod budget;
 mod control;
+mod control_plane;
+mod lifecycle;
 mod query;
 mod session;
 mod watch;
 
+use crate::core::resolve::ResolveError;
 use crate::core::time::Timestamp;
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
@@ -31,6 +37,8 @@ pub(crate) struct Call {
     pub conn: ConnId,
     pub scope: Scope,
     pub t: Timestamp,
+    /// The request's `id`, for a reply sent later (`hook`).
+    pub rid: Option<serde_json::Value>,
 }
 
 type Handler = fn(&mut Daemon, &Call, Command) -> Result<Reply, CommandError>;
@@ -54,6 +62,28 @@ const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
     ("emit", watch::emit),
     ("whoami", query::whoami),
     ("hint", control::hint),
+    ("state", control_plane::state),
+    ("tasks", control_plane::tasks),
+    ("task-add", control_plane::add),
+    ("task-claim", control_plane::claim),
+    ("task-ack", control_plane::act),
+    ("task-done", control_plane::act),
+    ("task-fail", control_plane::act),
+    ("task-cancel", control_plane::act),
+    ("activity", control_plane::activity),
+    ("start-agent", lifecycle::start),
+    ("stop-agent", lifecycle::stop),
+    ("restart-agent", lifecycle::restart),
+    ("remove-agent", lifecycle::remove),
+    ("attach", attach::attach),
+    ("attach-input", attach::input),
+    ("attach-resize", attach::resize_cmd),
+    ("approvals", approvals::list),
+    ("approve", approvals::approve),
+    ("deny", approvals::deny),
+    ("answer", approvals::answer),
+    ("hook", approvals::hook),
+    ("budget", budget::budget),
 ];
 
 /// A handler reached with another command's arguments: the tables are out
@@ -80,28 +110,36 @@ impl Daemon {
                 return Some(protocol::err_line(rid.as_ref(), ErrorCode::Forbidden, &msg));
             }
         }
-        let call = Call { conn: id, scope, t };
+        let call = Call {
+            conn: id,
+            scope,
+            t,
+            rid: rid.clone(),
+        };
         let (_, handler) = HANDLERS[req.command.index()];
         // Large typed replies (snapshots, status, sessions) are serialised
         // straight into the reply line, never through a `Value` tree.
         Some(match handler(self, &call, req.command) {
+            Ok(Reply::Deferred) => return None,
             Ok(reply) => protocol::ok_line(rid.as_ref(), &reply),
             Err(e) => protocol::err_line(rid.as_ref(), e.code, &e.message),
         })
     }
 
-    /// A pane by id or by name, visible in `scope`.
+    /// A pane by name, full id, or unique id prefix (`core::resolve`),
+    /// among the panes visible in `scope`.
     pub(crate) fn resolve(&self, scope: &Scope, agent_id: &str) -> Result<PaneKey, CommandError> {
-        let key = self.panes.key(agent_id).or_else(|| {
-            self.panes
-                .iter()
-                .find(|(_, s)| s.pane.name.as_deref() == Some(agent_id))
-                .map(|(k, _)| k)
-        });
-        match key {
-            Some(key) if self.visible(scope, key) => Ok(key),
-            _ => Err(CommandError::not_found(agent_id)),
-        }
+        let visible = self
+            .panes
+            .iter()
+            .filter(|(k, _)| self.visible(scope, *k))
+            .map(|(k, s)| (s.pane.name.as_deref(), s.pane.id.0.as_str(), k));
+        crate::core::resolve::resolve(agent_id, visible).map_err(|e| match e {
+            ResolveError::NotFound { .. } => CommandError::not_found(agent_id),
+            ambiguous @ ResolveError::Ambiguous { .. } => {
+                CommandError::new(ErrorCode::Ambiguous, ambiguous.to_string())
+            }
+        })
     }
 
     pub(crate) fn visible(&self, scope: &Scope, key: PaneKey) -> bool {

@@ -33,7 +33,10 @@ pub(super) fn watch(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
         panes,
         changes_only: a.mode == WatchMode::Changes,
     });
-    d.bus.subscribe(call.conn, &d.conns);
+    match a.since {
+        Some(since) => d.bus.subscribe_since(call.conn, since, &d.conns),
+        None => d.bus.subscribe(call.conn, &d.conns),
+    }
     Ok(Reply::Watch(WatchReply {
         watching: true,
         seq: d.bus.seq(),

@@ -9,7 +9,7 @@ use std::io::Write as _;
 
 use crate::core::time::Timestamp;
 
-use super::{AttachRecord, ExitRecord};
+use super::{AnswerRecord, AttachRecord, ExitRecord};
 
 /// The latest instant `humantime` can print (9999-12-31T23:59:59.999Z).
 /// Later timestamps are clamped: a log line must never fail to encode.
@@ -247,6 +247,36 @@ pub(super) fn encode_exit(
     if let Some(reason) = rec.reason {
         out.extend_from_slice(b",\"reason\":");
         push_str(out, reason);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":…,"colibri":"answer","approval":…,"decision":…
+/// [,"message":…][,"text":…],"by":…[,"uid":n]}\n`.
+pub(super) fn encode_answer(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    rec: &AnswerRecord<'_>,
+) {
+    push_head(out, ts, now, rec.pane);
+    out.extend_from_slice(b",\"colibri\":\"answer\",\"approval\":");
+    push_str(out, rec.approval);
+    out.extend_from_slice(b",\"decision\":");
+    push_str(out, rec.decision);
+    if let Some(m) = rec.message {
+        out.extend_from_slice(b",\"message\":");
+        push_str(out, m);
+    }
+    if let Some(t) = rec.text {
+        out.extend_from_slice(b",\"text\":");
+        push_str(out, t);
+    }
+    out.extend_from_slice(b",\"by\":");
+    push_str(out, rec.by);
+    if let Some(uid) = rec.uid {
+        out.extend_from_slice(b",\"uid\":");
+        push_int(out, uid);
     }
     out.extend_from_slice(b"}\n");
 }

@@ -299,6 +299,8 @@ pub(super) struct WriterThread {
     watch: Option<Sender<(u64, Instant)>>,
     progress: Arc<Progress>,
     sent: u64,
+    /// Shared with the watch journal's writer: mio allows one per poll.
+    waker: Arc<mio::Waker>,
 }
 
 impl WriterThread {
@@ -328,9 +330,10 @@ impl WriterThread {
                 }
             })?;
         let d_progress = Arc::clone(&progress);
+        let d_waker = Arc::clone(&waker);
         std::thread::Builder::new()
             .name("colibri-log-watchdog".into())
-            .spawn(move || watchdog(&sent_at, &d_progress, &waker))?;
+            .spawn(move || watchdog(&sent_at, &d_progress, &d_waker))?;
         Ok(WriterThread {
             tx: Some(tx),
             rx,
@@ -338,6 +341,7 @@ impl WriterThread {
             watch: Some(watch),
             progress,
             sent: 0,
+            waker,
         })
     }
 
@@ -363,6 +367,10 @@ impl WriterThread {
     }
 
     /// The finished batch, if any.
+    pub(super) fn waker(&self) -> Arc<mio::Waker> {
+        Arc::clone(&self.waker)
+    }
+
     pub(super) fn try_done(&self) -> Result<Option<Done>, io::Error> {
         match self.rx.try_recv() {
             Ok(d) => Ok(Some(d)),

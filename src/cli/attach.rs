@@ -1,0 +1,310 @@
+//! `colibri attach PANE`: the agent's terminal, live.
+//!
+//! One socket carries everything (see `protocol::attach`): the reply
+//! brings the recent output, frames bring the rest; typed bytes go back as
+//! `attach-input` requests and window changes (SIGWINCH) as
+//! `attach-resize`. Three threads, each blocking on one thing: the socket
+//! (this one, writing to the terminal), the keyboard, and the signal.
+//! Ctrl-] detaches, as in telnet: the socket is shut down and the agent
+//! keeps running.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+
+use crate::cli::render::escape_controls;
+use crate::cli::CliError;
+use crate::client::{resolve_socket, ClientError};
+use crate::protocol::attach::{self as wire, AttachFrame, AttachReply};
+
+/// Ctrl-]: detaches (never sent to the agent).
+pub const DETACH_KEY: u8 = 0x1d;
+
+/// What `attach` shows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttachOptions {
+    /// Render JSON lines readably instead of the raw terminal bytes.
+    pub events: bool,
+    /// Never ask for the input.
+    pub read_only: bool,
+}
+
+/// Puts the terminal in raw mode for as long as it lives.
+struct RawMode(bool);
+
+impl RawMode {
+    fn enter() -> RawMode {
+        RawMode(crossterm::terminal::enable_raw_mode().is_ok())
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = crossterm::terminal::disable_raw_mode();
+        }
+    }
+}
+
+type Writer = Arc<Mutex<UnixStream>>;
+
+fn send(w: &Writer, v: &Value) -> io::Result<()> {
+    let mut line = serde_json::to_vec(v).map_err(io::Error::other)?;
+    line.push(b'\n');
+    let mut s = w.lock().map_err(|_| io::Error::other("writer poisoned"))?;
+    s.write_all(&line)
+}
+
+pub fn run(socket: Option<&Path>, pane: &str, opts: AttachOptions) -> Result<u8, CliError> {
+    let path = resolve_socket(socket);
+    let stream = UnixStream::connect(&path).map_err(|source| ClientError::Connect {
+        path: path.clone(),
+        source,
+    })?;
+    let writer: Writer = Arc::new(Mutex::new(
+        stream.try_clone().map_err(|e| CliError::io("socket", e))?,
+    ));
+    let mut req = json!({"cmd": "attach", "agent_id": pane, "input": !opts.read_only});
+    if let Ok((cols, rows)) = crossterm::terminal::size() {
+        req["cols"] = json!(cols);
+        req["rows"] = json!(rows);
+    }
+    send(&writer, &req).map_err(|e| CliError::io("sending attach", e))?;
+    let mut reader = BufReader::new(stream);
+    let reply = read_reply(&mut reader)?;
+    let tty = crossterm::tty::IsTty::is_tty(&io::stdin());
+    let raw = if tty { Some(RawMode::enter()) } else { None };
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let mut screen = Screen::new(opts.events);
+    let role = if reply.input { "input" } else { "read only" };
+    screen.note(
+        &mut out,
+        &format!("attached to {} ({role}); Ctrl-] detaches", reply.pane),
+    )?;
+    screen.bytes(&mut out, &wire::decode(&reply.data).unwrap_or_default())?;
+    spawn_keyboard(writer.clone(), reader.get_ref().try_clone().ok());
+    if tty {
+        spawn_resizer(writer.clone());
+    }
+    let code = follow(&mut reader, &mut screen, &mut out)?;
+    drop(raw);
+    Ok(code)
+}
+
+fn read_reply(reader: &mut impl BufRead) -> Result<AttachReply, CliError> {
+    let mut line = String::new();
+    reader
+        .read_line(&mut line)
+        .map_err(|e| CliError::io("reading the attach reply", e))?;
+    let v: Value = serde_json::from_str(&line)
+        .map_err(|e| ClientError::Protocol(format!("bad attach reply: {e}")))?;
+    if v.get("ok") != Some(&Value::Bool(true)) {
+        let msg = v
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("attach failed");
+        return Err(ClientError::Daemon(msg.to_string()).into());
+    }
+    serde_json::from_value(v.get("data").cloned().unwrap_or(Value::Null))
+        .map_err(|e| ClientError::Protocol(format!("bad attach reply: {e}")).into())
+}
+
+/// Draws the stream until the daemon or the detach key closes it.
+fn follow(
+    reader: &mut impl BufRead,
+    screen: &mut Screen,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // The keyboard thread shut the socket down: a detach.
+            Err(_) => break,
+        }
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if v.get("attach").is_none() {
+            // A reply to our input or resize: only failures matter.
+            if v.get("ok") == Some(&Value::Bool(false)) {
+                let msg = v.get("error").and_then(Value::as_str).unwrap_or("error");
+                screen.note(out, msg)?;
+            }
+            continue;
+        }
+        match serde_json::from_value::<AttachFrame>(v) {
+            Ok(AttachFrame::Output { data }) => {
+                screen.bytes(out, &wire::decode(&data).unwrap_or_default())?
+            }
+            Ok(AttachFrame::Exited { code, signal }) => {
+                let how = match (code, signal) {
+                    (Some(c), _) => format!("code {c}"),
+                    (_, Some(s)) => format!("signal {s}"),
+                    _ => "unknown status".to_string(),
+                };
+                screen.note(out, &format!("the agent exited ({how}); Ctrl-] detaches"))?;
+            }
+            Ok(AttachFrame::Detached { reason }) => {
+                screen.note(out, &format!("detached by the daemon: {reason}"))?;
+                return Ok(1);
+            }
+            Err(_) => {}
+        }
+    }
+    screen.note(out, "detached")?;
+    Ok(0)
+}
+
+/// Reads the keyboard and forwards it; the detach key ends the session.
+fn spawn_keyboard(writer: Writer, socket: Option<UnixStream>) {
+    std::thread::spawn(move || {
+        let mut stdin = io::stdin();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = match stdin.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            let typed = &buf[..n];
+            let detach = typed.iter().position(|b| *b == DETACH_KEY);
+            let before = &typed[..detach.unwrap_or(n)];
+            if !before.is_empty() {
+                let req = json!({"cmd": "attach-input", "data": wire::encode(before)});
+                if send(&writer, &req).is_err() {
+                    return;
+                }
+            }
+            if detach.is_some() {
+                if let Some(s) = &socket {
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                }
+                return;
+            }
+        }
+    });
+}
+
+/// Passes every window change on to the agent's PTY.
+fn spawn_resizer(writer: Writer) {
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGWINCH])
+    else {
+        return;
+    };
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            if let Ok((cols, rows)) = crossterm::terminal::size() {
+                let req = json!({"cmd": "attach-resize", "cols": cols, "rows": rows});
+                if send(&writer, &req).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// The local side of the terminal: raw bytes, or JSON lines rendered.
+struct Screen {
+    events: bool,
+    partial: Vec<u8>,
+}
+
+impl Screen {
+    fn new(events: bool) -> Screen {
+        Screen {
+            events,
+            partial: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, out: &mut impl Write, msg: &str) -> Result<(), CliError> {
+        let text = format!("\r\n[colibri: {}]\r\n", escape_controls(msg));
+        write_all(out, text.as_bytes())
+    }
+
+    fn bytes(&mut self, out: &mut impl Write, bytes: &[u8]) -> Result<(), CliError> {
+        if !self.events {
+            return write_all(out, bytes);
+        }
+        self.partial.extend_from_slice(bytes);
+        while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=i).collect();
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches(['\n', '\r']);
+            if text.is_empty() {
+                continue;
+            }
+            let shown = format!("{}\r\n", render_event_line(text));
+            write_all(out, shown.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+fn write_all(out: &mut impl Write, bytes: &[u8]) -> Result<(), CliError> {
+    out.write_all(bytes).map_err(CliError::Stdout)?;
+    out.flush().map_err(CliError::Stdout)
+}
+
+/// One agent line made readable: a JSON event as its type and its most
+/// telling text field; anything else as the escaped line.
+pub fn render_event_line(line: &str) -> String {
+    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(line) else {
+        return escape_controls(line).into_owned();
+    };
+    let kind = ["type", "event", "kind", "hook_event_name"]
+        .iter()
+        .find_map(|k| map.get(*k).and_then(Value::as_str))
+        .unwrap_or("event");
+    let detail = [
+        "text", "message", "content", "delta", "name", "tool", "result", "error",
+    ]
+    .iter()
+    .find_map(|k| map.get(*k).map(summary));
+    let mut s = match detail {
+        Some(d) => format!("{kind:>12}  {d}"),
+        None => format!("{kind:>12}"),
+    };
+    if s.chars().count() > 200 {
+        s = s.chars().take(199).collect::<String>() + "…";
+    }
+    escape_controls(&s).into_owned()
+}
+
+fn summary(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.replace('\n', " "),
+        Value::Object(m) => ["text", "name", "message", "type"]
+            .iter()
+            .find_map(|k| m.get(*k).map(summary))
+            .unwrap_or_else(|| v.to_string()),
+        Value::Array(a) => a.iter().map(summary).collect::<Vec<_>>().join(" "),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_render_as_type_and_text() {
+        let l = render_event_line(r#"{"type":"message_update","text":"hello\nworld"}"#);
+        assert_eq!(l.trim(), "message_update  hello world");
+        let l = render_event_line(r#"{"type":"tool","name":{"name":"bash"}}"#);
+        assert!(l.ends_with("bash"), "{l}");
+        assert_eq!(
+            render_event_line("plain \u{1b}[31mtext"),
+            "plain \\x1b[31mtext"
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! `colibri budget`: the daemon's budget ledgers, and an operator's answer
+//! to a budget pause (`raise NAME CAP`, `resume NAME`).
+
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::cli::remote::connect;
+use crate::cli::{print, CliError, REQUEST_TIMEOUT};
+use crate::protocol::BudgetReply;
+
+#[derive(Clone, Debug, PartialEq, clap::Subcommand)]
+pub enum BudgetAction {
+    /// Set a budget's cap (its paused agents resume if now under it).
+    Raise {
+        /// The budget's name (`[budgets.NAME]`).
+        name: String,
+        /// The new cap, in the budget's unit (tokens or US dollars).
+        cap: f64,
+    },
+    /// Let a budget's paused agents spend on until its period rolls.
+    Resume {
+        /// The budget's name (`[budgets.NAME]`).
+        name: String,
+    },
+}
+
+/// The `budget` request for an action (none: show).
+pub fn request(action: Option<&BudgetAction>) -> Value {
+    match action {
+        None => json!({"cmd": "budget"}),
+        Some(BudgetAction::Raise { name, cap }) => {
+            json!({"cmd": "budget", "action": "raise", "budget": name, "cap": cap})
+        }
+        Some(BudgetAction::Resume { name }) => {
+            json!({"cmd": "budget", "action": "resume", "budget": name})
+        }
+    }
+}
+
+pub fn run(
+    socket: Option<&Path>,
+    action: Option<&BudgetAction>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
+    let data = connect(socket, REQUEST_TIMEOUT)?.call(&request(action))?;
+    if json {
+        return print(out, &format!("{data}\n")).map(|()| 0);
+    }
+    let reply: BudgetReply = serde_json::from_value(data)
+        .map_err(|e| CliError::Runtime(format!("unexpected budget reply: {e} (try --json)")))?;
+    print(out, &render(&reply)).map(|()| 0)
+}
+
+fn render(r: &BudgetReply) -> String {
+    let mut text = String::new();
+    if r.budgets.is_empty() {
+        text.push_str("no budget has counted any spend\n");
+    }
+    for b in &r.budgets {
+        let key = if b.key.is_empty() { "all" } else { &b.key };
+        let paused = if b.paused { "  PAUSED" } else { "" };
+        text.push_str(&format!(
+            "{}  {}  {:.4} of {:.4}{paused}\n",
+            b.budget, key, b.spent, b.cap
+        ));
+    }
+    if r.resumed > 0 {
+        text.push_str(&format!("resumed {} ledger(s)\n", r.resumed));
+    }
+    crate::cli::render::escape_lines(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Command, Request};
+
+    #[test]
+    fn requests_parse_as_the_daemon_reads_them() {
+        for action in [
+            None,
+            Some(BudgetAction::Raise {
+                name: "t".into(),
+                cap: 5.0,
+            }),
+            Some(BudgetAction::Resume { name: "t".into() }),
+        ] {
+            let req = request(action.as_ref());
+            let parsed = Request::parse(req.to_string().as_bytes()).expect("parses");
+            assert!(matches!(parsed.command, Command::Budget(_)), "{req}");
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! `colibri notify`: tells people when an agent needs them, through the
+//! `[[notify]]` sinks of colibri.toml (exec, webhook, ntfy).
+//!
+//! A satellite process, never part of colibrid's loop (all network I/O
+//! happens here): it reads the watch stream from a cursor persisted after
+//! each event is handled, so a restart of either side resumes where it
+//! stopped (`watch` with `since`): delivery is at least once. The first run
+//! (no cursor file) starts with live events, not the journal's history.
+//!
+//! Events that notify: a `state` event whose new state is listed in a
+//! sink's `states`, an event whose name is listed there (`stalled`,
+//! `exited`, `restarts_exhausted`, `gap`), and approval events
+//! (`approval_*`) unless `approvals = false`. Sub-agents never notify: the
+//! core keeps their observations off the pane's state, so they make no
+//! event. Each sink then applies its name and runtime filters, drops a
+//! repeat of the same pane, event and reason within `dedupe` (a pane
+//! turning blocked and the approval it opens are one event), and holds
+//! to `rate_per_minute` (the rest is dropped and said on stderr).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::cli::CliError;
+use crate::client::{resolve_socket, Client};
+use crate::config::notify::{load_sinks, Sink, SinkKind, NOTIFY_PANE};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Reconnect back-off after the daemon went away.
+const RECONNECT_MIN: Duration = Duration::from_millis(200);
+const RECONNECT_MAX: Duration = Duration::from_secs(10);
+/// Webhook and ntfy retries: doubling from the first, capped, then given up.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+const RETRY_GIVE_UP: Duration = Duration::from_secs(15 * 60);
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What is known about a pane, for filters and messages.
+#[derive(Clone, Debug, Default)]
+struct PaneInfo {
+    name: Option<String>,
+    runtime: Option<String>,
+}
+
+struct SinkState {
+    sink: Sink,
+    recent: HashMap<String, Instant>,
+    sent: VecDeque<Instant>,
+    running: Vec<(Child, Instant)>,
+}
+
+pub struct Notifier {
+    sinks: Vec<SinkState>,
+    panes: BTreeMap<String, PaneInfo>,
+    cursor_path: PathBuf,
+    http: ureq::Agent,
+    /// Retry schedule; tests shorten nothing, it is the same everywhere.
+    retry_first: Duration,
+}
+
+pub fn run(socket: Option<&Path>, config: &Path, cursor: &Path) -> Result<u8, CliError> {
+    let sinks = load_sinks(config).map_err(CliError::Runtime)?;
+    if sinks.is_empty() {
+        return Err(CliError::Runtime(format!(
+            "{}: no [[notify]] sinks",
+            config.display()
+        )));
+    }
+    let mut n = Notifier::new(sinks, cursor.to_path_buf());
+    let socket = resolve_socket(socket);
+    let mut backoff = RECONNECT_MIN;
+    loop {
+        match n.follow(&socket) {
+            Ok(()) => backoff = RECONNECT_MIN,
+            Err(e) => {
+                eprintln!("colibri notify: {e}; reconnecting in {backoff:?}");
+            }
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(RECONNECT_MAX);
+    }
+}
+
+impl Notifier {
+    fn new(sinks: Vec<Sink>, cursor_path: PathBuf) -> Notifier {
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(HTTP_TIMEOUT))
+            .build()
+            .into();
+        Notifier {
+            sinks: sinks
+                .into_iter()
+                .map(|sink| SinkState {
+                    sink,
+                    recent: HashMap::new(),
+                    sent: VecDeque::new(),
+                    running: Vec::new(),
+                })
+                .collect(),
+            panes: BTreeMap::new(),
+            cursor_path,
+            http,
+            retry_first: RETRY_FIRST,
+        }
+    }
+
+    fn read_cursor(&self) -> Option<u64> {
+        std::fs::read_to_string(&self.cursor_path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// Written whole (a temp file renamed over it), so a crash leaves the
+    /// old cursor or the new one.
+    fn write_cursor(&self, seq: u64) -> Result<(), String> {
+        let tmp = self.cursor_path.with_extension("new");
+        std::fs::write(&tmp, format!("{seq}\n"))
+            .and_then(|()| std::fs::rename(&tmp, &self.cursor_path))
+            .map_err(|e| format!("cursor {}: {e}", self.cursor_path.display()))
+    }
+
+    /// One connection's life: learn the panes, resume the stream, handle
+    /// each event, save the cursor after it. Returns when the stream ends.
+    fn follow(&mut self, socket: &Path) -> Result<(), String> {
+        let mut c = Client::connect(socket, CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+        let snap = c
+            .call(&json!({"cmd": "snapshot", "schema": "v2"}))
+            .map_err(|e| e.to_string())?;
+        self.learn_snapshot(&snap);
+        let since = self.read_cursor();
+        let ack = c.watch_from(&[], since).map_err(|e| e.to_string())?;
+        if since.is_none() {
+            if let Some(seq) = ack["seq"].as_u64() {
+                self.write_cursor(seq)?;
+            }
+        }
+        for item in c.stream() {
+            let ev = item.map_err(|e| e.to_string())?;
+            self.handle(&ev);
+            if let Some(seq) = ev["seq"].as_u64() {
+                self.write_cursor(seq)?;
+            }
+        }
+        Err("the daemon closed the watch stream".into())
+    }
+
+    fn learn_snapshot(&mut self, snap: &Value) {
+        let Some(panes) = snap["panes"].as_array() else {
+            return;
+        };
+        for p in panes {
+            let Some(id) = p["id"].as_str() else { continue };
+            self.panes.insert(
+                id.to_string(),
+                PaneInfo {
+                    name: p["name"].as_str().map(str::to_string),
+                    runtime: p["runtime"].as_str().map(str::to_string),
+                },
+            );
+        }
+    }
+
+    /// Learns from an event, and delivers it to every sink that wants it.
+    pub fn handle(&mut self, ev: &Value) {
+        let event = ev["event"].as_str().unwrap_or_default().to_string();
+        let pane = ev["pane"].as_str().unwrap_or_default().to_string();
+        if event == "attached" {
+            self.panes.insert(
+                pane.clone(),
+                PaneInfo {
+                    name: ev["name"].as_str().map(str::to_string),
+                    runtime: ev["agent"].as_str().map(str::to_string),
+                },
+            );
+        }
+        let info = self.panes.get(&pane).cloned().unwrap_or_default();
+        if info.name.as_deref() == Some(NOTIFY_PANE) {
+            return;
+        }
+        let mut payload = ev.clone();
+        if let Some(obj) = payload.as_object_mut() {
+            if let Some(n) = &info.name {
+                obj.insert("name".into(), json!(n));
+            }
+            if let Some(r) = &info.runtime {
+                obj.insert("runtime".into(), json!(r));
+            }
+        }
+        let now = Instant::now();
+        for i in 0..self.sinks.len() {
+            if !self.admit(i, ev, &info, now) {
+                continue;
+            }
+            self.deliver(i, &payload);
+        }
+    }
+
+    /// Filters, de-duplication and the rate limit of sink `i`.
+    fn admit(&mut self, i: usize, ev: &Value, info: &PaneInfo, now: Instant) -> bool {
+        let s = &mut self.sinks[i];
+        let event = ev["event"].as_str().unwrap_or_default();
+        let wanted = if event == "state" {
+            let to = ev["to"].as_str().unwrap_or_default();
+            s.sink.states.iter().any(|x| x == to)
+        } else if event.starts_with("approval") {
+            s.sink.approvals
+        } else {
+            s.sink.states.iter().any(|x| x == event)
+        };
+        if !wanted {
+            return false;
+        }
+        if !s.sink.names.is_empty() && !info.name.as_ref().is_some_and(|n| s.sink.names.contains(n))
+        {
+            return false;
+        }
+        if !s.sink.runtimes.is_empty()
+            && !info
+                .runtime
+                .as_ref()
+                .is_some_and(|r| s.sink.runtimes.contains(r))
+        {
+            return false;
+        }
+        // A pane turning blocked and the approval it opens are one moment for
+        // a human: whichever arrives first is told, the other is a repeat.
+        let needs_human = (event == "state" && ev["to"] == "blocked") || event == "approval_opened";
+        let key = if needs_human {
+            // The blocked reason is the harness's question (the approval's
+            // title, else its question), so both events name it alike.
+            let approval = &ev["approval"];
+            let what = ev["reason"]
+                .as_str()
+                .or_else(|| approval["title"].as_str())
+                .or_else(|| approval["question"].as_str())
+                .unwrap_or_default();
+            format!(
+                "{}\u{1f}needs_human\u{1f}{what}",
+                ev["pane"].as_str().unwrap_or_default()
+            )
+        } else {
+            format!(
+                "{}\u{1f}{event}\u{1f}{}\u{1f}{}\u{1f}{}",
+                ev["pane"].as_str().unwrap_or_default(),
+                ev["to"].as_str().unwrap_or_default(),
+                ev["reason"].as_str().unwrap_or_default(),
+                ev["id"].as_str().unwrap_or_default(),
+            )
+        };
+        let window = s.sink.dedupe;
+        s.recent.retain(|_, t| now.duration_since(*t) < window);
+        if s.recent.contains_key(&key) {
+            return false;
+        }
+        while s
+            .sent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(60))
+        {
+            s.sent.pop_front();
+        }
+        if s.sent.len() >= s.sink.rate_per_minute as usize {
+            eprintln!(
+                "colibri notify: {}: rate limit ({}/min) reached; event {} dropped",
+                s.sink.label, s.sink.rate_per_minute, ev["seq"]
+            );
+            return false;
+        }
+        s.recent.insert(key, now);
+        s.sent.push_back(now);
+        true
+    }
+
+    fn deliver(&mut self, i: usize, payload: &Value) {
+        let kind = self.sinks[i].sink.kind.clone();
+        let label = self.sinks[i].sink.label.clone();
+        match kind {
+            SinkKind::Exec {
+                command,
+                timeout,
+                concurrency,
+            } => self.exec(i, &command, timeout, concurrency, payload),
+            SinkKind::Webhook { url } => {
+                let body = payload.to_string();
+                self.post_with_retry(
+                    &label,
+                    &url,
+                    &[("Content-Type", "application/json".into())],
+                    body,
+                );
+            }
+            SinkKind::Ntfy {
+                url,
+                priority,
+                board_url,
+            } => {
+                let (title, body) = message(payload);
+                let mut headers = vec![
+                    ("Title", title),
+                    ("Priority", priority.to_string()),
+                    ("Tags", "robot".to_string()),
+                ];
+                if let (Some(board), Some(pane)) = (&board_url, payload["pane"].as_str()) {
+                    if payload["to"] == json!("blocked")
+                        || payload["event"]
+                            .as_str()
+                            .is_some_and(|e| e.starts_with("approval"))
+                    {
+                        let board = board.trim_end_matches('/');
+                        headers.push((
+                            "Actions",
+                            format!(
+                                "http, Approve, {board}/approve/{pane}, method=POST, clear=true; \
+                                 http, Deny, {board}/deny/{pane}, method=POST, clear=true"
+                            ),
+                        ));
+                    }
+                }
+                self.post_with_retry(&label, &url, &headers, body);
+            }
+        }
+    }
+
+    /// POSTs until the server takes it (2xx), doubling the wait between
+    /// tries; a 4xx other than 408 and 429 is not retried.
+    fn post_with_retry(&self, label: &str, url: &str, headers: &[(&str, String)], body: String) {
+        let started = Instant::now();
+        let mut wait = self.retry_first;
+        loop {
+            let mut req = self.http.post(url);
+            for (k, v) in headers {
+                req = req.header(*k, v.as_str());
+            }
+            match req.send(body.as_bytes()) {
+                Ok(_) => return,
+                Err(ureq::Error::StatusCode(code))
+                    if (400..500).contains(&code) && code != 408 && code != 429 =>
+                {
+                    eprintln!(
+                        "colibri notify: {label}: {url} refused the event ({code}); not retried"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    if started.elapsed() > RETRY_GIVE_UP {
+                        eprintln!("colibri notify: {label}: {url}: {e}; given up");
+                        return;
+                    }
+                    eprintln!("colibri notify: {label}: {url}: {e}; retrying in {wait:?}");
+                }
+            }
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Starts the command with the event on stdin and in the environment;
+    /// at most `concurrency` run at once (the oldest is waited for), and
+    /// one past its timeout is killed.
+    fn exec(
+        &mut self,
+        i: usize,
+        command: &[String],
+        timeout: Duration,
+        concurrency: usize,
+        payload: &Value,
+    ) {
+        let label = self.sinks[i].sink.label.clone();
+        reap(&mut self.sinks[i].running);
+        while self.sinks[i].running.len() >= concurrency {
+            std::thread::sleep(Duration::from_millis(10));
+            reap(&mut self.sinks[i].running);
+        }
+        let Some((prog, args)) = command.split_first() else {
+            return;
+        };
+        let s = |k: &str| payload[k].as_str().unwrap_or_default().to_string();
+        let spawned = Command::new(prog)
+            .args(args)
+            .env("COLIBRI_EVENT", s("event"))
+            .env("COLIBRI_PANE", s("pane"))
+            .env("COLIBRI_NAME", s("name"))
+            .env("COLIBRI_RUNTIME", s("runtime"))
+            .env("COLIBRI_STATE", s("to"))
+            .env("COLIBRI_REASON", s("reason"))
+            .env("COLIBRI_SEQ", payload["seq"].to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("colibri notify: {label}: cannot run {prog}: {e}");
+                return;
+            }
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            // A command that does not read its stdin is its own business.
+            let _ = stdin.write_all(format!("{payload}\n").as_bytes());
+        }
+        self.sinks[i]
+            .running
+            .push((child, Instant::now() + timeout));
+    }
+
+    /// Waits for every command still running (at exit and in tests).
+    pub fn settle(&mut self) {
+        for s in &mut self.sinks {
+            while !s.running.is_empty() {
+                reap(&mut s.running);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// Collects commands that ended, killing those past their deadline.
+fn reap(running: &mut Vec<(Child, Instant)>) {
+    let now = Instant::now();
+    running.retain_mut(|(child, deadline)| match child.try_wait() {
+        Ok(Some(_)) | Err(_) => false,
+        Ok(None) if now > *deadline => {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("colibri notify: a command ran past its timeout and was killed");
+            false
+        }
+        Ok(None) => true,
+    });
+}
+
+/// A human title and body for push messages.
+fn message(ev: &Value) -> (String, String) {
+    let who = ev["name"]
+        .as_str()
+        .or_else(|| ev["pane"].as_str())
+        .unwrap_or("colibrid")
+        .to_string();
+    let event = ev["event"].as_str().unwrap_or("event");
+    let what = match event {
+        "state" => ev["to"].as_str().unwrap_or("changed").to_string(),
+        other => other.replace('_', " "),
+    };
+    let title = format!("{who} {what}");
+    let body = ev["reason"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| title.clone());
+    (title, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::notify::parse_sinks;
+
+    fn notifier(toml: &str) -> Notifier {
+        Notifier::new(
+            parse_sinks(toml).expect("valid"),
+            PathBuf::from("/nonexistent/c"),
+        )
+    }
+
+    fn blocked(seq: u64, pane: &str, reason: &str) -> Value {
+        json!({"seq":seq,"at":"x","event":"state","pane":pane,"from":"working","to":"blocked","reason":reason})
+    }
+
+    #[test]
+    fn filters_dedupe_and_rate_decide_what_is_delivered() {
+        let mut n = notifier(
+            "[[notify]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/\"\nnames = [\"fixer\"]\nrate_per_minute = 2\n",
+        );
+        n.handle(
+            &json!({"seq":1,"at":"x","event":"attached","pane":"p1","agent":"pi","name":"fixer"}),
+        );
+        n.handle(
+            &json!({"seq":2,"at":"x","event":"attached","pane":"p2","agent":"pi","name":"other"}),
+        );
+        let now = Instant::now();
+        let info = |n: &Notifier, p: &str| n.panes.get(p).cloned().unwrap_or_default();
+        let i1 = info(&n, "p1");
+        let i2 = info(&n, "p2");
+        assert!(
+            !n.admit(0, &blocked(3, "p2", "r"), &i2, now),
+            "not a listed name"
+        );
+        assert!(n.admit(0, &blocked(4, "p1", "r"), &i1, now));
+        assert!(!n.admit(0, &blocked(5, "p1", "r"), &i1, now), "a repeat");
+        let opened = json!({"seq":5,"at":"x","event":"approval_opened","pane":"p1",
+            "approval":{"id":"p1-1","title":"r","question":"r"}});
+        assert!(
+            !n.admit(0, &opened, &i1, now),
+            "the approval of a pane just told blocked is the same moment"
+        );
+        assert!(n.admit(0, &blocked(6, "p1", "other"), &i1, now));
+        assert!(
+            !n.admit(0, &blocked(7, "p1", "third"), &i1, now),
+            "rate limit"
+        );
+        let later = now + Duration::from_secs(61);
+        assert!(n.admit(0, &blocked(8, "p1", "third"), &i1, later));
+        let working =
+            json!({"seq":9,"at":"x","event":"state","pane":"p1","from":"blocked","to":"working"});
+        assert!(!n.admit(0, &working, &i1, later), "working is not listed");
+    }
+
+    #[test]
+    fn ntfy_messages_name_the_pane_and_the_reason() {
+        let (title, body) = message(
+            &json!({"event":"state","to":"blocked","name":"fixer","reason":"Delete build/?"}),
+        );
+        assert_eq!(title, "fixer blocked");
+        assert_eq!(body, "Delete build/?");
+    }
+}

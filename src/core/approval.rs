@@ -1,0 +1,809 @@
+//! Approvals: a harness asking a human, and the reply it understands.
+//!
+//! An adapter that reads a permission request, a dialog or a question in
+//! its agent's stream fills an [`ApprovalRequest`] in the line's
+//! observation; the pane keeps it as a pending [`Approval`] until the
+//! operator answers it, the harness resolves it itself (a cancel, a
+//! timeout, a run that went on), or the agent exits. [`encode_answer`]
+//! writes the exact reply each harness expects on its input.
+//!
+//! Which harness can be answered how, and what was checked against which
+//! source, is recorded in `docs/TAXONOMY.md`, section "Approvals".
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::core::taxonomy::Runtime;
+use crate::core::time::Timestamp;
+use crate::core::tool;
+
+/// What kind of answer a request wants.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ApprovalKind {
+    /// May this tool run with these arguments? Approve or deny.
+    ToolPermission,
+    /// A yes/no question.
+    Confirm,
+    /// Pick one of `options`.
+    Select,
+    /// Free text (Pi's `input` and `editor`, a Codex question without options).
+    Input,
+}
+
+impl ApprovalKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApprovalKind::ToolPermission => "tool_permission",
+            ApprovalKind::Confirm => "confirm",
+            ApprovalKind::Select => "select",
+            ApprovalKind::Input => "input",
+        }
+    }
+}
+
+/// Where the reply goes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AnswerChannel {
+    /// One JSON line on the agent's own input (Pi RPC, Claude stream-json).
+    AgentInput,
+    /// The standard output of the hook command that is waiting for a
+    /// decision (Claude Code's `PermissionRequest` hook, via `colibri hook`).
+    HookOutput,
+}
+
+impl AnswerChannel {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AnswerChannel::AgentInput => "agent_input",
+            AnswerChannel::HookOutput => "hook_output",
+        }
+    }
+}
+
+/// A request as an adapter read it from one line; borrows from the line.
+#[derive(Clone, Debug)]
+pub struct ApprovalRequest<'a> {
+    pub kind: ApprovalKind,
+    pub channel: AnswerChannel,
+    /// The harness's own id, needed to answer (Pi `id`, Claude
+    /// `request_id`, Codex `call_id`).
+    pub request_id: Cow<'a, str>,
+    pub tool: Option<Cow<'a, str>>,
+    /// The tool's input as the harness sent it; Claude's allow reply must
+    /// echo it back as `updatedInput`.
+    pub input: Option<&'a RawValue>,
+    pub title: Option<Cow<'a, str>>,
+    pub message: Option<Cow<'a, str>>,
+    pub options: Vec<Cow<'a, str>>,
+    /// The harness answers by itself after this long (Pi `timeout`).
+    pub timeout: Option<Duration>,
+    /// The tool call this permission is for (Claude `tool_use_id`): a
+    /// result for it means the request was settled elsewhere.
+    pub tool_use_id: Option<Cow<'a, str>>,
+}
+
+impl<'a> ApprovalRequest<'a> {
+    pub fn new(kind: ApprovalKind, request_id: Cow<'a, str>) -> Self {
+        ApprovalRequest {
+            kind,
+            channel: AnswerChannel::AgentInput,
+            request_id,
+            tool: None,
+            input: None,
+            title: None,
+            message: None,
+            options: Vec::new(),
+            timeout: None,
+            tool_use_id: None,
+        }
+    }
+}
+
+/// Which pending approvals a line settles without the operator.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Resolves<'a> {
+    #[default]
+    Nothing,
+    /// The harness withdrew this request (Claude `control_cancel_request`).
+    Cancelled(Cow<'a, str>),
+    /// These tool calls have results: their permissions were settled.
+    ToolUses(Vec<Cow<'a, str>>),
+    /// The harness went on (a run settled, a turn ended): nothing pending
+    /// can still be answered.
+    All,
+}
+
+/// The longest title, message or option kept, in characters.
+const TEXT_CHARS: usize = 500;
+/// The most options kept for a select.
+const MAX_OPTIONS: usize = 32;
+/// The largest tool input kept to echo back (bytes); a larger one is not
+/// kept and the request cannot be approved through colibri.
+pub const MAX_INPUT_BYTES: usize = 256 * 1024;
+
+/// A pending request, owned by its pane.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Approval {
+    /// colibri's id: the pane id's first 8 characters, `-`, a per-pane count.
+    pub id: String,
+    pub kind: ApprovalKind,
+    pub channel: AnswerChannel,
+    pub request_id: String,
+    pub tool: Option<String>,
+    /// A short form of the tool's input.
+    pub summary: Option<String>,
+    pub title: Option<String>,
+    pub message: Option<String>,
+    pub options: Vec<String>,
+    pub asked_at: Timestamp,
+    /// When the harness answers by itself (Pi's dialog timeout).
+    pub expires_at: Option<Timestamp>,
+    /// The non-blank line of the stream that asked.
+    pub line: u64,
+    pub tool_use_id: Option<String>,
+    /// The raw tool input, when small enough to echo back.
+    input: Option<KeptInput>,
+    input_too_big: bool,
+}
+
+/// A tool input kept verbatim; equal when its JSON text is.
+#[derive(Clone, Debug)]
+struct KeptInput(Box<RawValue>);
+
+impl PartialEq for KeptInput {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Approval {
+    /// Owns what `req` borrows, trimming text to bounded sizes.
+    pub fn from_request(id: String, req: &ApprovalRequest<'_>, now: Timestamp, line: u64) -> Self {
+        let (input, input_too_big) = match req.input {
+            Some(raw) if raw.get().len() <= MAX_INPUT_BYTES => {
+                (Some(KeptInput(raw.to_owned())), false)
+            }
+            Some(_) => (None, true),
+            None => (None, false),
+        };
+        Approval {
+            id,
+            kind: req.kind,
+            channel: req.channel,
+            request_id: req.request_id.to_string(),
+            tool: req.tool.as_deref().map(tool::truncate),
+            summary: req.input.map(tool::summarize_args),
+            title: req.title.as_deref().map(bounded),
+            message: req.message.as_deref().map(bounded),
+            options: req
+                .options
+                .iter()
+                .take(MAX_OPTIONS)
+                .map(|o| bounded(o))
+                .collect(),
+            asked_at: now,
+            expires_at: req.timeout.map(|t| now.plus(t)),
+            line,
+            tool_use_id: req.tool_use_id.as_deref().map(str::to_string),
+            input,
+            input_too_big,
+        }
+    }
+
+    /// One line saying what is asked, for a reason or a notification.
+    pub fn question(&self) -> String {
+        if let Some(t) = &self.tool {
+            return match &self.summary {
+                Some(s) if !s.is_empty() => format!("permission: {t}: {s}"),
+                _ => format!("permission: {t}"),
+            };
+        }
+        let text = self.title.as_deref().or(self.message.as_deref());
+        tool::truncate(text.unwrap_or(self.kind.as_str()))
+    }
+}
+
+/// Keeps at most [`TEXT_CHARS`] characters, whole characters only.
+fn bounded(s: &str) -> String {
+    match s.char_indices().nth(TEXT_CHARS) {
+        Some((cut, _)) => format!("{}…", &s[..cut]),
+        None => s.to_string(),
+    }
+}
+
+/// The operator's reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Deny {
+        message: Option<String>,
+    },
+    /// Free text, or one of a select's options (its text, or its 1-based
+    /// number).
+    Answer {
+        text: String,
+    },
+}
+
+impl Decision {
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Deny { .. } => "deny",
+            Decision::Answer { .. } => "answer",
+        }
+    }
+}
+
+/// Why no reply could be written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AnswerError {
+    /// The harness offers no way to answer on its input in this mode.
+    NoAnswerChannel { runtime: Runtime, why: &'static str },
+    /// This kind of request does not take this decision (an `answer` to a
+    /// yes/no confirm, an `approve` to a free-text question).
+    WrongDecision {
+        kind: ApprovalKind,
+        decision: &'static str,
+    },
+    /// The answer names none of the select's options.
+    NotAnOption { given: String, options: Vec<String> },
+    /// The tool input was too large to keep, so it cannot be echoed back.
+    InputNotKept,
+}
+
+impl std::fmt::Display for AnswerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AnswerError::NoAnswerChannel { runtime, why } => {
+                write!(f, "{runtime} cannot be answered: {why}")
+            }
+            AnswerError::WrongDecision { kind, decision } => {
+                write!(f, "a {} request does not take {decision}", kind.as_str())
+            }
+            AnswerError::NotAnOption { given, options } => write!(
+                f,
+                "{given:?} is not one of the options ({})",
+                options.join(", ")
+            ),
+            AnswerError::InputNotKept => write!(
+                f,
+                "the tool input is larger than {MAX_INPUT_BYTES} bytes and was not kept"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AnswerError {}
+
+/// Claude's clarifying-question tool, asked through `can_use_tool` and
+/// answered with `answers` in `updatedInput`.
+pub const ASK_USER_QUESTION: &str = "AskUserQuestion";
+
+/// What to deny with when the operator gives no reason: Claude shows the
+/// message to the model, and an empty one says nothing.
+pub const DEFAULT_DENY_MESSAGE: &str = "Denied by the operator.";
+
+/// The exact bytes (one JSON line and `\n`) that answer `approval` with
+/// `decision` on the channel the approval names.
+pub fn encode_answer(
+    runtime: Runtime,
+    approval: &Approval,
+    decision: &Decision,
+) -> Result<Vec<u8>, AnswerError> {
+    let mut line = match (runtime, approval.channel) {
+        (Runtime::Pi, AnswerChannel::AgentInput) => pi_response(approval, decision)?,
+        (Runtime::Claude, AnswerChannel::AgentInput) => claude_control_response(approval, decision)?,
+        (Runtime::Claude, AnswerChannel::HookOutput) => claude_hook_decision(approval, decision)?,
+        (Runtime::Codex, _) => {
+            return Err(AnswerError::NoAnswerChannel {
+                runtime,
+                why: "`codex exec` rejects every approval and question itself and reads no answers on its input",
+            })
+        }
+        _ => {
+            return Err(AnswerError::NoAnswerChannel {
+                runtime,
+                why: "no documented answer channel",
+            })
+        }
+    };
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// Serialises a reply built from borrowed structs; their fields are
+/// strings, bools and raw JSON, which always serialise.
+fn to_line<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+#[derive(Serialize)]
+struct PiResponse<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    confirmed: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cancelled: Option<bool>,
+}
+
+/// Pi RPC `extension_ui_response`: `confirmed` for a confirm, `value` for
+/// a select, input or editor, `cancelled:true` to dismiss any of them.
+fn pi_response(approval: &Approval, decision: &Decision) -> Result<Vec<u8>, AnswerError> {
+    let mut r = PiResponse {
+        kind: "extension_ui_response",
+        id: &approval.request_id,
+        value: None,
+        confirmed: None,
+        cancelled: None,
+    };
+    let wrong = || AnswerError::WrongDecision {
+        kind: approval.kind,
+        decision: decision.as_str(),
+    };
+    match (approval.kind, decision) {
+        (ApprovalKind::Confirm, Decision::Approve) => r.confirmed = Some(true),
+        (ApprovalKind::Confirm, Decision::Deny { .. }) => r.confirmed = Some(false),
+        (ApprovalKind::Select | ApprovalKind::Input, Decision::Deny { .. }) => {
+            r.cancelled = Some(true)
+        }
+        (ApprovalKind::Select, Decision::Answer { text }) => {
+            r.value = Some(pick_option(approval, text)?)
+        }
+        (ApprovalKind::Input, Decision::Answer { text }) => r.value = Some(text),
+        _ => return Err(wrong()),
+    }
+    Ok(to_line(&r))
+}
+
+/// The option an answer names: its exact text, else its 1-based number.
+fn pick_option<'a>(approval: &'a Approval, given: &'a str) -> Result<&'a str, AnswerError> {
+    if let Some(o) = approval.options.iter().find(|o| o.as_str() == given) {
+        return Ok(o);
+    }
+    let numbered = given
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| approval.options.get(i));
+    numbered
+        .map(String::as_str)
+        .ok_or_else(|| AnswerError::NotAnOption {
+            given: given.to_string(),
+            options: approval.options.clone(),
+        })
+}
+
+#[derive(Serialize)]
+struct ClaudeControlResponse<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    response: ClaudeControlSuccess<'a>,
+}
+
+#[derive(Serialize)]
+struct ClaudeControlSuccess<'a> {
+    subtype: &'static str,
+    request_id: &'a str,
+    response: PermissionResult<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "behavior", rename_all = "lowercase")]
+enum PermissionResult<'a> {
+    Allow {
+        #[serde(rename = "updatedInput")]
+        updated_input: UpdatedInput<'a>,
+    },
+    Deny {
+        message: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UpdatedInput<'a> {
+    Raw(&'a RawValue),
+    /// The input with `answers` added (an `AskUserQuestion` answered).
+    Answered(serde_json::Map<String, serde_json::Value>),
+    /// A request that carried no input is allowed with `{}`.
+    Empty(serde_json::Map<String, serde_json::Value>),
+}
+
+/// Claude stream-json `control_response` to a `can_use_tool` request, as
+/// the Agent SDK writes it: allow echoes the tool input unchanged as
+/// `updatedInput`; deny carries a message for the model.
+fn claude_control_response(
+    approval: &Approval,
+    decision: &Decision,
+) -> Result<Vec<u8>, AnswerError> {
+    if approval.kind != ApprovalKind::ToolPermission {
+        return claude_question_response(approval, decision);
+    }
+    let result = match decision {
+        Decision::Approve => {
+            if approval.input_too_big {
+                return Err(AnswerError::InputNotKept);
+            }
+            PermissionResult::Allow {
+                updated_input: match &approval.input {
+                    Some(kept) => UpdatedInput::Raw(&kept.0),
+                    None => UpdatedInput::Empty(serde_json::Map::new()),
+                },
+            }
+        }
+        Decision::Deny { message } => PermissionResult::Deny {
+            message: deny_message(message),
+        },
+        Decision::Answer { .. } => {
+            return Err(AnswerError::WrongDecision {
+                kind: approval.kind,
+                decision: decision.as_str(),
+            })
+        }
+    };
+    Ok(to_line(&ClaudeControlResponse {
+        kind: "control_response",
+        response: ClaudeControlSuccess {
+            subtype: "success",
+            request_id: &approval.request_id,
+            response: result,
+        },
+    }))
+}
+
+/// The reply to an `AskUserQuestion` with one question: allow, with the
+/// input passed through and `answers` mapping the question's text to the
+/// chosen option's label (or the operator's own text); deny as usual.
+fn claude_question_response(
+    approval: &Approval,
+    decision: &Decision,
+) -> Result<Vec<u8>, AnswerError> {
+    let result = match decision {
+        Decision::Answer { text } => PermissionResult::Allow {
+            updated_input: UpdatedInput::Answered(answered_input(approval, text)?),
+        },
+        Decision::Deny { message } => PermissionResult::Deny {
+            message: deny_message(message),
+        },
+        Decision::Approve => {
+            return Err(AnswerError::WrongDecision {
+                kind: approval.kind,
+                decision: decision.as_str(),
+            })
+        }
+    };
+    Ok(to_line(&ClaudeControlResponse {
+        kind: "control_response",
+        response: ClaudeControlSuccess {
+            subtype: "success",
+            request_id: &approval.request_id,
+            response: result,
+        },
+    }))
+}
+
+/// The kept input with `answers` added. The key is the question's full
+/// text, read again from the input (the approval's copy is shortened).
+fn answered_input(
+    approval: &Approval,
+    text: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, AnswerError> {
+    use serde_json::Value;
+    let kept = approval.input.as_ref().ok_or(AnswerError::InputNotKept)?;
+    let mut input: serde_json::Map<String, Value> =
+        serde_json::from_str(kept.0.get()).map_err(|_| AnswerError::InputNotKept)?;
+    let question = input
+        .get("questions")
+        .and_then(|q| q.get(0))
+        .and_then(|q| q.get("question"))
+        .and_then(Value::as_str)
+        .ok_or(AnswerError::InputNotKept)?
+        .to_string();
+    // A number picks an option; any other text is the operator's own
+    // answer, which the question accepts as free text.
+    let answer = match approval.kind {
+        ApprovalKind::Select => pick_option(approval, text).unwrap_or(text),
+        _ => text,
+    };
+    let mut answers = serde_json::Map::new();
+    answers.insert(question, Value::String(answer.to_string()));
+    input.insert("answers".into(), Value::Object(answers));
+    Ok(input)
+}
+
+fn deny_message(message: &Option<String>) -> &str {
+    match message.as_deref() {
+        Some(m) if !m.trim().is_empty() => m,
+        _ => DEFAULT_DENY_MESSAGE,
+    }
+}
+
+#[derive(Serialize)]
+struct HookOutput<'a> {
+    #[serde(rename = "hookSpecificOutput")]
+    hook_specific_output: HookSpecific<'a>,
+}
+
+#[derive(Serialize)]
+struct HookSpecific<'a> {
+    #[serde(rename = "hookEventName")]
+    hook_event_name: &'static str,
+    decision: HookDecision<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "behavior", rename_all = "lowercase")]
+enum HookDecision<'a> {
+    Allow,
+    Deny { message: &'a str },
+}
+
+/// Claude Code `PermissionRequest` hook output: what `colibri hook` prints
+/// for the operator's decision.
+fn claude_hook_decision(approval: &Approval, decision: &Decision) -> Result<Vec<u8>, AnswerError> {
+    let d = match decision {
+        Decision::Approve => HookDecision::Allow,
+        Decision::Deny { message } => HookDecision::Deny {
+            message: deny_message(message),
+        },
+        Decision::Answer { .. } => {
+            return Err(AnswerError::WrongDecision {
+                kind: approval.kind,
+                decision: decision.as_str(),
+            })
+        }
+    };
+    Ok(to_line(&HookOutput {
+        hook_specific_output: HookSpecific {
+            hook_event_name: "PermissionRequest",
+            decision: d,
+        },
+    }))
+}
+
+/// How an approval stopped being pending.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApprovalOutcome {
+    /// colibri wrote the operator's reply.
+    Answered { decision: Decision },
+    /// It can no longer be answered.
+    Expired { reason: ExpiryReason },
+}
+
+/// Why an approval expired.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ExpiryReason {
+    /// The harness withdrew the request.
+    Cancelled,
+    /// The harness went on without colibri's answer (answered elsewhere,
+    /// or the run it belonged to ended).
+    Resolved,
+    /// Its own timeout passed; the harness answered with its default.
+    TimedOut,
+    /// The agent exited.
+    Exited,
+    /// Too many were pending; the oldest was dropped.
+    Overflow,
+}
+
+impl ExpiryReason {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ExpiryReason::Cancelled => "cancelled",
+            ExpiryReason::Resolved => "resolved",
+            ExpiryReason::TimedOut => "timed_out",
+            ExpiryReason::Exited => "exited",
+            ExpiryReason::Overflow => "overflow",
+        }
+    }
+}
+
+/// One change to a pane's approvals, in the order it happened.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ApprovalEvent {
+    Opened(Approval),
+    Closed {
+        approval: Approval,
+        outcome: ApprovalOutcome,
+        at: Timestamp,
+        /// Non-blank lines seen when it closed (0: not caused by a line).
+        line: u64,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> &RawValue {
+        serde_json::from_str(s).expect("valid raw JSON")
+    }
+
+    fn approval(kind: ApprovalKind, request_id: &str) -> Approval {
+        Approval::from_request(
+            "fold-1".into(),
+            &ApprovalRequest::new(kind, Cow::Borrowed(request_id)),
+            Timestamp::from_millis(0),
+            1,
+        )
+    }
+
+    fn text(bytes: Result<Vec<u8>, AnswerError>) -> String {
+        String::from_utf8(bytes.expect("encodes")).expect("UTF-8")
+    }
+
+    #[test]
+    fn pi_replies_match_rpc_md() {
+        let mut a = approval(ApprovalKind::Confirm, "uuid-2");
+        assert_eq!(
+            text(encode_answer(Runtime::Pi, &a, &Decision::Approve)),
+            "{\"type\":\"extension_ui_response\",\"id\":\"uuid-2\",\"confirmed\":true}\n"
+        );
+        assert_eq!(
+            text(encode_answer(
+                Runtime::Pi,
+                &a,
+                &Decision::Deny { message: None }
+            )),
+            "{\"type\":\"extension_ui_response\",\"id\":\"uuid-2\",\"confirmed\":false}\n"
+        );
+        a.kind = ApprovalKind::Select;
+        a.options = vec!["Allow".into(), "Block".into()];
+        assert_eq!(
+            text(encode_answer(
+                Runtime::Pi,
+                &a,
+                &Decision::Answer { text: "2".into() }
+            )),
+            "{\"type\":\"extension_ui_response\",\"id\":\"uuid-2\",\"value\":\"Block\"}\n"
+        );
+        assert_eq!(
+            text(encode_answer(
+                Runtime::Pi,
+                &a,
+                &Decision::Deny { message: None }
+            )),
+            "{\"type\":\"extension_ui_response\",\"id\":\"uuid-2\",\"cancelled\":true}\n"
+        );
+        assert!(matches!(
+            encode_answer(
+                Runtime::Pi,
+                &a,
+                &Decision::Answer {
+                    text: "Maybe".into()
+                }
+            ),
+            Err(AnswerError::NotAnOption { .. })
+        ));
+        assert!(matches!(
+            encode_answer(Runtime::Pi, &a, &Decision::Approve),
+            Err(AnswerError::WrongDecision { .. })
+        ));
+    }
+
+    #[test]
+    fn pi_free_text_is_escaped_json() {
+        let a = approval(ApprovalKind::Input, "uuid-3");
+        assert_eq!(
+            text(encode_answer(
+                Runtime::Pi,
+                &a,
+                &Decision::Answer {
+                    text: "line \"one\"\nline two".into()
+                }
+            )),
+            "{\"type\":\"extension_ui_response\",\"id\":\"uuid-3\",\"value\":\"line \\\"one\\\"\\nline two\"}\n"
+        );
+    }
+
+    #[test]
+    fn claude_allow_echoes_the_input_and_deny_carries_a_message() {
+        let mut req = ApprovalRequest::new(ApprovalKind::ToolPermission, Cow::Borrowed("req_9"));
+        req.tool = Some(Cow::Borrowed("Bash"));
+        req.input = Some(raw(r#"{"command":"rm -rf build"}"#));
+        let a = Approval::from_request("p-1".into(), &req, Timestamp::from_millis(0), 3);
+        assert_eq!(a.summary.as_deref(), Some("rm -rf build"));
+        assert_eq!(
+            text(encode_answer(Runtime::Claude, &a, &Decision::Approve)),
+            "{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"req_9\",\"response\":{\"behavior\":\"allow\",\"updatedInput\":{\"command\":\"rm -rf build\"}}}}\n"
+        );
+        assert_eq!(
+            text(encode_answer(
+                Runtime::Claude,
+                &a,
+                &Decision::Deny {
+                    message: Some("not on main".into())
+                }
+            )),
+            "{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"req_9\",\"response\":{\"behavior\":\"deny\",\"message\":\"not on main\"}}}\n"
+        );
+        assert_eq!(
+            text(encode_answer(Runtime::Claude, &a, &Decision::Deny { message: None })),
+            "{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"req_9\",\"response\":{\"behavior\":\"deny\",\"message\":\"Denied by the operator.\"}}}\n"
+        );
+    }
+
+    #[test]
+    fn claude_hook_decisions() {
+        let mut a = approval(ApprovalKind::ToolPermission, "");
+        a.channel = AnswerChannel::HookOutput;
+        assert_eq!(
+            text(encode_answer(Runtime::Claude, &a, &Decision::Approve)),
+            "{\"hookSpecificOutput\":{\"hookEventName\":\"PermissionRequest\",\"decision\":{\"behavior\":\"allow\"}}}\n"
+        );
+        assert_eq!(
+            text(encode_answer(
+                Runtime::Claude,
+                &a,
+                &Decision::Deny {
+                    message: Some("no".into())
+                }
+            )),
+            "{\"hookSpecificOutput\":{\"hookEventName\":\"PermissionRequest\",\"decision\":{\"behavior\":\"deny\",\"message\":\"no\"}}}\n"
+        );
+    }
+
+    #[test]
+    fn an_input_too_big_to_keep_cannot_be_approved() {
+        let big = format!("{{\"content\":\"{}\"}}", "x".repeat(MAX_INPUT_BYTES));
+        let mut req = ApprovalRequest::new(ApprovalKind::ToolPermission, Cow::Borrowed("r"));
+        req.input = Some(raw(&big));
+        let a = Approval::from_request("p-1".into(), &req, Timestamp::from_millis(0), 1);
+        assert_eq!(
+            encode_answer(Runtime::Claude, &a, &Decision::Approve),
+            Err(AnswerError::InputNotKept)
+        );
+        assert!(encode_answer(Runtime::Claude, &a, &Decision::Deny { message: None }).is_ok());
+    }
+
+    #[test]
+    fn codex_and_others_have_no_answer_channel() {
+        let a = approval(ApprovalKind::Input, "call_7");
+        for rt in [
+            Runtime::Codex,
+            Runtime::Zot,
+            Runtime::Gemini,
+            Runtime::OpenCode,
+        ] {
+            assert!(matches!(
+                encode_answer(rt, &a, &Decision::Answer { text: "yes".into() }),
+                Err(AnswerError::NoAnswerChannel { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn long_texts_are_bounded_on_a_character_boundary() {
+        let mut req = ApprovalRequest::new(ApprovalKind::Confirm, Cow::Borrowed("x"));
+        let long = "é".repeat(TEXT_CHARS + 10);
+        req.title = Some(Cow::Owned(long));
+        let a = Approval::from_request("p-1".into(), &req, Timestamp::from_millis(0), 1);
+        let title = a.title.expect("title kept");
+        assert_eq!(title.chars().count(), TEXT_CHARS + 1);
+        assert!(title.ends_with('…'));
+    }
+
+    #[test]
+    fn the_question_says_what_is_asked_in_one_line() {
+        let mut req = ApprovalRequest::new(ApprovalKind::ToolPermission, Cow::Borrowed("r"));
+        req.tool = Some(Cow::Borrowed("Bash"));
+        req.input = Some(raw(r#"{"command":"git push --force"}"#));
+        let a = Approval::from_request("p-1".into(), &req, Timestamp::from_millis(0), 1);
+        assert_eq!(a.question(), "permission: Bash: git push --force");
+        let mut req = ApprovalRequest::new(ApprovalKind::Confirm, Cow::Borrowed("u"));
+        req.message = Some(Cow::Borrowed("All messages\nwill be lost."));
+        let a = Approval::from_request("p-2".into(), &req, Timestamp::from_millis(0), 1);
+        assert_eq!(a.question(), "All messages will be lost.");
+        let a = approval(ApprovalKind::Input, "v");
+        assert_eq!(a.question(), "input");
+    }
+}

@@ -1,0 +1,639 @@
+//! Budgets: tokens or dollars per pane, name, runtime or all panes, over a
+//! rolling window or a UTC calendar day.
+//!
+//! Each rule keeps one ledger per scope key (the pane id, the name, the
+//! runtime, or one for all). Spending is added as lines arrive; the ledger
+//! warns once when the spend crosses `warn_at` of the cap, pauses when it
+//! reaches the cap, and resumes (from [`Budgets::tick`]) when the window has
+//! rolled below the cap, the day changed, or an operator raised the cap or
+//! resumed once (the override lasts until the period rolls).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::core::time::Timestamp;
+
+use super::{Action, LineFacts, PaneInfo, PolicyKind, Target, Verdict};
+
+const DAY_MS: u64 = 86_400_000;
+
+/// What a budget counts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// Input, output and cache-write tokens (cache reads are excluded: a
+    /// long context re-read on every call would swamp the count).
+    Tokens,
+    /// US dollars: the harness's figure, else the price table's.
+    Usd,
+}
+
+/// Over what time a budget counts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Period {
+    /// The last `Duration` (Coleo's TokenThrottle: 10 minutes).
+    Window(Duration),
+    /// The current UTC calendar day (00:00 to 24:00 UTC).
+    Day,
+}
+
+/// Whom a budget covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Each pane on its own.
+    Pane,
+    /// The panes with this name or role, together.
+    Name(String),
+    /// The panes of this runtime (`claude`, `pi`, …), together.
+    Runtime(String),
+    /// All panes together.
+    Global,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetRule {
+    /// The rule's name in config and on the wire (`budget raise NAME`).
+    pub name: String,
+    pub scope: Scope,
+    pub unit: Unit,
+    pub period: Period,
+    pub cap: f64,
+    /// The warning threshold as a fraction of the cap (0.7).
+    pub warn_at: f64,
+}
+
+impl BudgetRule {
+    /// Coleo's TokenThrottle: 50,000 tokens per pane in 10 minutes, a
+    /// warning at 70 %.
+    pub fn token_throttle() -> BudgetRule {
+        BudgetRule {
+            name: "throttle".into(),
+            scope: Scope::Pane,
+            unit: Unit::Tokens,
+            period: Period::Window(Duration::from_secs(600)),
+            cap: 50_000.0,
+            warn_at: 0.7,
+        }
+    }
+
+    /// The ledger key for `pane`, or `None` if the rule does not cover it.
+    fn key(&self, pane: &PaneInfo) -> Option<String> {
+        match &self.scope {
+            Scope::Pane => Some(pane.id.clone()),
+            Scope::Name(n) => {
+                let hit = pane.name.as_deref() == Some(n) || pane.role.as_deref() == Some(n);
+                hit.then(|| n.clone())
+            }
+            Scope::Runtime(r) => (pane.runtime.as_deref() == Some(r)).then(|| r.clone()),
+            Scope::Global => Some(String::new()),
+        }
+    }
+
+    fn target(&self, key: &str) -> Target {
+        match &self.scope {
+            Scope::Pane => Target::Pane(key.to_string()),
+            Scope::Name(n) => Target::Name(n.clone()),
+            Scope::Runtime(r) => Target::Runtime(r.clone()),
+            Scope::Global => Target::All,
+        }
+    }
+}
+
+/// Per-million-token prices for a harness that prints tokens only.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+}
+
+impl Price {
+    pub fn cost(&self, facts: &LineFacts) -> f64 {
+        let u = &facts.usage;
+        (u.input_tokens as f64 * self.input
+            + u.output_tokens as f64 * self.output
+            + u.cache_read_tokens as f64 * self.cache_read
+            + u.cache_write_tokens as f64 * self.cache_write)
+            / 1_000_000.0
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Status {
+    Under,
+    Warned,
+    Paused,
+    /// Resumed by an operator: spend on until the period rolls.
+    Overridden {
+        until: Timestamp,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Ledger {
+    spends: VecDeque<(Timestamp, f64)>,
+    day: u64,
+    day_total: f64,
+    status: Status,
+    /// The pane, line and time that last changed the status (for verdicts
+    /// made by `tick`).
+    pane: String,
+    line: u64,
+}
+
+impl Ledger {
+    fn new(pane: &str) -> Ledger {
+        Ledger {
+            spends: VecDeque::new(),
+            day: 0,
+            day_total: 0.0,
+            status: Status::Under,
+            pane: pane.to_string(),
+            line: 0,
+        }
+    }
+
+    fn roll(&mut self, period: Period, now: Timestamp) {
+        match period {
+            Period::Window(w) => {
+                while let Some(&(at, _)) = self.spends.front() {
+                    if at.plus(w) <= now {
+                        self.spends.pop_front();
+                    } else {
+                        break;
+                    }
+                }
+            }
+            Period::Day => {
+                let day = now.as_millis() / DAY_MS;
+                if day != self.day {
+                    self.day = day;
+                    self.day_total = 0.0;
+                }
+            }
+        }
+    }
+
+    fn total(&self, period: Period) -> f64 {
+        match period {
+            Period::Window(_) => self.spends.iter().map(|(_, v)| v).sum(),
+            Period::Day => self.day_total,
+        }
+    }
+
+    fn add(&mut self, period: Period, now: Timestamp, amount: f64) {
+        match period {
+            Period::Window(_) => self.spends.push_back((now, amount)),
+            Period::Day => self.day_total += amount,
+        }
+    }
+
+    /// When the spend will be back under `cap` with nothing more spent.
+    fn under_cap_at(&self, period: Period, cap: f64, now: Timestamp) -> Timestamp {
+        match period {
+            Period::Day => Timestamp::from_millis((now.as_millis() / DAY_MS + 1) * DAY_MS),
+            Period::Window(w) => {
+                let mut total = self.total(period);
+                for &(at, amount) in &self.spends {
+                    total -= amount;
+                    if total < cap {
+                        return at.plus(w);
+                    }
+                }
+                now
+            }
+        }
+    }
+}
+
+/// Every budget rule's ledgers.
+#[derive(Clone, Debug, Default)]
+pub struct Budgets {
+    rules: Vec<BudgetRule>,
+    /// Cap overrides from `budget raise`, by rule name.
+    raised: BTreeMap<String, f64>,
+    ledgers: BTreeMap<(usize, String), Ledger>,
+}
+
+/// Why an operator command on budgets failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetError {
+    #[error("no budget named {0:?}")]
+    NoSuchBudget(String),
+    #[error("the cap must be a positive number")]
+    BadCap,
+}
+
+impl Budgets {
+    pub fn new(rules: Vec<BudgetRule>) -> Budgets {
+        Budgets {
+            rules,
+            ..Budgets::default()
+        }
+    }
+
+    pub fn rules(&self) -> &[BudgetRule] {
+        &self.rules
+    }
+
+    /// New rules (a reloaded config): the ledgers and raised caps of rules
+    /// that keep their name and meaning carry over, the others start anew.
+    pub fn replace_rules(&mut self, rules: Vec<BudgetRule>) {
+        let old = std::mem::take(&mut self.ledgers);
+        for ((i, key), ledger) in old {
+            let Some(prev) = self.rules.get(i) else {
+                continue;
+            };
+            let same = |r: &BudgetRule| {
+                r.name == prev.name
+                    && r.scope == prev.scope
+                    && r.unit == prev.unit
+                    && r.period == prev.period
+            };
+            if let Some(j) = rules.iter().position(same) {
+                self.ledgers.insert((j, key), ledger);
+            }
+        }
+        self.raised
+            .retain(|name, _| rules.iter().any(|r| &r.name == name));
+        self.rules = rules;
+    }
+
+    fn cap(&self, i: usize) -> f64 {
+        let rule = &self.rules[i];
+        self.raised.get(&rule.name).copied().unwrap_or(rule.cap)
+    }
+
+    /// Adds one line's spend and says what it crossed.
+    pub fn observe(
+        &mut self,
+        pane: &PaneInfo,
+        facts: &LineFacts,
+        cost: f64,
+        now: Timestamp,
+        out: &mut Vec<Verdict>,
+    ) {
+        let tokens = facts.tokens() as f64;
+        for i in 0..self.rules.len() {
+            let rule = &self.rules[i];
+            let Some(key) = rule.key(pane) else { continue };
+            let amount = match rule.unit {
+                Unit::Tokens => tokens,
+                Unit::Usd => cost,
+            };
+            if amount <= 0.0 {
+                continue;
+            }
+            let cap = self.cap(i);
+            let rule = &self.rules[i];
+            let ledger = self
+                .ledgers
+                .entry((i, key.clone()))
+                .or_insert_with(|| Ledger::new(&pane.id));
+            ledger.roll(rule.period, now);
+            ledger.add(rule.period, now, amount);
+            let total = ledger.total(rule.period);
+            let verdict = |action: Action, reason: String| Verdict {
+                pane: pane.id.clone(),
+                line: facts.line,
+                at: now,
+                policy: PolicyKind::Budget,
+                rule: rule.name.clone(),
+                target: rule.target(&key),
+                action,
+                reason,
+            };
+            let spent = describe(rule.unit, total, cap);
+            match ledger.status {
+                Status::Overridden { .. } | Status::Paused => {}
+                Status::Under | Status::Warned if total >= cap => {
+                    let until = ledger.under_cap_at(rule.period, cap, now);
+                    ledger.status = Status::Paused;
+                    ledger.pane = pane.id.clone();
+                    ledger.line = facts.line;
+                    out.push(verdict(
+                        Action::Pause { until: Some(until) },
+                        format!("budget {}: {spent}, at the cap", rule.name),
+                    ));
+                    out.push(verdict(
+                        Action::Escalate,
+                        format!("budget {}: raise the cap or resume once", rule.name),
+                    ));
+                }
+                Status::Under if total >= cap * rule.warn_at => {
+                    ledger.status = Status::Warned;
+                    out.push(verdict(
+                        Action::Warn,
+                        format!("budget {}: {spent}", rule.name),
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Resumes what a rolled window, a new day or a raised cap released.
+    pub fn tick(&mut self, now: Timestamp, out: &mut Vec<Verdict>) {
+        let caps: Vec<f64> = (0..self.rules.len()).map(|i| self.cap(i)).collect();
+        for ((i, key), ledger) in self.ledgers.iter_mut() {
+            let rule = &self.rules[*i];
+            let cap = caps[*i];
+            ledger.roll(rule.period, now);
+            let total = ledger.total(rule.period);
+            match ledger.status {
+                Status::Paused if total < cap => {}
+                Status::Overridden { until } if now >= until => {
+                    ledger.status = Status::Under;
+                    continue;
+                }
+                _ => continue,
+            }
+            ledger.status = if total >= cap * rule.warn_at {
+                Status::Warned
+            } else {
+                Status::Under
+            };
+            out.push(Verdict {
+                pane: ledger.pane.clone(),
+                line: ledger.line,
+                at: now,
+                policy: PolicyKind::Budget,
+                rule: rule.name.clone(),
+                target: rule.target(key),
+                action: Action::Resume,
+                reason: format!("budget {}: {}", rule.name, describe(rule.unit, total, cap)),
+            });
+        }
+    }
+
+    /// The next time [`Budgets::tick`] may resume something.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.ledgers
+            .iter()
+            .filter_map(|((i, _), l)| {
+                let rule = &self.rules[*i];
+                match l.status {
+                    Status::Paused => {
+                        let now = l.spends.back().map(|s| s.0).unwrap_or_default();
+                        Some(l.under_cap_at(rule.period, self.cap(*i), now))
+                    }
+                    Status::Overridden { until } => Some(until),
+                    _ => None,
+                }
+            })
+            .min()
+    }
+
+    /// An operator raised (or lowered) a rule's cap; call `tick` after.
+    pub fn raise(&mut self, name: &str, cap: f64) -> Result<(), BudgetError> {
+        if !(cap.is_finite() && cap > 0.0) {
+            return Err(BudgetError::BadCap);
+        }
+        if !self.rules.iter().any(|r| r.name == name) {
+            return Err(BudgetError::NoSuchBudget(name.to_string()));
+        }
+        self.raised.insert(name.to_string(), cap);
+        Ok(())
+    }
+
+    /// An operator let every paused ledger of `name` spend on until its
+    /// period rolls; returns the resume verdicts.
+    pub fn resume_once(&mut self, name: &str, now: Timestamp) -> Result<Vec<Verdict>, BudgetError> {
+        let Some(i) = self.rules.iter().position(|r| r.name == name) else {
+            return Err(BudgetError::NoSuchBudget(name.to_string()));
+        };
+        let rule = &self.rules[i];
+        let mut out = Vec::new();
+        for ((_, key), ledger) in self
+            .ledgers
+            .range_mut((i, String::new())..(i + 1, String::new()))
+        {
+            if ledger.status != Status::Paused {
+                continue;
+            }
+            let until = match rule.period {
+                Period::Day => Timestamp::from_millis((now.as_millis() / DAY_MS + 1) * DAY_MS),
+                Period::Window(w) => now.plus(w),
+            };
+            ledger.status = Status::Overridden { until };
+            out.push(Verdict {
+                pane: ledger.pane.clone(),
+                line: ledger.line,
+                at: now,
+                policy: PolicyKind::Budget,
+                rule: rule.name.clone(),
+                target: rule.target(key),
+                action: Action::Resume,
+                reason: format!("budget {}: resumed once by an operator", rule.name),
+            });
+        }
+        Ok(out)
+    }
+
+    /// What each ledger has spent, for `colibri budget` and agents' `state`.
+    pub fn usage(&self, now: Timestamp) -> Vec<BudgetUsage> {
+        self.ledgers
+            .iter()
+            .map(|((i, key), l)| {
+                let rule = &self.rules[*i];
+                let mut l = l.clone();
+                l.roll(rule.period, now);
+                BudgetUsage {
+                    rule: rule.name.clone(),
+                    key: key.clone(),
+                    spent: l.total(rule.period),
+                    cap: self.cap(*i),
+                    paused: l.status == Status::Paused,
+                }
+            })
+            .collect()
+    }
+}
+
+/// One ledger's standing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetUsage {
+    pub rule: String,
+    pub key: String,
+    pub spent: f64,
+    pub cap: f64,
+    pub paused: bool,
+}
+
+fn describe(unit: Unit, total: f64, cap: f64) -> String {
+    match unit {
+        Unit::Tokens => format!("{total:.0} of {cap:.0} tokens"),
+        Unit::Usd => format!("${total:.4} of ${cap:.4}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pane(id: &str) -> PaneInfo {
+        PaneInfo {
+            id: id.into(),
+            name: Some("worker".into()),
+            role: None,
+            runtime: Some("pi".into()),
+            model: None,
+            cwd: None,
+        }
+    }
+
+    fn spend(line: u64, tokens: u64) -> LineFacts {
+        let mut f = LineFacts {
+            line,
+            ..LineFacts::default()
+        };
+        f.usage.output_tokens = tokens;
+        f
+    }
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp::from_millis(secs * 1000)
+    }
+
+    fn actions(v: &[Verdict]) -> Vec<(u64, Action)> {
+        v.iter().map(|v| (v.line, v.action.clone())).collect()
+    }
+
+    #[test]
+    fn throttle_warns_at_seventy_percent_pauses_at_the_cap_and_resumes_when_the_window_rolls() {
+        let mut b = Budgets::new(vec![BudgetRule::token_throttle()]);
+        let p = pane("p1");
+        let mut out = Vec::new();
+        b.observe(&p, &spend(1, 20_000), 0.0, at(0), &mut out);
+        b.observe(&p, &spend(2, 20_000), 0.0, at(60), &mut out);
+        assert_eq!(actions(&out), [(2, Action::Warn)]);
+        out.clear();
+        b.observe(&p, &spend(3, 10_000), 0.0, at(120), &mut out);
+        // 50,000 in the window: paused until the first 20,000 leave it.
+        assert_eq!(
+            actions(&out),
+            [
+                (
+                    3,
+                    Action::Pause {
+                        until: Some(at(600))
+                    }
+                ),
+                (3, Action::Escalate)
+            ]
+        );
+        assert_eq!(out[0].target, Target::Pane("p1".into()));
+        assert_eq!(b.next_deadline(), Some(at(600)));
+        out.clear();
+        b.tick(at(599), &mut out);
+        assert!(out.is_empty());
+        b.tick(at(600), &mut out);
+        assert_eq!(actions(&out), [(3, Action::Resume)]);
+    }
+
+    #[test]
+    fn a_raised_cap_resumes_at_the_next_tick() {
+        let mut b = Budgets::new(vec![BudgetRule::token_throttle()]);
+        let p = pane("p1");
+        let mut out = Vec::new();
+        b.observe(&p, &spend(1, 60_000), 0.0, at(0), &mut out);
+        assert!(matches!(out[0].action, Action::Pause { .. }));
+        assert_eq!(
+            b.raise("nope", 1.0),
+            Err(BudgetError::NoSuchBudget("nope".into()))
+        );
+        assert_eq!(b.raise("throttle", -1.0), Err(BudgetError::BadCap));
+        b.raise("throttle", 100_000.0).expect("raised");
+        out.clear();
+        b.tick(at(1), &mut out);
+        assert_eq!(actions(&out), [(1, Action::Resume)]);
+    }
+
+    #[test]
+    fn resume_once_lets_spend_on_until_the_period_rolls() {
+        let mut b = Budgets::new(vec![BudgetRule::token_throttle()]);
+        let p = pane("p1");
+        let mut out = Vec::new();
+        b.observe(&p, &spend(1, 60_000), 0.0, at(0), &mut out);
+        let resumed = b.resume_once("throttle", at(10)).expect("known rule");
+        assert_eq!(resumed.len(), 1);
+        out.clear();
+        b.observe(&p, &spend(2, 60_000), 0.0, at(20), &mut out);
+        assert!(out.is_empty(), "overridden: {out:?}");
+        b.tick(at(610), &mut out);
+        assert!(out.is_empty());
+        b.observe(&p, &spend(3, 60_000), 0.0, at(700), &mut out);
+        assert!(matches!(out[0].action, Action::Pause { .. }));
+    }
+
+    #[test]
+    fn a_daily_cost_budget_for_a_name_pauses_every_pane_of_it_until_utc_midnight() {
+        let rule = BudgetRule {
+            name: "daily".into(),
+            scope: Scope::Name("worker".into()),
+            unit: Unit::Usd,
+            period: Period::Day,
+            cap: 1.0,
+            warn_at: 0.8,
+        };
+        let mut b = Budgets::new(vec![rule]);
+        let mut out = Vec::new();
+        let noon = Timestamp::from_millis(20_000 * DAY_MS + DAY_MS / 2);
+        b.observe(&pane("a"), &spend(1, 1), 0.6, noon, &mut out);
+        b.observe(&pane("b"), &spend(1, 1), 0.5, noon, &mut out);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0].target, Target::Name("worker".into()));
+        assert_eq!(
+            out[0].action,
+            Action::Pause {
+                until: Some(Timestamp::from_millis(20_001 * DAY_MS))
+            }
+        );
+        let other = PaneInfo {
+            name: Some("other".into()),
+            ..pane("c")
+        };
+        out.clear();
+        b.observe(&other, &spend(1, 1), 5.0, noon, &mut out);
+        assert!(out.is_empty());
+        b.tick(Timestamp::from_millis(20_001 * DAY_MS), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].action, Action::Resume);
+    }
+
+    #[test]
+    fn a_reload_keeps_the_spend_of_budgets_that_stay() {
+        let mut b = Budgets::new(vec![BudgetRule::token_throttle()]);
+        let p = pane("p1");
+        let mut out = Vec::new();
+        b.observe(&p, &spend(1, 30_000), 0.0, at(0), &mut out);
+        let other = BudgetRule {
+            name: "other".into(),
+            ..BudgetRule::token_throttle()
+        };
+        b.replace_rules(vec![other, BudgetRule::token_throttle()]);
+        b.observe(&p, &spend(2, 30_000), 0.0, at(1), &mut out);
+        // The throttle had 30,000 already: 60,000 reaches its cap; the new
+        // rule counts from zero.
+        let paused: Vec<&str> = out
+            .iter()
+            .filter(|v| matches!(v.action, Action::Pause { .. }))
+            .map(|v| v.rule.as_str())
+            .collect();
+        assert_eq!(paused, ["throttle"]);
+    }
+
+    #[test]
+    fn prices_turn_tokens_into_dollars() {
+        let price = Price {
+            input: 3.0,
+            output: 15.0,
+            cache_read: 0.3,
+            cache_write: 3.75,
+        };
+        let mut f = LineFacts::default();
+        f.usage.input_tokens = 1_000_000;
+        f.usage.output_tokens = 100_000;
+        assert!((price.cost(&f) - 4.5).abs() < 1e-9);
+    }
+}

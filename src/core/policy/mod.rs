@@ -1,0 +1,610 @@
+//! Governance: policies over a pane's event stream, giving verdicts.
+//!
+//! A [`Governor`] holds the configured [`Policy`] set and their state. The
+//! pane reports what each line meant ([`LineFacts`]: tokens and cost spent,
+//! the tool call, the error); [`Governor::observe`] turns that and the time
+//! into [`Verdict`]s (warn, pause for how long, write a message to the
+//! agent, resume, kill, deny, escalate), and [`Governor::tick`] resumes what
+//! a rolled window or an elapsed backoff releases. Nothing here reads a
+//! clock, so `colibri fold` replays a log through the same governor and
+//! shows the same verdicts at the same lines; the daemon only carries them
+//! out (`daemon::govern`).
+
+pub mod budget;
+pub mod guard;
+pub mod loops;
+
+use std::collections::BTreeMap;
+
+use crate::core::time::Timestamp;
+use crate::core::usage::Usage;
+
+pub use budget::{BudgetRule, Budgets, Period, Price, Scope, Unit};
+pub use guard::{GuardHit, GuardRule};
+pub use loops::{LoopSettings, LoopState};
+
+/// What one line of an agent's stream meant to the policies.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LineFacts {
+    /// The pane's non-blank line count at this line (1-based).
+    pub line: u64,
+    /// What this line added to the pane's usage (a running total the
+    /// harness replaced counts as the increase, never negative).
+    pub usage: Usage,
+    /// The harness reports cost itself (else the price table prices tokens).
+    pub cost_reported: bool,
+    pub tool: Option<ToolFacts>,
+    pub error: Option<String>,
+    /// The line starts a message (a model call or prompt round).
+    pub turn: bool,
+    /// The task finished cleanly (productive work: loop counts reset).
+    pub finished: bool,
+    /// The pane's working directory at this line, with a tool call only
+    /// (the guard judges `rm` targets against it; `None`: not known yet).
+    pub cwd: Option<String>,
+}
+
+impl LineFacts {
+    /// Nothing here can move any policy: no spend, no tool call, no
+    /// error, no message start, no finish.
+    pub fn is_inert(&self) -> bool {
+        self.usage.is_zero()
+            && self.tool.is_none()
+            && self.error.is_none()
+            && !self.turn
+            && !self.finished
+    }
+
+    /// Tokens spent: input, output and cache writes (see [`Unit::Tokens`]).
+    pub fn tokens(&self) -> u64 {
+        self.usage
+            .input_tokens
+            .saturating_add(self.usage.output_tokens)
+            .saturating_add(self.usage.cache_write_tokens)
+    }
+}
+
+/// The most of a tool's arguments kept for the guard.
+pub const MAX_ARGS: usize = 64 * 1024;
+
+/// A tool call as the policies need it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolFacts {
+    pub name: String,
+    /// The arguments as given (raw JSON, or a bare command), cut to
+    /// [`MAX_ARGS`] bytes.
+    pub args: String,
+    /// A hash of the whole arguments: equal arguments, equal hash.
+    pub args_hash: u64,
+    /// The file the call works on, when its arguments name one.
+    pub path: Option<String>,
+}
+
+impl ToolFacts {
+    pub fn new(name: &str, args: &str) -> ToolFacts {
+        let mut cut = args.len().min(MAX_ARGS);
+        while !args.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        ToolFacts {
+            name: name.to_string(),
+            args: args[..cut].to_string(),
+            args_hash: fnv1a(args.as_bytes()),
+            path: file_path(args),
+        }
+    }
+}
+
+fn file_path(args: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Paths {
+        #[serde(default)]
+        file_path: Option<String>,
+        #[serde(default)]
+        path: Option<String>,
+        #[serde(default, rename = "filePath")]
+        file_path_camel: Option<String>,
+    }
+    let p: Paths = serde_json::from_str(args).ok()?;
+    p.file_path.or(p.file_path_camel).or(p.path)
+}
+
+/// FNV-1a: stable across runs and builds (a replay must hash alike).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Cuts text for a verdict's reason.
+fn clip(s: &str) -> String {
+    crate::core::tool::truncate(s)
+}
+
+/// Who a pane is, for scoping budgets and resolving rm targets.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PaneInfo {
+    pub id: String,
+    pub name: Option<String>,
+    pub role: Option<String>,
+    pub runtime: Option<String>,
+    /// The model, when the daemon knows it (prices are looked up by it).
+    pub model: Option<String>,
+    /// The pane's working directory now (informational: the guard uses
+    /// the line's own, [`LineFacts::cwd`]).
+    pub cwd: Option<String>,
+}
+
+/// Which policy gave a verdict.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    Budget,
+    Loop,
+    Guard,
+}
+
+/// The seed's loop types.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopKind {
+    ActionRepeat,
+    ErrorLoop,
+    TokenBurn,
+    Thrashing,
+}
+
+impl LoopKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoopKind::ActionRepeat => "action_repeat",
+            LoopKind::ErrorLoop => "error_loop",
+            LoopKind::TokenBurn => "token_burn",
+            LoopKind::Thrashing => "thrashing",
+        }
+    }
+}
+
+/// What the daemon is asked to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Tell the operator (an alert and a watch event); nothing stops.
+    Warn,
+    /// Stop the target's process trees; `until` is when a timed resume is
+    /// due (`None`: until an operator resumes).
+    Pause {
+        until: Option<Timestamp>,
+    },
+    /// Write this text to the agent's input (it reads it on resume).
+    Message {
+        text: String,
+    },
+    Resume,
+    Kill,
+    /// Refuse the tool call before it runs (approvals only).
+    Deny,
+    /// Ask an operator for a decision.
+    Escalate,
+}
+
+impl Action {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Action::Warn => "warn",
+            Action::Pause { .. } => "pause",
+            Action::Message { .. } => "message",
+            Action::Resume => "resume",
+            Action::Kill => "kill",
+            Action::Deny => "deny",
+            Action::Escalate => "escalate",
+        }
+    }
+}
+
+/// Whose agents a verdict acts on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Pane(String),
+    /// Every pane with this name or role.
+    Name(String),
+    /// Every pane of this runtime.
+    Runtime(String),
+    All,
+}
+
+/// One decision, with the line that caused it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// The pane whose line caused it.
+    pub pane: String,
+    /// That pane's non-blank line count (0: not caused by a line).
+    pub line: u64,
+    pub at: Timestamp,
+    pub policy: PolicyKind,
+    /// The budget's name, the loop type or the guard rule.
+    pub rule: String,
+    pub target: Target,
+    pub action: Action,
+    pub reason: String,
+}
+
+/// What the guard does when a tool call matches.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum GuardResponse {
+    /// Stop the tree and ask an operator (the default).
+    #[default]
+    Pause,
+    Kill,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GuardSettings {
+    pub enabled: bool,
+    pub response: GuardResponse,
+    /// Rules turned off.
+    pub disabled: Vec<GuardRule>,
+}
+
+impl Default for GuardSettings {
+    fn default() -> Self {
+        GuardSettings {
+            enabled: true,
+            response: GuardResponse::Pause,
+            disabled: Vec::new(),
+        }
+    }
+}
+
+/// The closed set of policies.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Policy {
+    Budget(BudgetRule),
+    Loops(LoopSettings),
+    Guard(GuardSettings),
+}
+
+/// Every policy the daemon (or a fold) applies.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Policies {
+    pub budgets: Vec<BudgetRule>,
+    pub loops: LoopSettings,
+    pub guard: GuardSettings,
+    /// Prices by model, then by runtime name, for harnesses that print
+    /// tokens only.
+    pub prices: BTreeMap<String, Price>,
+}
+
+impl Policies {
+    /// The policies as the closed set.
+    pub fn list(&self) -> Vec<Policy> {
+        let mut out: Vec<Policy> = self.budgets.iter().cloned().map(Policy::Budget).collect();
+        out.push(Policy::Loops(self.loops.clone()));
+        out.push(Policy::Guard(self.guard.clone()));
+        out
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct PaneGovernance {
+    loops: LoopState,
+    /// A loop pause's timed resume.
+    loop_resume_at: Option<Timestamp>,
+    loop_line: u64,
+}
+
+/// The policies and their state, for all panes.
+#[derive(Clone, Debug, Default)]
+pub struct Governor {
+    loops: LoopSettings,
+    guard: GuardSettings,
+    prices: BTreeMap<String, Price>,
+    budgets: Budgets,
+    panes: BTreeMap<String, PaneGovernance>,
+}
+
+impl Governor {
+    pub fn new(policies: Policies) -> Governor {
+        Governor {
+            loops: policies.loops,
+            guard: policies.guard,
+            prices: policies.prices,
+            budgets: Budgets::new(policies.budgets),
+            panes: BTreeMap::new(),
+        }
+    }
+
+    /// One line's verdicts.
+    pub fn observe(&mut self, pane: &PaneInfo, facts: &LineFacts, now: Timestamp) -> Vec<Verdict> {
+        let mut out = Vec::new();
+        let cost = self.cost(pane, facts);
+        self.budgets.observe(pane, facts, cost, now, &mut out);
+        self.guard_line(pane, facts, now, &mut out);
+        let settings = &self.loops;
+        if !self.panes.contains_key(&pane.id) {
+            self.panes
+                .insert(pane.id.clone(), PaneGovernance::default());
+        }
+        let Some(state) = self.panes.get_mut(&pane.id) else {
+            return out;
+        };
+        if let Some(hit) = state.loops.observe(settings, facts) {
+            let until = now.plus(hit.backoff);
+            state.loop_resume_at = Some(until);
+            state.loop_line = facts.line;
+            let verdict = |action: Action| Verdict {
+                pane: pane.id.clone(),
+                line: facts.line,
+                at: now,
+                policy: PolicyKind::Loop,
+                rule: hit.kind.as_str().to_string(),
+                target: Target::Pane(pane.id.clone()),
+                action,
+                reason: format!(
+                    "{} (loop {} in a row; paused {}s): {}",
+                    hit.kind.as_str(),
+                    hit.consecutive,
+                    hit.backoff.as_secs(),
+                    hit.detail
+                ),
+            };
+            out.push(verdict(Action::Pause { until: Some(until) }));
+            out.push(verdict(Action::Message {
+                text: settings.message.clone(),
+            }));
+        }
+        out
+    }
+
+    fn guard_line(
+        &self,
+        pane: &PaneInfo,
+        facts: &LineFacts,
+        now: Timestamp,
+        out: &mut Vec<Verdict>,
+    ) {
+        if !self.guard.enabled {
+            return;
+        }
+        let Some(tool) = &facts.tool else { return };
+        // The directory at this line, not the pane's latest: a replay cut
+        // into other chunks must judge the line alike.
+        let Some(hit) = guard::check(&tool.name, &tool.args, facts.cwd.as_deref()) else {
+            return;
+        };
+        if self.guard.disabled.contains(&hit.rule) {
+            return;
+        }
+        let verdict = |action: Action| Verdict {
+            pane: pane.id.clone(),
+            line: facts.line,
+            at: now,
+            policy: PolicyKind::Guard,
+            rule: hit.rule.as_str().to_string(),
+            target: Target::Pane(pane.id.clone()),
+            action,
+            reason: format!("{}: {}", hit.rule.as_str(), clip(&hit.command)),
+        };
+        out.push(verdict(match self.guard.response {
+            GuardResponse::Pause => Action::Pause { until: None },
+            GuardResponse::Kill => Action::Kill,
+        }));
+        out.push(verdict(Action::Escalate));
+    }
+
+    /// The line's cost: the harness's figure, else the price table's.
+    fn cost(&self, pane: &PaneInfo, facts: &LineFacts) -> f64 {
+        if facts.cost_reported || facts.usage.cost_usd > 0.0 {
+            return facts.usage.cost_usd;
+        }
+        let price = pane
+            .model
+            .as_deref()
+            .and_then(|m| self.prices.get(m))
+            .or_else(|| pane.runtime.as_deref().and_then(|r| self.prices.get(r)))
+            .or_else(|| self.prices.get("default"));
+        price.map(|p| p.cost(facts)).unwrap_or(0.0)
+    }
+
+    /// Timed resumes that are due.
+    pub fn tick(&mut self, now: Timestamp) -> Vec<Verdict> {
+        let mut out = Vec::new();
+        self.budgets.tick(now, &mut out);
+        for (id, state) in self.panes.iter_mut() {
+            let Some(at) = state.loop_resume_at else {
+                continue;
+            };
+            if now < at {
+                continue;
+            }
+            state.loop_resume_at = None;
+            out.push(Verdict {
+                pane: id.clone(),
+                line: state.loop_line,
+                at: now,
+                policy: PolicyKind::Loop,
+                rule: "backoff".into(),
+                target: Target::Pane(id.clone()),
+                action: Action::Resume,
+                reason: "loop backoff elapsed".into(),
+            });
+        }
+        out
+    }
+
+    /// When [`Governor::tick`] next has something to do.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        let loops = self.panes.values().filter_map(|p| p.loop_resume_at).min();
+        match (loops, self.budgets.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// New policies (a reloaded config), keeping the state that still
+    /// applies: loop counts, pauses under way, and the spend of budgets
+    /// that keep their name and meaning.
+    pub fn reconfigure(&mut self, policies: Policies) {
+        self.loops = policies.loops;
+        self.guard = policies.guard;
+        self.prices = policies.prices;
+        self.budgets.replace_rules(policies.budgets);
+    }
+
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
+    }
+
+    pub fn budgets_mut(&mut self) -> &mut Budgets {
+        &mut self.budgets
+    }
+
+    /// The pane is gone: drop its loop state (budget ledgers stay: a
+    /// name's or the global spend outlives one pane).
+    pub fn forget(&mut self, pane: &str) {
+        self.panes.remove(pane);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> PaneInfo {
+        PaneInfo {
+            id: "p".into(),
+            cwd: Some("/work/repo".into()),
+            ..PaneInfo::default()
+        }
+    }
+
+    fn tool_line(line: u64, name: &str, args: &str) -> LineFacts {
+        LineFacts {
+            line,
+            tool: Some(ToolFacts::new(name, args)),
+            ..LineFacts::default()
+        }
+    }
+
+    #[test]
+    fn a_guarded_command_pauses_and_escalates_at_its_line() {
+        let mut g = Governor::new(Policies::default());
+        let v = g.observe(
+            &info(),
+            &tool_line(7, "bash", r#"{"command":"rm -rf /"}"#),
+            Timestamp::from_millis(5),
+        );
+        let got: Vec<(u64, PolicyKind, &str)> = v
+            .iter()
+            .map(|v| (v.line, v.policy, v.action.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (7, PolicyKind::Guard, "pause"),
+                (7, PolicyKind::Guard, "escalate")
+            ]
+        );
+        assert_eq!(v[0].action, Action::Pause { until: None });
+        let ok = g.observe(
+            &info(),
+            &tool_line(8, "bash", r#"{"command":"rm -rf ./build"}"#),
+            Timestamp::from_millis(6),
+        );
+        assert!(ok.is_empty());
+    }
+
+    #[test]
+    fn the_guard_can_kill_or_skip_a_rule() {
+        let mut p = Policies::default();
+        p.guard.response = GuardResponse::Kill;
+        let mut g = Governor::new(p.clone());
+        let v = g.observe(
+            &info(),
+            &tool_line(1, "bash", r#"{"command":"git push -f"}"#),
+            Timestamp::default(),
+        );
+        assert_eq!(v[0].action, Action::Kill);
+        p.guard.disabled = vec![GuardRule::GitForcePush];
+        let mut g = Governor::new(p);
+        assert!(g
+            .observe(
+                &info(),
+                &tool_line(1, "bash", r#"{"command":"git push -f"}"#),
+                Timestamp::default()
+            )
+            .is_empty());
+    }
+
+    #[test]
+    fn a_loop_pauses_with_the_message_and_resumes_after_the_backoff() {
+        let mut g = Governor::new(Policies::default());
+        let t0 = Timestamp::from_millis(1_000);
+        let mut verdicts = Vec::new();
+        for line in 1..=5 {
+            verdicts.extend(g.observe(&info(), &tool_line(line, "read", r#"{"path":"a"}"#), t0));
+        }
+        let got: Vec<(u64, &str)> = verdicts
+            .iter()
+            .map(|v| (v.line, v.action.as_str()))
+            .collect();
+        assert_eq!(got, [(5, "pause"), (5, "message")]);
+        assert_eq!(
+            verdicts[1].action,
+            Action::Message {
+                text: loops::RECOVERY_MESSAGE.into()
+            }
+        );
+        let due = t0.plus(std::time::Duration::from_secs(60));
+        assert_eq!(g.next_deadline(), Some(due));
+        assert!(g
+            .tick(Timestamp::from_millis(due.as_millis() - 1))
+            .is_empty());
+        let resumed = g.tick(due);
+        assert_eq!(resumed.len(), 1);
+        assert_eq!(resumed[0].action, Action::Resume);
+        assert_eq!(g.next_deadline(), None);
+    }
+
+    #[test]
+    fn the_price_table_prices_token_only_harnesses() {
+        let mut p = Policies::default();
+        p.budgets.push(BudgetRule {
+            name: "dollars".into(),
+            scope: Scope::Global,
+            unit: Unit::Usd,
+            period: Period::Day,
+            cap: 1.0,
+            warn_at: 0.5,
+        });
+        p.prices.insert(
+            "codex".into(),
+            Price {
+                input: 1.0,
+                output: 10.0,
+                ..Price::default()
+            },
+        );
+        let mut g = Governor::new(p);
+        let pane = PaneInfo {
+            runtime: Some("codex".into()),
+            ..info()
+        };
+        let mut f = LineFacts {
+            line: 3,
+            ..LineFacts::default()
+        };
+        f.usage.output_tokens = 100_000; // $1.00
+        let v = g.observe(&pane, &f, Timestamp::default());
+        assert_eq!(v[0].action.as_str(), "pause");
+        assert_eq!(v[0].target, Target::All);
+    }
+
+    #[test]
+    fn hashes_are_stable() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

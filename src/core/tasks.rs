@@ -1,0 +1,558 @@
+//! The control plane's task queue: a pure state machine.
+//!
+//! Operators add tasks; an agent claims one, acknowledges it within the
+//! acknowledgement window (Coleo's three-minute handshake) and completes or
+//! fails it. A claim left unacknowledged past its deadline is released, so a
+//! crashed or confused agent never sits on work.
+//!
+//! Every change is a [`TaskEvent`], and [`TaskQueue::apply`] is the one
+//! place an event changes the queue: the daemon appends each event to its
+//! journal and replays the journal at start through the same `apply`, so a
+//! restarted daemon holds the queue it had. Time is an argument, never read.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::core::time::Timestamp;
+
+/// Coleo's handshake: a claim must be acknowledged within three minutes.
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(180);
+
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    Low,
+    #[default]
+    Medium,
+    High,
+    Urgent,
+}
+
+impl Priority {
+    pub fn parse(s: &str) -> Option<Priority> {
+        match s {
+            "low" => Some(Priority::Low),
+            "medium" => Some(Priority::Medium),
+            "high" => Some(Priority::High),
+            "urgent" => Some(Priority::Urgent),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Low => "low",
+            Priority::Medium => "medium",
+            Priority::High => "high",
+            Priority::Urgent => "urgent",
+        }
+    }
+}
+
+/// Where a task is in its life. `Claimed` is Coleo's `task_assigned`
+/// (awaiting the acknowledgement), `Working` its `working`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    Pending,
+    Claimed,
+    Working,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Claimed => "claimed",
+            TaskStatus::Working => "working",
+            TaskStatus::Done => "done",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Done | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
+}
+
+/// What an operator gives when adding a task.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NewTask {
+    pub title: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub priority: Priority,
+    /// Only agents claiming for this role (or for no role) get it.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// Free-form JSON the agent reads (the seed's `context`).
+    #[serde(default)]
+    pub context: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Task {
+    pub id: u64,
+    pub spec: NewTask,
+    pub status: TaskStatus,
+    pub created_at: Timestamp,
+    /// The pane that holds the claim (kept after it finished, for audit).
+    pub claimed_by: Option<String>,
+    pub claimed_at: Option<Timestamp>,
+    /// When an unacknowledged claim is released.
+    pub ack_due: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
+    /// The agent's result (done) or reason (failed).
+    pub outcome: Option<String>,
+    /// Claims released for want of an acknowledgement.
+    pub releases: u32,
+}
+
+/// One change to the queue; the journal's line. Times are milliseconds
+/// since the epoch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum TaskEvent {
+    Added {
+        id: u64,
+        at: u64,
+        task: NewTask,
+    },
+    Claimed {
+        id: u64,
+        at: u64,
+        by: String,
+        ack_due: u64,
+    },
+    Acked {
+        id: u64,
+        at: u64,
+    },
+    Done {
+        id: u64,
+        at: u64,
+        result: Option<String>,
+    },
+    Failed {
+        id: u64,
+        at: u64,
+        reason: Option<String>,
+    },
+    Cancelled {
+        id: u64,
+        at: u64,
+    },
+    Released {
+        id: u64,
+        at: u64,
+    },
+}
+
+impl TaskEvent {
+    pub fn id(&self) -> u64 {
+        match self {
+            TaskEvent::Added { id, .. }
+            | TaskEvent::Claimed { id, .. }
+            | TaskEvent::Acked { id, .. }
+            | TaskEvent::Done { id, .. }
+            | TaskEvent::Failed { id, .. }
+            | TaskEvent::Cancelled { id, .. }
+            | TaskEvent::Released { id, .. } => *id,
+        }
+    }
+}
+
+/// Who asks for a change: an agent (its pane id) or the operator.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Actor<'a> {
+    Operator,
+    Agent(&'a str),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    #[error("no task {0}")]
+    NotFound(u64),
+    #[error("task {id} is claimed by another agent")]
+    NotYours { id: u64 },
+    #[error("task {id} is {status}, not {wanted}")]
+    WrongStatus {
+        id: u64,
+        status: &'static str,
+        wanted: &'static str,
+    },
+    #[error("agent {0} already holds task {1}")]
+    AlreadyHolding(String, u64),
+    #[error("a task needs a title")]
+    NoTitle,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct TaskQueue {
+    tasks: BTreeMap<u64, Task>,
+    next_id: u64,
+}
+
+fn ms(t: Timestamp) -> u64 {
+    t.as_millis()
+}
+
+impl TaskQueue {
+    pub fn new() -> TaskQueue {
+        TaskQueue {
+            tasks: BTreeMap::new(),
+            next_id: 1,
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Task> {
+        self.tasks.get(&id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Task> {
+        self.tasks.values()
+    }
+
+    /// The task an agent holds (claimed or working), if any.
+    pub fn held_by(&self, pane: &str) -> Option<&Task> {
+        self.tasks.values().find(|t| {
+            matches!(t.status, TaskStatus::Claimed | TaskStatus::Working)
+                && t.claimed_by.as_deref() == Some(pane)
+        })
+    }
+
+    /// The earliest acknowledgement deadline, for the daemon's timer.
+    pub fn next_ack_due(&self) -> Option<Timestamp> {
+        self.tasks
+            .values()
+            .filter(|t| t.status == TaskStatus::Claimed)
+            .filter_map(|t| t.ack_due)
+            .min()
+    }
+
+    /// The one place an event changes the queue (live and on replay).
+    /// Events that do not fit (a journal edited by hand) are ignored.
+    pub fn apply(&mut self, ev: &TaskEvent) {
+        if let TaskEvent::Added { id, at, task } = ev {
+            self.next_id = self.next_id.max(id + 1);
+            self.tasks.insert(
+                *id,
+                Task {
+                    id: *id,
+                    spec: task.clone(),
+                    status: TaskStatus::Pending,
+                    created_at: Timestamp::from_millis(*at),
+                    claimed_by: None,
+                    claimed_at: None,
+                    ack_due: None,
+                    finished_at: None,
+                    outcome: None,
+                    releases: 0,
+                },
+            );
+            return;
+        }
+        let Some(t) = self.tasks.get_mut(&ev.id()) else {
+            return;
+        };
+        match ev {
+            TaskEvent::Added { .. } => {}
+            TaskEvent::Claimed {
+                at, by, ack_due, ..
+            } => {
+                t.status = TaskStatus::Claimed;
+                t.claimed_by = Some(by.clone());
+                t.claimed_at = Some(Timestamp::from_millis(*at));
+                t.ack_due = Some(Timestamp::from_millis(*ack_due));
+            }
+            TaskEvent::Acked { .. } => {
+                t.status = TaskStatus::Working;
+                t.ack_due = None;
+            }
+            TaskEvent::Done { at, result, .. } => {
+                t.status = TaskStatus::Done;
+                t.ack_due = None;
+                t.finished_at = Some(Timestamp::from_millis(*at));
+                t.outcome = result.clone();
+            }
+            TaskEvent::Failed { at, reason, .. } => {
+                t.status = TaskStatus::Failed;
+                t.ack_due = None;
+                t.finished_at = Some(Timestamp::from_millis(*at));
+                t.outcome = reason.clone();
+            }
+            TaskEvent::Cancelled { at, .. } => {
+                t.status = TaskStatus::Cancelled;
+                t.ack_due = None;
+                t.finished_at = Some(Timestamp::from_millis(*at));
+            }
+            TaskEvent::Released { .. } => {
+                t.status = TaskStatus::Pending;
+                t.claimed_by = None;
+                t.claimed_at = None;
+                t.ack_due = None;
+                t.releases += 1;
+            }
+        }
+    }
+
+    fn commit(&mut self, ev: TaskEvent) -> TaskEvent {
+        self.apply(&ev);
+        ev
+    }
+
+    pub fn add(&mut self, task: NewTask, now: Timestamp) -> Result<TaskEvent, TaskError> {
+        if task.title.trim().is_empty() {
+            return Err(TaskError::NoTitle);
+        }
+        let id = self.next_id.max(1);
+        Ok(self.commit(TaskEvent::Added {
+            id,
+            at: ms(now),
+            task,
+        }))
+    }
+
+    /// Claims the most urgent pending task (oldest first among equals) for
+    /// `pane`, restricted to `role` (tasks for that role or for none) when
+    /// given. `None` when nothing fits. One task per agent at a time.
+    pub fn claim(
+        &mut self,
+        pane: &str,
+        role: Option<&str>,
+        now: Timestamp,
+        ack_timeout: Duration,
+    ) -> Result<Option<TaskEvent>, TaskError> {
+        if let Some(held) = self.held_by(pane) {
+            return Err(TaskError::AlreadyHolding(pane.to_string(), held.id));
+        }
+        let fits = |t: &&Task| {
+            t.status == TaskStatus::Pending
+                && match (role, t.spec.role.as_deref()) {
+                    (Some(want), Some(has)) => want == has,
+                    _ => true,
+                }
+        };
+        let Some(id) = self
+            .tasks
+            .values()
+            .filter(fits)
+            .min_by_key(|t| (std::cmp::Reverse(t.spec.priority), t.id))
+            .map(|t| t.id)
+        else {
+            return Ok(None);
+        };
+        Ok(Some(self.commit(TaskEvent::Claimed {
+            id,
+            at: ms(now),
+            by: pane.to_string(),
+            ack_due: ms(now.plus(ack_timeout)),
+        })))
+    }
+
+    fn owned(&self, id: u64, actor: Actor<'_>) -> Result<&Task, TaskError> {
+        let t = self.tasks.get(&id).ok_or(TaskError::NotFound(id))?;
+        match actor {
+            Actor::Operator => Ok(t),
+            Actor::Agent(pane) if t.claimed_by.as_deref() == Some(pane) => Ok(t),
+            Actor::Agent(_) => Err(TaskError::NotYours { id }),
+        }
+    }
+
+    pub fn ack(
+        &mut self,
+        id: u64,
+        actor: Actor<'_>,
+        now: Timestamp,
+    ) -> Result<TaskEvent, TaskError> {
+        let t = self.owned(id, actor)?;
+        if t.status != TaskStatus::Claimed {
+            return Err(TaskError::WrongStatus {
+                id,
+                status: t.status.as_str(),
+                wanted: "claimed",
+            });
+        }
+        Ok(self.commit(TaskEvent::Acked { id, at: ms(now) }))
+    }
+
+    /// Completes (`ok`) or fails a task the actor holds. A claimed task
+    /// may finish without an acknowledgement: finishing acknowledges.
+    pub fn finish(
+        &mut self,
+        id: u64,
+        actor: Actor<'_>,
+        ok: bool,
+        note: Option<String>,
+        now: Timestamp,
+    ) -> Result<TaskEvent, TaskError> {
+        let t = self.owned(id, actor)?;
+        if !matches!(t.status, TaskStatus::Claimed | TaskStatus::Working) {
+            return Err(TaskError::WrongStatus {
+                id,
+                status: t.status.as_str(),
+                wanted: "claimed or working",
+            });
+        }
+        let at = ms(now);
+        Ok(self.commit(if ok {
+            TaskEvent::Done {
+                id,
+                at,
+                result: note,
+            }
+        } else {
+            TaskEvent::Failed {
+                id,
+                at,
+                reason: note,
+            }
+        }))
+    }
+
+    pub fn cancel(&mut self, id: u64, now: Timestamp) -> Result<TaskEvent, TaskError> {
+        let t = self.tasks.get(&id).ok_or(TaskError::NotFound(id))?;
+        if t.status.is_final() {
+            return Err(TaskError::WrongStatus {
+                id,
+                status: t.status.as_str(),
+                wanted: "open",
+            });
+        }
+        Ok(self.commit(TaskEvent::Cancelled { id, at: ms(now) }))
+    }
+
+    /// Releases every claim whose acknowledgement is overdue at `now`.
+    pub fn expire(&mut self, now: Timestamp) -> Vec<TaskEvent> {
+        let overdue: Vec<u64> = self
+            .tasks
+            .values()
+            .filter(|t| t.status == TaskStatus::Claimed && t.ack_due.is_some_and(|d| d <= now))
+            .map(|t| t.id)
+            .collect();
+        overdue
+            .into_iter()
+            .map(|id| self.commit(TaskEvent::Released { id, at: ms(now) }))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: u64) -> Timestamp {
+        Timestamp::from_millis(1_700_000_000_000 + s * 1000)
+    }
+
+    fn task(title: &str, priority: Priority, role: Option<&str>) -> NewTask {
+        NewTask {
+            title: title.into(),
+            priority,
+            role: role.map(str::to_string),
+            ..NewTask::default()
+        }
+    }
+
+    #[test]
+    fn claims_the_most_urgent_then_oldest_task_for_the_role() {
+        let mut q = TaskQueue::new();
+        q.add(task("a", Priority::Low, None), at(0)).unwrap();
+        q.add(task("b", Priority::High, Some("db")), at(1)).unwrap();
+        q.add(task("c", Priority::High, None), at(2)).unwrap();
+        q.add(task("d", Priority::Urgent, Some("git")), at(3))
+            .unwrap();
+        let ev = q.claim("p1", Some("db"), at(4), ACK_TIMEOUT).unwrap();
+        assert_eq!(ev.map(|e| e.id()), Some(2));
+        let ev = q.claim("p2", None, at(4), ACK_TIMEOUT).unwrap();
+        assert_eq!(ev.map(|e| e.id()), Some(4));
+        assert_eq!(
+            q.claim("p1", None, at(5), ACK_TIMEOUT),
+            Err(TaskError::AlreadyHolding("p1".into(), 2))
+        );
+    }
+
+    #[test]
+    fn an_unacknowledged_claim_is_released_at_its_deadline_and_not_before() {
+        let mut q = TaskQueue::new();
+        q.add(task("a", Priority::Medium, None), at(0)).unwrap();
+        q.claim("p1", None, at(10), ACK_TIMEOUT).unwrap();
+        assert_eq!(q.next_ack_due(), Some(at(190)));
+        assert!(q.expire(at(189)).is_empty());
+        let released = q.expire(at(190));
+        assert_eq!(released.len(), 1);
+        let t = q.get(1).unwrap();
+        assert_eq!(
+            (t.status, t.releases, t.claimed_by.as_deref()),
+            (TaskStatus::Pending, 1, None)
+        );
+        assert_eq!(q.next_ack_due(), None);
+    }
+
+    #[test]
+    fn an_acknowledged_claim_is_never_released() {
+        let mut q = TaskQueue::new();
+        q.add(task("a", Priority::Medium, None), at(0)).unwrap();
+        q.claim("p1", None, at(0), ACK_TIMEOUT).unwrap();
+        q.ack(1, Actor::Agent("p1"), at(60)).unwrap();
+        assert!(q.expire(at(10_000)).is_empty());
+        assert_eq!(q.get(1).unwrap().status, TaskStatus::Working);
+    }
+
+    #[test]
+    fn only_the_claimer_or_the_operator_moves_a_task() {
+        let mut q = TaskQueue::new();
+        q.add(task("a", Priority::Medium, None), at(0)).unwrap();
+        q.claim("p1", None, at(0), ACK_TIMEOUT).unwrap();
+        assert_eq!(
+            q.ack(1, Actor::Agent("p2"), at(1)),
+            Err(TaskError::NotYours { id: 1 })
+        );
+        assert_eq!(
+            q.finish(1, Actor::Agent("p2"), true, None, at(1)),
+            Err(TaskError::NotYours { id: 1 })
+        );
+        q.finish(1, Actor::Agent("p1"), true, Some("ok".into()), at(2))
+            .unwrap();
+        assert!(matches!(
+            q.finish(1, Actor::Operator, false, None, at(3)),
+            Err(TaskError::WrongStatus { .. })
+        ));
+        assert!(q.cancel(1, at(4)).is_err());
+    }
+
+    #[test]
+    fn replaying_the_events_rebuilds_the_queue() {
+        let mut q = TaskQueue::new();
+        let mut journal = Vec::new();
+        journal.push(q.add(task("a", Priority::Medium, None), at(0)).unwrap());
+        journal.push(q.add(task("b", Priority::High, Some("x")), at(1)).unwrap());
+        journal.extend(q.claim("p1", None, at(2), ACK_TIMEOUT).unwrap());
+        journal.push(q.ack(2, Actor::Agent("p1"), at(3)).unwrap());
+        journal.push(q.cancel(1, at(4)).unwrap());
+        let lines: Vec<String> = journal
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect();
+        let mut replayed = TaskQueue::new();
+        for l in &lines {
+            replayed.apply(&serde_json::from_str(l).unwrap());
+        }
+        let a: Vec<&Task> = q.iter().collect();
+        let b: Vec<&Task> = replayed.iter().collect();
+        assert_eq!(a, b);
+        let ev = replayed.add(task("c", Priority::Low, None), at(5)).unwrap();
+        assert_eq!(ev.id(), 3);
+    }
+}

@@ -1,0 +1,526 @@
+//! Approvals in the daemon: the pane's pending requests made visible,
+//! answered, escalated, and waited for.
+//!
+//! The pure core decides what an approval is and which bytes answer it
+//! (`core::approval`, `Pane::answered`); this module owns what needs the
+//! loop: publishing the pane's approval events on the bus, writing an
+//! answer to the agent's input (or to the `colibri hook` waiting for it),
+//! logging every answer as a `colibri` record, the hook requests that stay
+//! open until their approval is decided, and escalation deadlines.
+//!
+//! [`guard_decision`] is the seam for the command guard: an approval it
+//! decides is answered at once, by `policy`, before the operator sees it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::core::approval::{
+    encode_answer, AnswerChannel, Approval, ApprovalEvent, ApprovalOutcome, Decision,
+};
+use crate::core::time::Timestamp;
+use crate::daemon::agent::INPUT_QUEUE_LIMIT;
+use crate::daemon::conn::Scope;
+use crate::daemon::diag::log_warn;
+use crate::daemon::event_loop::Daemon;
+use crate::daemon::panes::PaneKey;
+use crate::daemon::source::ConnId;
+use crate::daemon::store::AnswerRecord;
+use crate::daemon::timers::Deadline;
+use crate::protocol::{
+    self, CommandError, DecideReply, ErrorCode, HookReply, Reply, WatchKind, WireApproval,
+};
+
+/// What the `[approvals]` section asks of approvals nobody answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApprovalPolicy {
+    /// Raise an escalation (alert and watch event) after this long.
+    pub escalate_after: Option<Duration>,
+    /// Deny by default this long after the escalation (`default_answer =
+    /// "deny"`); `None`: never answer by default.
+    pub deny_after: Option<Duration>,
+}
+
+impl ApprovalPolicy {
+    pub fn from_section(s: &crate::config::ApprovalsSection) -> ApprovalPolicy {
+        let escalate_after = (!s.escalate_after.is_zero()).then_some(s.escalate_after);
+        let deny_after =
+            (escalate_after.is_some() && s.default_answer == "deny").then_some(s.default_after);
+        ApprovalPolicy {
+            escalate_after,
+            deny_after,
+        }
+    }
+}
+
+/// Who answered: `operator`, `jail:NAME` or `policy`, and the peer's uid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answerer {
+    pub by: String,
+    pub uid: Option<u32>,
+}
+
+impl Answerer {
+    pub fn policy() -> Answerer {
+        Answerer {
+            by: "policy".into(),
+            uid: None,
+        }
+    }
+}
+
+/// A `hook` request waiting for its approval's decision.
+#[derive(Clone, Debug)]
+struct Waiter {
+    conn: ConnId,
+    rid: Option<Value>,
+}
+
+/// The daemon's approval state beyond what the panes hold.
+#[derive(Debug, Default)]
+pub struct ApprovalDesk {
+    waiters: BTreeMap<String, Waiter>,
+    escalated: BTreeSet<String>,
+    defaulted: BTreeSet<String>,
+    /// Who is answering the approval being closed now; taken by its event.
+    answering: Option<Answerer>,
+}
+
+impl ApprovalDesk {
+    pub fn escalated(&self, id: &str) -> bool {
+        self.escalated.contains(id)
+    }
+
+    /// A closed connection waits for nothing: its slot may be reused.
+    pub fn forget_conn(&mut self, conn: ConnId) {
+        self.waiters.retain(|_, w| w.conn != conn);
+    }
+}
+
+/// The command guard's seam: an automatic decision for `approval` (asked
+/// in `cwd`), or `None` to let the operator decide. W15a's
+/// `core::policy::guard::check(tool, args, cwd)` plugs in here: a guard
+/// hit becomes `Decision::Deny` with the hit as its message.
+pub fn guard_decision(_approval: &Approval, _cwd: Option<&str>) -> Option<Decision> {
+    None
+}
+
+impl Daemon {
+    /// Publishes the approval events a pane recorded, answers waiting hooks
+    /// whose approval ended, and keeps the pane's approval deadlines.
+    pub(crate) fn after_approvals(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(pane) = self.panes.pane_mut(key) else {
+            return;
+        };
+        let events = pane.take_approval_events();
+        if events.is_empty() {
+            return;
+        }
+        let pane_id = pane.id.0.clone();
+        let name = pane.name.clone();
+        let mut guarded = Vec::new();
+        for ev in events {
+            match ev {
+                ApprovalEvent::Opened(a) => {
+                    let cwd = self.panes.pane(key).and_then(|p| p.cwd());
+                    if a.channel == AnswerChannel::AgentInput {
+                        if let Some(d) = guard_decision(&a, cwd) {
+                            guarded.push((a.id.clone(), d));
+                        }
+                    }
+                    let wire = WireApproval::new(&a, &pane_id, name.as_deref(), false);
+                    self.publish(
+                        WatchKind::ApprovalOpened {
+                            pane: pane_id.clone(),
+                            approval: Box::new(wire),
+                        },
+                        t,
+                    );
+                }
+                ApprovalEvent::Closed {
+                    approval, outcome, ..
+                } => self.approval_closed(&pane_id, &approval, &outcome, t),
+            }
+        }
+        for (id, decision) in guarded {
+            if let Err(e) = self.decide(key, &id, decision, Answerer::policy(), t) {
+                log_warn!("the guard's decision on approval {id}: {}", e.message);
+            }
+        }
+        self.refresh_approval_deadlines(key, t);
+    }
+
+    fn approval_closed(
+        &mut self,
+        pane_id: &str,
+        a: &Approval,
+        outcome: &ApprovalOutcome,
+        t: Timestamp,
+    ) {
+        self.approvals.escalated.remove(&a.id);
+        self.approvals.defaulted.remove(&a.id);
+        let waiter = self.approvals.waiters.remove(&a.id);
+        let kind = match outcome {
+            ApprovalOutcome::Answered { decision } => {
+                let who = self
+                    .approvals
+                    .answering
+                    .take()
+                    .unwrap_or_else(Answerer::policy);
+                let (message, text) = match decision {
+                    Decision::Approve => (None, None),
+                    Decision::Deny { message } => (message.clone(), None),
+                    Decision::Answer { text } => (None, Some(text.clone())),
+                };
+                WatchKind::ApprovalAnswered {
+                    pane: pane_id.to_string(),
+                    approval: a.id.clone(),
+                    decision: decision.as_str().into(),
+                    message,
+                    text,
+                    by: who.by,
+                }
+            }
+            ApprovalOutcome::Expired { reason } => {
+                if let Some(w) = waiter {
+                    let reply = HookReply {
+                        approval: Some(a.id.clone()),
+                        decision: None,
+                        output: None,
+                        reason: Some(reason.as_str().into()),
+                    };
+                    self.reply_later(&w, &Reply::Hook(reply), t);
+                }
+                WatchKind::ApprovalExpired {
+                    pane: pane_id.to_string(),
+                    approval: a.id.clone(),
+                    reason: reason.as_str().into(),
+                }
+            }
+        };
+        self.publish(kind, t);
+    }
+
+    fn reply_later(&mut self, w: &Waiter, reply: &Reply, t: Timestamp) {
+        let line = protocol::ok_line(w.rid.as_ref(), reply);
+        self.send(w.conn, Rc::from(line), t);
+    }
+
+    /// Every pending approval visible in `scope`, oldest pane first.
+    pub(crate) fn pending_approvals(
+        &self,
+        scope: &Scope,
+        only: Option<PaneKey>,
+    ) -> Vec<WireApproval> {
+        let mut out = Vec::new();
+        for (k, s) in self.panes.iter() {
+            if !self.visible(scope, k) || only.is_some_and(|o| o != k) {
+                continue;
+            }
+            for a in s.pane.pending_approvals() {
+                let escalated = self.approvals.escalated(&a.id);
+                out.push(WireApproval::new(
+                    a,
+                    s.pane.id.as_str(),
+                    s.pane.name.as_deref(),
+                    escalated,
+                ));
+            }
+        }
+        out
+    }
+
+    /// The approval `target` names: an approval id, or a pane with exactly
+    /// one pending approval.
+    pub(crate) fn find_approval(
+        &self,
+        scope: &Scope,
+        target: &str,
+    ) -> Result<(PaneKey, String), CommandError> {
+        for (k, s) in self.panes.iter() {
+            if s.pane.approval(target).is_some() && self.visible(scope, k) {
+                return Ok((k, target.to_string()));
+            }
+        }
+        let visible = self
+            .panes
+            .iter()
+            .filter(|(k, _)| self.visible(scope, *k))
+            .map(|(k, s)| (s.pane.name.as_deref(), s.pane.id.as_str(), k));
+        let key = crate::core::resolve::resolve(target, visible).map_err(|e| {
+            CommandError::new(
+                ErrorCode::NotFound,
+                format!("no pending approval {target:?}: {e}"),
+            )
+        })?;
+        let pending = self
+            .panes
+            .pane(key)
+            .map(|p| p.pending_approvals())
+            .unwrap_or_default();
+        match pending {
+            [one] => Ok((key, one.id.clone())),
+            [] => Err(CommandError::new(
+                ErrorCode::NotFound,
+                format!("agent {target:?} has no pending approval"),
+            )),
+            many => Err(CommandError::invalid(format!(
+                "agent {target:?} has {} pending approvals; name one: {}",
+                many.len(),
+                many.iter()
+                    .map(|a| a.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// Answers approval `id` of pane `key`: writes the harness's reply to
+    /// the agent's input (or hands it to the waiting hook), logs it, and
+    /// closes the approval.
+    pub(crate) fn decide(
+        &mut self,
+        key: PaneKey,
+        id: &str,
+        decision: Decision,
+        who: Answerer,
+        t: Timestamp,
+    ) -> Result<DecideReply, CommandError> {
+        let Some(slot) = self.panes.get_mut(key) else {
+            return Err(CommandError::not_found(id));
+        };
+        let pane_id = slot.pane.id.0.clone();
+        let approval = slot.pane.approval(id).cloned().ok_or_else(|| {
+            CommandError::new(ErrorCode::NotFound, format!("no pending approval {id:?}"))
+        })?;
+        let runtime = slot.pane.runtime().ok_or_else(|| {
+            CommandError::new(
+                ErrorCode::Unanswerable,
+                format!("the runtime of {pane_id} is not known yet"),
+            )
+        })?;
+        let bytes = encode_answer(runtime, &approval, &decision)
+            .map_err(|e| CommandError::new(ErrorCode::Unanswerable, e.to_string()))?;
+        match approval.channel {
+            AnswerChannel::AgentInput => {
+                let proc_ = slot
+                    .agent
+                    .proc
+                    .as_mut()
+                    .filter(|p| p.status.is_none())
+                    .ok_or_else(|| CommandError::not_running(&pane_id))?;
+                if proc_.input.len() + bytes.len() > INPUT_QUEUE_LIMIT {
+                    return Err(CommandError::new(
+                        ErrorCode::Busy,
+                        format!("input queue of {pane_id} is full; the agent is not reading"),
+                    ));
+                }
+                proc_.input.extend(&bytes);
+                self.write_input(key);
+            }
+            AnswerChannel::HookOutput => {
+                let Some(w) = self.approvals.waiters.remove(id) else {
+                    return Err(CommandError::new(
+                        ErrorCode::Unanswerable,
+                        format!("no colibri hook is waiting for {id}"),
+                    ));
+                };
+                let output = String::from_utf8_lossy(&bytes).trim_end().to_string();
+                let reply = HookReply {
+                    approval: Some(id.to_string()),
+                    decision: Some(decision.as_str().into()),
+                    output: Some(output),
+                    reason: None,
+                };
+                self.reply_later(&w, &Reply::Hook(reply), t);
+            }
+        }
+        self.log_answer(key, id, &decision, &who, t);
+        self.approvals.answering = Some(who);
+        if let Some(p) = self.panes.pane_mut(key) {
+            p.answered(id, &decision, t);
+        }
+        self.after_approvals(key, t);
+        self.approvals.answering = None;
+        Ok(DecideReply {
+            approval: id.to_string(),
+            pane: pane_id,
+            decision: decision.as_str().into(),
+            channel: approval.channel.as_str().into(),
+            bytes: bytes.len(),
+        })
+    }
+
+    fn log_answer(
+        &mut self,
+        key: PaneKey,
+        id: &str,
+        decision: &Decision,
+        who: &Answerer,
+        t: Timestamp,
+    ) {
+        let Some(agent) = self.panes.agent(key) else {
+            return;
+        };
+        let (message, text) = match decision {
+            Decision::Approve => (None, None),
+            Decision::Deny { message } => (message.as_deref(), None),
+            Decision::Answer { text } => (None, Some(text.as_str())),
+        };
+        let rec = AnswerRecord {
+            pane: &agent.pane_id,
+            approval: id,
+            decision: decision.as_str(),
+            message,
+            text,
+            by: &who.by,
+            uid: who.uid,
+        };
+        self.store.answer(&agent.session, &rec, t);
+    }
+
+    /// Registers the `hook` request `rid` on `conn` as waiting for approval
+    /// `id` until `until`; the guard may decide it at once.
+    pub(crate) fn wait_for_decision(
+        &mut self,
+        key: PaneKey,
+        id: &str,
+        conn: ConnId,
+        rid: Option<Value>,
+        until: Timestamp,
+        t: Timestamp,
+    ) {
+        let guarded = match self.panes.pane_mut(key) {
+            Some(p) => {
+                p.set_approval_expiry(id, until);
+                let cwd = p.cwd();
+                p.approval(id).and_then(|a| guard_decision(a, cwd))
+            }
+            None => return,
+        };
+        self.approvals
+            .waiters
+            .insert(id.to_string(), Waiter { conn, rid });
+        if let Some(d) = guarded {
+            if let Err(e) = self.decide(key, id, d, Answerer::policy(), t) {
+                log_warn!("the guard's decision on approval {id}: {}", e.message);
+            }
+        }
+        self.refresh_approval_deadlines(key, t);
+    }
+
+    /// A pane's approval deadline fired: approvals whose own timeout passed
+    /// expire, due ones escalate, and the default policy answers.
+    pub(crate) fn approval_deadline(&mut self, key: PaneKey, t: Timestamp) {
+        if let Some(p) = self.panes.pane_mut(key) {
+            p.expire_approvals(t);
+        }
+        self.after_approvals(key, t);
+        let policy = self.settings.approvals.clone();
+        let Some(escalate_after) = policy.escalate_after else {
+            self.refresh_approval_deadlines(key, t);
+            return;
+        };
+        let Some(pane) = self.panes.pane(key) else {
+            return;
+        };
+        let pane_id = pane.id.0.clone();
+        let mut escalate = Vec::new();
+        let mut deny = Vec::new();
+        for a in pane.pending_approvals() {
+            let at = a.asked_at.plus(escalate_after);
+            if at <= t && !self.approvals.escalated.contains(&a.id) {
+                escalate.push((a.id.clone(), t.since(a.asked_at)));
+            }
+            if let Some(after) = policy.deny_after {
+                if at.plus(after) <= t && !self.approvals.defaulted.contains(&a.id) {
+                    deny.push(a.id.clone());
+                }
+            }
+        }
+        for (id, pending) in escalate {
+            self.approvals.escalated.insert(id.clone());
+            self.publish(
+                WatchKind::ApprovalEscalated {
+                    pane: pane_id.clone(),
+                    approval: id,
+                    pending_ms: u64::try_from(pending.as_millis()).unwrap_or(u64::MAX),
+                },
+                t,
+            );
+        }
+        for id in deny {
+            self.approvals.defaulted.insert(id.clone());
+            let message = Some(format!(
+                "Denied by colibri: no answer within {}.",
+                humantime::format_duration(escalate_after + policy.deny_after.unwrap_or_default())
+            ));
+            if let Err(e) = self.decide(key, &id, Decision::Deny { message }, Answerer::policy(), t)
+            {
+                log_warn!("the default answer to approval {id}: {}", e.message);
+            }
+        }
+        self.refresh_approval_deadlines(key, t);
+    }
+
+    /// Arms the pane's approval deadlines for what is pending now.
+    pub(crate) fn refresh_approval_deadlines(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(pane) = self.panes.pane(key) else {
+            return;
+        };
+        let expiry = pane.next_approval_expiry();
+        let policy = &self.settings.approvals;
+        let next_escalation = policy.escalate_after.and_then(|after| {
+            pane.pending_approvals()
+                .iter()
+                .filter_map(|a| {
+                    let at = a.asked_at.plus(after);
+                    if !self.approvals.escalated.contains(&a.id) {
+                        return Some(at);
+                    }
+                    let deny = policy.deny_after?;
+                    (!self.approvals.defaulted.contains(&a.id)).then(|| at.plus(deny))
+                })
+                .min()
+        });
+        for (d, at) in [
+            (Deadline::ApprovalExpiry, expiry),
+            (Deadline::ApprovalEscalation, next_escalation),
+        ] {
+            let due = self.panes.agent(key).and_then(|a| a.timers.due(d));
+            match at {
+                Some(at) if due != Some(at) => self.set_deadline(key, d, at, t),
+                None if due.is_some() => self.clear_deadline(key, d, t),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ApprovalsSection;
+
+    fn section(escalate: u64, answer: &str, after: u64) -> ApprovalsSection {
+        ApprovalsSection {
+            escalate_after: Duration::from_secs(escalate),
+            default_answer: answer.into(),
+            default_after: Duration::from_secs(after),
+        }
+    }
+
+    #[test]
+    fn the_policy_denies_by_default_only_after_an_escalation() {
+        let p = ApprovalPolicy::from_section(&section(60, "deny", 30));
+        assert_eq!(p.escalate_after, Some(Duration::from_secs(60)));
+        assert_eq!(p.deny_after, Some(Duration::from_secs(30)));
+        // No escalation: nothing is answered by default either.
+        let p = ApprovalPolicy::from_section(&section(0, "deny", 30));
+        assert_eq!(p, ApprovalPolicy::default());
+        let p = ApprovalPolicy::from_section(&section(60, "none", 30));
+        assert_eq!(p.deny_after, None);
+    }
+}

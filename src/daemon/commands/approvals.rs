@@ -1,0 +1,124 @@
+//! `approvals`, `approve`, `deny`, `answer`, and `hook` (a Claude Code hook
+//! input that may wait for the operator's decision).
+
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use crate::core::approval::{AnswerChannel, Decision};
+use crate::daemon::approvals::Answerer;
+use crate::daemon::event_loop::Daemon;
+use crate::platform;
+use crate::protocol::{
+    ApprovalsReply, Command, CommandError, DecideArgs, ErrorCode, HookReply, Reply,
+};
+
+use super::{mismatch, Call};
+
+/// The longest a `hook` request may wait for a decision.
+const MAX_HOOK_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+pub(super) fn list(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Approvals(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let only = match &a.agent_id {
+        Some(q) => Some(d.resolve(&call.scope, q)?),
+        None => None,
+    };
+    Ok(Reply::Approvals(ApprovalsReply {
+        approvals: d.pending_approvals(&call.scope, only),
+    }))
+}
+
+pub(super) fn approve(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Approve(a) = c else {
+        return Err(mismatch(&c));
+    };
+    decide(d, call, &a, Decision::Approve)
+}
+
+pub(super) fn deny(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Deny(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let message = a.message.clone().filter(|m| !m.trim().is_empty());
+    decide(d, call, &a, Decision::Deny { message })
+}
+
+pub(super) fn answer(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Answer(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let Some(text) = a.text.clone() else {
+        return Err(CommandError::invalid("answer needs text"));
+    };
+    decide(d, call, &a, Decision::Answer { text })
+}
+
+fn decide(
+    d: &mut Daemon,
+    call: &Call,
+    a: &DecideArgs,
+    decision: Decision,
+) -> Result<Reply, CommandError> {
+    let (key, id) = d.find_approval(&call.scope, &a.approval)?;
+    let uid = d
+        .conns
+        .get(call.conn.0)
+        .and_then(|c| platform::peer_cred(c.stream.as_fd()).ok())
+        .map(|cred| cred.uid);
+    let who = Answerer {
+        by: call.scope.name(),
+        uid,
+    };
+    d.decide(key, &id, decision, who, call.t).map(Reply::Decide)
+}
+
+pub(super) fn hook(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Hook(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let key = d.resolve(&call.scope, &a.agent_id)?;
+    if !a.event.is_object() {
+        return Err(CommandError::invalid("event must be a JSON object"));
+    }
+    let line = serde_json::to_vec(&a.event)
+        .map_err(|e| CommandError::new(ErrorCode::Internal, e.to_string()))?;
+    let before: Vec<String> = pending_hook_ids(d, key);
+    d.ingest_external(key, &line, call.t);
+    let opened = pending_hook_ids(d, key)
+        .into_iter()
+        .rev()
+        .find(|id| !before.contains(id));
+    let wait = a
+        .wait_ms
+        .map(Duration::from_millis)
+        .filter(|w| !w.is_zero())
+        .map(|w| w.min(MAX_HOOK_WAIT));
+    match (opened, wait) {
+        (Some(id), Some(wait)) => {
+            let until = call.t.plus(wait);
+            d.wait_for_decision(key, &id, call.conn, call.rid.clone(), until, call.t);
+            Ok(Reply::Deferred)
+        }
+        (opened, _) => Ok(Reply::Hook(HookReply {
+            approval: opened,
+            decision: None,
+            output: None,
+            reason: None,
+        })),
+    }
+}
+
+fn pending_hook_ids(d: &Daemon, key: crate::daemon::panes::PaneKey) -> Vec<String> {
+    d.panes
+        .pane(key)
+        .map(|p| {
+            p.pending_approvals()
+                .iter()
+                .filter(|a| a.channel == AnswerChannel::HookOutput)
+                .map(|a| a.id.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}

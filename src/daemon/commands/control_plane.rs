@@ -1,0 +1,209 @@
+//! The control plane's commands: `state`, `tasks`, `task-add`,
+//! `task-claim`, `task-ack`, `task-done`, `task-fail`, `task-cancel`,
+//! `approvals`, `activity`.
+//!
+//! Scope: an agent names itself with `pane`; it then sees only its own
+//! budget, the tasks it claimed and its own approvals, and may move only
+//! the tasks it holds. On a jail's socket `pane` is required and must be
+//! one of that jail's panes (the `visible` check); on the operator socket
+//! a request without `pane` acts as the operator and sees everything.
+
+use super::{mismatch, Call};
+use crate::core::tasks::{Actor, NewTask, TaskError, TaskStatus};
+use crate::daemon::conn::Scope;
+use crate::daemon::control_plane::wire_budget;
+use crate::daemon::event_loop::Daemon;
+use crate::protocol::control_plane::{ActivityType, AgentControlState, WireTask};
+use crate::protocol::{
+    ActivityReply, Command, CommandError, ErrorCode, Reply, StateReply, TaskReply, TasksReply,
+    WatchKind,
+};
+
+/// The caller's pane id, `None` for the operator. A jail socket must name
+/// a pane of its jail.
+fn caller(d: &Daemon, call: &Call, pane: Option<&str>) -> Result<Option<String>, CommandError> {
+    match (pane, &call.scope) {
+        (Some(p), scope) => {
+            let key = d.resolve(scope, p)?;
+            Ok(d.panes.pane(key).map(|x| x.id.0.clone()))
+        }
+        (None, Scope::Operator) => Ok(None),
+        (None, Scope::Jail(j)) => Err(CommandError::new(
+            ErrorCode::Invalid,
+            format!("on the agent socket of jail {j}, name your pane (\"pane\": $COLIBRI_PANE_ID)"),
+        )),
+    }
+}
+
+fn task_error(e: TaskError) -> CommandError {
+    let code = match e {
+        TaskError::NotFound(_) => ErrorCode::NotFound,
+        TaskError::NotYours { .. } => ErrorCode::Forbidden,
+        TaskError::WrongStatus { .. } | TaskError::AlreadyHolding(..) | TaskError::NoTitle => {
+            ErrorCode::Invalid
+        }
+    };
+    CommandError::new(code, e.to_string())
+}
+
+pub(super) fn state(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::State(args) = c else {
+        return Err(mismatch(&c));
+    };
+    let me = caller(d, call, args.pane.as_deref())?;
+    let agents = d
+        .panes
+        .iter()
+        .filter(|(k, s)| {
+            d.visible(&call.scope, *k) && me.as_ref().is_none_or(|m| *m == s.pane.id.0)
+        })
+        .map(|(_, s)| {
+            let id = s.pane.id.0.clone();
+            let running = s.agent.proc.is_some();
+            AgentControlState {
+                name: s.pane.name.clone(),
+                state: s.pane.state(),
+                active: running && !s.pane.paused,
+                paused: s.pane.paused,
+                budget: wire_budget(d.control.budgets.budget(&id, call.t)),
+                task_id: d.control.queue.held_by(&id).map(|t| t.id),
+                pane: id,
+            }
+        })
+        .collect();
+    Ok(Reply::State(StateReply { agents }))
+}
+
+pub(super) fn tasks(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Tasks(args) = c else {
+        return Err(mismatch(&c));
+    };
+    let me = caller(d, call, args.pane.as_deref())?;
+    let queue = &d.control.queue;
+    let tasks: Vec<WireTask> = queue
+        .iter()
+        .filter(|t| me.is_none() || t.claimed_by == me)
+        .filter(|t| args.task_id.is_none_or(|id| id == t.id))
+        .filter(|t| args.status.is_none_or(|s| s == t.status))
+        .map(WireTask::from)
+        .collect();
+    if let (Some(id), true) = (args.task_id, tasks.is_empty()) {
+        return Err(CommandError::new(
+            ErrorCode::NotFound,
+            format!("no task {id}"),
+        ));
+    }
+    let pending = queue
+        .iter()
+        .filter(|t| t.status == TaskStatus::Pending)
+        .count();
+    Ok(Reply::Tasks(TasksReply { tasks, pending }))
+}
+
+pub(super) fn add(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::TaskAdd(args) = c else {
+        return Err(mismatch(&c));
+    };
+    let args = *args;
+    let new = NewTask {
+        title: args.title,
+        description: args.description.unwrap_or_default(),
+        priority: args.priority.unwrap_or_default(),
+        role: args.role,
+        context: args.context,
+    };
+    let ev = d.control.queue.add(new, call.t).map_err(task_error)?;
+    let id = ev.id();
+    d.task_changed(ev, call.t);
+    Ok(task_reply(d, id))
+}
+
+fn task_reply(d: &Daemon, id: u64) -> Reply {
+    Reply::Task(TaskReply {
+        task: d.control.queue.get(id).map(WireTask::from),
+    })
+}
+
+pub(super) fn claim(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::TaskClaim(args) = c else {
+        return Err(mismatch(&c));
+    };
+    let Some(me) = caller(d, call, Some(&args.pane))? else {
+        return Err(CommandError::not_found(&args.pane));
+    };
+    let timeout = d.control.ack_timeout;
+    let ev = d
+        .control
+        .queue
+        .claim(&me, args.role.as_deref(), call.t, timeout)
+        .map_err(task_error)?;
+    let Some(ev) = ev else {
+        return Ok(Reply::Task(TaskReply { task: None }));
+    };
+    let id = ev.id();
+    d.task_changed(ev, call.t);
+    Ok(task_reply(d, id))
+}
+
+/// `task-ack`, `task-done`, `task-fail`, `task-cancel`.
+pub(super) fn act(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let (args, verb) = match c {
+        Command::TaskAck(a) => (a, "ack"),
+        Command::TaskDone(a) => (a, "done"),
+        Command::TaskFail(a) => (a, "fail"),
+        Command::TaskCancel(a) => (a, "cancel"),
+        other => return Err(mismatch(&other)),
+    };
+    let me = caller(d, call, args.pane.as_deref())?;
+    let actor = me.as_deref().map_or(Actor::Operator, Actor::Agent);
+    let q = &mut d.control.queue;
+    let ev = match verb {
+        "ack" => q.ack(args.task_id, actor, call.t),
+        "done" => q.finish(args.task_id, actor, true, args.note, call.t),
+        "fail" => q.finish(args.task_id, actor, false, args.note, call.t),
+        _ if me.is_some() => Err(TaskError::NotYours { id: args.task_id }),
+        _ => q.cancel(args.task_id, call.t),
+    }
+    .map_err(task_error)?;
+    d.task_changed(ev, call.t);
+    Ok(task_reply(d, args.task_id))
+}
+
+pub(super) fn activity(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    let Command::Activity(a) = c else {
+        return Err(mismatch(&c));
+    };
+    let Some(pane) = caller(d, call, Some(&a.pane))? else {
+        return Err(CommandError::not_found(&a.pane));
+    };
+    let kind = match a.event_type {
+        ActivityType::TaskCompleted => WatchKind::TaskCompleted {
+            pane: pane.clone(),
+            task_id: a.task_id,
+            message: a.message.clone(),
+            tokens: a.tokens,
+        },
+        ActivityType::ApprovalRequest => WatchKind::ApprovalRequest {
+            pane: pane.clone(),
+            task_id: a.task_id,
+            message: a.message.clone(),
+            detail: a.detail.clone(),
+            tokens: a.tokens,
+        },
+        ActivityType::Error => WatchKind::AgentError {
+            pane: pane.clone(),
+            task_id: a.task_id,
+            message: a.message.clone(),
+            detail: a.detail.clone(),
+            tokens: a.tokens,
+        },
+    };
+    crate::daemon::diag::log_info!(
+        "activity from {pane}: {:?} task={:?} {}",
+        a.event_type,
+        a.task_id,
+        crate::cli::render::escape_controls(a.message.as_deref().unwrap_or(""))
+    );
+    d.publish(kind, call.t);
+    Ok(Reply::Activity(ActivityReply { seq: d.bus.seq() }))
+}

@@ -1,0 +1,239 @@
+//! Carries out the policy engine's verdicts (`core::policy`).
+//!
+//! After each batch of lines a pane took in, its [`LineFacts`] go through
+//! the daemon's one [`Governor`]; every verdict is published on the watch
+//! stream (and alerted when it warns, stops or asks for an operator), then
+//! done: a pause stops the target's process trees (SIGSTOP, as
+//! `pause-agent` does), a message is queued on the agent's input (wrapped
+//! as the harness's prompt message where it reads JSON), a resume
+//! continues them, a kill ends them. Timed resumes (a loop's backoff, a
+//! budget window) are the governor's deadline, armed as the `Govern`
+//! deadline of the pane whose line caused the pause.
+//!
+//! [`LineFacts`]: crate::core::policy::LineFacts
+
+use crate::core::policy::{Action, PaneInfo, Target, Verdict};
+use crate::core::taxonomy::Runtime;
+use crate::core::time::Timestamp;
+use crate::daemon::agent::INPUT_QUEUE_LIMIT;
+use crate::daemon::diag::log_warn;
+use crate::daemon::event_loop::Daemon;
+use crate::daemon::panes::PaneKey;
+use crate::daemon::timers::Deadline;
+use crate::platform;
+use crate::protocol::{WatchKind, WireVerdict};
+
+impl Daemon {
+    /// Runs the policies over the lines `key` took in since the last call.
+    pub(crate) fn govern(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(slot) = self.panes.get_mut(key) else {
+            return;
+        };
+        let facts = slot.pane.take_facts();
+        if facts.is_empty() {
+            return;
+        }
+        let info = PaneInfo {
+            id: slot.agent.pane_id.clone(),
+            name: slot.pane.name.clone(),
+            role: None,
+            runtime: slot.pane.runtime().map(|r| r.as_str().to_string()),
+            model: None,
+            cwd: slot.pane.cwd().map(str::to_string),
+        };
+        let mut verdicts = Vec::new();
+        for f in &facts {
+            verdicts.extend(self.governor.observe(&info, f, t));
+        }
+        self.carry_out(verdicts, t);
+    }
+
+    /// A `Govern` deadline fired: resumes what the governor releases.
+    pub(crate) fn govern_tick(&mut self, t: Timestamp) {
+        let verdicts = self.governor.tick(t);
+        self.carry_out(verdicts, t);
+    }
+
+    pub(crate) fn carry_out(&mut self, verdicts: Vec<Verdict>, t: Timestamp) {
+        let mut timed = None;
+        for v in verdicts {
+            // The decision first, then its effects (paused, resumed, …).
+            let pane = v.pane.clone();
+            self.publish(
+                WatchKind::Verdict {
+                    pane,
+                    verdict: WireVerdict::from(&v),
+                },
+                t,
+            );
+            let keys = self.targets(&v.target);
+            match &v.action {
+                Action::Pause { until } => {
+                    for &k in &keys {
+                        self.policy_pause(k, true, t);
+                    }
+                    if until.is_some() {
+                        timed = self.panes.key(&v.pane).or(keys.first().copied());
+                    }
+                }
+                Action::Resume => {
+                    for &k in &keys {
+                        self.policy_pause(k, false, t);
+                    }
+                }
+                Action::Message { text } => {
+                    for &k in &keys {
+                        self.policy_message(k, text);
+                    }
+                }
+                Action::Kill => {
+                    for &k in &keys {
+                        self.policy_kill(k, &v.reason);
+                    }
+                }
+                Action::Warn | Action::Escalate | Action::Deny => {}
+            }
+        }
+        if let (Some(key), Some(at)) = (timed, self.governor.next_deadline()) {
+            self.set_deadline(key, Deadline::Govern, at, t);
+        }
+    }
+
+    /// The running panes a verdict acts on.
+    fn targets(&self, target: &Target) -> Vec<PaneKey> {
+        self.panes
+            .iter()
+            .filter(|(_, slot)| match target {
+                Target::Pane(id) => &slot.agent.pane_id == id,
+                Target::Name(n) => slot.pane.name.as_deref() == Some(n.as_str()),
+                Target::Runtime(r) => slot.pane.runtime().is_some_and(|rt| rt.as_str() == r),
+                Target::All => true,
+            })
+            .filter(|(_, slot)| slot.agent.running_pid().is_some())
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    fn policy_pause(&mut self, key: PaneKey, pause: bool, t: Timestamp) {
+        let Some(slot) = self.panes.get_mut(key) else {
+            return;
+        };
+        let Some(pid) = slot.agent.running_pid() else {
+            return;
+        };
+        if slot.pane.paused == pause {
+            return;
+        }
+        let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
+        if let Err(e) = platform::signal_tree(pid, sig) {
+            log_warn!("policy: cannot signal pane {}: {e}", slot.agent.pane_id);
+            return;
+        }
+        slot.pane.paused = pause;
+        if !pause {
+            slot.pane.rebase_quiet(t);
+        }
+        let pane = slot.agent.pane_id.clone();
+        let event = if pause {
+            WatchKind::Paused { pane }
+        } else {
+            WatchKind::Resumed { pane }
+        };
+        self.publish(event, t);
+        self.refresh_stall(key, t);
+    }
+
+    /// Queues `text` on the agent's input; a stopped agent reads it when it
+    /// is continued.
+    fn policy_message(&mut self, key: PaneKey, text: &str) {
+        let Some(slot) = self.panes.get_mut(key) else {
+            return;
+        };
+        let bytes = input_message(slot.pane.runtime(), text);
+        let pane_id = slot.agent.pane_id.clone();
+        let Some(proc_) = slot.agent.proc.as_mut().filter(|p| p.status.is_none()) else {
+            return;
+        };
+        if proc_.input.len() + bytes.len() > INPUT_QUEUE_LIMIT {
+            log_warn!("policy: the input queue of pane {pane_id} is full; message dropped");
+            return;
+        }
+        proc_.input.extend(bytes);
+        self.write_input(key);
+    }
+
+    fn policy_kill(&mut self, key: PaneKey, reason: &str) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let Some(pid) = agent.running_pid() else {
+            return;
+        };
+        agent.stopped_by = Some(format!("killed by policy: {reason}"));
+        if let Err(e) = platform::signal_tree(pid, libc::SIGKILL) {
+            log_warn!("policy: cannot kill pane {}: {e}", agent.pane_id);
+        }
+    }
+}
+
+/// Pi's RPC `prompt` command.
+#[derive(serde::Serialize)]
+struct PiPrompt<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: &'a str,
+}
+
+/// A Claude `stream-json` user message.
+#[derive(serde::Serialize)]
+struct ClaudeUser<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: ClaudeContent<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct ClaudeContent<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+/// The message as the harness reads it on its input: Pi's RPC `prompt`
+/// command, a Claude `stream-json` user message, else a line of text.
+pub fn input_message(runtime: Option<Runtime>, text: &str) -> Vec<u8> {
+    let json = match runtime {
+        Some(Runtime::Pi) => serde_json::to_string(&PiPrompt {
+            kind: "prompt",
+            message: text,
+        }),
+        Some(Runtime::Claude) => serde_json::to_string(&ClaudeUser {
+            kind: "user",
+            message: ClaudeContent {
+                role: "user",
+                content: text,
+            },
+        }),
+        _ => Ok(text.replace('\n', " ")),
+    };
+    // Serialising borrowed strings cannot fail; a plain line if it did.
+    let mut line = json.unwrap_or_else(|_| text.replace('\n', " "));
+    line.push('\n');
+    line.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_is_the_harness_prompt_where_it_reads_json() {
+        let pi: serde_json::Value =
+            serde_json::from_slice(&input_message(Some(Runtime::Pi), "stop")).expect("json");
+        assert_eq!(pi, serde_json::json!({"type": "prompt", "message": "stop"}));
+        let claude: serde_json::Value =
+            serde_json::from_slice(&input_message(Some(Runtime::Claude), "stop")).expect("json");
+        assert_eq!(claude["message"]["content"], "stop");
+        assert_eq!(input_message(Some(Runtime::Codex), "a\nb"), b"a b\n");
+        assert_eq!(input_message(None, "x"), b"x\n");
+    }
+}

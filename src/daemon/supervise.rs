@@ -1,0 +1,851 @@
+//! The supervisor: declared agents (`[agents.NAME]`), started at start-up
+//! and reconciled on SIGHUP (`core::reconcile`), planned stops that raise
+//! no alert, and the agent records that bring agents back, resumed in their
+//! own harness session, after colibrid restarts (`core::spec`).
+//!
+//! Each pane carries a [`Supervision`]: its recipe (when it has one that can
+//! be persisted), where it came from, whether it should run (s6's
+//! `wantedup`) and whether its restarts gave up. What it actually does is
+//! derived ([`Supervision::actual`]) from the pane's process and life, so
+//! the two can never disagree.
+//!
+//! The records live in `<state_dir>/agents.jsonl`, one line per agent,
+//! replaced by write, fsync and rename on a thread of their own
+//! ([`RecordsWriter`]), so a frozen filesystem never stops the loop. The
+//! file is small (one line per declared or named agent) and written only
+//! when an agent's lifecycle changes, not per line of output.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::lifecycle::{Life, LifeEvent, RestartPolicy as LoopPolicy};
+use crate::core::pane::{Pane, PaneId};
+use crate::core::reconcile::{self, AgentChange, Occasion, Origin, TableEntry};
+use crate::core::spec::{
+    check_agent_name, default_resume_template, known_runtime, Actual, AgentRecord, AgentSpec,
+    RestartPolicy as SpecPolicy, StopCause, Wanted,
+};
+use crate::core::state::AgentState;
+use crate::core::time::Timestamp;
+use crate::daemon::agent::{Agent, Recipe, RestartState};
+use crate::daemon::diag::{log_info, log_warn};
+use crate::daemon::event_loop::Daemon;
+use crate::daemon::panes::PaneKey;
+use crate::daemon::timers::Deadline;
+use crate::platform;
+use crate::protocol::{WatchKind, WireSupervision};
+
+/// The records file under the state dir.
+pub const RECORDS_FILE: &str = "agents.jsonl";
+
+/// What the supervisor keeps on each pane.
+#[derive(Clone, Debug)]
+pub struct Supervision {
+    /// The recipe, for declared agents and named spawned ones.
+    pub spec: Option<AgentSpec>,
+    pub origin: Origin,
+    pub wanted: Wanted,
+    /// Its restarts are exhausted (supervisord's FATAL).
+    pub given_up: bool,
+    /// Start it again as soon as its process has ended (`restart-agent`, a
+    /// reload that changed its launch).
+    pub restart_after_stop: bool,
+    /// The harness session last written to the records file.
+    pub persisted_session: Option<String>,
+}
+
+impl Default for Supervision {
+    fn default() -> Supervision {
+        Supervision {
+            spec: None,
+            origin: Origin::Spawned,
+            wanted: Wanted::Up,
+            given_up: false,
+            restart_after_stop: false,
+            persisted_session: None,
+        }
+    }
+}
+
+impl Supervision {
+    /// What the pane's process is doing, from its life.
+    pub fn actual(&self, agent: &Agent) -> Actual {
+        if agent.proc.is_some() {
+            return Actual::Running;
+        }
+        if matches!(agent.life, Life::Backoff { .. }) {
+            return Actual::Backoff;
+        }
+        if self.given_up {
+            return Actual::GivenUp;
+        }
+        if self.wanted.is_up() {
+            Actual::Exited
+        } else {
+            Actual::Stopped
+        }
+    }
+
+    /// Whether an exit now is one somebody asked for: it raises no alert.
+    pub fn planned_stop(&self) -> bool {
+        !self.wanted.is_up() || self.restart_after_stop
+    }
+
+    pub fn wire(&self, agent: &Agent) -> WireSupervision {
+        let (stopped_by, stop_reason) = match &self.wanted {
+            Wanted::Up => (None, None),
+            Wanted::Down { by, reason } => (Some(cause_name(by)), reason.clone()),
+        };
+        WireSupervision {
+            wanted: if self.wanted.is_up() { "up" } else { "down" }.to_string(),
+            actual: self.actual(agent).as_str().to_string(),
+            stopped_by,
+            stop_reason,
+            declared: self.origin == Origin::Declared,
+        }
+    }
+}
+
+fn cause_name(cause: &StopCause) -> String {
+    match cause {
+        StopCause::Shutdown => "shutdown".into(),
+        StopCause::Operator { who } => format!("operator ({who})"),
+        StopCause::Removed => "removed".into(),
+        StopCause::NoAutostart => "no-autostart".into(),
+    }
+}
+
+/// One line of the records file.
+#[derive(Serialize, Deserialize)]
+struct RecordLine {
+    declared: bool,
+    record: AgentRecord,
+}
+
+/// The records a previous colibrid left; lines that do not decode are
+/// reported and skipped.
+pub fn read_records(path: &Path) -> Vec<(bool, AgentRecord)> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => {
+            log_warn!("reading {}: {e}", path.display());
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<RecordLine>(line) {
+            Ok(r) => out.push((r.declared, r.record)),
+            Err(e) => log_warn!("{} line {}: {e}", path.display(), n + 1),
+        }
+    }
+    out
+}
+
+/// Replaces the records file: a `.new` beside it, then a rename, so a
+/// crash leaves the old file or the new one, never half of one.
+pub fn write_records(path: &Path, lines: &[(bool, AgentRecord)]) -> std::io::Result<()> {
+    write_atomic(path, &encode_records(lines)?)
+}
+
+fn encode_records(lines: &[(bool, AgentRecord)]) -> std::io::Result<Vec<u8>> {
+    let mut text = Vec::new();
+    for (declared, record) in lines {
+        let line = RecordLine {
+            declared: *declared,
+            record: record.clone(),
+        };
+        serde_json::to_writer(&mut text, &line)?;
+        text.push(b'\n');
+    }
+    Ok(text)
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("jsonl.new");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Writes the records file off the loop: `write`, `fsync` and `rename`
+/// block on a frozen filesystem, and the loop never blocks. Only the
+/// newest contents matter, so a backlog collapses to its last entry.
+#[derive(Debug, Default)]
+pub struct RecordsWriter {
+    queue: Option<std::sync::mpsc::Sender<(PathBuf, Vec<u8>)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RecordsWriter {
+    fn send(&mut self, path: PathBuf, bytes: Vec<u8>) {
+        if self.queue.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, Vec<u8>)>();
+            let spawned = std::thread::Builder::new()
+                .name("colibri-records".into())
+                .spawn(move || {
+                    while let Ok(mut job) = rx.recv() {
+                        while let Ok(newer) = rx.try_recv() {
+                            job = newer;
+                        }
+                        if let Err(e) = write_atomic(&job.0, &job.1) {
+                            log_warn!("writing {}: {e}", job.0.display());
+                        }
+                    }
+                });
+            match spawned {
+                Ok(handle) => {
+                    self.queue = Some(tx);
+                    self.thread = Some(handle);
+                }
+                Err(e) => {
+                    log_warn!("no records writer thread ({e}); writing on the loop");
+                    if let Err(e) = write_atomic(&path, &bytes) {
+                        log_warn!("writing {}: {e}", path.display());
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some(queue) = &self.queue {
+            if let Err(std::sync::mpsc::SendError((path, bytes))) = queue.send((path, bytes)) {
+                if let Err(e) = write_atomic(&path, &bytes) {
+                    log_warn!("writing {}: {e}", path.display());
+                }
+            }
+        }
+    }
+
+    /// At the end of an orderly shutdown: the last records land before
+    /// colibrid exits.
+    pub fn close(&mut self) {
+        self.queue = None;
+        if let Some(handle) = self.thread.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// The restart policy of the loop for a recipe's.
+fn loop_policy(spec: &AgentSpec) -> LoopPolicy {
+    LoopPolicy::parse(spec.restart.as_str()).unwrap_or(LoopPolicy::Never)
+}
+
+fn recipe_of(spec: &AgentSpec, argv: Vec<String>) -> Recipe {
+    Recipe {
+        argv,
+        env: spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        cwd: spec.cwd.clone(),
+        jail: spec.jail.clone(),
+        user: spec.user.clone(),
+        cols: 160,
+        rows: 50,
+        runtime: spec.runtime,
+    }
+}
+
+fn program_name(argv: &[String]) -> String {
+    let first = argv.first().map(String::as_str).unwrap_or("agent");
+    Path::new(first)
+        .file_name()
+        .map_or_else(|| first.to_string(), |f| f.to_string_lossy().into_owned())
+}
+
+impl Daemon {
+    fn records_path(&self) -> PathBuf {
+        self.settings.daemon.state_dir.join(RECORDS_FILE)
+    }
+
+    /// The pane a name belongs to.
+    pub(crate) fn pane_named(&self, name: &str) -> Option<PaneKey> {
+        self.panes
+            .iter()
+            .find(|(_, s)| s.pane.name.as_deref() == Some(name))
+            .map(|(k, _)| k)
+    }
+
+    /// At start-up, after recovery: declared agents start (resumed where a
+    /// record has their harness session), and spawned agents whose policy
+    /// wants them come back in their own pane.
+    pub(crate) fn supervise_at_start(&mut self, t: Timestamp) {
+        let records = read_records(&self.records_path());
+        let declared: Vec<AgentSpec> = self.settings.agents.values().cloned().collect();
+        // Every recovered pane is named by its record; none is running.
+        let table: Vec<TableEntry> = records
+            .iter()
+            .map(|(is_declared, r)| TableEntry {
+                name: r.spec.name.clone(),
+                fingerprint: r.spec.fingerprint(),
+                origin: if *is_declared {
+                    Origin::Declared
+                } else {
+                    Origin::Spawned
+                },
+                wanted: r.wanted.at_next_start(),
+                actual: Actual::Exited,
+            })
+            .collect();
+        for change in reconcile::plan(&declared, &table, Occasion::Start) {
+            let record = records
+                .iter()
+                .find(|(_, r)| r.spec.name == change.name())
+                .map(|(_, r)| r);
+            match change {
+                AgentChange::Start(spec) => {
+                    // Resumed only when the recipe it ran is the one declared.
+                    let argv = match record {
+                        Some(r) if r.spec.fingerprint().launch == spec.fingerprint().launch => {
+                            r.start_argv()
+                        }
+                        _ => spec.argv.clone(),
+                    };
+                    let pane_id = record.and_then(|r| r.pane_id.clone());
+                    self.launch_declared(spec, pane_id, argv, t);
+                }
+                AgentChange::Declare(spec) => {
+                    let pane_id = record.and_then(|r| r.pane_id.clone());
+                    self.declare_down(spec, pane_id, t);
+                }
+                AgentChange::Clash { name } => {
+                    log_warn!("declared agent {name}: the name is taken by a spawned pane");
+                }
+                AgentChange::Stop { name } => self.forget_declared(&name),
+                AgentChange::Restart(_) | AgentChange::Update(_) => {}
+            }
+        }
+        for (is_declared, record) in &records {
+            if *is_declared || !record.comes_back_at_start() {
+                continue;
+            }
+            let argv = record.start_argv();
+            self.launch(
+                record.spec.clone(),
+                Origin::Spawned,
+                record.pane_id.clone(),
+                argv,
+                t,
+            );
+        }
+        self.persist_records();
+    }
+
+    /// SIGHUP: what `supervisorctl update` does, for the new declarations.
+    pub(crate) fn reconcile_declared(
+        &mut self,
+        declared: BTreeMap<String, AgentSpec>,
+        t: Timestamp,
+    ) {
+        self.settings.agents = declared;
+        let specs: Vec<AgentSpec> = self.settings.agents.values().cloned().collect();
+        let table: Vec<TableEntry> = self
+            .panes
+            .iter()
+            .filter_map(|(_, s)| {
+                let sup = &s.agent.supervision;
+                let name = s.pane.name.clone()?;
+                let fingerprint = match &sup.spec {
+                    Some(spec) => spec.fingerprint(),
+                    None => AgentSpec::new(name.clone(), vec![]).fingerprint(),
+                };
+                Some(TableEntry {
+                    name,
+                    fingerprint,
+                    origin: sup.origin,
+                    wanted: sup.wanted.clone(),
+                    actual: sup.actual(&s.agent),
+                })
+            })
+            .collect();
+        for change in reconcile::plan(&specs, &table, Occasion::Reload) {
+            log_info!("reload: {change:?}");
+            match change {
+                AgentChange::Start(spec) => {
+                    let argv = spec.argv.clone();
+                    self.launch_declared(spec, None, argv, t);
+                }
+                AgentChange::Declare(spec) => self.declare_down(spec, None, t),
+                AgentChange::Stop { name } => {
+                    if let Some(key) = self.pane_named(&name) {
+                        self.stop_planned(key, StopCause::Removed, Some("no longer declared"), t);
+                    }
+                }
+                AgentChange::Restart(spec) => {
+                    if let Some(key) = self.pane_named(&spec.name) {
+                        self.take_spec(key, spec);
+                        self.restart_agent(key, t);
+                    }
+                }
+                AgentChange::Update(spec) => {
+                    if let Some(key) = self.pane_named(&spec.name) {
+                        self.take_spec(key, spec);
+                    }
+                }
+                AgentChange::Clash { name } => {
+                    log_warn!("declared agent {name}: the name is taken by a spawned pane");
+                }
+            }
+        }
+        self.persist_records();
+    }
+
+    /// A declared agent's pane: the one that had its name (its history
+    /// stays), else the one its record names, else a new one.
+    fn launch_declared(
+        &mut self,
+        spec: AgentSpec,
+        pane_id: Option<String>,
+        argv: Vec<String>,
+        t: Timestamp,
+    ) {
+        let pane_id = self
+            .pane_named(&spec.name)
+            .and_then(|k| self.panes.pane(k).map(|p| p.id.0.clone()))
+            .or(pane_id);
+        self.launch(spec, Origin::Declared, pane_id, argv, t);
+    }
+
+    fn declare_down(&mut self, spec: AgentSpec, pane_id: Option<String>, t: Timestamp) {
+        let pane_id = self
+            .pane_named(&spec.name)
+            .and_then(|k| self.panes.pane(k).map(|p| p.id.0.clone()))
+            .or(pane_id);
+        let key = self.pane_for(&spec, pane_id, t);
+        self.take_spec(key, spec);
+        if let Some(agent) = self.panes.agent_mut(key) {
+            agent.supervision.origin = Origin::Declared;
+            agent.supervision.wanted = Wanted::Down {
+                by: StopCause::NoAutostart,
+                reason: None,
+            };
+        }
+    }
+
+    /// A record of a declared agent no longer declared: its pane (if
+    /// recovered) stays as history, wanted down.
+    fn forget_declared(&mut self, name: &str) {
+        if let Some(agent) = self.pane_named(name).and_then(|k| self.panes.agent_mut(k)) {
+            agent.supervision.origin = Origin::Declared;
+            agent.supervision.wanted = Wanted::Down {
+                by: StopCause::Removed,
+                reason: None,
+            };
+        }
+    }
+
+    /// The pane `pane_id` names if it exists (recovered or still here),
+    /// else a new pane for `spec`.
+    fn pane_for(&mut self, spec: &AgentSpec, pane_id: Option<String>, t: Timestamp) -> PaneKey {
+        if let Some(key) = pane_id.as_deref().and_then(|id| self.panes.key(id)) {
+            if let Some(pane) = self.panes.pane_mut(key) {
+                pane.name = Some(spec.name.clone());
+            }
+            return key;
+        }
+        let id = pane_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let session = uuid::Uuid::new_v4().to_string();
+        let mut pane = Pane::new(
+            PaneId(id.clone()),
+            program_name(&spec.argv),
+            spec.runtime,
+            self.settings.daemon.max_line,
+            t,
+        );
+        pane.name = Some(spec.name.clone());
+        pane.stall_after = spec.stall_after;
+        let cwd = spec.cwd.clone().or_else(|| std::env::current_dir().ok());
+        pane.set_cwd(cwd.map(|c| c.display().to_string()));
+        let agent = Agent::new(
+            id,
+            session.clone(),
+            spec.jail.clone(),
+            None,
+            RestartState {
+                policy: LoopPolicy::Never,
+                max: 0,
+                attempts: 0,
+            },
+        );
+        let key = self.panes.insert(pane, agent);
+        let cwd_s = spec.cwd.as_ref().map(|c| c.display().to_string());
+        self.store.ensure_session(
+            &session,
+            spec.runtime.map(|r| r.as_str()),
+            cwd_s.as_deref(),
+            t,
+        );
+        key
+    }
+
+    /// Makes `spec` the pane's recipe and restart rule (the process, if
+    /// any, is not touched).
+    fn take_spec(&mut self, key: PaneKey, spec: AgentSpec) {
+        let max_default = self.settings.max_restarts;
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        agent.restart.policy = loop_policy(&spec);
+        agent.restart.max = spec.max_restarts.unwrap_or(max_default);
+        let argv = spec.argv.clone();
+        agent.recipe = Some(recipe_of(&spec, argv));
+        agent.supervision.spec = Some(spec);
+    }
+
+    /// Starts `spec` with `argv` (its own, or a resume) in its pane.
+    fn launch(
+        &mut self,
+        spec: AgentSpec,
+        origin: Origin,
+        pane_id: Option<String>,
+        argv: Vec<String>,
+        t: Timestamp,
+    ) {
+        let key = self.pane_for(&spec, pane_id, t);
+        let name = spec.name.clone();
+        self.take_spec(key, spec.clone());
+        if let Some(agent) = self.panes.agent_mut(key) {
+            agent.recipe = Some(recipe_of(&spec, argv.clone()));
+            agent.supervision.origin = origin;
+        }
+        log_info!("starting agent {name}: {}", argv.join(" "));
+        let fresh = self
+            .panes
+            .agent(key)
+            .is_some_and(|a| a.generation == 0 && a.life == Life::Idle);
+        if fresh {
+            self.first_start(key, t);
+        } else {
+            self.start_now(key, t);
+        }
+    }
+
+    /// A new pane's first process: `attached`, as for `spawn-agent`.
+    fn first_start(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(recipe) = self.panes.agent(key).and_then(|a| a.recipe.clone()) else {
+            return;
+        };
+        self.log_attach(key, &recipe, t);
+        match self.start_process(key, &recipe, t) {
+            Ok(pid) => {
+                self.life_event(key, LifeEvent::Spawned, t);
+                if let Some(pane) = self.panes.pane(key) {
+                    let event = WatchKind::Attached {
+                        pane: pane.id.0.clone(),
+                        agent: pane.agent.clone(),
+                        name: pane.name.clone(),
+                        pid: Some(pid),
+                    };
+                    self.publish(event, t);
+                }
+            }
+            Err(why) => {
+                log_warn!("starting {}: {why}", recipe.argv.join(" "));
+                if let Some(pane) = self.panes.pane_mut(key) {
+                    pane.fail(format!("start failed: {why}"), t, &mut self.transitions);
+                }
+                self.after_ingest(key, t);
+                let restart = self.restart_plan(key, AgentState::Error, Duration::ZERO, t);
+                self.life_event(key, LifeEvent::SpawnFailed { restart }, t);
+            }
+        }
+        self.persist_records();
+    }
+
+    /// Starts the pane's recipe now, wanted up, restart count reset.
+    pub(crate) fn start_now(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        agent.supervision.wanted = Wanted::Up;
+        agent.supervision.given_up = false;
+        agent.supervision.restart_after_stop = false;
+        agent.stopped_by = None;
+        agent.restart.attempts = 0;
+        if matches!(agent.life, Life::Backoff { .. }) {
+            self.life_event(key, LifeEvent::Stop, t);
+        }
+        self.restart_now(key, t);
+        self.persist_records();
+    }
+
+    /// Stops the pane's agent on purpose: no alert, no restart until it is
+    /// started again (or, for some causes, colibrid starts again).
+    pub(crate) fn stop_planned(
+        &mut self,
+        key: PaneKey,
+        by: StopCause,
+        reason: Option<&str>,
+        t: Timestamp,
+    ) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let why = reason.map_or_else(|| cause_name(&by), str::to_string);
+        agent.stopped_by = Some(format!("stopped: {why}"));
+        agent.supervision.wanted = Wanted::Down {
+            by,
+            reason: reason.map(str::to_string),
+        };
+        agent.supervision.restart_after_stop = false;
+        self.end_process(key, t);
+        self.persist_records();
+    }
+
+    /// `restart-agent`, or a reload that changed the launch: stop the
+    /// process; it starts again when it has ended.
+    pub(crate) fn restart_agent(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        if agent.running_pid().is_none() && agent.proc.is_none() {
+            self.start_now(key, t);
+            return;
+        }
+        agent.stopped_by = Some("restarted".into());
+        agent.supervision.restart_after_stop = true;
+        self.end_process(key, t);
+    }
+
+    /// SIGTERM to the agent's tree (a pending restart is cancelled).
+    fn end_process(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(slot) = self.panes.get(key) else {
+            return;
+        };
+        if matches!(slot.agent.life, Life::Backoff { .. }) {
+            self.life_event(key, LifeEvent::Stop, t);
+            return;
+        }
+        let Some(pid) = slot.agent.running_pid() else {
+            return;
+        };
+        if slot.pane.paused {
+            let _ = platform::signal_tree(pid, libc::SIGCONT);
+        }
+        if let Err(e) = platform::signal_tree(pid, libc::SIGTERM) {
+            log_warn!("stopping pid {pid}: {e}");
+        }
+        let grace = self.settings.daemon.shutdown_grace;
+        self.set_deadline(key, Deadline::StopGrace, t.plus(grace), t);
+    }
+
+    /// A planned stop's grace is over and the agent still runs: SIGKILL
+    /// to its tree, as the shutdown does.
+    pub(crate) fn stop_grace_over(&mut self, key: PaneKey) {
+        let Some(pid) = self.panes.agent(key).and_then(|a| a.running_pid()) else {
+            return;
+        };
+        log_warn!("pid {pid} outlived its stop grace: SIGKILL");
+        let _ = platform::signal_tree(pid, libc::SIGKILL);
+    }
+
+    /// Called once a pane's process has ended and its restart was decided:
+    /// a restart that waited for the stop happens now.
+    pub(crate) fn after_end(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        if agent.supervision.restart_after_stop && !self.is_stopping() {
+            self.start_now(key, t);
+        } else {
+            self.persist_records();
+        }
+    }
+
+    /// Restarts exhausted: the pane is given up.
+    pub(crate) fn mark_given_up(&mut self, key: PaneKey) {
+        if let Some(agent) = self.panes.agent_mut(key) {
+            agent.supervision.given_up = true;
+        }
+        self.persist_records();
+    }
+
+    /// The orderly shutdown: every agent still wanted up is stopped by it,
+    /// which is a planned stop; it comes back at the next start.
+    pub(crate) fn stop_all_planned(&mut self) {
+        for key in self.panes.keys() {
+            if let Some(agent) = self.panes.agent_mut(key) {
+                if agent.supervision.wanted.is_up() {
+                    agent.supervision.wanted = Wanted::Down {
+                        by: StopCause::Shutdown,
+                        reason: None,
+                    };
+                }
+                agent.supervision.restart_after_stop = false;
+            }
+        }
+        self.persist_records();
+    }
+
+    /// Persists the records again when a pane's harness reported a new
+    /// session id (the one a resume needs).
+    pub(crate) fn note_harness_session(&mut self, key: PaneKey) {
+        let Some(slot) = self.panes.get(key) else {
+            return;
+        };
+        if slot.agent.supervision.spec.is_none() {
+            return;
+        }
+        let session = slot.pane.session_id();
+        if session.is_none() || session == slot.agent.supervision.persisted_session.as_deref() {
+            return;
+        }
+        self.persist_records();
+    }
+
+    /// A pane spawned by hand with a name becomes supervised: its recipe is
+    /// persisted, so it comes back when colibrid restarts if its policy
+    /// wants it. Unnamed panes have no identity to come back under.
+    pub(crate) fn adopt_spawned(
+        &mut self,
+        key: PaneKey,
+        name: Option<&str>,
+        max_restarts: Option<u32>,
+    ) {
+        let Some(name) = name.filter(|n| check_agent_name(n).is_ok()) else {
+            return;
+        };
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let Some(recipe) = agent.recipe.as_ref() else {
+            return;
+        };
+        let mut spec = AgentSpec::new(name, recipe.argv.clone());
+        spec.runtime = recipe.runtime;
+        spec.cwd = recipe.cwd.clone();
+        spec.env = recipe.env.iter().cloned().collect();
+        spec.user = recipe.user.clone();
+        spec.jail = recipe.jail.clone();
+        spec.restart =
+            SpecPolicy::parse(agent.restart.policy.as_str()).unwrap_or(SpecPolicy::Never);
+        spec.max_restarts = max_restarts;
+        spec.resume = known_runtime(&spec)
+            .and_then(default_resume_template)
+            .map(|t| t.iter().map(|s| s.to_string()).collect());
+        agent.supervision.spec = Some(spec);
+        agent.supervision.origin = Origin::Spawned;
+        self.persist_records();
+    }
+
+    /// Writes every pane's record (those with a recipe). A spawned pane that
+    /// ended by itself (its policy did not restart it) is not recorded: it
+    /// is not to come back.
+    pub(crate) fn persist_records(&mut self) {
+        let mut lines = Vec::new();
+        for key in self.panes.keys() {
+            let Some(slot) = self.panes.get_mut(key) else {
+                continue;
+            };
+            let actual = slot.agent.supervision.actual(&slot.agent);
+            let sup = &mut slot.agent.supervision;
+            let Some(spec) = sup.spec.clone() else {
+                continue;
+            };
+            if sup.origin == Origin::Spawned && matches!(actual, Actual::Exited | Actual::GivenUp) {
+                continue;
+            }
+            let harness_session = slot
+                .pane
+                .session_id()
+                .map(str::to_string)
+                .or_else(|| sup.persisted_session.clone());
+            sup.persisted_session = harness_session.clone();
+            lines.push((
+                sup.origin == Origin::Declared,
+                AgentRecord {
+                    spec,
+                    wanted: sup.wanted.clone(),
+                    pane_id: Some(slot.pane.id.0.clone()),
+                    harness_session,
+                },
+            ));
+        }
+        let path = self.records_path();
+        match encode_records(&lines) {
+            Ok(bytes) => self.records.send(path, bytes),
+            Err(e) => log_warn!("encoding the agent records: {e}"),
+        }
+    }
+
+    /// Retention: finished panes whose state is older than
+    /// `retain_finished` leave the table (their logs stay). Declared agents
+    /// stay: their name is their identity.
+    pub(crate) fn retire_finished(&mut self, t: Timestamp) {
+        let keep = self.settings.daemon.retain_finished;
+        if keep.is_zero() {
+            return;
+        }
+        let old: Vec<PaneKey> = self
+            .panes
+            .iter()
+            .filter(|(_, s)| {
+                let sup = &s.agent.supervision;
+                sup.origin != Origin::Declared
+                    && !sup.actual(&s.agent).is_alive()
+                    && t.since(s.pane.state_since()) >= keep
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for key in old {
+            self.remove_pane(key, t);
+        }
+    }
+
+    /// `remove-agent`: forgets a finished pane; its logs stay.
+    pub(crate) fn remove_pane(&mut self, key: PaneKey, t: Timestamp) {
+        if let Some(mut slot) = self.panes.remove(key) {
+            slot.agent
+                .timers
+                .release(self.poll.registry(), &mut self.tokens);
+            let pane = slot.pane.id.0.clone();
+            log_info!("pane {pane} removed");
+            self.publish(WatchKind::Removed { pane }, t);
+        }
+        self.persist_records();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_a_write_and_a_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(RECORDS_FILE);
+        let record = AgentRecord {
+            spec: AgentSpec::new("fixer", vec!["pi".into()]),
+            wanted: Wanted::Down {
+                by: StopCause::Shutdown,
+                reason: None,
+            },
+            pane_id: Some("p1".into()),
+            harness_session: Some("s-1".into()),
+        };
+        write_records(&path, &[(true, record.clone())]).expect("write");
+        let back = read_records(&path);
+        assert_eq!(back, vec![(true, record)]);
+        assert!(!path.with_extension("jsonl.new").exists());
+    }
+
+    #[test]
+    fn a_missing_file_is_no_records_and_a_bad_line_is_skipped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(RECORDS_FILE);
+        assert!(read_records(&path).is_empty());
+        std::fs::write(&path, "not json\n").expect("write");
+        assert!(read_records(&path).is_empty());
+    }
+}

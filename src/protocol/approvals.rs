@@ -1,0 +1,266 @@
+//! The wire form of approvals (see `core::approval` for what they are).
+//!
+//! Kinds, channels, decisions and reasons are printed as the snake-case
+//! names their `as_str` gives.
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::approval::{AnswerChannel, Approval, ApprovalEvent, ApprovalOutcome, Decision};
+
+/// How an approval ended: `{"event":"answered","decision":"deny",
+/// "message":…}` or `{"event":"expired","reason":"cancelled"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireOutcome {
+    /// `answered` or `expired`.
+    pub event: String,
+    /// `approve`, `deny` or `answer` (answered only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// A deny's message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// An answer's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// `cancelled`, `resolved`, `timed_out`, `exited` or `overflow`
+    /// (expired only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<&ApprovalOutcome> for WireOutcome {
+    fn from(o: &ApprovalOutcome) -> Self {
+        let mut w = WireOutcome {
+            event: String::new(),
+            decision: None,
+            message: None,
+            text: None,
+            reason: None,
+        };
+        match o {
+            ApprovalOutcome::Answered { decision } => {
+                w.event = "answered".into();
+                w.decision = Some(decision.as_str().into());
+                match decision {
+                    Decision::Approve => {}
+                    Decision::Deny { message } => w.message = message.clone(),
+                    Decision::Answer { text } => w.text = Some(text.clone()),
+                }
+            }
+            ApprovalOutcome::Expired { reason } => {
+                w.event = "expired".into();
+                w.reason = Some(reason.as_str().into());
+            }
+        }
+        w
+    }
+}
+
+/// An approval as `colibri fold --json` reports it: where it was asked,
+/// and how it ended (no `outcome`: still pending at the end).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FoldApproval {
+    pub id: String,
+    /// `tool_permission`, `confirm`, `select` or `input`.
+    pub kind: String,
+    /// `hook_output` when the reply goes to a waiting hook rather than the
+    /// agent's input; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    pub request_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    /// The line that asked.
+    pub line: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<WireOutcome>,
+    /// The line that closed it (0: the exit, an answer, a timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_line: Option<u64>,
+}
+
+impl From<&Approval> for FoldApproval {
+    fn from(a: &Approval) -> Self {
+        FoldApproval {
+            id: a.id.clone(),
+            kind: a.kind.as_str().into(),
+            channel: match a.channel {
+                AnswerChannel::AgentInput => None,
+                other => Some(other.as_str().into()),
+            },
+            request_id: a.request_id.clone(),
+            tool: a.tool.clone(),
+            summary: a.summary.clone(),
+            title: a.title.clone(),
+            message: a.message.clone(),
+            options: a.options.clone(),
+            line: a.line,
+            outcome: None,
+            closed_line: None,
+        }
+    }
+}
+
+/// Folds a pane's approval events into one entry per approval, in the
+/// order they were asked.
+pub fn fold_approvals(events: &[ApprovalEvent]) -> Vec<FoldApproval> {
+    let mut out: Vec<FoldApproval> = Vec::new();
+    for e in events {
+        match e {
+            ApprovalEvent::Opened(a) => out.push(FoldApproval::from(a)),
+            ApprovalEvent::Closed {
+                approval,
+                outcome,
+                line,
+                ..
+            } => {
+                let idx = match out.iter().rposition(|f| f.id == approval.id) {
+                    Some(i) => i,
+                    // Its opening was dropped before it was drained.
+                    None => {
+                        out.push(FoldApproval::from(approval));
+                        out.len() - 1
+                    }
+                };
+                out[idx].outcome = Some(WireOutcome::from(outcome));
+                out[idx].closed_line = Some(*line);
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// The daemon's commands and events
+
+/// A pending approval as `approvals`, snapshot v2 and the `approval_opened`
+/// event show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireApproval {
+    pub id: String,
+    pub pane: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `tool_permission`, `confirm`, `select` or `input`.
+    pub kind: String,
+    /// `agent_input` or `hook_output`.
+    pub channel: String,
+    /// One line saying what is asked.
+    pub question: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    pub asked_at: String,
+    /// When the harness (or the waiting hook) gives up on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// Pending longer than `[approvals] escalate_after`.
+    #[serde(default)]
+    pub escalated: bool,
+}
+
+impl WireApproval {
+    pub fn new(a: &Approval, pane: &str, name: Option<&str>, escalated: bool) -> WireApproval {
+        WireApproval {
+            id: a.id.clone(),
+            pane: pane.to_string(),
+            name: name.map(str::to_string),
+            kind: a.kind.as_str().into(),
+            channel: a.channel.as_str().into(),
+            question: a.question(),
+            tool: a.tool.clone(),
+            summary: a.summary.clone(),
+            title: a.title.clone(),
+            message: a.message.clone(),
+            options: a.options.clone(),
+            asked_at: a.asked_at.to_rfc3339(),
+            expires_at: a.expires_at.map(|t| t.to_rfc3339()),
+            escalated,
+        }
+    }
+}
+
+/// `approvals`: optionally one pane's only.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ApprovalsArgs {
+    /// A pane (name, id or id prefix).
+    #[serde(default)]
+    pub agent_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalsReply {
+    pub approvals: Vec<WireApproval>,
+}
+
+/// `approve`, `deny` and `answer`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct DecideArgs {
+    /// An approval id, or a pane (name, id or id prefix) that has exactly
+    /// one pending approval.
+    pub approval: String,
+    /// `deny`: the reason given to the agent (Claude shows it to the model).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `answer`: free text, or a select's option (its text or 1-based number).
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecideReply {
+    pub approval: String,
+    pub pane: String,
+    /// `approve`, `deny` or `answer`.
+    pub decision: String,
+    /// `agent_input` (the reply was queued on the agent's input) or
+    /// `hook_output` (handed to the waiting `colibri hook`).
+    pub channel: String,
+    /// Bytes written.
+    pub bytes: usize,
+}
+
+/// `hook`: a Claude Code hook input, and how long its sender waits for the
+/// operator when it asks for a permission.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct HookArgs {
+    pub agent_id: String,
+    pub event: serde_json::Value,
+    /// Milliseconds to wait for a decision; 0 or absent: do not wait.
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+/// The reply to `hook`, sent when the approval it opened is decided, or at
+/// once when there is nothing to wait for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HookReply {
+    /// The approval the hook input opened, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
+    /// `approve` or `deny`; absent when nobody decided (timed out, or the
+    /// permission was settled otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// The exact line the hook prints for Claude Code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// Why no decision came: `timed_out`, `resolved`, `exited`, ….
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -1,0 +1,186 @@
+//! The control plane's wire types: `state`, `tasks`, `task-*`, `approvals`
+//! and `activity` (after the control-plane seed's HTTP API, over the
+//! socket). An agent names itself with `pane` (its `COLIBRI_PANE_ID`); the
+//! daemon then shows it only its own budget, tasks and approvals.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::core::state::AgentState;
+use crate::core::tasks::{Priority, Task, TaskStatus};
+
+/// `state`, `tasks`, `approvals`: who asks. Without `pane` (operator
+/// socket only) the reply covers every pane.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct CallerArgs {
+    #[serde(default)]
+    pub pane: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct TasksArgs {
+    #[serde(default)]
+    pub pane: Option<String>,
+    /// One task by id.
+    #[serde(default)]
+    pub task_id: Option<u64>,
+    /// Only tasks in this status.
+    #[serde(default)]
+    pub status: Option<TaskStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct TaskAddArgs {
+    pub title: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub priority: Option<Priority>,
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub context: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct TaskClaimArgs {
+    /// The claiming agent's pane id (or name).
+    pub pane: String,
+    #[serde(default)]
+    pub role: Option<String>,
+}
+
+/// `task-ack`, `task-done`, `task-fail`, `task-cancel`. `pane` is the
+/// acting agent; without it (operator socket only) the operator acts.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct TaskActArgs {
+    pub task_id: u64,
+    #[serde(default)]
+    pub pane: Option<String>,
+    /// `task-done`: the result; `task-fail`: the reason.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// The seed's three activity posts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivityType {
+    TaskCompleted,
+    ApprovalRequest,
+    Error,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct ActivityArgs {
+    pub pane: String,
+    pub event_type: ActivityType,
+    #[serde(default)]
+    pub task_id: Option<u64>,
+    /// What was done, the operation to approve, or the error message.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `approval_request`: why; `error`: the action taken.
+    #[serde(default)]
+    pub detail: Option<String>,
+    #[serde(default)]
+    pub tokens: Option<u64>,
+}
+
+/// A budget as the policy engine reports it; `configured: false` (and no
+/// figures) while no budget applies to the pane.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireBudget {
+    pub configured: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent_today: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<u64>,
+    pub hard_limit_exceeded: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentControlState {
+    pub pane: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub state: AgentState,
+    /// Running, not paused, not exited.
+    pub active: bool,
+    pub paused: bool,
+    pub budget: WireBudget,
+    /// The task the agent holds (claimed or working).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StateReply {
+    pub agents: Vec<AgentControlState>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireTask {
+    pub task_id: u64,
+    pub title: String,
+    pub description: String,
+    pub priority: Priority,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Value>,
+    pub status: TaskStatus,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned_to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_due: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    pub releases: u32,
+}
+
+impl From<&Task> for WireTask {
+    fn from(t: &Task) -> Self {
+        WireTask {
+            task_id: t.id,
+            title: t.spec.title.clone(),
+            description: t.spec.description.clone(),
+            priority: t.spec.priority,
+            role: t.spec.role.clone(),
+            context: t.spec.context.clone(),
+            status: t.status,
+            created_at: t.created_at.to_rfc3339(),
+            assigned_to: t.claimed_by.clone(),
+            claimed_at: t.claimed_at.map(|x| x.to_rfc3339()),
+            ack_due: t.ack_due.map(|x| x.to_rfc3339()),
+            finished_at: t.finished_at.map(|x| x.to_rfc3339()),
+            outcome: t.outcome.clone(),
+            releases: t.releases,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TasksReply {
+    pub tasks: Vec<WireTask>,
+    /// Tasks waiting for a claim (all of them, whoever asks).
+    pub pending: usize,
+}
+
+/// `task-claim`: the task claimed, or `null` when none fits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskReply {
+    pub task: Option<WireTask>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActivityReply {
+    pub seq: u64,
+}

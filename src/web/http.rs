@@ -1,0 +1,251 @@
+//! The board's routes: the page, its event stream and its actions.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tiny_http::{Header, Method, Request, Response};
+
+use super::auth;
+use super::board::{Board, Catchup};
+
+const PAGE: &str = include_str!("assets/board.html");
+const SCRIPT: &str = include_str!("assets/board.js");
+const STYLE: &str = include_str!("assets/board.css");
+
+/// Events that arrive within this window go to the page as one message, so
+/// a burst over 1,000 panes costs the browser one update, not thousands.
+const COALESCE: Duration = Duration::from_millis(100);
+/// A comment line this often tells a dead page from a quiet board.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+/// Open event streams beyond this are refused (503).
+const MAX_STREAMS: usize = 256;
+/// An action's JSON body is small.
+const MAX_BODY: u64 = 64 << 10;
+
+pub struct Ctx {
+    pub token: String,
+    pub socket: PathBuf,
+    pub board: Arc<Board>,
+}
+
+static STREAMS: AtomicUsize = AtomicUsize::new(0);
+
+fn header(name: &str, value: &str) -> Option<Header> {
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
+}
+
+fn reply(req: Request, status: u16, content_type: &str, body: impl Into<Vec<u8>>) {
+    let mut resp = Response::from_data(body.into()).with_status_code(status);
+    for h in [
+        header("Content-Type", content_type),
+        header("Cache-Control", "no-store"),
+        header("X-Content-Type-Options", "nosniff"),
+        header("Referrer-Policy", "no-referrer"),
+        header(
+            "Content-Security-Policy",
+            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        resp.add_header(h);
+    }
+    // The browser went away: nothing to tell it.
+    let _ = req.respond(resp);
+}
+
+fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
+    req.headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+fn query_token(url: &str) -> Option<&str> {
+    let (_, query) = url.split_once('?')?;
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == "token")
+        .map(|(_, v)| v)
+}
+
+pub fn handle(ctx: &Ctx, req: Request) {
+    let url = req.url().to_string();
+    let path = url.split('?').next().unwrap_or("/").to_string();
+    // Login: a right token in the query becomes a cookie.
+    if let Some(given) = query_token(&url) {
+        if *req.method() == Method::Get && auth::same(given, &ctx.token) {
+            return login(req, &ctx.token);
+        }
+    }
+    let authorized = auth::authorized(
+        header_value(&req, "Cookie"),
+        header_value(&req, "Authorization"),
+        &ctx.token,
+    );
+    if !authorized {
+        return reply(
+            req,
+            401,
+            "text/plain; charset=utf-8",
+            "401 unauthorized: open the URL colibri web printed (…/?token=…), \
+             or send Authorization: Bearer TOKEN\n",
+        );
+    }
+    match (req.method().clone(), path.as_str()) {
+        (Method::Get, "/") => reply(req, 200, "text/html; charset=utf-8", PAGE),
+        (Method::Get, "/board.js") => reply(req, 200, "text/javascript; charset=utf-8", SCRIPT),
+        (Method::Get, "/board.css") => reply(req, 200, "text/css; charset=utf-8", STYLE),
+        (Method::Get, "/api/snapshot") => {
+            let (snap, seq) = ctx.board.snapshot();
+            let body = json!({"run": ctx.board.run(), "seq": seq, "board": snap});
+            reply(req, 200, "application/json", body.to_string())
+        }
+        (Method::Get, "/events") => events(ctx, req),
+        (Method::Post, p) if p.starts_with("/api/") => action(ctx, req, &p["/api/".len()..]),
+        _ => reply(req, 404, "text/plain; charset=utf-8", "404 not found\n"),
+    }
+}
+
+/// Sets the cookie and sends the browser to `/` (never to a path from the
+/// request: `//host` there would be a redirect off the board).
+fn login(req: Request, token: &str) {
+    let cookie = format!(
+        "{}={token}; Path=/; HttpOnly; SameSite=Strict",
+        auth::COOKIE
+    );
+    let mut resp = Response::empty(303);
+    for h in [header("Set-Cookie", &cookie), header("Location", "/")]
+        .into_iter()
+        .flatten()
+    {
+        resp.add_header(h);
+    }
+    let _ = req.respond(resp);
+}
+
+/// The daemon request an action posts: `approve`, `deny` (W14b's approvals
+/// commands, which take an approval id or a pane), `pause`, `resume`.
+fn daemon_request(action: &str, body: &Value) -> Option<Value> {
+    let pane = body.get("pane").and_then(Value::as_str)?;
+    let target = body.get("approval").and_then(Value::as_str).unwrap_or(pane);
+    let message = body.get("message").and_then(Value::as_str);
+    Some(match action {
+        "approve" => json!({"cmd":"approve","approval":target}),
+        "deny" => match message {
+            Some(m) if !m.is_empty() => json!({"cmd":"deny","approval":target,"message":m}),
+            _ => json!({"cmd":"deny","approval":target}),
+        },
+        "pause" => json!({"cmd":"pause-agent","agent_id":pane}),
+        "resume" => json!({"cmd":"resume-agent","agent_id":pane}),
+        _ => return None,
+    })
+}
+
+fn action(ctx: &Ctx, mut req: Request, action: &str) {
+    let mut body = Vec::new();
+    if let Err(e) = req.as_reader().take(MAX_BODY).read_to_end(&mut body) {
+        let msg = json!({"ok":false,"error":format!("cannot read the request: {e}")});
+        return reply(req, 400, "application/json", msg.to_string());
+    }
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let Some(cmd) = daemon_request(action, &parsed) else {
+        let msg = json!({"ok":false,"error":format!("unknown action {action:?} or no \"pane\"")});
+        return reply(req, 400, "application/json", msg.to_string());
+    };
+    let resp = super::forward(&ctx.socket, &cmd);
+    reply(req, 200, "application/json", resp.to_string())
+}
+
+fn parse_last_id(req: &Request) -> Option<(String, u64)> {
+    let v = header_value(req, "Last-Event-ID")?;
+    let (run, seq) = v.split_once(':')?;
+    Some((run.to_string(), seq.parse().ok()?))
+}
+
+fn events(ctx: &Ctx, req: Request) {
+    if STREAMS.fetch_add(1, Ordering::SeqCst) >= MAX_STREAMS {
+        STREAMS.fetch_sub(1, Ordering::SeqCst);
+        return reply(req, 503, "text/plain", "too many open boards\n");
+    }
+    let last = parse_last_id(&req);
+    let mut w = req.into_writer();
+    // The stream ends when the page goes (a write fails).
+    let _ = stream(ctx, &mut w, last);
+    STREAMS.fetch_sub(1, Ordering::SeqCst);
+}
+
+fn stream(ctx: &Ctx, w: &mut dyn Write, last: Option<(String, u64)>) -> std::io::Result<()> {
+    w.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+          X-Accel-Buffering: no\r\nConnection: close\r\n\r\nretry: 1000\n\n",
+    )?;
+    w.flush()?;
+    // A page that names no position (or a stale one) starts from a snapshot.
+    let (mut run, mut seq) = last.unwrap_or_default();
+    loop {
+        match ctx.board.after(&run, seq, KEEPALIVE) {
+            Catchup::Snapshot(snap, last) => {
+                run = ctx.board.run();
+                seq = last;
+                send(w, "snapshot", &run, seq, &snap)?;
+            }
+            Catchup::Items(items, last) if items.is_empty() => {
+                seq = last;
+                w.write_all(b": keepalive\n\n")?;
+                w.flush()?;
+            }
+            Catchup::Items(items, last) => {
+                seq = last;
+                send(w, "batch", &run, seq, &Value::Array(items))?;
+            }
+        }
+        std::thread::sleep(COALESCE);
+    }
+}
+
+fn send(w: &mut dyn Write, event: &str, run: &str, seq: u64, data: &Value) -> std::io::Result<()> {
+    // serde_json never writes a raw newline inside a value: one data line.
+    write!(w, "id: {run}:{seq}\nevent: {event}\ndata: {data}\n\n")?;
+    w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_become_daemon_requests() {
+        let b = json!({"pane":"p1"});
+        assert_eq!(
+            daemon_request("approve", &b),
+            Some(json!({"cmd":"approve","approval":"p1"}))
+        );
+        assert_eq!(
+            daemon_request(
+                "deny",
+                &json!({"pane":"p1","approval":"a-1","message":"no"})
+            ),
+            Some(json!({"cmd":"deny","approval":"a-1","message":"no"}))
+        );
+        assert_eq!(
+            daemon_request("pause", &b),
+            Some(json!({"cmd":"pause-agent","agent_id":"p1"}))
+        );
+        assert_eq!(daemon_request("rm", &b), None);
+        assert_eq!(daemon_request("pause", &json!({})), None);
+    }
+
+    #[test]
+    fn the_login_token_is_read_from_the_query() {
+        assert_eq!(query_token("/?token=abc&x=1"), Some("abc"));
+        assert_eq!(query_token("/?x=1"), None);
+        assert_eq!(query_token("/"), None);
+    }
+}

@@ -1,0 +1,355 @@
+//! The control plane for agents: tasks claimed, acknowledged and completed
+//! by real agent processes through `$COLIBRI_SOCKET` and
+//! `$COLIBRI_PANE_ID`, the claim handshake's deadline, scope, and the
+//! queue across a restart.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{wait_for, Client, Colibrid, COLIBRI, COLIBRID};
+
+/// A colibrid whose claim acknowledgement window is `ack_ms` (the test
+/// hook `COLIBRI_TEST_TASK_ACK_TIMEOUT_MS`), or the default 3 minutes.
+fn start(ack_ms: Option<u64>, extra: &[&str]) -> Colibrid {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("colibri.sock");
+    let state = dir.path().join("state");
+    let mut cmd = Command::new(COLIBRID);
+    cmd.arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--no-syslog")
+        .args(extra)
+        .env_remove("COLIBRI_SOCKET")
+        .env_remove("COLIBRI_CONFIG")
+        .env_remove("COLIBRI_TEST_TASK_ACK_TIMEOUT_MS")
+        .env("COLIBRI_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    if let Some(ms) = ack_ms {
+        cmd.env("COLIBRI_TEST_TASK_ACK_TIMEOUT_MS", ms.to_string());
+    }
+    let child = cmd.spawn().expect("start colibrid");
+    let d = Colibrid {
+        dir,
+        socket,
+        state,
+        child: Some(child),
+        args: extra.iter().map(|s| s.to_string()).collect(),
+        env: Vec::new(),
+    };
+    wait_for(Duration::from_secs(20), "colibrid to answer", || {
+        let mut c = Client::try_connect(&d.socket).ok()?;
+        c.try_request(&json!({"cmd":"status"})).ok()
+    });
+    d
+}
+
+fn add_task(d: &Colibrid, title: &str, extra: Value) -> u64 {
+    let mut req = json!({"cmd":"task-add","title": title});
+    if let (Some(m), Some(e)) = (req.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    d.ok(req)["task"]["task_id"].as_u64().expect("task_id")
+}
+
+fn task(d: &Colibrid, id: u64) -> Value {
+    d.ok(json!({"cmd":"tasks","task_id": id}))["tasks"][0].clone()
+}
+
+/// An idle agent: it stays up so its pane stays visible.
+fn idle_agent(d: &Colibrid) -> String {
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "echo '{\"type\":\"agent_start\"}'; sleep 60",
+        ],
+        json!({}),
+    );
+    d.wait_state(&id, "working");
+    id
+}
+
+#[test]
+fn an_agent_claims_acknowledges_and_completes_a_task_through_its_socket() {
+    let d = start(None, &[]);
+    let mut w = d.client();
+    assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
+    let low = add_task(&d, "tidy logs", json!({"priority":"low"}));
+    let id = add_task(
+        &d,
+        "check the db jail",
+        json!({"priority":"high","role":"sysadmin","context":{"jail":"db"}}),
+    );
+    // The agent knows only its environment: the socket and its pane id.
+    let agent = d.script(
+        "agent.sh",
+        &format!(
+            r#"set -e
+C={COLIBRI}
+task=$($C task claim --role sysadmin)
+id=$(echo "$task" | sed -n 's/.*"task_id":\([0-9]*\).*/\1/p')
+echo "$task" | grep -q '"jail":"db"'
+$C task ack "$id"
+$C task done "$id" "db is up"
+echo '{{"type":"agent_end"}}'
+sleep 60"#
+        ),
+    );
+    let pane = d.spawn(&[&agent], json!({}));
+    let done = wait_for(Duration::from_secs(30), "the agent to complete", || {
+        let t = task(&d, id);
+        (t["status"] == json!("done")).then_some(t)
+    });
+    assert_eq!(done["assigned_to"], json!(pane));
+    assert_eq!(done["outcome"], json!("db is up"));
+    assert_eq!(
+        task(&d, low)["status"],
+        json!("pending"),
+        "the urgent task went first"
+    );
+    // The watch stream saw claimed, working, done for that pane, in order.
+    let mut seen = Vec::new();
+    wait_for(Duration::from_secs(30), "task events", || {
+        let ev = w.read_line()?;
+        // Its `pending` event (when added) names no pane.
+        if ev["event"] == json!("task")
+            && ev["task_id"] == json!(id)
+            && ev["status"] != json!("pending")
+        {
+            assert_eq!(ev["pane"], json!(pane), "{ev}");
+            seen.push(ev["status"].as_str().unwrap_or("").to_string());
+        }
+        (seen.last().map(String::as_str) == Some("done")).then_some(())
+    });
+    assert_eq!(seen, ["claimed", "working", "done"]);
+    // state: the agent is active, holds nothing now, and has no budget.
+    let st = d.ok(json!({"cmd":"state","pane": pane}));
+    assert_eq!(st["agents"].as_array().map(Vec::len), Some(1), "{st}");
+    assert_eq!(st["agents"][0]["active"], json!(true));
+    assert_eq!(st["agents"][0]["budget"]["configured"], json!(false));
+    // activity reaches the watch stream.
+    let r = d.ok(
+        json!({"cmd":"activity","pane": pane,"event_type":"task_completed",
+        "task_id": id,"message":"db is up","tokens":420}),
+    );
+    assert!(r["seq"].as_u64().is_some(), "{r}");
+    let ev = wait_for(Duration::from_secs(30), "task_completed", || {
+        let ev = w.read_line()?;
+        (ev["event"] == json!("task_completed")).then_some(ev)
+    });
+    assert_eq!(ev["pane"], json!(pane));
+    assert_eq!(ev["tokens"], json!(420));
+}
+
+#[test]
+fn an_unacknowledged_claim_is_released_when_its_window_passes() {
+    let d = start(Some(1500), &[]);
+    let pane = idle_agent(&d);
+    let id = add_task(&d, "needs an ack", json!({}));
+    let mut w = d.client();
+    assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
+    let claimed = d.ok(json!({"cmd":"task-claim","pane": pane}));
+    assert_eq!(claimed["task"]["task_id"], json!(id));
+    assert_eq!(claimed["task"]["status"], json!("claimed"));
+    let ev = wait_for(Duration::from_secs(30), "the release", || {
+        let ev = w.read_line()?;
+        (ev["event"] == json!("task") && ev["status"] == json!("pending")).then_some(ev)
+    });
+    assert_eq!(ev["task_id"], json!(id));
+    let t = task(&d, id);
+    assert_eq!(t["status"], json!("pending"));
+    assert_eq!(t["releases"], json!(1));
+    assert!(t.get("assigned_to").is_none(), "{t}");
+    // A late acknowledgement is refused; the task can be claimed afresh.
+    let late = d.request(json!({"cmd":"task-ack","task_id": id,"pane": pane}));
+    assert_eq!(late["ok"], json!(false), "{late}");
+    let again = d.ok(json!({"cmd":"task-claim","pane": pane}));
+    assert_eq!(again["task"]["task_id"], json!(id));
+    d.ok(json!({"cmd":"task-ack","task_id": id,"pane": pane}));
+    assert_eq!(task(&d, id)["status"], json!("working"));
+}
+
+#[test]
+fn an_agent_sees_and_moves_only_its_own_tasks() {
+    let d = start(None, &[]);
+    let a = idle_agent(&d);
+    let b = idle_agent(&d);
+    let ta = add_task(&d, "for a", json!({}));
+    let tb = add_task(&d, "for b", json!({}));
+    assert_eq!(
+        d.ok(json!({"cmd":"task-claim","pane": a}))["task"]["task_id"],
+        json!(ta)
+    );
+    assert_eq!(
+        d.ok(json!({"cmd":"task-claim","pane": b}))["task"]["task_id"],
+        json!(tb)
+    );
+    let r = d.request(json!({"cmd":"task-done","task_id": ta,"pane": b}));
+    assert_eq!(
+        (r["ok"].clone(), r["code"].clone()),
+        (json!(false), json!("forbidden")),
+        "{r}"
+    );
+    let r = d.request(json!({"cmd":"task-cancel","task_id": ta,"pane": b}));
+    assert_eq!(r["ok"], json!(false), "{r}");
+    assert_eq!(task(&d, ta)["status"], json!("claimed"));
+    let mine = d.ok(json!({"cmd":"tasks","pane": b}));
+    let ids: Vec<&Value> = mine["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| &t["task_id"])
+        .collect();
+    assert_eq!(ids, [&json!(tb)], "b sees only its own task: {mine}");
+    let st = d.ok(json!({"cmd":"state","pane": b}));
+    assert_eq!(st["agents"].as_array().map(Vec::len), Some(1));
+    assert_eq!(st["agents"][0]["pane"], json!(b));
+    assert_eq!(st["agents"][0]["task_id"], json!(tb));
+    assert_eq!(
+        d.ok(json!({"cmd":"approvals","agent_id": b})),
+        json!({"approvals": []})
+    );
+    // The operator sees everything and may finish any task.
+    let all = d.ok(json!({"cmd":"tasks"}));
+    assert_eq!(all["tasks"].as_array().map(Vec::len), Some(2));
+    d.ok(json!({"cmd":"task-fail","task_id": ta,"note":"reassigned"}));
+    assert_eq!(task(&d, ta)["status"], json!("failed"));
+}
+
+#[test]
+fn a_jail_socket_must_name_a_pane_of_its_own_jail() {
+    let jail_dir = tempfile::tempdir().expect("dir");
+    let jail_sock = jail_dir.path().join("colibri.sock");
+    let arg = format!("agents1={}", jail_sock.display());
+    let d = start(None, &["--jail-socket", &arg]);
+    let host = idle_agent(&d);
+    let id = add_task(&d, "host work", json!({}));
+    let mut c = Client::connect(&jail_sock);
+    let r = c.request(&json!({"cmd":"task-claim","pane": host}));
+    assert_eq!(
+        r["code"],
+        json!("not_found"),
+        "a host pane is invisible: {r}"
+    );
+    let r = c.request(&json!({"cmd":"tasks"}));
+    assert_eq!(
+        r["code"],
+        json!("invalid"),
+        "an agent must say who it is: {r}"
+    );
+    let r = c.request(&json!({"cmd":"task-add","title":"x"}));
+    assert_eq!(r["code"], json!("forbidden"), "{r}");
+    let r = c.request(&json!({"cmd":"approvals","agent_id": host}));
+    assert_eq!(r["code"], json!("not_found"), "{r}");
+    assert_eq!(task(&d, id)["status"], json!("pending"));
+}
+
+#[test]
+fn a_jailed_agent_works_a_task_through_its_jails_socket() {
+    // Jailed agents cannot be started on Linux, but a pane's jail survives in
+    // its session log: recover one from a log written as colibrid writes them.
+    let jail_dir = tempfile::tempdir().expect("dir");
+    let jail_sock = jail_dir.path().join("colibri.sock");
+    let arg = format!("agents1={}", jail_sock.display());
+    let mut d = start(None, &["--jail-socket", &arg]);
+    let id = add_task(&d, "inside work", json!({"role":"db"}));
+    assert!(d.terminate().success());
+    let jailed = "11111111-2222-4333-8444-555555555555";
+    std::fs::write(
+        d.state.join("sessions").join("jailed.jsonl"),
+        concat!(
+            r#"{"ts":"2026-11-21T10:00:00.000Z","pane":"11111111-2222-4333-8444-555555555555","colibri":"attach","agent":"pi","runtime":"pi","name":"inside","cwd":"/work","argv":["pi"],"generation":0,"jail":"agents1"}"#, "\n",
+            r#"{"ts":"2026-11-21T10:00:01.000Z","pane":"11111111-2222-4333-8444-555555555555","ev":{"type":"agent_start"}}"#, "\n",
+        ),
+    )
+    .expect("write log");
+    d.launch();
+    let mut w = Client::connect(&jail_sock);
+    assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
+    let mut c = Client::connect(&jail_sock);
+    let r = c.request(&json!({"cmd":"task-claim","pane":"inside","role":"db"}));
+    assert_eq!(r["data"]["task"]["task_id"], json!(id), "{r}");
+    assert_eq!(r["data"]["task"]["assigned_to"], json!(jailed));
+    let r = c.request(&json!({"cmd":"task-ack","pane": jailed,"task_id": id}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let r = c.request(&json!({"cmd":"task-done","pane": jailed,"task_id": id,"note":"ok"}));
+    assert_eq!(r["data"]["task"]["status"], json!("done"), "{r}");
+    // The jail's watcher sees its own pane's task events.
+    let ev = wait_for(Duration::from_secs(30), "the jail's task event", || {
+        let ev = w.read_line()?;
+        (ev["event"] == json!("task") && ev["status"] == json!("done")).then_some(ev)
+    });
+    assert_eq!(ev["pane"], json!(jailed));
+    let mine = c.request(&json!({"cmd":"state","pane": jailed}));
+    assert_eq!(
+        mine["data"]["agents"][0]["active"],
+        json!(false),
+        "recovered, not running: {mine}"
+    );
+}
+
+#[test]
+fn tasks_survive_a_colibrid_restart() {
+    let mut d = start(None, &[]);
+    let pane = idle_agent(&d);
+    let kept = add_task(
+        &d,
+        "kept",
+        json!({"description":"stays","role":"db","context":{"n":1}}),
+    );
+    let working = add_task(&d, "in progress", json!({"priority":"urgent"}));
+    let cancelled = add_task(&d, "dropped", json!({}));
+    assert_eq!(
+        d.ok(json!({"cmd":"task-claim","pane": pane}))["task"]["task_id"],
+        json!(working)
+    );
+    d.ok(json!({"cmd":"task-ack","task_id": working,"pane": pane}));
+    d.ok(json!({"cmd":"task-cancel","task_id": cancelled}));
+    let before = d.ok(json!({"cmd":"tasks"}));
+    assert!(d.terminate().success());
+    d.launch();
+    let after = d.ok(json!({"cmd":"tasks"}));
+    assert_eq!(after, before);
+    assert_eq!(task(&d, kept)["context"], json!({"n":1}));
+    // New ids continue after the old ones.
+    let next = add_task(&d, "next", json!({}));
+    assert_eq!(next, cancelled + 1);
+    // The operator CLI reads the same queue.
+    let out = Command::new(COLIBRI)
+        .args(["task", "ls"])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .output()
+        .expect("colibri task ls");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("in progress") && text.contains("working"),
+        "{text}"
+    );
+    assert!(text.contains("cancelled"), "{text}");
+}
+
+#[test]
+fn a_claims_deadline_holds_across_a_restart() {
+    let mut d = start(Some(1500), &[]);
+    let pane = idle_agent(&d);
+    let id = add_task(&d, "claimed before the restart", json!({}));
+    d.ok(json!({"cmd":"task-claim","pane": pane}));
+    assert!(d.terminate().success());
+    // The new daemon has the default 3-minute window, but the claim keeps
+    // the deadline it was given.
+    d.launch();
+    let t = wait_for(Duration::from_secs(30), "the claim to lapse", || {
+        let t = task(&d, id);
+        (t["status"] == json!("pending")).then_some(t)
+    });
+    assert_eq!(t["releases"], json!(1));
+}

@@ -1,0 +1,254 @@
+//! Governance in the real daemon: scripted Pi agents on real PTYs that
+//! spend tokens, loop, or run a destructive command, and the verdicts the
+//! daemon carries out (pause, the recovery message on the agent's input,
+//! the timed resume), seen on the watch stream and the snapshot.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{wait_for, Client, Colibrid};
+
+/// Starts colibrid with `config` as its config file.
+fn daemon_with(config: &str) -> Colibrid {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("colibri.toml");
+    std::fs::write(&path, config).expect("write config");
+    let d = Colibrid::start(&["--config", &path.display().to_string()]);
+    // The config's directory must outlive the daemon's start only.
+    drop(dir);
+    d
+}
+
+/// A Pi agent that waits for the file GO, prints `lines`, then runs `tail`
+/// (shell) and waits for the file END.
+fn agent(d: &Colibrid, name: &str, lines: &[&str], tail: &str) -> (String, String) {
+    let go = d.path(&format!("{name}.go"));
+    let end = d.path(&format!("{name}.end"));
+    let mut body = format!("while [ ! -e '{}' ]; do sleep 0.05; done\n", go.display());
+    for l in lines {
+        body.push_str(&format!("printf '%s\\n' '{l}'\n"));
+    }
+    body.push_str(tail);
+    body.push_str(&format!(
+        "\nwhile [ ! -e '{}' ]; do sleep 0.05; done\n",
+        end.display()
+    ));
+    let script = d.script(&format!("{name}.sh"), &body);
+    let cwd = d.dir.path().display().to_string();
+    let id = d.spawn(&[&script], json!({"runtime": "pi", "cwd": cwd}));
+    (id, go.display().to_string())
+}
+
+fn watch(d: &Colibrid, id: &str) -> Client {
+    let mut w = d.client();
+    assert_eq!(
+        w.request(&json!({"cmd":"watch","panes":[id]}))["ok"],
+        json!(true)
+    );
+    w
+}
+
+/// The next watch event of `kind` (and, for verdicts, `action`).
+fn next(w: &mut Client, kind: &str, action: Option<&str>) -> Value {
+    loop {
+        let ev = w.read_line().unwrap_or_else(|| panic!("no {kind} event"));
+        if ev["event"] != json!(kind) {
+            continue;
+        }
+        if action.is_none_or(|a| ev["verdict"]["action"] == json!(a)) {
+            return ev;
+        }
+    }
+}
+
+fn go(path: &str) {
+    std::fs::write(path, b"").expect("write go file");
+}
+
+#[test]
+fn a_destructive_command_pauses_the_agent_and_escalates() {
+    let d = Colibrid::start(&[]);
+    let (id, gate) = agent(
+        &d,
+        "guard",
+        &[
+            r#"{"type":"agent_start"}"#,
+            r#"{"type":"tool_execution_start","toolCallId":"t1","toolName":"bash","args":{"command":"rm -rf ./build"}}"#,
+            r#"{"type":"tool_execution_start","toolCallId":"t2","toolName":"bash","args":{"command":"sh -c \"rm -fr /\""}}"#,
+        ],
+        "",
+    );
+    let mut w = watch(&d, &id);
+    go(&gate);
+    let pause = next(&mut w, "verdict", Some("pause"));
+    assert_eq!(pause["verdict"]["policy"], json!("guard"));
+    assert_eq!(pause["verdict"]["rule"], json!("rm_outside_cwd"));
+    assert_eq!(pause["verdict"]["line"], json!(3));
+    assert!(pause["verdict"].get("until").is_none(), "{pause}");
+    let esc = next(&mut w, "verdict", Some("escalate"));
+    assert_eq!(esc["verdict"]["line"], json!(3));
+    d.wait_pane(&id, "the agent to be paused", |p| {
+        p["paused"] == json!(true)
+    });
+    // Only an operator resumes it.
+    d.ok(json!({"cmd":"resume-agent","agent_id": id}));
+    assert_eq!(d.pane(&id)["paused"], json!(false));
+}
+
+#[test]
+fn a_looping_agent_is_paused_told_to_reassess_on_its_input_and_resumed_after_the_backoff() {
+    let d = daemon_with("[loops]\nbackoff = [\"1s\", \"2s\"]\n");
+    let got = d.path("got");
+    let read = r#"{"type":"tool_execution_start","toolCallId":"t","toolName":"read","args":{"path":"a.txt"}}"#;
+    let (id, gate) = agent(
+        &d,
+        "loop",
+        &[r#"{"type":"agent_start"}"#, read, read, read, read, read],
+        &format!("read msg; printf '%s\\n' \"$msg\" > '{}'", got.display()),
+    );
+    let mut w = watch(&d, &id);
+    go(&gate);
+    let pause = next(&mut w, "verdict", Some("pause"));
+    assert_eq!(pause["verdict"]["policy"], json!("loop"));
+    assert_eq!(pause["verdict"]["rule"], json!("action_repeat"));
+    assert_eq!(pause["verdict"]["line"], json!(6));
+    assert!(pause["verdict"]["until"].is_string(), "{pause}");
+    next(&mut w, "paused", None);
+    let msg = next(&mut w, "verdict", Some("message"));
+    assert_eq!(
+        msg["verdict"]["text"],
+        json!("You appear stuck. Compact your session and reassess.")
+    );
+    let resume = next(&mut w, "verdict", Some("resume"));
+    assert_eq!(resume["verdict"]["rule"], json!("backoff"));
+    next(&mut w, "resumed", None);
+    // The agent read the message (Pi's RPC prompt command) on its input.
+    let text = wait_for(
+        Duration::from_secs(30),
+        "the agent to read its input",
+        || std::fs::read_to_string(&got).ok().filter(|t| !t.is_empty()),
+    );
+    let prompt: Value = serde_json::from_str(text.trim()).expect("a JSON prompt");
+    assert_eq!(prompt["type"], json!("prompt"));
+    assert_eq!(
+        prompt["message"],
+        json!("You appear stuck. Compact your session and reassess.")
+    );
+}
+
+#[test]
+fn each_loop_type_is_detected_in_the_daemon() {
+    let d = daemon_with(
+        "[loops]\nbackoff = [\"1h\"]\nerror_repeat = 3\nburn_messages = 3\nburn_tokens = 300\nthrash_alternations = 2\n",
+    );
+    let err = r#"{"type":"message_end","message":{"role":"assistant","stopReason":"error","errorMessage":"overloaded"}}"#;
+    let burn = r#"{"type":"turn_start"}"#;
+    let used = r#"{"type":"message_end","message":{"role":"assistant","usage":{"input":100,"output":50,"cacheRead":0,"cacheWrite":0,"totalTokens":150,"cost":{"total":0.001}}}}"#;
+    let edit_a = r#"{"type":"tool_execution_start","toolCallId":"e","toolName":"edit","args":{"path":"x.rs","oldText":"a","newText":"b"}}"#;
+    let edit_b = r#"{"type":"tool_execution_start","toolCallId":"e","toolName":"edit","args":{"path":"x.rs","oldText":"b","newText":"a"}}"#;
+    let cases: [(&str, Vec<&str>); 3] = [
+        ("error_loop", vec![err, err, err]),
+        ("token_burn", vec![burn, used, burn, used, burn, used]),
+        ("thrashing", vec![edit_a, edit_b, edit_a, edit_b]),
+    ];
+    for (rule, lines) in cases {
+        let mut all = vec![r#"{"type":"agent_start"}"#];
+        all.extend(lines);
+        let (id, gate) = agent(&d, rule, &all, "");
+        let mut w = watch(&d, &id);
+        go(&gate);
+        let pause = next(&mut w, "verdict", Some("pause"));
+        assert_eq!(pause["verdict"]["rule"], json!(rule), "{pause}");
+        d.wait_pane(&id, "the looping agent to be paused", |p| {
+            p["paused"] == json!(true)
+        });
+    }
+}
+
+#[test]
+fn a_budget_pauses_the_agent_at_the_line_that_reaches_the_cap_and_resumes_when_the_window_rolls() {
+    let d = daemon_with("[budgets.burst]\ntokens = 1000\nwindow = \"3s\"\nwarn_at = 0.5\n");
+    let used = r#"{"type":"message_end","message":{"role":"assistant","usage":{"input":300,"output":100,"cacheRead":0,"cacheWrite":0,"totalTokens":400,"cost":{"total":0.001}}}}"#;
+    let (id, gate) = agent(
+        &d,
+        "budget",
+        &[r#"{"type":"agent_start"}"#, used, used, used],
+        "",
+    );
+    let mut w = watch(&d, &id);
+    go(&gate);
+    let warn = next(&mut w, "verdict", Some("warn"));
+    assert_eq!(warn["verdict"]["line"], json!(3));
+    let pause = next(&mut w, "verdict", Some("pause"));
+    assert_eq!(pause["verdict"]["policy"], json!("budget"));
+    assert_eq!(pause["verdict"]["rule"], json!("burst"));
+    assert_eq!(pause["verdict"]["line"], json!(4));
+    assert!(pause["verdict"]["until"].is_string());
+    next(&mut w, "paused", None);
+    let resume = next(&mut w, "verdict", Some("resume"));
+    assert_eq!(resume["verdict"]["rule"], json!("burst"));
+    next(&mut w, "resumed", None);
+    assert_eq!(d.pane(&id)["paused"], json!(false));
+}
+
+#[test]
+fn an_operator_raises_the_cap_and_the_paused_agent_resumes() {
+    let d = daemon_with("[budgets.hour]\ntokens = 500\nwindow = \"1h\"\n");
+    let used = r#"{"type":"message_end","message":{"role":"assistant","usage":{"input":300,"output":300,"cacheRead":0,"cacheWrite":0,"totalTokens":600,"cost":{"total":0.001}}}}"#;
+    let (id, gate) = agent(&d, "raise", &[r#"{"type":"agent_start"}"#, used], "");
+    let mut w = watch(&d, &id);
+    go(&gate);
+    let pause = next(&mut w, "verdict", Some("pause"));
+    assert_eq!(pause["verdict"]["line"], json!(2));
+    next(&mut w, "paused", None);
+    let shown = d.ok(json!({"cmd":"budget"}));
+    assert_eq!(shown["budgets"][0]["budget"], json!("hour"));
+    assert_eq!(shown["budgets"][0]["spent"], json!(600.0));
+    assert_eq!(shown["budgets"][0]["paused"], json!(true));
+    let bad = d.request(json!({"cmd":"budget","action":"raise","budget":"nope","cap":1000}));
+    assert_eq!(bad["ok"], json!(false), "{bad}");
+    let raised = d.ok(json!({"cmd":"budget","action":"raise","budget":"hour","cap":1000}));
+    assert_eq!(raised["resumed"], json!(1));
+    assert_eq!(raised["budgets"][0]["paused"], json!(false));
+    next(&mut w, "resumed", None);
+    assert_eq!(d.pane(&id)["paused"], json!(false));
+}
+
+#[test]
+fn a_reload_turns_the_guard_on() {
+    let mut d = Colibrid::start(&[]);
+    let cfg = d.path("govern.toml");
+    std::fs::write(&cfg, "[guard]\nenabled = false\n").expect("cfg");
+    d.terminate();
+    d.args = vec!["--config".into(), cfg.display().to_string()];
+    d.launch();
+    let rm = r#"{"type":"tool_execution_start","toolCallId":"t","toolName":"bash","args":{"command":"rm -rf /"}}"#;
+    let (off, gate) = agent(
+        &d,
+        "off",
+        &[r#"{"type":"agent_start"}"#, rm, r#"{"type":"turn_start"}"#],
+        "",
+    );
+    go(&gate);
+    // Every line is read (the turn after the call) and nothing paused it.
+    d.wait_pane(&off, "the agent's lines", |p| {
+        p["counters"]["events"] == json!(3)
+    });
+    assert_eq!(d.pane(&off)["paused"], json!(false));
+
+    std::fs::write(&cfg, "[guard]\nenabled = true\n").expect("cfg");
+    let before = d.ok(json!({"cmd":"status"}))["reloads"]
+        .as_u64()
+        .expect("reloads");
+    let pid = nix::unistd::Pid::from_raw(d.pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
+    wait_for(Duration::from_secs(20), "the reload", || {
+        (d.ok(json!({"cmd":"status"}))["reloads"].as_u64() == Some(before + 1)).then_some(())
+    });
+    let (on, gate) = agent(&d, "on", &[r#"{"type":"agent_start"}"#, rm], "");
+    go(&gate);
+    d.wait_pane(&on, "the guard to pause the agent", |p| {
+        p["paused"] == json!(true)
+    });
+}

@@ -1,0 +1,427 @@
+//! The supervisor: declared agents, reload, stop/start/restart/remove,
+//! planned stops that raise no alert, resume after colibrid restarts, given
+//! up panes, and ids by unique prefix.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use colibri::core::spec::{AgentRecord, AgentSpec, Wanted};
+use colibri::daemon::supervise::{write_records, RECORDS_FILE};
+
+use crate::support::{wait_for, Colibrid, SyslogSink};
+
+/// A pane by name in the v2 snapshot (`Null` when absent).
+fn named(d: &Colibrid, name: &str) -> Value {
+    d.snapshot()["panes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == json!(name)).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until the pane named `name` satisfies `cond`.
+fn wait_named(d: &Colibrid, name: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+    wait_for(Duration::from_secs(30), what, || {
+        let p = named(d, name);
+        cond(&p).then_some(p)
+    })
+}
+
+fn running(p: &Value) -> bool {
+    p["supervision"]["actual"] == json!("running") && p["pid"].is_i64()
+}
+
+/// A colibrid (not yet started) reading `config` from its temp dir.
+fn with_config(config: &str, extra: &[&str]) -> Colibrid {
+    let mut d = Colibrid::start(extra);
+    let cfg = d.path("colibri.toml");
+    std::fs::write(&cfg, config).expect("config");
+    d.terminate();
+    d.args.push("--config".into());
+    d.args.push(cfg.display().to_string());
+    d
+}
+
+fn hup(d: &Colibrid) {
+    let before = d.ok(json!({"cmd":"status"}))["reloads"]
+        .as_u64()
+        .expect("reloads");
+    let pid = nix::unistd::Pid::from_raw(d.pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
+    wait_for(Duration::from_secs(10), "the reload", || {
+        let st = d.ok(json!({"cmd":"status"}));
+        (st["reloads"].as_u64() == Some(before + 1)).then_some(())
+    });
+}
+
+fn agent_table(name: &str, argv: &[&str], rest: &str) -> String {
+    let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    format!("[agents.{name}]\nargv = [{}]\n{rest}\n", argv.join(", "))
+}
+
+#[test]
+fn declared_agents_start_at_startup_and_a_reload_adds_removes_changes_and_leaves_alone() {
+    let mut d = with_config("", &[]);
+    let sleeper = d.script("sleeper.sh", "exec sleep 600");
+    let config = [
+        agent_table("alpha", &[&sleeper], "restart = \"always\""),
+        agent_table("bravo", &[&sleeper, "one"], ""),
+        agent_table("charlie", &[&sleeper], ""),
+        agent_table("quiet", &[&sleeper], "autostart = false"),
+    ]
+    .concat();
+    std::fs::write(d.path("colibri.toml"), &config).expect("config");
+    d.launch();
+    for name in ["alpha", "bravo", "charlie"] {
+        let p = wait_named(&d, name, &format!("{name} running"), running);
+        assert_eq!(p["supervision"]["declared"], json!(true), "{p}");
+        assert_eq!(p["supervision"]["wanted"], json!("up"), "{p}");
+    }
+    let quiet = named(&d, "quiet");
+    assert_eq!(quiet["supervision"]["wanted"], json!("down"), "{quiet}");
+    assert_eq!(quiet["supervision"]["stopped_by"], json!("no-autostart"));
+    assert!(quiet["pid"].is_null(), "{quiet}");
+
+    let bravo_pid = named(&d, "bravo")["pid"].clone();
+    let charlie = named(&d, "charlie");
+    // alpha leaves, bravo's launch changes, charlie stays, delta arrives.
+    let config = [
+        agent_table("bravo", &[&sleeper, "two"], ""),
+        agent_table("charlie", &[&sleeper], ""),
+        agent_table("delta", &[&sleeper], ""),
+        agent_table("quiet", &[&sleeper], "autostart = false"),
+    ]
+    .concat();
+    std::fs::write(d.path("colibri.toml"), &config).expect("config");
+    hup(&d);
+    let alpha = wait_named(&d, "alpha", "alpha stopped", |p| {
+        p["supervision"]["actual"] == json!("stopped")
+    });
+    assert_eq!(
+        alpha["supervision"]["stopped_by"],
+        json!("removed"),
+        "{alpha}"
+    );
+    wait_named(&d, "bravo", "bravo restarted", |p| {
+        running(p) && p["pid"] != bravo_pid
+    });
+    wait_named(&d, "delta", "delta running", running);
+    let now = named(&d, "charlie");
+    assert_eq!(
+        (&now["pid"], &now["generation"]),
+        (&charlie["pid"], &charlie["generation"]),
+        "charlie was left alone"
+    );
+}
+
+#[test]
+fn an_always_agent_comes_back_resumed_after_sigterm_and_after_sigkill() {
+    let mut d = with_config("", &[]);
+    let log = d.path("argv.log");
+    let agent = d.script(
+        "resumable.sh",
+        &format!(
+            "echo \"run $*\" >> {}\necho '{{\"type\":\"session\",\"id\":\"sess-42\",\"cwd\":\"/tmp\"}}'\nexec sleep 600",
+            log.display()
+        ),
+    );
+    let config = agent_table(
+        "keeper",
+        &[&agent],
+        "runtime = \"pi\"\nrestart = \"always\"\nresume = [\"{argv}\", \"--session\", \"{session}\"]",
+    );
+    std::fs::write(d.path("colibri.toml"), config).expect("config");
+    d.launch();
+    let first = wait_named(&d, "keeper", "keeper's session", |p| {
+        running(p) && p["session_id"] == json!("sess-42")
+    });
+    let id = first["id"].clone();
+
+    // An orderly stop, then a start: resumed in its own session.
+    assert!(d.terminate().success());
+    d.launch();
+    let p = wait_named(&d, "keeper", "keeper back after SIGTERM", running);
+    assert_eq!(p["id"], id, "the same pane");
+    let runs = |n: usize| {
+        wait_for(Duration::from_secs(30), "the agent's runs", || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<String> = text.lines().map(str::to_string).collect();
+            (lines.len() >= n).then_some(lines)
+        })
+    };
+    assert_eq!(runs(2)[1], "run --session sess-42");
+    wait_named(&d, "keeper", "keeper's session again", |p| {
+        p["session_id"] == json!("sess-42")
+    });
+
+    // A crash of colibrid, then a start: resumed as well, from what the
+    // records file held (written off the loop: wait until it is there).
+    let records = d.state.join(RECORDS_FILE);
+    wait_for(
+        Duration::from_secs(30),
+        "the session in the records",
+        || {
+            let text = std::fs::read_to_string(&records).unwrap_or_default();
+            (text.contains("sess-42") && text.contains("\"wanted\":\"up\"")).then_some(())
+        },
+    );
+    d.crash();
+    d.launch();
+    let p = wait_named(&d, "keeper", "keeper back after SIGKILL", running);
+    assert_eq!(p["id"], id);
+    assert_eq!(runs(3)[2], "run --session sess-42");
+}
+
+#[test]
+fn a_planned_stop_raises_no_alert_while_a_crash_does_and_remove_frees_the_name() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = SyslogSink::bind(dir.path());
+    let arg = format!("--syslog-socket={}", sink.path.display());
+    let mut d = with_config("", &[&arg]);
+    let sleeper = d.script("sleeper.sh", "exec sleep 600");
+    std::fs::write(
+        d.path("colibri.toml"),
+        agent_table("calm", &[&sleeper], "restart = \"always\""),
+    )
+    .expect("config");
+    d.launch();
+    let calm = wait_named(&d, "calm", "calm running", running);
+    let calm_id = calm["id"].as_str().expect("id").to_string();
+
+    let r = d.ok(json!({"cmd":"stop-agent","agent_id":"calm"}));
+    assert_eq!(r["status"], json!("stopping"), "{r}");
+    let p = wait_named(&d, "calm", "calm stopped", |p| {
+        p["supervision"]["actual"] == json!("stopped")
+    });
+    assert_eq!(p["supervision"]["wanted"], json!("down"));
+    assert!(
+        p["supervision"]["stopped_by"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("operator")),
+        "{p}"
+    );
+    // The v1 snapshot keeps the contract's states: a planned stop is done.
+    let v1 = d.ok(json!({"cmd":"snapshot"}));
+    let v1_calm = v1["panes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["id"] == json!(calm_id)).cloned())
+        .expect("calm in v1");
+    assert_eq!(v1_calm["state"], json!("done"), "{v1_calm}");
+
+    // A crash alerts; the stop before it did not (datagrams arrive in order).
+    let crasher = d.spawn(&["/bin/sh", "-c", "exit 3"], json!({"name":"crasher"}));
+    let mut seen = Vec::new();
+    sink.wait_for(&format!("pane={crasher}"), &mut seen);
+    let about_calm: Vec<&String> = seen.iter().filter(|m| m.contains(&calm_id)).collect();
+    assert!(
+        about_calm.is_empty(),
+        "a planned stop alerted: {about_calm:?}"
+    );
+
+    // `colibri start` brings it back; stop again, then remove frees the name.
+    let out = std::process::Command::new(crate::support::COLIBRI)
+        .args(["start", &calm_id[..8]])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("colibri start");
+    assert!(out.status.success(), "{out:?}");
+    wait_named(&d, "calm", "calm started again", running);
+    let e = d.request(json!({"cmd":"remove-agent","agent_id":"calm"}));
+    assert_eq!(e["ok"], json!(false), "a running agent is not removed: {e}");
+    d.ok(json!({"cmd":"stop-agent","agent_id":"calm"}));
+    wait_named(&d, "calm", "calm stopped again", |p| {
+        p["supervision"]["actual"] == json!("stopped")
+    });
+    let r = d.ok(json!({"cmd":"remove-agent","agent_id":"calm"}));
+    assert_eq!(r["status"], json!("removed"));
+    assert!(named(&d, "calm").is_null());
+    let again = d.spawn(&[&sleeper], json!({"name":"calm"}));
+    assert_ne!(again, calm_id);
+    // Its session logs stay.
+    let sessions = d.ok(json!({"cmd":"list-sessions"}));
+    assert!(
+        sessions
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["panes"]
+                .as_array()
+                .is_some_and(|p| p.contains(&json!(calm_id))))),
+        "{sessions}"
+    );
+    drop(d);
+}
+
+#[test]
+fn a_pane_whose_restarts_are_exhausted_is_given_up_and_alerted() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = SyslogSink::bind(dir.path());
+    let arg = format!("--syslog-socket={}", sink.path.display());
+    let mut d = with_config("", &[&arg]);
+    std::fs::write(
+        d.path("colibri.toml"),
+        [
+            // Every failure alerts; none may be rate-limited away here.
+            "[syslog]\nrate_burst = 100\n".to_string(),
+            agent_table(
+                "flaky",
+                &["/bin/sh", "-c", "exit 1"],
+                "restart = \"always\"\nmax_restarts = 2\nbackoff = [\"50ms\"]",
+            ),
+        ]
+        .concat(),
+    )
+    .expect("config");
+    d.launch();
+    let p = wait_named(&d, "flaky", "flaky given up", |p| {
+        p["supervision"]["actual"] == json!("given-up")
+    });
+    assert_eq!(p["supervision"]["wanted"], json!("up"), "{p}");
+    let mut seen = Vec::new();
+    let m = sink.wait_for("restarts_exhausted", &mut seen);
+    assert!(m.contains("name=flaky"), "{m}");
+    // v1 shows a given-up pane as an error.
+    let v1 = d.ok(json!({"cmd":"snapshot"}));
+    let state = v1["panes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|x| x["id"] == p["id"]))
+        .map(|x| x["state"].clone());
+    assert_eq!(state, Some(json!("error")));
+}
+
+fn record(name: &str, argv: &str, pane_id: &str) -> (bool, AgentRecord) {
+    (
+        true,
+        AgentRecord {
+            spec: AgentSpec::new(name, vec![argv.to_string()]),
+            wanted: Wanted::Up,
+            pane_id: Some(pane_id.to_string()),
+            harness_session: None,
+        },
+    )
+}
+
+#[test]
+fn ids_resolve_by_unique_prefix_and_an_ambiguous_prefix_lists_the_candidates() {
+    let mut d = with_config("", &[]);
+    let sleeper = d.script("sleeper.sh", "exec sleep 600");
+    let config = [
+        agent_table("left", &[&sleeper], ""),
+        agent_table("right", &[&sleeper], ""),
+    ]
+    .concat();
+    std::fs::write(d.path("colibri.toml"), config).expect("config");
+    // Records from a "previous run" give the panes ids sharing a prefix.
+    let left = "abcd1111-0000-4000-8000-000000000001";
+    let right = "abcd2222-0000-4000-8000-000000000002";
+    std::fs::create_dir_all(&d.state).expect("state dir");
+    write_records(
+        &Path::new(&d.state).join(RECORDS_FILE),
+        &[
+            record("left", &sleeper, left),
+            record("right", &sleeper, right),
+        ],
+    )
+    .expect("records");
+    d.launch();
+    wait_named(&d, "left", "left running", running);
+    wait_named(&d, "right", "right running", running);
+    assert_eq!(named(&d, "left")["id"], json!(left));
+
+    let e = d.request(json!({"cmd":"pause-agent","agent_id":"abcd"}));
+    assert_eq!(e["code"], json!("ambiguous"), "{e}");
+    let msg = e["error"].as_str().unwrap_or_default();
+    assert!(msg.contains(left) && msg.contains(right), "{msg}");
+    let r = d.ok(json!({"cmd":"pause-agent","agent_id":"ABCD2"}));
+    assert_eq!(r["agent_id"], json!(right));
+    let e = d.request(json!({"cmd":"pause-agent","agent_id":"abc"}));
+    assert_eq!(
+        e["code"],
+        json!("not_found"),
+        "three characters are too few: {e}"
+    );
+    let r = d.ok(json!({"cmd":"restart-agent","agent_id":"abcd1"}));
+    assert_eq!(r["agent_id"], json!(left));
+}
+
+#[test]
+fn a_named_spawned_agent_with_a_policy_comes_back_after_colibrid_restarts() {
+    let mut d = Colibrid::start(&[]);
+    let sleeper = d.script("sleeper.sh", "exec sleep 600");
+    let kept = d.spawn(&[&sleeper], json!({"name":"kept","restart":"always"}));
+    let lost = d.spawn(&[&sleeper], json!({"name":"lost"}));
+    d.wait_pane(&kept, "kept running", running);
+    d.wait_pane(&lost, "lost running", running);
+    assert!(d.terminate().success());
+    d.launch();
+    let p = d.wait_pane(&kept, "kept back", running);
+    assert_eq!(p["supervision"]["declared"], json!(false), "{p}");
+    // A `never` policy does not come back: its pane is history.
+    let l = d.pane(&lost);
+    assert!(l["pid"].is_null(), "{l}");
+}
+
+#[test]
+fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_ones_stay() {
+    let mut d = with_config("", &["--heartbeat", "200ms"]);
+    std::fs::write(
+        d.path("colibri.toml"),
+        [
+            "[daemon]\nretain_finished = \"300ms\"\n".to_string(),
+            agent_table("resident", &["/bin/sh", "-c", "exit 0"], ""),
+        ]
+        .concat(),
+    )
+    .expect("config");
+    d.launch();
+    let gone = d.spawn(&["/bin/sh", "-c", "exit 0"], json!({"name":"passing"}));
+    wait_for(
+        Duration::from_secs(30),
+        "the finished pane to leave",
+        || d.pane(&gone).is_null().then_some(()),
+    );
+    let resident = named(&d, "resident");
+    assert_eq!(
+        resident["supervision"]["actual"],
+        json!("exited"),
+        "{resident}"
+    );
+    // Its session log stays.
+    let sessions = d.ok(json!({"cmd":"list-sessions"}));
+    assert!(
+        sessions
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["panes"]
+                .as_array()
+                .is_some_and(|p| p.contains(&json!(gone))))),
+        "{sessions}"
+    );
+}
+
+#[test]
+fn stop_agent_kills_an_agent_that_ignores_sigterm_after_the_grace() {
+    let mut d = with_config("", &[]);
+    let stubborn = d.script(
+        "stubborn.sh",
+        "trap '' TERM\necho trapped\nwhile :; do sleep 1; done",
+    );
+    std::fs::write(
+        d.path("colibri.toml"),
+        [
+            "[daemon]\nshutdown_grace = \"300ms\"\n".to_string(),
+            agent_table("stubborn", &[&stubborn], ""),
+        ]
+        .concat(),
+    )
+    .expect("config");
+    d.launch();
+    // Only once its trap is set does SIGTERM leave it running.
+    wait_named(&d, "stubborn", "stubborn's trap", |p| {
+        running(p) && p["counters"]["bytes"].as_u64().is_some_and(|b| b > 0)
+    });
+    d.ok(json!({"cmd":"stop-agent","agent_id":"stubborn"}));
+    let p = wait_named(&d, "stubborn", "stubborn stopped", |p| {
+        p["supervision"]["actual"] == json!("stopped")
+    });
+    assert_eq!(p["exit"]["signal"], json!(9), "{p}");
+}

@@ -1,0 +1,531 @@
+//! `colibri web` against the real daemon: its token, its event stream, and
+//! the page in a real headless browser (Debian's chromium driven through
+//! chromedriver over the WebDriver protocol).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{wait_for, Colibrid, COLIBRI};
+
+/// A running `colibri web` on an ephemeral loopback port.
+struct Web {
+    child: Child,
+    addr: String,
+    token: String,
+}
+
+impl Web {
+    fn start(d: &Colibrid) -> Web {
+        let token_file = d.path("web-token");
+        let mut child = Command::new(COLIBRI)
+            .arg("--socket")
+            .arg(&d.socket)
+            .args(["web", "--listen", "127.0.0.1:0", "--token-file"])
+            .arg(&token_file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn colibri web");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().expect("a banner").expect("read banner");
+        let addr = first
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .expect("an address in the banner")
+            .to_string();
+        let second = lines.next().expect("token line").expect("read");
+        assert!(second.contains("printed once"), "{second}");
+        let url = lines.next().expect("login URL").expect("read");
+        let token = std::fs::read_to_string(&token_file)
+            .expect("token file")
+            .trim()
+            .to_string();
+        assert!(url.ends_with(&format!("?token={token}")), "{url}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file)
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        Web { child, addr, token }
+    }
+}
+
+impl Drop for Web {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection; returns (status, headers, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).expect("send");
+    // Read the head, then Content-Length bytes: chromedriver keeps its
+    // connections open whatever the request asks.
+    let mut reader = BufReader::new(s);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).expect("read a header");
+        if n == 0 || line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let length = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())?
+    });
+    let mut raw = Vec::new();
+    match length {
+        Some(n) => {
+            raw.resize(n, 0);
+            reader.read_exact(&mut raw).expect("read the body");
+        }
+        None => {
+            reader.read_to_end(&mut raw).expect("read the body");
+        }
+    }
+    let body = String::from_utf8_lossy(&raw).to_string();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (status, head, body)
+}
+
+#[test]
+fn web_refuses_without_the_token_and_serves_with_it() {
+    let d = Colibrid::start(&[]);
+    let web = Web::start(&d);
+    let bearer = format!("Bearer {}", web.token);
+    for path in ["/", "/events", "/api/snapshot", "/board.js"] {
+        let (status, _, _) = http(&web.addr, "GET", path, &[], "");
+        assert_eq!(status, 401, "{path} without a token");
+    }
+    let (status, _, _) = http(
+        &web.addr,
+        "GET",
+        "/",
+        &[("Authorization", "Bearer nope")],
+        "",
+    );
+    assert_eq!(status, 401, "a wrong bearer token");
+    let (status, _, _) = http(&web.addr, "POST", "/api/pause", &[], r#"{"pane":"x"}"#);
+    assert_eq!(status, 401, "an action without a token");
+
+    let (status, _, body) = http(&web.addr, "GET", "/", &[("Authorization", &bearer)], "");
+    assert_eq!(status, 200);
+    assert!(body.contains("<title>colibri board</title>"), "{body}");
+
+    // Login: the token in the query becomes an HttpOnly cookie.
+    let (status, head, _) = http(&web.addr, "GET", &format!("/?token={}", web.token), &[], "");
+    assert_eq!(status, 303);
+    let cookie = format!("colibri_web={}", web.token);
+    assert!(
+        head.contains(&cookie) && head.contains("HttpOnly"),
+        "{head}"
+    );
+    let (status, _, body) = http(&web.addr, "GET", "/board.js", &[("Cookie", &cookie)], "");
+    assert_eq!(status, 200);
+    assert!(body.contains("EventSource"));
+
+    // An action reaches the daemon and returns its reply.
+    let id = d.spawn(&["sh", "-c", "sleep 600"], json!({"name":"sleeper"}));
+    let (status, _, body) = http(
+        &web.addr,
+        "POST",
+        "/api/pause",
+        &[("Authorization", &bearer)],
+        &json!({"pane": id}).to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let reply: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(reply["ok"], json!(true), "{reply}");
+    assert_eq!(d.pane(&id)["paused"], json!(true));
+}
+
+/// Reads SSE messages until one's data satisfies `cond`.
+fn read_sse_until(
+    reader: &mut BufReader<TcpStream>,
+    what: &str,
+    cond: impl Fn(&str, &Value) -> bool,
+) -> (String, Value) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut event, mut id) = (String::new(), String::new());
+    loop {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).expect("read the event stream");
+        assert!(n > 0, "the event stream ended while waiting for {what}");
+        let line = line.trim_end();
+        if let Some(v) = line.strip_prefix("event: ") {
+            event = v.to_string();
+        } else if let Some(v) = line.strip_prefix("id: ") {
+            id = v.to_string();
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            let data: Value = serde_json::from_str(v).expect("data is JSON");
+            if cond(&event, &data) {
+                return (id, data);
+            }
+        }
+    }
+}
+
+fn open_events(web: &Web, last_id: Option<&str>) -> BufReader<TcpStream> {
+    let mut s = TcpStream::connect(&web.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut req = format!(
+        "GET /events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n",
+        web.addr, web.token
+    );
+    if let Some(id) = last_id {
+        req.push_str(&format!("Last-Event-ID: {id}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    let mut reader = BufReader::new(s);
+    let mut status = String::new();
+    reader.read_line(&mut status).expect("status line");
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    reader
+}
+
+fn blocking_hook(d: &Colibrid, id: &str) {
+    d.ok(json!({"cmd":"emit","agent_id":id,"event":{
+        "hook_event_name":"Notification","notification_type":"permission_prompt",
+        "message":"Claude needs your permission to use Bash"}}));
+}
+
+fn has_event(data: &Value, pane: &str, kind: &str) -> bool {
+    data.as_array().is_some_and(|items| {
+        items
+            .iter()
+            .any(|i| i["t"] == "event" && i["ev"]["pane"] == pane && i["ev"]["event"] == kind)
+    })
+}
+
+#[test]
+fn web_sse_delivers_a_state_change_and_resumes_after_last_event_id() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(
+        &["sh", "-c", "sleep 600"],
+        json!({"name":"asker","runtime":"claude"}),
+    );
+    let web = Web::start(&d);
+    let mut events = open_events(&web, None);
+    // The first message is a snapshot; the pane is in it, or follows as a
+    // `pane` item once the board's first refresh is done.
+    let (snap_id, _) = read_sse_until(&mut events, "the pane on the board", |e, data| {
+        let in_snapshot = e == "snapshot"
+            && data["panes"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["info"]["id"] == json!(id)));
+        let as_item = e == "batch"
+            && data.as_array().is_some_and(|items| {
+                items
+                    .iter()
+                    .any(|i| i["t"] == "pane" && i["pane"]["id"] == json!(id))
+            });
+        in_snapshot || as_item
+    });
+    blocking_hook(&d, &id);
+    let (batch_id, data) = read_sse_until(&mut events, "the state change", |e, data| {
+        e == "batch"
+            && data.as_array().is_some_and(|items| {
+                items.iter().any(|i| {
+                    i["ev"]["event"] == "state"
+                        && i["ev"]["pane"] == json!(id)
+                        && i["ev"]["to"] == "blocked"
+                })
+            })
+    });
+    assert!(data.is_array());
+    drop(events);
+
+    // A page that reconnects with Last-Event-ID gets what it missed, not a snapshot.
+    d.ok(json!({"cmd":"pause-agent","agent_id":id}));
+    let mut events = open_events(&web, Some(&batch_id));
+    let (_, data) = read_sse_until(&mut events, "the missed pause", |e, data| {
+        assert_ne!(e, "snapshot", "a resumable page was sent a snapshot");
+        has_event(data, &id, "paused")
+    });
+    assert!(data.is_array());
+    // A position from another run gets a snapshot.
+    let mut events = open_events(&web, Some("elsewhere:1"));
+    read_sse_until(&mut events, "a snapshot", |e, _| e == "snapshot");
+    assert_ne!(snap_id, batch_id);
+}
+
+// --- the browser -----------------------------------------------------------
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn find_program(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
+        .find(|p| p.is_file())
+}
+
+/// chromedriver and one headless chromium session, spoken to over HTTP.
+struct Browser {
+    driver: Child,
+    addr: String,
+    session: String,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let driver_bin = find_program(&["chromedriver"])
+            .expect("chromedriver not found: apt-get install -y chromium chromium-driver");
+        let port = free_port();
+        let driver = Command::new(driver_bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let addr = format!("127.0.0.1:{port}");
+        wait_for(Duration::from_secs(30), "chromedriver to listen", || {
+            TcpStream::connect(&addr).ok()
+        });
+        let mut b = Browser {
+            driver,
+            addr,
+            session: String::new(),
+        };
+        let caps = json!({"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{
+            "args":["--headless=new","--no-sandbox","--disable-gpu","--disable-dev-shm-usage","--window-size=1400,900"]}}}});
+        let v = b.call("POST", "/session", &caps);
+        b.session = v["sessionId"].as_str().expect("a session id").to_string();
+        b
+    }
+
+    fn call(&self, method: &str, path: &str, body: &Value) -> Value {
+        let body = if method == "GET" {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let (status, _, text) = http(
+            &self.addr,
+            method,
+            path,
+            &[("Content-Type", "application/json")],
+            &body,
+        );
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert_eq!(status, 200, "WebDriver {method} {path}: {text}");
+        v["value"].clone()
+    }
+
+    fn session_call(&self, method: &str, path: &str, body: &Value) -> Value {
+        self.call(method, &format!("/session/{}{path}", self.session), body)
+    }
+
+    fn go(&self, url: &str) {
+        self.session_call("POST", "/url", &json!({"url": url}));
+    }
+
+    /// Runs `script` in the page and returns its value.
+    fn eval(&self, script: &str) -> Value {
+        self.session_call(
+            "POST",
+            "/execute/sync",
+            &json!({"script": script, "args": []}),
+        )
+    }
+
+    fn wait_eval(&self, what: &str, script: &str, cond: impl Fn(&Value) -> bool) -> Value {
+        wait_for(Duration::from_secs(30), what, || {
+            let v = self.eval(script);
+            cond(&v).then_some(v)
+        })
+    }
+
+    fn click(&self, css: &str) {
+        let el = self.session_call(
+            "POST",
+            "/element",
+            &json!({"using":"css selector","value":css}),
+        );
+        let id = el
+            .as_object()
+            .and_then(|m| m.values().next())
+            .and_then(Value::as_str)
+            .expect("an element id")
+            .to_string();
+        self.session_call("POST", &format!("/element/{id}/click"), &json!({}));
+    }
+
+    fn screenshot(&self, name: &str) -> PathBuf {
+        let b64 = self.session_call("GET", "/screenshot", &Value::Null);
+        let png = base64_decode(b64.as_str().expect("base64 png"));
+        assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+        let dir = artifacts_dir();
+        std::fs::create_dir_all(&dir).expect("artifacts dir");
+        let path = dir.join(name);
+        std::fs::write(&path, png).expect("write screenshot");
+        path
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let path = format!("/session/{}", self.session);
+            let _ = http(&self.addr, "DELETE", &path, &[], "");
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn artifacts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("web-artifacts")
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let digits: Vec<u32> = s.bytes().filter_map(val).collect();
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, d)| acc | d << (18 - 6 * i));
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..chunk.len().saturating_sub(1)]);
+    }
+    out
+}
+
+#[test]
+fn web_board_in_a_headless_browser() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(
+        &["sh", "-c", "sleep 600"],
+        json!({"name":"asker","runtime":"claude"}),
+    );
+    let web = Web::start(&d);
+    let browser = Browser::start();
+    let base = format!("http://{}", web.addr);
+
+    // Without the token: refused.
+    browser.go(&format!("{base}/"));
+    let text = browser.eval("return document.body.innerText;");
+    assert!(text.as_str().is_some_and(|t| t.contains("401")), "{text}");
+    browser.screenshot("refused.png");
+
+    // Logged in: the board shows the pane.
+    browser.go(&format!("{base}/?token={}", web.token));
+    let row = format!("#panes tr[data-pane='{id}']");
+    browser.wait_eval(
+        "the pane's row",
+        &format!("return document.querySelector(\"{row}\") !== null;"),
+        |v| *v == json!(true),
+    );
+
+    // A state change in the daemon reaches the page.
+    let state_js = format!("return document.querySelector(\"{row}\").dataset.state;");
+    let started = Instant::now();
+    blocking_hook(&d, &id);
+    browser.wait_eval("the row to show blocked", &state_js, |v| {
+        *v == json!("blocked")
+    });
+    let latency = started.elapsed();
+    eprintln!("web board: state change on the page after {latency:?}");
+    browser.wait_eval(
+        "the approvals list to offer the blocked pane",
+        &format!("return document.querySelector(\"#approvals li[data-pane='{id}'] button.approve\") !== null;"),
+        |v| *v == json!(true),
+    );
+    let shot = browser.screenshot("board-blocked.png");
+    assert!(std::fs::metadata(&shot).expect("screenshot").len() > 1000);
+
+    // A click on pause reaches the agent.
+    browser.click(&format!("{row} button.pause"));
+    wait_for(
+        Duration::from_secs(30),
+        "the click to pause the agent",
+        || (d.pane(&id)["paused"] == json!(true)).then_some(()),
+    );
+    browser.wait_eval(
+        "the row's button to offer resume",
+        &format!("return document.querySelector(\"{row} button.pause\").textContent;"),
+        |v| *v == json!("resume"),
+    );
+
+    // An approve click reaches the daemon: until the approvals commands
+    // (W14b) are in this tree, the page shows the daemon's refusal; with
+    // them, the pane leaves `blocked`.
+    browser.click(&format!("#approvals li[data-pane='{id}'] button.approve"));
+    let outcome = browser.wait_eval(
+        "the approve click to be answered",
+        &format!(
+            "const e = document.getElementById('action-error'); \
+             if (!e.hidden) return 'error: ' + e.textContent; \
+             const s = document.querySelector(\"{row}\").dataset.state; \
+             return s === 'blocked' ? null : 'state: ' + s;"
+        ),
+        |v| !v.is_null(),
+    );
+    let outcome = outcome.as_str().unwrap_or_default().to_string();
+    // Which daemon is this? A probe on an approval that does not exist.
+    let probe = d.request(json!({"cmd":"approve","approval":"no-such-approval"}));
+    if probe["code"] == "unknown_command" {
+        assert_eq!(outcome, "error: approve asker: unknown command \"approve\"");
+    } else {
+        // The approvals commands exist: the agent was answered, or the
+        // page shows the daemon's own refusal for this pane.
+        assert!(
+            outcome.starts_with("state: ") || outcome.starts_with("error: approve asker: "),
+            "{outcome}"
+        );
+    }
+    browser.screenshot("board-after-actions.png");
+}
