@@ -160,6 +160,11 @@ impl PartialEq for KeptInput {
 }
 
 impl Approval {
+    /// The tool's input as the harness sent it (JSON text), when kept.
+    pub fn input_json(&self) -> Option<&str> {
+        self.input.as_ref().map(|i| i.0.get())
+    }
+
     /// Owns what `req` borrows, trimming text to bounded sizes.
     pub fn from_request(id: String, req: &ApprovalRequest<'_>, now: Timestamp, line: u64) -> Self {
         let (input, input_too_big) = match req.input {
