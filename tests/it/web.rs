@@ -376,19 +376,20 @@ impl Browser {
         })
     }
 
+    /// Clicks the element `css` names. The board redraws rows as events
+    /// arrive, so a WebDriver element reference can go stale between finding
+    /// and clicking it: the page finds and clicks in one script instead,
+    /// retried until the element is there.
     fn click(&self, css: &str) {
-        let el = self.session_call(
-            "POST",
-            "/element",
-            &json!({"using":"css selector","value":css}),
+        let selector = serde_json::to_string(css).expect("a JSON string");
+        self.wait_eval(
+            &format!("a click on {css}"),
+            &format!(
+                "const e = document.querySelector({selector}); \
+                 if (!e) return false; e.click(); return true;"
+            ),
+            |v| *v == json!(true),
         );
-        let id = el
-            .as_object()
-            .and_then(|m| m.values().next())
-            .and_then(Value::as_str)
-            .expect("an element id")
-            .to_string();
-        self.session_call("POST", &format!("/element/{id}/click"), &json!({}));
     }
 
     fn screenshot(&self, name: &str) -> PathBuf {
