@@ -65,10 +65,13 @@ pub(super) fn state(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
                 state: s.pane.state(),
                 active: running && !s.pane.paused,
                 paused: s.pane.paused,
-                budget: wire_budget(
-                    governed_budget(d, &id, s.pane.name.as_deref(), s.pane.runtime(), call.t)
-                        .or_else(|| d.control.budgets.budget(&id, call.t)),
-                ),
+                budget: wire_budget(governed_budget(
+                    d,
+                    &id,
+                    s.pane.name.as_deref(),
+                    s.pane.runtime(),
+                    call.t,
+                )),
                 task_id: d.control.queue.held_by(&id).map(|t| t.id),
                 pane: id,
             }
