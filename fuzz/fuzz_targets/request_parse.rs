@@ -26,7 +26,7 @@ fuzz_target!(|line: &[u8]| {
             if matches!(err, RequestError::Json(_) | RequestError::NotObject) {
                 assert!(id.is_none(), "an id from a line that is no object");
             }
-            err_line(id.as_ref(), &err.to_string())
+            err_line(id.as_ref(), err.code(), &err.to_string())
         }
     };
     assert_eq!(reply.last(), Some(&b'\n'));

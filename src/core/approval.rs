@@ -160,6 +160,11 @@ impl PartialEq for KeptInput {
 }
 
 impl Approval {
+    /// The tool's input as the harness sent it (JSON text), when kept.
+    pub fn input_json(&self) -> Option<&str> {
+        self.input.as_ref().map(|i| i.0.get())
+    }
+
     /// Owns what `req` borrows, trimming text to bounded sizes.
     pub fn from_request(id: String, req: &ApprovalRequest<'_>, now: Timestamp, line: u64) -> Self {
         let (input, input_too_big) = match req.input {
@@ -450,14 +455,19 @@ fn claude_control_response(
             })
         }
     };
-    Ok(to_line(&ClaudeControlResponse {
+    Ok(claude_control_line(approval, result))
+}
+
+/// A `control_response` line answering `approval`'s `can_use_tool` request.
+fn claude_control_line(approval: &Approval, result: PermissionResult<'_>) -> Vec<u8> {
+    to_line(&ClaudeControlResponse {
         kind: "control_response",
         response: ClaudeControlSuccess {
             subtype: "success",
             request_id: &approval.request_id,
             response: result,
         },
-    }))
+    })
 }
 
 /// The reply to an `AskUserQuestion` with one question: allow, with the
@@ -481,14 +491,7 @@ fn claude_question_response(
             })
         }
     };
-    Ok(to_line(&ClaudeControlResponse {
-        kind: "control_response",
-        response: ClaudeControlSuccess {
-            subtype: "success",
-            request_id: &approval.request_id,
-            response: result,
-        },
-    }))
+    Ok(claude_control_line(approval, result))
 }
 
 /// The kept input with `answers` added. The key is the question's full

@@ -8,7 +8,7 @@
 //! logging every answer as a `colibri` record, the hook requests that stay
 //! open until their approval is decided, and escalation deadlines.
 //!
-//! [`guard_decision`] is the seam for the command guard: an approval it
+//! [`guard_decision`] is the command guard before a tool runs: an approval it
 //! decides is answered at once, by `policy`, before the operator sees it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::core::approval::{
     encode_answer, AnswerChannel, Approval, ApprovalEvent, ApprovalOutcome, Decision,
 };
+use crate::core::policy::{guard, GuardSettings};
 use crate::core::time::Timestamp;
 use crate::daemon::agent::INPUT_QUEUE_LIMIT;
 use crate::daemon::conn::Scope;
@@ -99,12 +100,31 @@ impl ApprovalDesk {
     }
 }
 
-/// The command guard's seam: an automatic decision for `approval` (asked
-/// in `cwd`), or `None` to let the operator decide. W15a's
-/// `core::policy::guard::check(tool, args, cwd)` plugs in here: a guard
-/// hit becomes `Decision::Deny` with the hit as its message.
-pub fn guard_decision(_approval: &Approval, _cwd: Option<&str>) -> Option<Decision> {
-    None
+/// The command guard before a tool runs: a tool call the guard flags
+/// (`core::policy::guard::check` on the tool's input, in the agent's `cwd`)
+/// is denied at once, with the rule and the command as its message, and
+/// logged as answered `by: policy`. `None` leaves the operator to decide.
+pub fn guard_decision(
+    guard: &GuardSettings,
+    approval: &Approval,
+    cwd: Option<&str>,
+) -> Option<Decision> {
+    if !guard.enabled {
+        return None;
+    }
+    let tool = approval.tool.as_deref()?;
+    let args = approval.input_json().or(approval.summary.as_deref())?;
+    let hit = guard::check(tool, args, cwd)?;
+    if guard.disabled.contains(&hit.rule) {
+        return None;
+    }
+    Some(Decision::Deny {
+        message: Some(format!(
+            "colibri's command guard refused this ({}): {}",
+            hit.rule.as_str(),
+            hit.command
+        )),
+    })
 }
 
 impl Daemon {
@@ -126,7 +146,7 @@ impl Daemon {
                 ApprovalEvent::Opened(a) => {
                     let cwd = self.panes.pane(key).and_then(|p| p.cwd());
                     if a.channel == AnswerChannel::AgentInput {
-                        if let Some(d) = guard_decision(&a, cwd) {
+                        if let Some(d) = guard_decision(&self.settings.governance.guard, &a, cwd) {
                             guarded.push((a.id.clone(), d));
                         }
                     }
@@ -396,7 +416,8 @@ impl Daemon {
             Some(p) => {
                 p.set_approval_expiry(id, until);
                 let cwd = p.cwd();
-                p.approval(id).and_then(|a| guard_decision(a, cwd))
+                p.approval(id)
+                    .and_then(|a| guard_decision(&self.settings.governance.guard, a, cwd))
             }
             None => return,
         };

@@ -39,30 +39,14 @@ const JOURNAL_DRAIN: Duration = Duration::from_secs(2);
 /// Test hook, read once at start: the acknowledgement window in ms.
 pub const ACK_TIMEOUT_ENV: &str = "COLIBRI_TEST_TASK_ACK_TIMEOUT_MS";
 
-/// An agent's budget as the policy engine sees it. The engine (budgets in
-/// `core::policy::budget`) implements [`BudgetSource`]; until one is
-/// installed every pane reports "no budget configured".
+/// An agent's budget standing as `state` reports it (from the policy
+/// engine's ledgers, see `commands/control_plane.rs::governed_budget`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct BudgetView {
     pub daily: u64,
     pub spent: u64,
     pub remaining: u64,
     pub exceeded: bool,
-}
-
-/// Where `state` reads a pane's budget from.
-pub trait BudgetSource {
-    fn budget(&self, pane_id: &str, now: Timestamp) -> Option<BudgetView>;
-}
-
-/// No budget configured: every pane reports `configured: false`.
-#[derive(Debug, Default)]
-pub struct NoBudget;
-
-impl BudgetSource for NoBudget {
-    fn budget(&self, _pane_id: &str, _now: Timestamp) -> Option<BudgetView> {
-        None
-    }
 }
 
 pub fn wire_budget(view: Option<BudgetView>) -> WireBudget {
@@ -136,7 +120,6 @@ impl Drop for Journal {
 pub struct ControlPlane {
     pub queue: TaskQueue,
     pub ack_timeout: Duration,
-    pub budgets: Box<dyn BudgetSource>,
     journal: Option<Journal>,
     timer: Option<(KernelTimer, Token)>,
     armed: Option<Timestamp>,
@@ -179,7 +162,6 @@ impl ControlPlane {
         let mut cp = ControlPlane {
             queue,
             ack_timeout,
-            budgets: Box::new(NoBudget),
             journal,
             timer: None,
             armed: None,

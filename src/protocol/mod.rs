@@ -1309,6 +1309,23 @@ impl WatchKind {
 mod tests {
     use super::*;
 
+    // A summed cost whose shortest form serde_json's default float parser
+    // reads back one ulp off: clients must see the daemon's cost exactly.
+    #[test]
+    fn a_cost_survives_the_wire_bit_for_bit() {
+        let sent = WireUsage {
+            cost_usd: 0.00645 + 0.002595,
+            ..WireUsage::default()
+        };
+        let text = serde_json::to_string(&sent).unwrap_or_default();
+        let got: Option<WireUsage> = serde_json::from_str(&text).ok();
+        assert_eq!(
+            got.map(|u| u.cost_usd.to_bits()),
+            Some(sent.cost_usd.to_bits()),
+            "{text}"
+        );
+    }
+
     #[test]
     fn v1_omits_optionals_and_false_stalled() {
         let p = PaneV1 {

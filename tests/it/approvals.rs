@@ -238,6 +238,16 @@ fn a_claude_can_use_tool_request_is_answered_with_a_control_response() {
 }
 
 fn permission_hook(d: &Colibrid, pane: &str, extra: &[&str]) -> std::process::Child {
+    bash_permission_hook(d, pane, extra, "make")
+}
+
+/// `colibri hook` on a Claude Code `PermissionRequest` for `Bash command`.
+fn bash_permission_hook(
+    d: &Colibrid,
+    pane: &str,
+    extra: &[&str],
+    command: &str,
+) -> std::process::Child {
     let mut hook = Command::new(COLIBRI)
         .arg("hook")
         .args(extra)
@@ -249,10 +259,60 @@ fn permission_hook(d: &Colibrid, pane: &str, extra: &[&str]) -> std::process::Ch
         .spawn()
         .expect("hook");
     let mut stdin = hook.stdin.take().expect("stdin");
+    let input = json!({"session_id":"s1","hook_event_name":"PermissionRequest",
+        "tool_name":"Bash","tool_input":{"command":command}});
     stdin
-        .write_all(br#"{"session_id":"s1","hook_event_name":"PermissionRequest","tool_name":"Bash","tool_input":{"command":"make"}}"#)
+        .write_all(input.to_string().as_bytes())
         .expect("write");
     hook
+}
+
+// See: issue 15 ("a tool call denied before it runs through a Claude hook").
+#[test]
+fn the_command_guard_denies_a_destructive_tool_call_before_it_runs() {
+    let d = Colibrid::start(&[]);
+    let work = tempfile::tempdir().expect("cwd");
+    let cwd = work.path().display().to_string();
+    let id = d.spawn(
+        &["/bin/sh", "-c", "exec sleep 60"],
+        json!({"runtime":"claude","cwd":cwd}),
+    );
+    // Outside the working directory: denied at once, without an operator.
+    let started = std::time::Instant::now();
+    let hook = bash_permission_hook(&d, &id, &["--wait", "60s"], "sudo rm -r -f /srv/data");
+    let out = hook.wait_with_output().expect("hook exits");
+    assert!(out.status.success());
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the guard answers without waiting for the operator"
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).expect("a JSON decision");
+    let decision = &printed["hookSpecificOutput"]["decision"];
+    assert_eq!(decision["behavior"], json!("deny"), "{printed}");
+    assert!(
+        decision["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("rm_outside_cwd")),
+        "{printed}"
+    );
+    assert!(pending(&d, &id).is_empty());
+    // Inside the working directory: the operator decides as usual.
+    let mut hook = bash_permission_hook(&d, &id, &["--wait", "60s"], "rm -rf ./build");
+    let a = wait_pending(&d, &id);
+    assert_eq!(a["tool"], json!("Bash"));
+    assert!(
+        hook.try_wait().expect("try_wait").is_none(),
+        "still waiting"
+    );
+    let o = colibri(&d, &["approve", &id]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = hook.wait_with_output().expect("hook exits");
+    let printed: Value = serde_json::from_slice(&out.stdout).expect("a JSON decision");
+    assert_eq!(
+        printed["hookSpecificOutput"]["decision"]["behavior"],
+        json!("allow"),
+        "{printed}"
+    );
 }
 
 #[test]

@@ -206,6 +206,14 @@ fn an_operator_raises_the_cap_and_the_paused_agent_resumes() {
     assert_eq!(shown["budgets"][0]["budget"], json!("hour"));
     assert_eq!(shown["budgets"][0]["spent"], json!(600.0));
     assert_eq!(shown["budgets"][0]["paused"], json!(true));
+    // The control plane's `state` tells the agent the same standing.
+    let st = d.ok(json!({"cmd":"state","pane": id}));
+    let budget = &st["agents"][0]["budget"];
+    assert_eq!(budget["configured"], json!(true), "{st}");
+    assert_eq!(budget["daily_tokens"], json!(500), "{st}");
+    assert_eq!(budget["spent_today"], json!(600), "{st}");
+    assert_eq!(budget["remaining"], json!(0), "{st}");
+    assert_eq!(budget["hard_limit_exceeded"], json!(true), "{st}");
     let bad = d.request(json!({"cmd":"budget","action":"raise","budget":"nope","cap":1000}));
     assert_eq!(bad["ok"], json!(false), "{bad}");
     let raised = d.ok(json!({"cmd":"budget","action":"raise","budget":"hour","cap":1000}));

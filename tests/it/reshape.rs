@@ -236,6 +236,47 @@ fn any_stream_folds_offline_to_what_the_live_daemon_reports() {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
+// See: the property test above once failed on usage.cost_usd 0.009045 live
+// vs 0.009045000000000001 offline, from these two Pi lines. Both paths add
+// 0.00645 + 0.002595 alike; the daemon sent "0.009045000000000001" and
+// serde_json's default (not correctly rounded) float parser read it back
+// one ulp lower.
+#[test]
+fn a_summed_cost_reaches_the_client_bit_for_bit() {
+    use colibri::core::pane::ExitStatus;
+    use colibri::core::taxonomy::Runtime;
+    use colibri::fold::fold_bytes;
+
+    let d = Colibrid::start(&[]);
+    let bytes = concat!(
+        r#"{"type":"message_end","message":{"role":"assistant","usage":{"input":2000,"output":30,"cost":{"total":0.00645}},"stopReason":"stop"}}"#,
+        "\n",
+        r#"{"type":"message_end","message":{"role":"assistant","usage":{"input":820,"output":9,"cost":{"total":0.002595}},"stopReason":"stop"}}"#,
+        "\n",
+    )
+    .as_bytes();
+    let file = d.path("stream");
+    std::fs::write(&file, bytes).expect("write stream");
+    let path = file.display().to_string();
+    let id = d.spawn(&["/bin/cat", &path], json!({"runtime": Runtime::Pi}));
+    let live = d.wait_pane(&id, "the agent's exit", |p| !p["exit"].is_null());
+    let max_line = colibri::core::ingest::DEFAULT_MAX_LINE;
+    let offline = fold_bytes(
+        Some(Runtime::Pi),
+        max_line,
+        bytes,
+        Some(ExitStatus::Code(0)),
+    );
+    let expected = 0.00645_f64 + 0.002595;
+    assert_eq!(offline.usage.cost_usd.to_bits(), expected.to_bits());
+    let cost = live["usage"]["cost_usd"].as_f64().expect("a cost");
+    assert_eq!(
+        cost.to_bits(),
+        expected.to_bits(),
+        "live {cost} vs {expected}"
+    );
+}
+
 // See: review-round2 P7 (errors were strings with no code on the wire).
 #[test]
 fn error_replies_carry_a_stable_code_next_to_the_message() {

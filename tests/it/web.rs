@@ -376,19 +376,20 @@ impl Browser {
         })
     }
 
+    /// Clicks the element `css` names. The board redraws rows as events
+    /// arrive, so a WebDriver element reference can go stale between finding
+    /// and clicking it: the page finds and clicks in one script instead,
+    /// retried until the element is there.
     fn click(&self, css: &str) {
-        let el = self.session_call(
-            "POST",
-            "/element",
-            &json!({"using":"css selector","value":css}),
+        let selector = serde_json::to_string(css).expect("a JSON string");
+        self.wait_eval(
+            &format!("a click on {css}"),
+            &format!(
+                "const e = document.querySelector({selector}); \
+                 if (!e) return false; e.click(); return true;"
+            ),
+            |v| *v == json!(true),
         );
-        let id = el
-            .as_object()
-            .and_then(|m| m.values().next())
-            .and_then(Value::as_str)
-            .expect("an element id")
-            .to_string();
-        self.session_call("POST", &format!("/element/{id}/click"), &json!({}));
     }
 
     fn screenshot(&self, name: &str) -> PathBuf {
@@ -444,13 +445,30 @@ fn base64_decode(s: &str) -> Vec<u8> {
     out
 }
 
+/// The approval the browser test answers: a Pi RPC confirm.
+const PI_CONFIRM: &str = r#"{"type":"extension_ui_request","id":"w1","method":"confirm","title":"Delete x?","message":"rm -rf x"}"#;
+/// Pi's exact reply to an approved `PI_CONFIRM`.
+const PI_CONFIRMED: &str = r#"{"type":"extension_ui_response","id":"w1","confirmed":true}"#;
+
+/// A Pi agent in RPC mode that asks `PI_CONFIRM` once a line arrives on its
+/// input (so the test can time the state change), writes the next line it
+/// reads (the answer) to the returned file, then ends its run.
+fn pi_asking_agent(d: &Colibrid) -> (String, String) {
+    let got = d.path("pi-answer").display().to_string();
+    let script = d.script(
+        "pi-asker",
+        &format!(
+            "IFS= read -r cue\nprintf '%s\\n' '{PI_CONFIRM}'\nIFS= read -r line\nprintf '%s\\n' \"$line\" > {got}.tmp\nmv {got}.tmp {got}\nprintf '%s\\n' '{{\"type\":\"agent_end\",\"messages\":[]}}'\nexec sleep 600"
+        ),
+    );
+    (script, got)
+}
+
 #[test]
 fn web_board_in_a_headless_browser() {
     let d = Colibrid::start(&[]);
-    let id = d.spawn(
-        &["sh", "-c", "sleep 600"],
-        json!({"name":"asker","runtime":"claude"}),
-    );
+    let (script, got) = pi_asking_agent(&d);
+    let id = d.spawn(&[&script], json!({"name":"asker","runtime":"pi"}));
     let web = Web::start(&d);
     let browser = Browser::start();
     let base = format!("http://{}", web.addr);
@@ -470,62 +488,89 @@ fn web_board_in_a_headless_browser() {
         |v| *v == json!(true),
     );
 
-    // A state change in the daemon reaches the page.
+    // A state change in the daemon reaches the page: the cue makes the
+    // agent ask, which blocks the pane.
     let state_js = format!("return document.querySelector(\"{row}\").dataset.state;");
     let started = Instant::now();
-    blocking_hook(&d, &id);
+    d.ok(json!({"cmd":"send-input","agent_id":id,"text":"ask"}));
     browser.wait_eval("the row to show blocked", &state_js, |v| {
         *v == json!("blocked")
     });
     let latency = started.elapsed();
     eprintln!("web board: state change on the page after {latency:?}");
+
+    // The daemon opened an approval for the request, and the page lists
+    // that approval (not only the blocked pane's fallback buttons).
+    let pending = wait_for(Duration::from_secs(30), "the approval to open", || {
+        let data = d.ok(json!({"cmd":"approvals","agent_id":id}));
+        data["approvals"]
+            .as_array()
+            .and_then(|a| a.first().cloned())
+    });
+    assert_eq!(pending["kind"], json!("confirm"), "{pending}");
+    let approval = pending["id"].as_str().expect("an approval id").to_string();
+    let approve_button = format!("#approvals li[data-pane='{id}'] button.approve");
     browser.wait_eval(
-        "the approvals list to offer the blocked pane",
-        &format!("return document.querySelector(\"#approvals li[data-pane='{id}'] button.approve\") !== null;"),
+        "the approvals list to offer the approval",
+        &format!(
+            "return approvals.some((a) => a.id === '{approval}' && a.pane === '{id}') \
+             && document.querySelector(\"{approve_button}\") !== null;"
+        ),
         |v| *v == json!(true),
     );
     let shot = browser.screenshot("board-blocked.png");
     assert!(std::fs::metadata(&shot).expect("screenshot").len() > 1000);
 
-    // A click on pause reaches the agent.
+    // A click on pause reaches the agent (it is stopped), and one on
+    // resume lets it go on.
     browser.click(&format!("{row} button.pause"));
     wait_for(
         Duration::from_secs(30),
         "the click to pause the agent",
         || (d.pane(&id)["paused"] == json!(true)).then_some(()),
     );
-    browser.wait_eval(
-        "the row's button to offer resume",
-        &format!("return document.querySelector(\"{row} button.pause\").textContent;"),
-        |v| *v == json!("resume"),
+    let pause_label = format!("return document.querySelector(\"{row} button.pause\").textContent;");
+    browser.wait_eval("the row's button to offer resume", &pause_label, |v| {
+        *v == json!("resume")
+    });
+    browser.click(&format!("{row} button.pause"));
+    wait_for(
+        Duration::from_secs(30),
+        "the click to resume the agent",
+        || (d.pane(&id)["paused"] == json!(false)).then_some(()),
     );
+    browser.wait_eval("the row's button to offer pause", &pause_label, |v| {
+        *v == json!("pause")
+    });
 
-    // An approve click reaches the daemon: until the approvals commands
-    // (W14b) are in this tree, the page shows the daemon's refusal; with
-    // them, the pane leaves `blocked`.
-    browser.click(&format!("#approvals li[data-pane='{id}'] button.approve"));
-    let outcome = browser.wait_eval(
-        "the approve click to be answered",
-        &format!(
-            "const e = document.getElementById('action-error'); \
-             if (!e.hidden) return 'error: ' + e.textContent; \
-             const s = document.querySelector(\"{row}\").dataset.state; \
-             return s === 'blocked' ? null : 'state: ' + s;"
-        ),
-        |v| !v.is_null(),
+    // An approve click reaches the agent: it reads Pi's exact reply to its
+    // request on its input, goes on, and the page shows the pane leave
+    // `blocked` with the approval gone and no error.
+    browser.click(&approve_button);
+    let answer = wait_for(
+        Duration::from_secs(30),
+        "the agent to read the answer",
+        || std::fs::read_to_string(&got).ok(),
     );
-    let outcome = outcome.as_str().unwrap_or_default().to_string();
-    // Which daemon is this? A probe on an approval that does not exist.
-    let probe = d.request(json!({"cmd":"approve","approval":"no-such-approval"}));
-    if probe["code"] == "unknown_command" {
-        assert_eq!(outcome, "error: approve asker: unknown command \"approve\"");
-    } else {
-        // The approvals commands exist: the agent was answered, or the
-        // page shows the daemon's own refusal for this pane.
-        assert!(
-            outcome.starts_with("state: ") || outcome.starts_with("error: approve asker: "),
-            "{outcome}"
-        );
-    }
+    assert_eq!(answer, format!("{PI_CONFIRMED}\n"));
+    let state = browser.wait_eval("the row to leave blocked", &state_js, |v| {
+        v.as_str().is_some_and(|s| s != "blocked")
+    });
+    assert_eq!(
+        state,
+        json!("idle"),
+        "the agent's agent_end settles the pane"
+    );
+    assert_eq!(d.pane(&id)["state"], json!("idle"));
+    browser.wait_eval(
+        "the approvals list to drop the answered approval",
+        &format!("return document.querySelector(\"#approvals li[data-pane='{id}']\") === null;"),
+        |v| *v == json!(true),
+    );
+    let error_shown = browser.eval("return !document.getElementById('action-error').hidden;");
+    assert_eq!(error_shown, json!(false), "the page shows an action error");
+    let left = d.ok(json!({"cmd":"approvals","agent_id":id}));
+    let left = left["approvals"].as_array().cloned().unwrap_or_default();
+    assert!(left.is_empty(), "still pending: {left:?}");
     browser.screenshot("board-after-actions.png");
 }

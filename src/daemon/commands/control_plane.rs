@@ -11,7 +11,7 @@
 use super::{mismatch, Call};
 use crate::core::tasks::{Actor, NewTask, TaskError, TaskStatus};
 use crate::daemon::conn::Scope;
-use crate::daemon::control_plane::wire_budget;
+use crate::daemon::control_plane::{wire_budget, BudgetView};
 use crate::daemon::event_loop::Daemon;
 use crate::protocol::control_plane::{ActivityType, AgentControlState, WireTask};
 use crate::protocol::{
@@ -65,13 +65,49 @@ pub(super) fn state(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
                 state: s.pane.state(),
                 active: running && !s.pane.paused,
                 paused: s.pane.paused,
-                budget: wire_budget(d.control.budgets.budget(&id, call.t)),
+                budget: wire_budget(governed_budget(
+                    d,
+                    &id,
+                    s.pane.name.as_deref(),
+                    s.pane.runtime(),
+                    call.t,
+                )),
                 task_id: d.control.queue.held_by(&id).map(|t| t.id),
                 pane: id,
             }
         })
         .collect();
     Ok(Reply::State(StateReply { agents }))
+}
+
+/// The tightest budget of the policy engine that counts this pane's spend
+/// (its own ledger, its name's, its runtime's or the global one), once it
+/// has counted any: cap, spent and what is left, whole units.
+fn governed_budget(
+    d: &Daemon,
+    pane_id: &str,
+    name: Option<&str>,
+    runtime: Option<crate::core::taxonomy::Runtime>,
+    now: crate::core::time::Timestamp,
+) -> Option<BudgetView> {
+    let runtime = runtime.map(|r| r.as_str());
+    d.governor
+        .budgets()
+        .usage(now)
+        .into_iter()
+        .filter(|u| {
+            u.key.is_empty()
+                || u.key == pane_id
+                || Some(u.key.as_str()) == name
+                || Some(u.key.as_str()) == runtime
+        })
+        .map(|u| BudgetView {
+            daily: u.cap.max(0.0) as u64,
+            spent: u.spent.max(0.0) as u64,
+            remaining: (u.cap - u.spent).max(0.0) as u64,
+            exceeded: u.paused || u.spent >= u.cap,
+        })
+        .min_by_key(|b| b.remaining)
 }
 
 pub(super) fn tasks(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
