@@ -35,9 +35,14 @@ pub struct Bus {
     epoch: String,
     seq: u64,
     watchers: Vec<ConnId>,
+    /// How many watchers want state changes only.
+    coalescing: usize,
+    /// State changes held for them until the end of the pass.
+    held: Vec<Held>,
     journal: Journal,
     /// Watchers still being replayed to, with the next seq each gets; live
-    /// events skip them (the journal holds those too, in order).
+    /// events (and coalesced state changes) skip them: the journal holds
+    /// those too, in order.
     replays: Vec<(ConnId, u64)>,
 }
 
@@ -61,6 +66,8 @@ impl Bus {
             epoch,
             seq: journal.last_seq(),
             watchers: Vec::new(),
+            coalescing: 0,
+            held: Vec::new(),
             journal,
             replays: Vec::new(),
         }
@@ -70,11 +77,12 @@ impl Bus {
         &mut self.journal
     }
 
-    /// Hands this wakeup's events to the journal writer; true once every
-    /// event is on disk, so replies and watch lines may leave.
-    pub fn sync_journal(&mut self) -> bool {
+    /// Hands this wakeup's events to the journal writer; the seq up to
+    /// which every event is on disk, so replies and watch lines reporting
+    /// events up to it may leave (`Conn::stamp`).
+    pub fn sync_journal(&mut self) -> u64 {
         self.journal.submit();
-        self.journal.caught_up()
+        self.journal.journaled_through()
     }
 
     pub fn seq(&self) -> u64 {
@@ -89,22 +97,29 @@ impl Bus {
         self.watchers.len()
     }
 
-    pub fn subscribe(&mut self, id: ConnId) {
+    /// Subscribes a watcher from now on; its filter (`conn.watch`) is set
+    /// already, so the count of watchers of changes only stays right.
+    pub fn subscribe(&mut self, id: ConnId, conns: &Slab<Conn>) {
         if !self.watchers.contains(&id) {
             self.watchers.push(id);
         }
+        self.count_coalescing(conns);
     }
 
-    pub fn unsubscribe(&mut self, id: ConnId) {
+    pub fn unsubscribe(&mut self, id: ConnId, conns: &Slab<Conn>) {
         self.watchers.retain(|w| *w != id);
         self.replays.retain(|(w, _)| *w != id);
+        self.count_coalescing(conns);
     }
 
     /// Subscribes a watcher that saw everything up to `since`: it is
     /// replayed what the journal holds after that (a gap marker first if
     /// the journal no longer reaches back to `since + 1`), then goes live.
-    pub fn subscribe_since(&mut self, id: ConnId, since: u64) {
-        self.subscribe(id);
+    /// Replay sends every journaled event the watcher's panes and scope
+    /// allow, each `state` event too: a watcher of changes only gets the
+    /// journal as it was written, and coalesced changes once it is live.
+    pub fn subscribe_since(&mut self, id: ConnId, since: u64, conns: &Slab<Conn>) {
+        self.subscribe(id, conns);
         self.replays.retain(|(w, _)| *w != id);
         // A `since` ahead of `seq` is a cursor from a journal that is gone
         // (a reset state dir): it gets the gap marker.
@@ -190,9 +205,11 @@ impl Bus {
         next
     }
 
-    /// Numbers an event, raises its alert, and queues it to every watcher
-    /// that wants it. A watcher whose queue is full is dropped with a final
-    /// error line; the agents never wait for it.
+    /// Numbers an event, raises its alert, journals it, and queues it to
+    /// every live watcher that wants it. A watcher whose queue passes the
+    /// hard limit is dropped with a final error line; the agents never
+    /// wait for it. Watchers of state changes only get a pane's `state`
+    /// events at the end of the pass (`end_pass`), coalesced.
     pub fn emit(&mut self, kind: WatchKind, t: Timestamp, out: Outlets<'_>) {
         self.seq += 1;
         let slot = kind
@@ -201,52 +218,228 @@ impl Bus {
             .and_then(|k| out.panes.get_mut(k));
         let pane_jail = slot.as_ref().and_then(|s| s.agent.jail.clone());
         derive_alert(&kind, slot, out.alerter, t);
+        let is_state = matches!(kind, WatchKind::State { .. });
+        if self.coalescing > 0 {
+            if is_state {
+                self.hold_state(&kind, pane_jail.clone(), t);
+            } else {
+                // Held state changes go first, so the stream stays in order.
+                self.deliver_held(out.conns, out.dirty, t);
+            }
+        }
         let ev = WatchEvent {
             epoch: Some(self.epoch.clone()),
             seq: self.seq,
             at: t.to_rfc3339(),
             kind,
         };
-        let mut bytes = match serde_json::to_vec(&ev) {
-            Ok(b) => b,
-            Err(e) => {
-                log_error!("cannot encode a watch event: {e}");
-                return;
-            }
-        };
-        bytes.push(b'\n');
-        let frame: Rc<[u8]> = Rc::from(bytes);
+        // Every event is journaled, watched or not: a later `since` replays it.
+        let Some(frame) = encode(&ev) else { return };
         self.journal
             .append(self.seq, t, pane_jail.as_deref(), frame.clone());
+        if self.watchers.is_empty() {
+            return;
+        }
+        let audience = if is_state {
+            Audience::Every
+        } else {
+            Audience::All
+        };
+        let to = Delivery {
+            frame,
+            seq: ev.seq,
+            pane: ev.kind.pane(),
+            pane_jail: pane_jail.as_deref(),
+            audience,
+        };
+        self.deliver(&to, out.conns, out.dirty, t);
+    }
+
+    /// Ends a loop pass: the coalesced state changes go to the watchers of
+    /// changes only.
+    pub fn end_pass(&mut self, conns: &mut Slab<Conn>, dirty: &mut BTreeSet<usize>, t: Timestamp) {
+        if !self.held.is_empty() {
+            self.deliver_held(conns, dirty, t);
+        }
+    }
+
+    fn hold_state(&mut self, kind: &WatchKind, jail: Option<String>, t: Timestamp) {
+        let WatchKind::State {
+            pane,
+            from,
+            to,
+            reason,
+        } = kind
+        else {
+            return;
+        };
+        if let Some(h) = self.held.iter_mut().find(|h| &h.pane == pane) {
+            h.to = *to;
+            h.reason.clone_from(reason);
+            h.seq = self.seq;
+            h.at = t;
+            return;
+        }
+        self.held.push(Held {
+            pane: pane.clone(),
+            jail,
+            from: *from,
+            to: *to,
+            reason: reason.clone(),
+            seq: self.seq,
+            at: t,
+        });
+    }
+
+    /// The coalesced changes are not journaled themselves: each `state`
+    /// event they fold was, under its own seq.
+    fn deliver_held(&mut self, conns: &mut Slab<Conn>, dirty: &mut BTreeSet<usize>, t: Timestamp) {
+        for h in std::mem::take(&mut self.held) {
+            if h.from == h.to {
+                continue;
+            }
+            let ev = WatchEvent {
+                epoch: Some(self.epoch.clone()),
+                seq: h.seq,
+                at: h.at.to_rfc3339(),
+                kind: WatchKind::State {
+                    pane: h.pane.clone(),
+                    from: h.from,
+                    to: h.to,
+                    reason: h.reason,
+                },
+            };
+            let Some(frame) = encode(&ev) else { continue };
+            let to = Delivery {
+                frame,
+                seq: h.seq,
+                pane: Some(&h.pane),
+                pane_jail: h.jail.as_deref(),
+                audience: Audience::ChangesOnly,
+            };
+            self.deliver(&to, conns, dirty, t);
+        }
+    }
+
+    fn deliver(
+        &mut self,
+        to: &Delivery<'_>,
+        conns: &mut Slab<Conn>,
+        dirty: &mut BTreeSet<usize>,
+        t: Timestamp,
+    ) {
         let mut dropped = Vec::new();
         for &id in &self.watchers {
+            // A replaying watcher gets this from the journal, in order.
             if self.replays.iter().any(|(w, _)| *w == id) {
                 continue;
             }
-            let Some(conn) = out.conns.get_mut(id.0) else {
+            let Some(conn) = conns.get_mut(id.0) else {
                 continue;
             };
-            if !wants(conn, pane_jail.as_deref(), ev.kind.pane()) {
+            let Some(filter) = &conn.watch else { continue };
+            let wanted = match to.audience {
+                Audience::All => true,
+                Audience::Every => !filter.changes_only,
+                Audience::ChangesOnly => filter.changes_only,
+            };
+            if !wanted || !wants(conn, to.pane_jail, to.pane) {
                 continue;
             }
-            if !conn.enqueue(frame.clone()) {
-                let msg = format!(
-                    "watcher fell behind at seq {}; dropped (reconnect and take a snapshot)",
-                    ev.seq
-                );
-                conn.drop_backlog_and_close(
-                    Rc::from(protocol::err_line(None, ErrorCode::Busy, &msg)),
-                    t,
-                );
+            if !conn.enqueue(to.frame.clone()) {
+                drop_behind(conn, to.seq, t);
                 dropped.push(id);
             }
-            out.dirty.insert(id.0);
+            dirty.insert(id.0);
         }
         if !dropped.is_empty() {
             log_warn!("dropped {} watcher(s) that fell behind", dropped.len());
             self.watchers.retain(|w| !dropped.contains(w));
+            self.count_coalescing(conns);
         }
     }
+
+    fn count_coalescing(&mut self, conns: &Slab<Conn>) {
+        self.coalescing = self
+            .watchers
+            .iter()
+            .filter(|id| {
+                conns
+                    .get(id.0)
+                    .and_then(|c| c.watch.as_ref())
+                    .is_some_and(|f| f.changes_only)
+            })
+            .count();
+        if self.coalescing == 0 {
+            self.held.clear();
+        }
+    }
+}
+
+/// Which watchers an event goes to.
+#[derive(Copy, Clone)]
+enum Audience {
+    /// Every watcher (all but `state` events).
+    All,
+    /// Watchers of every event (a `state` event as it happens).
+    Every,
+    /// Watchers of state changes only (a coalesced `state` event).
+    ChangesOnly,
+}
+
+/// One encoded event on its way to the live watchers.
+struct Delivery<'a> {
+    frame: Rc<[u8]>,
+    seq: u64,
+    pane: Option<&'a str>,
+    pane_jail: Option<&'a str>,
+    audience: Audience,
+}
+
+/// An event as one watch line.
+fn encode(ev: &WatchEvent) -> Option<Rc<[u8]>> {
+    match serde_json::to_vec(ev) {
+        Ok(mut bytes) => {
+            bytes.push(b'\n');
+            Some(Rc::from(bytes))
+        }
+        Err(e) => {
+            log_error!("cannot encode a watch event: {e}");
+            None
+        }
+    }
+}
+
+/// A pane's state changes of this pass, held for the watchers of changes
+/// only: the state before the first, the last, and the last one's stamp.
+#[derive(Debug)]
+struct Held {
+    pane: String,
+    jail: Option<String>,
+    from: AgentState,
+    to: AgentState,
+    reason: Option<String>,
+    seq: u64,
+    at: Timestamp,
+}
+
+impl Bus {
+    /// Drops a watcher that stayed behind (see `Conn::watch_fell_behind`).
+    pub fn drop_watcher(&mut self, id: ConnId, conn: &mut Conn, t: Timestamp) {
+        let was_coalescing = conn.watch.as_ref().is_some_and(|f| f.changes_only);
+        drop_behind(conn, self.seq, t);
+        self.watchers.retain(|w| *w != id);
+        self.replays.retain(|(w, _)| *w != id);
+        self.coalescing = self.coalescing.saturating_sub(usize::from(was_coalescing));
+        log_warn!("dropped a watcher that fell behind");
+    }
+}
+
+/// Discards what a watcher has not started to receive and ends its stream
+/// with one line that says why.
+fn drop_behind(conn: &mut Conn, seq: u64, t: Timestamp) {
+    let msg = format!("watcher fell behind at seq {seq}; dropped (reconnect and take a snapshot)");
+    conn.drop_backlog_and_close(Rc::from(protocol::err_line(None, ErrorCode::Busy, &msg)), t);
 }
 
 /// Whether a watcher receives an event of this pane (of this jail).

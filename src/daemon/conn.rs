@@ -8,7 +8,7 @@
 //! stops having its requests served, and (when watching) is dropped.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::rc::Rc;
 
 use mio::net::UnixStream;
@@ -21,12 +21,53 @@ use crate::platform::PeerKey;
 /// Queued reply bytes above which no further requests of this client are
 /// served until it reads (pipelined requests wait; nothing is dropped).
 pub const PAUSE_REQUESTS_AT: usize = 1 << 20;
-/// A watcher with this much unsent output has fallen behind and is dropped.
+/// A watcher with this much unsent output is behind; it is dropped once it
+/// has taken nothing for `WATCH_BEHIND_GRACE`. The limit applies to what the
+/// client failed to take across passes, never to what one pass queued: a
+/// burst may queue more than this in one pass, and a watcher that reads as
+/// fast as the daemon writes takes it in the passes that follow.
 pub const WATCH_QUEUE_LIMIT: usize = 1 << 20;
+/// How long a watcher more than `WATCH_QUEUE_LIMIT` behind may take
+/// nothing before it is dropped.
+pub const WATCH_BEHIND_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+/// A watcher this far behind is dropped at once, whatever its pace (the
+/// frames are shared between watchers, so this bounds the memory of all).
+pub const WATCH_HARD_LIMIT: usize = 16 << 20;
 /// A non-watching client this far behind is not reading at all: closed.
 pub const REPLY_QUEUE_LIMIT: usize = 64 << 20;
 /// Bytes read from one client per wakeup before others get a turn.
 const READ_BUDGET: usize = 256 * 1024;
+
+/// Frames handed to one `writev` (at most `IOV_MAX`, 1024 on both systems).
+const WRITE_SLICES: usize = 256;
+
+/// What a frame waits for before it may leave: the session log batch
+/// that holds the lines it reports (`SessionStore::log_mark`) and the watch
+/// journal's seq that holds the events it reports (`Bus::seq`). The same
+/// pair, as confirmed by the two writers, says what may leave now.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Marks {
+    pub log: u64,
+    pub journal: u64,
+}
+
+impl Marks {
+    /// A frame queued in this pass, before the pass's flushes; also "all
+    /// confirmed" (shutdown, once the logs are final).
+    pub const ALL: Marks = Marks {
+        log: u64::MAX,
+        journal: u64::MAX,
+    };
+
+    /// Whether both writers have confirmed what a frame with these marks
+    /// waits for.
+    fn within(self, confirmed: Marks) -> bool {
+        self.log <= confirmed.log && self.journal <= confirmed.journal
+    }
+}
+
+/// The marks of a frame queued in this pass, before the pass's flushes.
+const UNSTAMPED: Marks = Marks::ALL;
 
 /// What a connection may do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +92,8 @@ impl Scope {
 pub struct WatchFilter {
     /// Pane ids; every pane when `None`.
     pub panes: Option<Vec<String>>,
+    /// State events coalesced per pane and pass (`watch`'s `mode`).
+    pub changes_only: bool,
 }
 
 /// The result of reading what a client sent.
@@ -94,11 +137,18 @@ pub struct Conn {
     pub eof: bool,
     pub seat: Seat,
     framer: LineFramer,
-    out: VecDeque<Rc<[u8]>>,
+    /// Frames with the marks they wait for: a frame leaves only once the
+    /// session log and the watch journal hold what it reports.
+    out: VecDeque<(Rc<[u8]>, Marks)>,
     out_bytes: usize,
     /// Bytes of `out.front()` already written.
     head_written: usize,
     write_interest: bool,
+    /// Since when a watcher more than `WATCH_QUEUE_LIMIT` behind has taken
+    /// nothing.
+    behind_since: Option<Timestamp>,
+    /// Bytes written by the last flush.
+    last_written: usize,
 }
 
 impl Conn {
@@ -119,6 +169,8 @@ impl Conn {
             out_bytes: 0,
             head_written: 0,
             write_interest: false,
+            behind_since: None,
+            last_written: 0,
         }
     }
 
@@ -170,9 +222,9 @@ impl Conn {
     /// caller decides: drop a watcher, close a non-reader).
     pub fn enqueue(&mut self, frame: Rc<[u8]>) -> bool {
         self.out_bytes += frame.len();
-        self.out.push_back(frame);
+        self.out.push_back((frame, UNSTAMPED));
         let limit = if self.watch.is_some() {
-            WATCH_QUEUE_LIMIT
+            WATCH_HARD_LIMIT
         } else {
             REPLY_QUEUE_LIMIT
         };
@@ -191,11 +243,11 @@ impl Conn {
         self.out.clear();
         self.out_bytes = 0;
         if let Some(h) = head {
-            self.out_bytes += h.len();
+            self.out_bytes += h.0.len();
             self.out.push_back(h);
         }
         self.out_bytes += last.len();
-        self.out.push_back(last);
+        self.out.push_back((last, UNSTAMPED));
         self.watch = None;
         self.close_after_flush(now);
     }
@@ -207,25 +259,91 @@ impl Conn {
         }
     }
 
-    /// Writes queued output until the socket would block.
+    /// Gives the frames queued since the last call the marks that cover
+    /// what they report.
+    pub fn stamp(&mut self, mark: Marks) {
+        for f in self.out.iter_mut().rev() {
+            if f.1 != UNSTAMPED {
+                break;
+            }
+            f.1 = mark;
+        }
+    }
+
+    /// Writes all queued output until the socket would block (at shutdown,
+    /// once the logs are final).
     pub fn flush(&mut self) -> io::Result<()> {
-        while let Some(front) = self.out.front() {
-            match self.stream.write(&front[self.head_written..]) {
+        self.flush_logged(Marks::ALL)
+    }
+
+    /// Writes the frames whose marks are `confirmed` until the socket
+    /// would block.
+    pub fn flush_logged(&mut self, confirmed: Marks) -> io::Result<()> {
+        self.last_written = 0;
+        loop {
+            // Many frames per `writev`: one small write per frame would
+            // fill the socket's buffer with per-write overhead (on Linux
+            // about 50 KiB of 140-byte events fit where 200 KiB could).
+            let mut slices = Vec::with_capacity(WRITE_SLICES);
+            for (i, (frame, mark)) in self.out.iter().enumerate() {
+                if slices.len() == WRITE_SLICES
+                    || (i > 0 || self.head_written == 0) && !mark.within(confirmed)
+                {
+                    break;
+                }
+                let from = if i == 0 { self.head_written } else { 0 };
+                slices.push(IoSlice::new(&frame[from..]));
+            }
+            if slices.is_empty() {
+                return Ok(());
+            }
+            match self.stream.write_vectored(&slices) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
-                    self.head_written += n;
-                    if self.head_written == front.len() {
-                        self.out_bytes -= front.len();
-                        self.out.pop_front();
-                        self.head_written = 0;
-                    }
+                    self.last_written += n;
+                    self.consume(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+    }
+
+    /// Forgets `n` written bytes from the front of the queue.
+    fn consume(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some((front, _)) = self.out.front() else {
+                return;
+            };
+            let rest = front.len() - self.head_written;
+            if n < rest {
+                self.head_written += n;
+                return;
+            }
+            n -= rest;
+            self.out_bytes -= front.len();
+            self.out.pop_front();
+            self.head_written = 0;
+        }
+    }
+
+    /// After a flush: whether this watcher has fallen behind for good
+    /// (more than `WATCH_QUEUE_LIMIT` unsent, and nothing taken for
+    /// `WATCH_BEHIND_GRACE`).
+    pub fn watch_fell_behind(&mut self, now: Timestamp) -> bool {
+        if self.watch.is_none() || self.out_bytes <= WATCH_QUEUE_LIMIT || self.last_written > 0 {
+            self.behind_since = None;
+            return false;
+        }
+        let since = *self.behind_since.get_or_insert(now);
+        now.since(since) >= WATCH_BEHIND_GRACE
+    }
+
+    /// Whether a frame waits for its log or the journal (revisit once
+    /// they advance).
+    pub fn waits_for_log(&self, confirmed: Marks) -> bool {
+        self.out.front().is_some_and(|f| !f.1.within(confirmed))
     }
 
     /// Idle: nothing received or taken for `limit`. A watcher with nothing
@@ -257,5 +375,106 @@ impl Conn {
         registry.reregister(&mut self.stream, self.token, interest)?;
         self.write_interest = want;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read as _;
+
+    use super::*;
+
+    fn conn() -> (Conn, std::os::unix::net::UnixStream) {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        ours.set_nonblocking(true).expect("nonblocking");
+        (
+            Conn::new(UnixStream::from_std(ours), Token(1), Scope::Operator, 1024),
+            theirs,
+        )
+    }
+
+    fn read_all(peer: &mut std::os::unix::net::UnixStream) -> Vec<u8> {
+        peer.set_nonblocking(true).expect("nonblocking");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match peer.read(&mut buf) {
+                Ok(0) => return out,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(_) => return out,
+            }
+        }
+    }
+
+    /// Marks of a frame (or confirmations) about the session log only.
+    fn log(n: u64) -> Marks {
+        Marks { log: n, journal: 0 }
+    }
+
+    #[test]
+    fn a_frame_waits_for_the_journal_as_for_the_log() {
+        let (mut c, mut peer) = conn();
+        c.enqueue(Rc::from(&b"event 7\n"[..]));
+        c.stamp(Marks { log: 2, journal: 7 });
+        c.flush_logged(Marks { log: 9, journal: 6 }).expect("flush");
+        assert!(read_all(&mut peer).is_empty());
+        assert!(c.waits_for_log(Marks { log: 9, journal: 6 }));
+        c.flush_logged(Marks { log: 1, journal: 9 }).expect("flush");
+        assert!(read_all(&mut peer).is_empty());
+        c.flush_logged(Marks { log: 2, journal: 7 }).expect("flush");
+        assert_eq!(read_all(&mut peer), b"event 7\n");
+        assert!(c.is_flushed());
+    }
+
+    #[test]
+    fn a_frame_leaves_only_once_its_log_mark_is_reached() {
+        let (mut c, mut peer) = conn();
+        c.enqueue(Rc::from(&b"first\n"[..]));
+        c.stamp(log(3));
+        c.enqueue(Rc::from(&b"second\n"[..]));
+        c.stamp(log(5));
+        c.flush_logged(log(2)).expect("flush");
+        assert!(read_all(&mut peer).is_empty());
+        assert!(c.waits_for_log(log(2)));
+        c.flush_logged(log(4)).expect("flush");
+        assert_eq!(read_all(&mut peer), b"first\n");
+        assert!(c.waits_for_log(log(4)));
+        c.flush_logged(log(5)).expect("flush");
+        assert_eq!(read_all(&mut peer), b"second\n");
+        assert!(c.is_flushed());
+        assert_eq!(c.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn frames_queued_after_a_stamp_wait_for_their_own() {
+        let (mut c, mut peer) = conn();
+        c.enqueue(Rc::from(&b"a\n"[..]));
+        c.stamp(log(1));
+        c.enqueue(Rc::from(&b"b\n"[..]));
+        // Not stamped yet: only a final flush (shutdown) sends it.
+        c.flush_logged(log(1)).expect("flush");
+        assert_eq!(read_all(&mut peer), b"a\n");
+        assert!(!c.is_flushed());
+        c.flush().expect("flush");
+        assert_eq!(read_all(&mut peer), b"b\n");
+    }
+
+    #[test]
+    fn many_frames_go_out_in_order_across_partial_writes() {
+        let (mut c, mut peer) = conn();
+        let mut want = Vec::new();
+        for i in 0..5_000 {
+            let line = format!("{{\"seq\":{i},\"pad\":\"{}\"}}\n", "x".repeat(i % 300));
+            want.extend_from_slice(line.as_bytes());
+            c.enqueue(Rc::from(line.into_bytes()));
+        }
+        c.stamp(log(0));
+        let mut got = Vec::new();
+        while !c.is_flushed() {
+            c.flush_logged(log(0)).expect("flush");
+            got.extend(read_all(&mut peer));
+        }
+        assert_eq!(got, want);
+        assert_eq!(c.queued_bytes(), 0);
     }
 }

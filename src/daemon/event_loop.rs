@@ -4,17 +4,19 @@
 //! connections, the pane table, the bus, the session store and the
 //! alerter; its `impl` is spread by concern over `server`, `proc`, `life`,
 //! `shutdown`, `commands/`, `views` and `recovery`. This file is the
-//! dispatcher: start, run, dispatch, pending work. Each wakeup dispatches every event on
-//! what its token names, then finishes the work a budget cut short, writes
-//! the session logs, and only then flushes replies, so no client ever sees
-//! an event that is not in its log yet.
+//! dispatcher: start, run, dispatch, pending work. Each wakeup dispatches
+//! every event on what its token names (urgent work is done there, PTY
+//! reads only queued), then serves the scheduler (`sched.rs`: urgent work
+//! first, then PTY reads round robin), hands the session logs to the
+//! writer, and writes only the replies whose log mark the writer has
+//! confirmed, so no client ever sees an event that is not in its log yet.
 //!
 //! **Invariant:** nothing here blocks. Every fd is non-blocking; child exit
 //! and deadlines are kernel events (`platform::ExitWatch`, `KernelTimer`);
 //! reads are budgeted per source and unfinished readiness is remembered in
-//! `pending` so edge-triggered sources are never forgotten.
+//! the scheduler so edge-triggered sources are never forgotten.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -27,7 +29,7 @@ use crate::core::pane::Transition;
 use crate::core::time::Timestamp;
 use crate::daemon::alert::Alerter;
 use crate::daemon::bus::{self, Bus};
-use crate::daemon::conn::{Conn, Scope};
+use crate::daemon::conn::{Conn, Marks, Scope};
 use crate::daemon::diag::{log_debug, log_info, log_warn};
 use crate::daemon::journal::{Journal, JournalConfig};
 use crate::daemon::panes::{PaneKey, PaneTable};
@@ -36,17 +38,8 @@ use crate::daemon::source::{ConnId, Source, Tokens};
 use crate::daemon::store::{CompactionProgress, SessionStore};
 use crate::platform::{self, KernelTimer, SignalSource};
 
-/// Bytes read from one PTY per wakeup before other sources get a turn.
-pub(crate) const PTY_READ_BUDGET: usize = 256 * 1024;
-pub(crate) const READ_BUF: usize = 64 * 1024;
-/// Log bytes a running rotation may read per wakeup. Compaction reads a log
-/// twice; 125 MB took 0.5 s in one piece, so this is about 10 ms of work.
-const COMPACTION_STEP_BYTES: usize = 4 << 20;
-/// Requests served plus reads made for one client per wakeup.
-pub(crate) const CONN_STEPS_PER_WAKEUP: usize = 64;
-/// A connection marked for closing is closed after this long even if its
-/// peer never reads the last lines.
-pub(crate) const LINGER: Duration = Duration::from_secs(5);
+use crate::daemon::sched::{self, Sched, COMPACTION_STEP_BYTES, PTY_PASS_BUDGET, READ_BUF};
+pub(crate) use crate::daemon::sched::{Pending, CONN_STEPS_PER_WAKEUP, LINGER};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -68,17 +61,6 @@ pub enum DaemonError {
 /// finished a batch; outside the token table, so dispatch ignores it and
 /// the wakeup's flush collects the batch.
 const WRITER_TOKEN: Token = Token(usize::MAX);
-
-/// Work left over from a wakeup because a budget ran out.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Pending {
-    Pty(PaneKey),
-    Conn(ConnId),
-    /// An exit noticed at registration (the child died before we watched).
-    Exit(PaneKey),
-    /// A listener with connections still waiting to be accepted.
-    Accept(usize),
-}
 
 #[derive(Debug)]
 pub(crate) struct Listener {
@@ -113,9 +95,11 @@ pub struct Daemon {
     /// The timer, its token, and when it is due (monotonic): see
     /// `shutdown_timer_fired` for why the due time is kept.
     pub(crate) shutdown_timer: Option<(KernelTimer, Token, std::time::Instant)>,
-    pub(crate) pending: VecDeque<Pending>,
-    pub(crate) pending_set: BTreeSet<Pending>,
+    /// Work a budget cut short, and PTY reads, by class (`sched.rs`).
+    pub(crate) sched: Sched,
     pub(crate) dirty_conns: BTreeSet<usize>,
+    /// Frames with marks up to these may leave (`after_wakeup`).
+    pub(crate) confirmed: Marks,
     pub(crate) bus: Bus,
     pub(crate) attached: crate::daemon::attach::Attached,
     pub(crate) transitions: Vec<Transition>,
@@ -224,9 +208,9 @@ impl Daemon {
             signals,
             heartbeat,
             shutdown_timer: None,
-            pending: VecDeque::new(),
-            pending_set: BTreeSet::new(),
+            sched: Sched::default(),
             dirty_conns: BTreeSet::new(),
+            confirmed: Marks { log: 0, journal: 0 },
             bus: Bus::new(uuid::Uuid::new_v4().simple().to_string(), journal),
             attached: Default::default(),
             transitions: Vec::new(),
@@ -270,7 +254,7 @@ impl Daemon {
             // of any kind (the heartbeat at the latest), not in a spin.
             // A batch with the log writer wakes the loop when done.
             let writer_busy = self.store.waiting_for_writer();
-            let busy = !self.pending.is_empty()
+            let busy = !self.sched.is_empty()
                 || (self.store_pending && !writer_busy)
                 || (self.store.compaction_active() && !writer_busy)
                 || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy)
@@ -319,10 +303,11 @@ impl Daemon {
                     self.write_input(key);
                 }
                 if readable {
+                    // Bulk work: read after every urgent event of the pass.
                     if let Some(p) = self.panes.agent_mut(key).and_then(|a| a.proc.as_mut()) {
                         p.read_pending = true;
                     }
-                    self.read_pty(key, t);
+                    self.push_pending(Pending::Pty(key));
                 }
             }
             Source::Exit(key) => self.exit_notice(key, t),
@@ -339,37 +324,49 @@ impl Daemon {
     }
 
     pub(crate) fn push_pending(&mut self, p: Pending) {
-        if self.pending_set.insert(p) {
-            self.pending.push_back(p);
+        self.sched.push(p);
+    }
+
+    /// Serves the urgent work a budget cut short, then the PTYs, round
+    /// robin, a quantum each, within the pass's budget.
+    pub(crate) fn run_pending(&mut self, t: Timestamp) {
+        for p in self.sched.take_urgent() {
+            match p {
+                Pending::Conn(id) => self.conn_readable(id, t),
+                Pending::Exit(key) => self.exit_notice(key, t),
+                // Accepts left by the budget; a still busy listener is
+                // queued again for the next pass (`accept`).
+                Pending::Accept(i) => self.accept(i, t),
+                Pending::Pty(key) => self.push_pending(Pending::Pty(key)),
+            }
+        }
+        self.retry_store_blocked();
+        let mut left = PTY_PASS_BUDGET;
+        for _ in 0..self.sched.bulk_len() {
+            if left == 0 {
+                break;
+            }
+            let Some(key) = self.sched.next_bulk() else {
+                break;
+            };
+            left = left.saturating_sub(self.read_pty(key, sched::quantum(left), t));
         }
     }
 
-    /// Serves each source a budget cut short once more, round robin.
-    pub(crate) fn run_pending(&mut self, t: Timestamp) {
-        let n = self.pending.len();
-        for _ in 0..n {
-            let Some(p) = self.pending.pop_front() else {
-                break;
-            };
-            self.pending_set.remove(&p);
-            match p {
-                Pending::Pty(key) => self.read_pty(key, t),
-                Pending::Conn(id) => self.conn_readable(id, t),
-                Pending::Exit(key) => self.exit_notice(key, t),
-                Pending::Accept(i) => self.accept(i, t),
-            }
+    /// Queues the reads of panes whose session log has caught up.
+    fn retry_store_blocked(&mut self) {
+        if self.store_blocked.is_empty() || self.store_pending {
+            return;
         }
-        if !self.store_blocked.is_empty() {
-            let blocked: Vec<PaneKey> = self.store_blocked.iter().copied().collect();
-            for key in blocked {
-                let Some(agent) = self.panes.agent(key) else {
-                    self.store_blocked.remove(&key);
-                    continue;
-                };
-                if !self.store_pending && !self.store.over_limit(&agent.session) {
-                    self.store_blocked.remove(&key);
-                    self.read_pty(key, t);
-                }
+        let blocked: Vec<PaneKey> = self.store_blocked.iter().copied().collect();
+        for key in blocked {
+            let Some(agent) = self.panes.agent(key) else {
+                self.store_blocked.remove(&key);
+                continue;
+            };
+            if !self.store.over_limit(&agent.session) {
+                self.store_blocked.remove(&key);
+                self.push_pending(Pending::Pty(key));
             }
         }
     }
@@ -411,18 +408,34 @@ impl Daemon {
                 log_info!("{rotation:?}");
             }
         }
-        // Until the flush has caught up, no reply or watch event leaves: one
-        // could report a line that a crash would lose. Agents are not read
-        // meanwhile (see `read_pty`), so the log catches up in a few wakeups.
-        // The watch journal is under the same rule.
+        self.bus.end_pass(&mut self.conns, &mut self.dirty_conns, t);
+        // No reply or watch event leaves before its log holds the lines it
+        // reports and the watch journal the events (a crash could lose
+        // them): each frame queued in this pass gets the marks of what is
+        // buffered now (log batch, bus seq), and leaves once both writers
+        // have confirmed that far. Agents are read meanwhile; a burst's
+        // events go out as the writers confirm them, not only once idle.
         let journaled = self.bus.sync_journal();
-        if !self.store_pending && journaled {
-            self.bus
-                .pump_replays(&mut self.conns, &mut self.dirty_conns, t);
-            let dirty: Vec<usize> = std::mem::take(&mut self.dirty_conns).into_iter().collect();
-            for id in dirty {
-                self.flush_conn(ConnId(id), t);
+        self.bus
+            .pump_replays(&mut self.conns, &mut self.dirty_conns, t);
+        let mark = Marks {
+            log: self.store.log_mark(),
+            journal: self.bus.seq(),
+        };
+        self.confirmed = Marks {
+            log: if self.store_pending {
+                self.store.logged_through()
+            } else {
+                u64::MAX
+            },
+            journal: journaled,
+        };
+        let dirty: Vec<usize> = std::mem::take(&mut self.dirty_conns).into_iter().collect();
+        for id in dirty {
+            if let Some(c) = self.conns.get_mut(id) {
+                c.stamp(mark);
             }
+            self.flush_conn(ConnId(id), t);
         }
         if self.accept_blocked && !self.is_stopping() {
             self.accept_blocked = false;

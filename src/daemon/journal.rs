@@ -343,6 +343,18 @@ impl Journal {
         }
     }
 
+    /// Every event up to this seq is on disk (all of them once caught up):
+    /// a frame reporting events up to it may leave.
+    pub fn journaled_through(&self) -> u64 {
+        if self.caught_up() {
+            return u64::MAX;
+        }
+        match &self.writer {
+            Some(w) => w.written.load(Ordering::Acquire),
+            None => self.submitted_seq,
+        }
+    }
+
     /// The index of the first held event with `seq >= from`.
     pub fn position(&self, from: u64) -> usize {
         self.ring.partition_point(|e| e.seq < from)

@@ -87,7 +87,9 @@ impl Daemon {
         if let Some(p) = self.panes.agent_mut(key).and_then(|a| a.proc.as_mut()) {
             p.read_pending = true;
         }
-        self.read_pty(key, t);
+        // One quantum is enough: any output read makes the agent not quiet,
+        // and the rest waits its turn in the round robin.
+        self.read_pty(key, crate::daemon::sched::PTY_QUANTUM, t);
         let Some(pane) = self.panes.pane(key) else {
             return;
         };

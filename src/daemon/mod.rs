@@ -29,6 +29,7 @@ pub mod notify;
 pub mod panes;
 mod proc;
 pub(crate) mod recovery;
+mod sched;
 mod server;
 pub mod settings;
 mod shutdown;

@@ -17,8 +17,9 @@ use crate::core::state::AgentState;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Proc, Recipe};
 use crate::daemon::diag::{log_debug, log_warn};
-use crate::daemon::event_loop::{Daemon, Pending, PTY_READ_BUDGET};
+use crate::daemon::event_loop::{Daemon, Pending};
 use crate::daemon::panes::{PaneKey, Slot};
+use crate::daemon::sched::EXIT_DRAIN_BUDGET;
 use crate::daemon::source::Source;
 use crate::daemon::store::{ExitRecord, LineRecord, SessionStore};
 use crate::daemon::timers::Deadline;
@@ -26,32 +27,40 @@ use crate::platform::{self, ReadOutcome};
 use crate::protocol::WatchKind;
 
 impl Daemon {
-    pub(crate) fn read_pty(&mut self, key: PaneKey, t: Timestamp) {
-        let mut budget = PTY_READ_BUDGET;
+    /// Reads up to `budget` bytes of the pane's PTY; returns the bytes read.
+    /// Readiness left over goes back to the scheduler's round robin.
+    pub(crate) fn read_pty(&mut self, key: PaneKey, budget: usize, t: Timestamp) -> usize {
+        let mut left = budget;
+        let mut read_any = false;
         loop {
             let Some(agent) = self.panes.agent_mut(key) else {
-                return;
+                return budget - left;
             };
-            if self.store_pending || self.store.over_limit(&agent.session) {
+            // An agent that has exited is drained even while the flush is
+            // behind: its exit is reported only after its last output.
+            let exited = agent.proc.as_ref().is_some_and(|p| p.status.is_some());
+            if (self.store_pending && !exited) || self.store.over_limit(&agent.session) {
                 // Backpressure: while its log (or the flush) is behind, the
                 // agent waits on its PTY; nothing is lost.
                 self.store_blocked.insert(key);
-                return;
+                break;
             }
             let Some(proc_) = agent.proc.as_mut() else {
-                return;
+                break;
             };
             if proc_.eof || !proc_.read_pending {
-                return;
+                break;
             }
-            if budget == 0 {
+            if left == 0 {
                 self.push_pending(Pending::Pty(key));
-                return;
+                break;
             }
-            let outcome = platform::read_master(proc_.master.as_fd(), &mut self.read_buf);
+            let want = left.min(self.read_buf.len());
+            let outcome = platform::read_master(proc_.master.as_fd(), &mut self.read_buf[..want]);
+            read_any = true;
             match outcome {
                 Ok(ReadOutcome::Data(n)) => {
-                    budget = budget.saturating_sub(n);
+                    left = left.saturating_sub(n);
                     self.ingest_chunk(key, n, t);
                 }
                 Ok(ReadOutcome::WouldBlock) => {
@@ -73,7 +82,10 @@ impl Daemon {
                 }
             }
         }
-        self.after_ingest(key, t);
+        if read_any {
+            self.after_ingest(key, t);
+        }
+        budget - left
     }
 
     /// Feeds `read_buf[..n]` to the pane (the single ingest entry), which
@@ -204,7 +216,7 @@ impl Daemon {
         );
         // Reads cut short by a budget or a log backlog continue meanwhile;
         // an end of file reached here comes before the exit in the table.
-        self.read_pty(key, t);
+        self.read_pty(key, EXIT_DRAIN_BUDGET, t);
         self.life_event(key, LifeEvent::Exited, t);
     }
 

@@ -351,9 +351,16 @@ impl Daemon {
             return;
         };
         let queued = conn.queued_bytes();
-        let failed = conn.flush().is_err();
+        let failed = conn.flush_logged(self.confirmed).is_err();
+        // Progress for the idle close: the peer took some of its queue.
         if conn.queued_bytes() < queued {
             conn.seat.last_progress = Some(t);
+        }
+        if conn.waits_for_log(self.confirmed) {
+            self.dirty_conns.insert(id.0);
+        }
+        if conn.watch_fell_behind(t) {
+            self.bus.drop_watcher(id, conn, t);
         }
         let linger_over = conn.closing_since.is_some_and(|s| t.since(s) >= LINGER);
         if failed || (conn.closing && (conn.is_flushed() || linger_over)) {
@@ -377,7 +384,7 @@ impl Daemon {
         let mut conn = self.conns.remove(id.0);
         let _ = self.poll.registry().deregister(&mut conn.stream);
         self.tokens.remove(conn.token);
-        self.bus.unsubscribe(id);
+        self.bus.unsubscribe(id, &self.conns);
         self.detach_conn(id);
         self.approvals.forget_conn(id);
         self.accept_blocked = true;

@@ -599,6 +599,14 @@ pub struct SessionStore {
     writer: Writer,
     /// A batch is with the writer thread.
     in_flight: bool,
+    /// Batches handed to the writer so far; a batch's number is the count
+    /// once it was handed over.
+    batches: u64,
+    /// The batch in flight, when it holds every record buffered before it.
+    in_flight_covers: Option<u64>,
+    /// The last batch that held every record buffered before it and was
+    /// written: each record buffered before it was handed over is logged.
+    logged_through: u64,
     /// The batch in flight is older than [`writer::STALL_AFTER`].
     stalled: bool,
     /// The last append failed (cleared by a successful one).
@@ -706,6 +714,9 @@ impl SessionStore {
             dirty: VecDeque::new(),
             writer: Writer::Inline(LogWriter::default()),
             in_flight: false,
+            batches: 0,
+            in_flight_covers: None,
+            logged_through: 0,
             stalled: false,
             write_failing: false,
             close_next: Vec::new(),
@@ -993,6 +1004,15 @@ impl SessionStore {
         if !self.in_flight && !hold {
             let batch = self.build_batch(budget);
             if !batch.is_empty() {
+                self.batches += 1;
+                // A session cut short by the budget leaves `dirty` too
+                // (it goes back when the batch is applied).
+                let covers = self.dirty.is_empty()
+                    && batch.appends.iter().all(|a| {
+                        let s = &self.sessions[a.session];
+                        s.pending() == s.inflight
+                    });
+                self.in_flight_covers = covers.then_some(self.batches);
                 self.dispatch(batch, &mut report);
             }
         }
@@ -1011,6 +1031,24 @@ impl SessionStore {
         report.pending = !self.dirty.is_empty() || self.in_flight;
         report.replaced_logs = std::mem::take(&mut self.unreported_replacements);
         report
+    }
+
+    /// The mark of what is buffered now: once `logged_through` reaches it,
+    /// every record buffered until now is in its log (replies and watch
+    /// events that report them may leave). Call after `flush`.
+    pub fn log_mark(&self) -> u64 {
+        if !self.dirty.is_empty() {
+            return self.batches + 1;
+        }
+        if self.in_flight {
+            return self.in_flight_covers.unwrap_or(self.batches + 1);
+        }
+        self.logged_through
+    }
+
+    /// See `log_mark`.
+    pub fn logged_through(&self) -> u64 {
+        self.logged_through
     }
 
     /// True while a batch is with the writer thread: the loop waits for
@@ -1160,11 +1198,14 @@ impl SessionStore {
     fn apply(&mut self, done: Done, report: &mut FlushReport) -> Option<io::Error> {
         self.in_flight = false;
         self.stalled = false;
+        let covers = self.in_flight_covers.take();
+        let mut all_written = true;
         let mut first: Option<io::Error> = None;
         let mut front = Vec::new();
         for d in done.appends {
             let i = d.session;
             let s = &mut self.sessions[i];
+            let sent = s.inflight;
             s.inflight = 0;
             if d.repaired {
                 if let Some(len) = s.repair.take() {
@@ -1187,6 +1228,7 @@ impl SessionStore {
             }
             if d.replaced {
                 self.log_replaced(i);
+                all_written = false;
                 continue;
             }
             if let Some(e) = d.error {
@@ -1204,12 +1246,17 @@ impl SessionStore {
                 report.failed = Some(e.kind());
                 first.get_or_insert(e);
                 self.dirty.push_back(i);
+                all_written = false;
                 continue;
             }
             let s = &mut self.sessions[i];
             if d.skipped || s.pending() > 0 || s.repair.is_some() {
                 // Not finished: it goes first next time.
                 front.push(i);
+                // Records buffered while the batch was out are not its own.
+                if d.skipped || d.written < sent || s.repair.is_some() {
+                    all_written = false;
+                }
             } else {
                 s.queued = false;
             }
@@ -1236,6 +1283,9 @@ impl SessionStore {
         }
         for i in done.moved {
             self.log_replaced(i);
+        }
+        if let (Some(n), true) = (covers, all_written) {
+            self.logged_through = n;
         }
         first
     }

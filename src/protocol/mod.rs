@@ -6,6 +6,9 @@
 //! UTC with milliseconds); everything else is colibri's own and documented
 //! in `docs/PROTOCOL.md`.
 
+mod watch_mode;
+pub use watch_mode::WatchMode;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -650,6 +653,9 @@ pub struct WatchArgs {
     /// Only these panes (ids or names); all when absent.
     #[serde(default)]
     pub panes: Option<Vec<String>>,
+    /// `all` (the default) or `changes`: state changes only.
+    #[serde(default)]
+    pub mode: WatchMode,
     /// Replay the journaled events after this seq first (see `watch.rs`).
     #[serde(default)]
     pub since: Option<u64>,

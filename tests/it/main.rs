@@ -22,6 +22,8 @@ mod govern;
 mod hostile;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.
 mod lifecycle;
+/// The loop under load: bursts, floods, watchers of state changes.
+mod load;
 /// The resumable watch and `colibri notify`.
 mod notify;
 /// The reshaped top layer: per-pane resources, lifecycle events, the bus.

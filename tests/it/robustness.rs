@@ -83,6 +83,11 @@ fn a_watcher_that_falls_behind_is_dropped_with_a_final_error() {
     for id in &ids {
         d.wait_pane(id, "all lines", |p| p["counters"]["events"] == json!(6000));
     }
+    // It took nothing for a while with more than its limit queued: the
+    // daemon drops it (checked as the heartbeat passes).
+    wait_for(Duration::from_secs(30), "the watcher to be dropped", || {
+        (d.ok(json!({"cmd":"status"}))["watchers"] == json!(0)).then_some(())
+    });
     // Now read everything the daemon queued: the stream must end with the error line.
     w.set_read_timeout(Some(Duration::from_secs(15)))
         .expect("timeout");
@@ -314,7 +319,21 @@ fn failing_log_writes_raise_one_alert_and_never_spin() {
         let st = d.ok(json!({"cmd":"status"}));
         (st["logs"]["failed_writes"].as_u64().unwrap_or(0) > 0).then_some(())
     });
-    // The agent is held back (backpressure), and the daemon does not spin.
+    // Until the buffer is full the daemon is busy for good reason: it reads
+    // and parses the agent's output. Once the pending bytes stop growing the
+    // agent is held back (backpressure), and from then on the daemon must not
+    // spin. (Requests are served before bulk reads, so the status above can
+    // come back while that first burst is still being read.)
+    let pending = || d.ok(json!({"cmd":"status"}))["logs"]["pending_bytes"].as_u64();
+    wait_for(
+        Duration::from_secs(30),
+        "the log buffer to stop growing",
+        || {
+            let a = pending()?;
+            std::thread::sleep(Duration::from_millis(300));
+            (a > 0 && pending()? == a).then_some(())
+        },
+    );
     // A reading that cannot be taken fails (see `cpu_ticks`): 0 is a
     // measurement here, never a default.
     let before = cpu_ticks(d.pid());

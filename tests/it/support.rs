@@ -69,6 +69,9 @@ impl Colibrid {
             .env_remove("COLIBRI_SOCKET")
             .env_remove("COLIBRI_CONFIG")
             .env("COLIBRI_LOG", "warn")
+            // Rescue files of a failed final flush land in the test's own
+            // dir, not in the machine's /var/tmp.
+            .env("TMPDIR", self.dir.path())
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

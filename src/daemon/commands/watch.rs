@@ -5,7 +5,7 @@ use crate::core::pane::LineKind;
 use crate::core::state::AgentState;
 use crate::daemon::conn::WatchFilter;
 use crate::daemon::event_loop::Daemon;
-use crate::protocol::{Command, CommandError, EmitReply, ErrorCode, Reply, WatchReply};
+use crate::protocol::{Command, CommandError, EmitReply, ErrorCode, Reply, WatchMode, WatchReply};
 
 use super::{mismatch, Call};
 
@@ -29,10 +29,13 @@ pub(super) fn watch(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     let Some(conn) = d.conns.get_mut(call.conn.0) else {
         return Err(CommandError::new(ErrorCode::Internal, "connection closed"));
     };
-    conn.watch = Some(WatchFilter { panes });
+    conn.watch = Some(WatchFilter {
+        panes,
+        changes_only: a.mode == WatchMode::Changes,
+    });
     match a.since {
-        Some(since) => d.bus.subscribe_since(call.conn, since),
-        None => d.bus.subscribe(call.conn),
+        Some(since) => d.bus.subscribe_since(call.conn, since, &d.conns),
+        None => d.bus.subscribe(call.conn, &d.conns),
     }
     Ok(Reply::Watch(WatchReply {
         watching: true,

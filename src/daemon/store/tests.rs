@@ -1331,3 +1331,36 @@ mod roundtrip {
         }
     }
 }
+
+#[test]
+fn the_log_mark_is_reached_only_once_everything_buffered_before_it_is_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    let line = br#"{"type":"message_update","delta":"0123456789"}"#;
+    for n in 0..100 {
+        let id = if n % 2 == 0 { "a" } else { "b" };
+        store.append(id, "p", LineRecord::Event(line), at(n));
+    }
+    let mark = store.log_mark();
+    assert!(store.logged_through() < mark, "nothing is written yet");
+    // Partial flushes (under a small budget) never reach the mark early.
+    let mut calls = 0;
+    loop {
+        let r = store.flush(1000);
+        calls += 1;
+        if !r.pending {
+            break;
+        }
+        assert!(store.logged_through() < mark || store.log_mark() <= store.logged_through());
+        // Records buffered meanwhile get a later mark.
+        if calls == 2 {
+            store.append("a", "p", LineRecord::Event(line), at(200));
+            assert!(store.log_mark() > mark || store.log_mark() > store.logged_through());
+        }
+    }
+    assert!(calls > 2);
+    assert!(store.logged_through() >= mark);
+    assert!(store.log_mark() <= store.logged_through());
+    assert_eq!(parsed_lines(&log_path(&cfg, "a")).len(), 51);
+}
