@@ -88,7 +88,10 @@ pub fn spawn_on_pty(spec: &SpawnSpec, slave: &OwnedFd) -> Result<Pid, SpawnError
             })
         }
     };
-    posix::spawn_with(spec, slave, jail, close_inherited)
+    // fork(2): FreeBSD's vfork-style paths (vfork, rfork_thread with
+    // RFSPAWN) would spare the copy of the daemon's page tables, as the
+    // Linux half does, but nothing here can run them, so the plain path stays.
+    posix::spawn_with(spec, slave, jail, close_inherited, posix::fork_child)
 }
 
 fn path_cstring(path: &Path, what: &'static str) -> Result<CString, SpawnError> {

@@ -428,6 +428,7 @@ pub(super) fn spawn_with(
     slave: &OwnedFd,
     jail: Option<JailEntry>,
     close_inherited: fn() -> io::Result<()>,
+    start_child: fn(&ChildPlan<'_>) -> io::Result<Pid>,
 ) -> Result<Pid, SpawnError> {
     let (program, args) = spec.argv.split_first().ok_or(SpawnError::EmptyArgv)?;
     if spec.argv.iter().any(|a| a.contains('\0')) {
@@ -514,33 +515,72 @@ pub(super) fn spawn_with(
     let creds = spec.user.as_ref().map(child_creds);
     let slave_fd = slave.as_raw_fd();
 
-    // Not std::process::Command: it blocks until the child has exec'd (to
-    // report exec errors), which serialises spawns at roughly a millisecond
-    // each. Here the parent returns right after fork; a failure after fork
-    // is written to the agent's terminal and the child exits 127, which the
-    // daemon reports like any failed agent.
-    // SAFETY: fork has no arguments. The child below only calls
-    // async-signal-safe functions on data prepared before fork, so it is
-    // sound even if the parent had other threads.
-    let pid = unsafe { libc::fork() };
-    if pid == -1 {
-        return Err(SpawnError::Io(io::Error::last_os_error()));
-    }
-    if pid == 0 {
+    let plan = ChildPlan {
+        slave_fd,
+        close_inherited,
+        jail: jail.as_ref(),
+        creds: creds.as_ref(),
+        cwd: cwd.as_deref(),
+        exe: &exe,
+        argv: &argv_p,
+        envp: &env_p,
+    };
+    start_child(&plan).map_err(SpawnError::Io)
+}
+
+/// Everything the child does between fork and exec, prepared before it:
+/// the child only makes system calls on this data (no allocation, no
+/// locks), so it is sound whether the child has a copy of the daemon's
+/// memory (fork) or shares it until exec (Linux's vfork-style clone).
+pub(super) struct ChildPlan<'a> {
+    slave_fd: RawFd,
+    close_inherited: fn() -> io::Result<()>,
+    jail: Option<&'a JailEntry>,
+    creds: Option<&'a ChildCreds>,
+    cwd: Option<&'a CStr>,
+    exe: &'a CStr,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+}
+
+impl ChildPlan<'_> {
+    /// Runs in the child: sets it up and execs, or reports the failed
+    /// stage on the agent's terminal and exits 127, which the daemon
+    /// reports like any failed agent.
+    pub(super) fn run(&self) -> ! {
         let stage = child_main(
-            slave_fd,
-            close_inherited,
-            jail.as_ref(),
-            creds.as_ref(),
-            cwd.as_deref(),
-            &exe,
-            &argv_p,
-            &env_p,
+            self.slave_fd,
+            self.close_inherited,
+            self.jail,
+            self.creds,
+            self.cwd,
+            self.exe,
+            self.argv,
+            self.envp,
         );
         let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
         report_child_failure(stage, errno);
         // SAFETY: _exit is async-signal-safe and never returns.
-        unsafe { libc::_exit(127) };
+        unsafe { libc::_exit(127) }
+    }
+}
+
+/// Starts the child with fork(2). Not std::process::Command: it blocks
+/// until the child has exec'd (to report exec errors), which serialises
+/// spawns at roughly a millisecond each. Here the parent returns right
+/// after fork.
+// The Linux half starts children with clone (see `linux::clone_child`).
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+pub(super) fn fork_child(plan: &ChildPlan<'_>) -> io::Result<Pid> {
+    // SAFETY: fork has no arguments. The child only runs `plan.run`, which
+    // calls async-signal-safe functions on data prepared before fork, so it
+    // is sound even if the parent had other threads.
+    let pid = unsafe { libc::fork() };
+    if pid == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        plan.run();
     }
     Ok(pid)
 }
