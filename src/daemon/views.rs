@@ -8,6 +8,7 @@ use crate::core::time::Timestamp;
 use crate::daemon::agent::RestartPolicy;
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
+use crate::daemon::panes::Slot;
 use crate::protocol::{
     AlertHealth, LogHealth, PaneV1, PaneV2, SessionSummary, SnapshotV1, SnapshotV2, StatusData,
     WireExit, WireRestart, SNAPSHOT_V1, SNAPSHOT_V2,
@@ -15,7 +16,6 @@ use crate::protocol::{
 
 impl Daemon {
     pub(crate) fn snapshot_v1(&self, scope: &Scope, t: Timestamp) -> SnapshotV1 {
-        let stall = self.settings.daemon.stall_after;
         SnapshotV1 {
             schema: SNAPSHOT_V1.to_string(),
             host: self.settings.daemon.host.clone(),
@@ -24,52 +24,55 @@ impl Daemon {
                 .panes
                 .iter()
                 .filter(|(k, _)| self.visible(scope, *k))
-                .map(|(_, s)| {
-                    let mut v = PaneV1::from_pane(&s.pane, t, stall);
-                    // The contract's five states: see docs/PROTOCOL.md.
-                    let actual = s.agent.supervision.actual(&s.agent);
-                    v.state = crate::core::spec::v1_state(actual, s.pane.state());
-                    v
-                })
+                .map(|(_, s)| self.pane_v1(s, t))
                 .collect(),
         }
     }
 
+    /// One pane as the contract's v1 snapshot shows it.
+    pub(crate) fn pane_v1(&self, s: &Slot, t: Timestamp) -> PaneV1 {
+        let mut v = PaneV1::from_pane(&s.pane, t, self.settings.daemon.stall_after);
+        // The contract's five states: see docs/PROTOCOL.md.
+        let actual = s.agent.supervision.actual(&s.agent);
+        v.state = crate::core::spec::v1_state(actual, s.pane.state());
+        v
+    }
+
     pub(crate) fn snapshot_v2(&self, scope: &Scope, t: Timestamp) -> SnapshotV2 {
-        let stall = self.settings.daemon.stall_after;
-        let panes = self
-            .panes
-            .iter()
-            .filter(|(k, _)| self.visible(scope, *k))
-            .map(|(_, s)| {
-                let mut v = PaneV2::from_pane(&s.pane, t, stall);
-                {
-                    let a = &s.agent;
-                    v.daemon_session = Some(a.session.clone());
-                    v.jail = a.jail.clone();
-                    v.pid = a.running_pid();
-                    v.generation = a.generation;
-                    v.supervision = Some(a.supervision.wire(a));
-                    for w in &mut v.approvals {
-                        w.escalated = self.approvals.escalated(&w.id);
-                    }
-                    if a.restart.policy != RestartPolicy::Never {
-                        v.restart = Some(WireRestart {
-                            policy: a.restart.policy.as_str().to_string(),
-                            attempts: a.restart.attempts,
-                            next_at: a.next_restart_at().map(|n| n.to_rfc3339()),
-                        });
-                    }
-                }
-                v
-            })
-            .collect();
         SnapshotV2 {
             schema: SNAPSHOT_V2.to_string(),
             host: self.settings.daemon.host.clone(),
             observed_at: t.to_rfc3339(),
-            panes,
+            panes: self
+                .panes
+                .iter()
+                .filter(|(k, _)| self.visible(scope, *k))
+                .map(|(_, s)| self.pane_v2(s, t))
+                .collect(),
         }
+    }
+
+    /// One pane as the v2 snapshot shows it: the core's view plus what
+    /// only the daemon knows (pid, jail, supervision, restarts, escalation).
+    pub(crate) fn pane_v2(&self, s: &Slot, t: Timestamp) -> PaneV2 {
+        let mut v = PaneV2::from_pane(&s.pane, t, self.settings.daemon.stall_after);
+        let a = &s.agent;
+        v.daemon_session = Some(a.session.clone());
+        v.jail = a.jail.clone();
+        v.pid = a.running_pid();
+        v.generation = a.generation;
+        v.supervision = Some(a.supervision.wire(a));
+        for w in &mut v.approvals {
+            w.escalated = self.approvals.escalated(&w.id);
+        }
+        if a.restart.policy != RestartPolicy::Never {
+            v.restart = Some(WireRestart {
+                policy: a.restart.policy.as_str().to_string(),
+                attempts: a.restart.attempts,
+                next_at: a.next_restart_at().map(|n| n.to_rfc3339()),
+            });
+        }
+        v
     }
 
     pub(crate) fn status_data(&self, scope: &Scope, t: Timestamp) -> StatusData {
