@@ -6,6 +6,11 @@
 //! interest is registered only while that queue is non-empty. The loop
 //! never waits for a client: a client that does not read fills its queue,
 //! stops having its requests served, and (when watching) is dropped.
+//!
+//! A reply too large to hold (`get-session`'s dump) is a [`ReplyBody`]: the
+//! connection carries it and the loop asks it for the next slice only while
+//! the queue is below [`BODY_LOW_WATER`], so a client that does not read
+//! costs one slice, not the whole reply.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
@@ -37,6 +42,26 @@ pub const WATCH_HARD_LIMIT: usize = 16 << 20;
 pub const REPLY_QUEUE_LIMIT: usize = 64 << 20;
 /// Bytes read from one client per wakeup before others get a turn.
 const READ_BUDGET: usize = 256 * 1024;
+
+/// A streamed reply's next slice is made only while less than this is
+/// queued: a client that stops reading holds at most this plus one slice.
+pub const BODY_LOW_WATER: usize = 256 << 10;
+
+/// A reply made a slice at a time as its client drains (see
+/// `daemon::session_stream`). Each call does a bounded amount of work and
+/// appends the next bytes of the one reply line to `out`; the slices of a
+/// reply, concatenated, are exactly the reply line (with its `\n`).
+pub trait ReplyBody: std::fmt::Debug {
+    /// Appends the next slice; `Done` once the reply is complete. An error
+    /// leaves the reply cut short: the connection must be closed.
+    fn next_slice(&mut self, out: &mut Vec<u8>) -> io::Result<BodyProgress>;
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum BodyProgress {
+    More,
+    Done,
+}
 
 /// Frames handed to one `writev` (at most `IOV_MAX`, 1024 on both systems).
 const WRITE_SLICES: usize = 256;
@@ -149,6 +174,8 @@ pub struct Conn {
     behind_since: Option<Timestamp>,
     /// Bytes written by the last flush.
     last_written: usize,
+    /// The streamed reply still being made; requests wait until it is done.
+    body: Option<Box<dyn ReplyBody>>,
 }
 
 impl Conn {
@@ -171,6 +198,7 @@ impl Conn {
             write_interest: false,
             behind_since: None,
             last_written: 0,
+            body: None,
         }
     }
 
@@ -178,9 +206,41 @@ impl Conn {
         self.out_bytes
     }
 
-    /// Whether requests should be served now (the client keeps up).
+    /// Whether requests should be served now (the client keeps up, and
+    /// no streamed reply is still being made: replies stay in order).
     pub fn accepts_requests(&self) -> bool {
-        !self.closing && self.out_bytes < PAUSE_REQUESTS_AT
+        !self.closing && self.body.is_none() && self.out_bytes < PAUSE_REQUESTS_AT
+    }
+
+    /// Makes `body` the next reply, after what is queued.
+    pub fn start_body(&mut self, body: Box<dyn ReplyBody>) {
+        self.body = Some(body);
+    }
+
+    /// A streamed reply has more to make and the client room for it.
+    pub fn body_wants_more(&self) -> bool {
+        self.body.is_some() && !self.closing && self.out_bytes < BODY_LOW_WATER
+    }
+
+    /// Queues the next slice of the streamed reply when the client has
+    /// room; drops the body once complete (its file closes with it). On an
+    /// error the body is dropped too and the caller closes the connection.
+    pub fn pump_body(&mut self) -> io::Result<()> {
+        if !self.body_wants_more() {
+            return Ok(());
+        }
+        let Some(body) = self.body.as_mut() else {
+            return Ok(());
+        };
+        let mut slice = Vec::new();
+        let progress = body.next_slice(&mut slice);
+        if !matches!(progress, Ok(BodyProgress::More)) {
+            self.body = None;
+        }
+        if !slice.is_empty() {
+            self.enqueue(Rc::from(slice));
+        }
+        progress.map(|_| ())
     }
 
     /// Reads up to the budget, queueing complete request lines.
@@ -249,6 +309,7 @@ impl Conn {
         self.out_bytes += last.len();
         self.out.push_back((last, UNSTAMPED));
         self.watch = None;
+        self.body = None;
         self.close_after_flush(now);
     }
 
