@@ -176,6 +176,11 @@ pub struct Conn {
     last_written: usize,
     /// The streamed reply still being made; requests wait until it is done.
     body: Option<Box<dyn ReplyBody>>,
+    /// Frames queued while a body is being made (watch events, attach
+    /// output, a deferred reply): they follow the body's whole line, never
+    /// cut into it. Counted in `out_bytes`, so the queue limits see them.
+    held: VecDeque<Rc<[u8]>>,
+    held_bytes: usize,
 }
 
 impl Conn {
@@ -199,6 +204,8 @@ impl Conn {
             behind_since: None,
             last_written: 0,
             body: None,
+            held: VecDeque::new(),
+            held_bytes: 0,
         }
     }
 
@@ -219,7 +226,7 @@ impl Conn {
 
     /// A streamed reply has more to make and the client room for it.
     pub fn body_wants_more(&self) -> bool {
-        self.body.is_some() && !self.closing && self.out_bytes < BODY_LOW_WATER
+        self.body.is_some() && !self.closing && self.out_bytes - self.held_bytes < BODY_LOW_WATER
     }
 
     /// Queues the next slice of the streamed reply when the client has
@@ -234,12 +241,25 @@ impl Conn {
         };
         let mut slice = Vec::new();
         let progress = body.next_slice(&mut slice);
-        if !matches!(progress, Ok(BodyProgress::More)) {
-            self.body = None;
-        }
         if !slice.is_empty() {
-            self.enqueue(Rc::from(slice));
+            self.out_bytes += slice.len();
+            self.out.push_back((Rc::from(slice), UNSTAMPED));
         }
+        match progress {
+            Ok(BodyProgress::More) => return Ok(()),
+            Ok(BodyProgress::Done) => {
+                for frame in self.held.drain(..) {
+                    self.out.push_back((frame, UNSTAMPED));
+                }
+            }
+            Err(_) => {
+                // The connection is closed: what waited for the body goes.
+                self.out_bytes -= self.held_bytes;
+                self.held.clear();
+            }
+        }
+        self.held_bytes = 0;
+        self.body = None;
         progress.map(|_| ())
     }
 
@@ -282,7 +302,12 @@ impl Conn {
     /// caller decides: drop a watcher, close a non-reader).
     pub fn enqueue(&mut self, frame: Rc<[u8]>) -> bool {
         self.out_bytes += frame.len();
-        self.out.push_back((frame, UNSTAMPED));
+        if self.body.is_some() {
+            self.held_bytes += frame.len();
+            self.held.push_back(frame);
+        } else {
+            self.out.push_back((frame, UNSTAMPED));
+        }
         let limit = if self.watch.is_some() {
             WATCH_HARD_LIMIT
         } else {
@@ -310,6 +335,8 @@ impl Conn {
         self.out.push_back((last, UNSTAMPED));
         self.watch = None;
         self.body = None;
+        self.held.clear();
+        self.held_bytes = 0;
         self.close_after_flush(now);
     }
 
@@ -518,6 +545,65 @@ mod tests {
         assert!(!c.is_flushed());
         c.flush().expect("flush");
         assert_eq!(read_all(&mut peer), b"b\n");
+    }
+
+    /// A body of `slices` slices of `len` bytes each, then `\n`.
+    #[derive(Debug)]
+    struct Pieces {
+        slices: usize,
+        len: usize,
+    }
+
+    impl ReplyBody for Pieces {
+        fn next_slice(&mut self, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+            if self.slices == 0 {
+                out.push(b'\n');
+                return Ok(BodyProgress::Done);
+            }
+            self.slices -= 1;
+            out.resize(out.len() + self.len, b'b');
+            Ok(BodyProgress::More)
+        }
+    }
+
+    #[test]
+    fn a_body_is_made_only_while_the_client_drains_and_nothing_cuts_into_it() {
+        let (mut c, mut peer) = conn();
+        c.enqueue(Rc::from(&b"before\n"[..]));
+        c.start_body(Box::new(Pieces {
+            slices: 40,
+            len: 64 << 10,
+        }));
+        assert!(!c.accepts_requests(), "requests wait for the body");
+        // Not read: the body stops at the low-water mark.
+        while c.body_wants_more() {
+            c.pump_body().expect("slice");
+        }
+        let made = c.queued_bytes();
+        assert!(made < BODY_LOW_WATER + (64 << 10), "{made} bytes made");
+        // A watch event queued meanwhile waits for the body's whole line.
+        c.enqueue(Rc::from(&b"event\n"[..]));
+        let mut got = Vec::new();
+        loop {
+            c.pump_body().expect("slice");
+            c.stamp(log(0));
+            c.flush_logged(log(0)).expect("flush");
+            got.extend(read_all(&mut peer));
+            if c.is_flushed() && !c.body_wants_more() {
+                break;
+            }
+        }
+        let mut want = b"before\n".to_vec();
+        want.resize(want.len() + 40 * (64 << 10), b'b');
+        want.extend_from_slice(b"\nevent\n");
+        assert!(
+            got == want,
+            "{} bytes, not the {} expected",
+            got.len(),
+            want.len()
+        );
+        assert!(c.accepts_requests());
+        assert_eq!(c.queued_bytes(), 0);
     }
 
     #[test]
