@@ -49,7 +49,9 @@ pub use self::writer::STALL_ENV as WRITER_STALL_ENV;
 
 /// Log fds kept open at once; there may be thousands of sessions.
 pub const MAX_OPEN_LOGS: usize = 64;
-/// `dump` refuses logs larger than this (the dump is built in memory).
+/// `get-session` refuses logs larger than this. colibrid streams the reply
+/// (it holds a slice, not the log), but a client reads it as one line and
+/// parses it whole (`colibri session`, `client.rs` caps a reply at 256 MiB).
 pub const MAX_DUMP_BYTES: u64 = 64 << 20;
 /// How long `sync` (shutdown) and `compact-session` wait for the writer.
 const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
