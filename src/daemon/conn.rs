@@ -6,6 +6,11 @@
 //! interest is registered only while that queue is non-empty. The loop
 //! never waits for a client: a client that does not read fills its queue,
 //! stops having its requests served, and (when watching) is dropped.
+//!
+//! A reply too large to hold (`get-session`'s dump) is a [`ReplyBody`]: the
+//! connection carries it and the loop asks it for the next slice only while
+//! the queue is below [`BODY_LOW_WATER`], so a client that does not read
+//! costs one slice, not the whole reply.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
@@ -37,6 +42,26 @@ pub const WATCH_HARD_LIMIT: usize = 16 << 20;
 pub const REPLY_QUEUE_LIMIT: usize = 64 << 20;
 /// Bytes read from one client per wakeup before others get a turn.
 const READ_BUDGET: usize = 256 * 1024;
+
+/// A streamed reply's next slice is made only while less than this is
+/// queued: a client that stops reading holds at most this plus one slice.
+pub const BODY_LOW_WATER: usize = 256 << 10;
+
+/// A reply made a slice at a time as its client drains (see
+/// `daemon::session_stream`). Each call does a bounded amount of work and
+/// appends the next bytes of the one reply line to `out`; the slices of a
+/// reply, concatenated, are exactly the reply line (with its `\n`).
+pub trait ReplyBody: std::fmt::Debug {
+    /// Appends the next slice; `Done` once the reply is complete. An error
+    /// leaves the reply cut short: the connection must be closed.
+    fn next_slice(&mut self, out: &mut Vec<u8>) -> io::Result<BodyProgress>;
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum BodyProgress {
+    More,
+    Done,
+}
 
 /// Frames handed to one `writev` (at most `IOV_MAX`, 1024 on both systems).
 const WRITE_SLICES: usize = 256;
@@ -149,6 +174,13 @@ pub struct Conn {
     behind_since: Option<Timestamp>,
     /// Bytes written by the last flush.
     last_written: usize,
+    /// The streamed reply still being made; requests wait until it is done.
+    body: Option<Box<dyn ReplyBody>>,
+    /// Frames queued while a body is being made (watch events, attach
+    /// output, a deferred reply): they follow the body's whole line, never
+    /// cut into it. Counted in `out_bytes`, so the queue limits see them.
+    held: VecDeque<Rc<[u8]>>,
+    held_bytes: usize,
 }
 
 impl Conn {
@@ -171,6 +203,9 @@ impl Conn {
             write_interest: false,
             behind_since: None,
             last_written: 0,
+            body: None,
+            held: VecDeque::new(),
+            held_bytes: 0,
         }
     }
 
@@ -178,9 +213,54 @@ impl Conn {
         self.out_bytes
     }
 
-    /// Whether requests should be served now (the client keeps up).
+    /// Whether requests should be served now (the client keeps up, and
+    /// no streamed reply is still being made: replies stay in order).
     pub fn accepts_requests(&self) -> bool {
-        !self.closing && self.out_bytes < PAUSE_REQUESTS_AT
+        !self.closing && self.body.is_none() && self.out_bytes < PAUSE_REQUESTS_AT
+    }
+
+    /// Makes `body` the next reply, after what is queued.
+    pub fn start_body(&mut self, body: Box<dyn ReplyBody>) {
+        self.body = Some(body);
+    }
+
+    /// A streamed reply has more to make and the client room for it.
+    pub fn body_wants_more(&self) -> bool {
+        self.body.is_some() && !self.closing && self.out_bytes - self.held_bytes < BODY_LOW_WATER
+    }
+
+    /// Queues the next slice of the streamed reply when the client has
+    /// room; drops the body once complete (its file closes with it). On an
+    /// error the body is dropped too and the caller closes the connection.
+    pub fn pump_body(&mut self) -> io::Result<()> {
+        if !self.body_wants_more() {
+            return Ok(());
+        }
+        let Some(body) = self.body.as_mut() else {
+            return Ok(());
+        };
+        let mut slice = Vec::new();
+        let progress = body.next_slice(&mut slice);
+        if !slice.is_empty() {
+            self.out_bytes += slice.len();
+            self.out.push_back((Rc::from(slice), UNSTAMPED));
+        }
+        match progress {
+            Ok(BodyProgress::More) => return Ok(()),
+            Ok(BodyProgress::Done) => {
+                for frame in self.held.drain(..) {
+                    self.out.push_back((frame, UNSTAMPED));
+                }
+            }
+            Err(_) => {
+                // The connection is closed: what waited for the body goes.
+                self.out_bytes -= self.held_bytes;
+                self.held.clear();
+            }
+        }
+        self.held_bytes = 0;
+        self.body = None;
+        progress.map(|_| ())
     }
 
     /// Reads up to the budget, queueing complete request lines.
@@ -222,7 +302,12 @@ impl Conn {
     /// caller decides: drop a watcher, close a non-reader).
     pub fn enqueue(&mut self, frame: Rc<[u8]>) -> bool {
         self.out_bytes += frame.len();
-        self.out.push_back((frame, UNSTAMPED));
+        if self.body.is_some() {
+            self.held_bytes += frame.len();
+            self.held.push_back(frame);
+        } else {
+            self.out.push_back((frame, UNSTAMPED));
+        }
         let limit = if self.watch.is_some() {
             WATCH_HARD_LIMIT
         } else {
@@ -249,6 +334,9 @@ impl Conn {
         self.out_bytes += last.len();
         self.out.push_back((last, UNSTAMPED));
         self.watch = None;
+        self.body = None;
+        self.held.clear();
+        self.held_bytes = 0;
         self.close_after_flush(now);
     }
 
@@ -457,6 +545,65 @@ mod tests {
         assert!(!c.is_flushed());
         c.flush().expect("flush");
         assert_eq!(read_all(&mut peer), b"b\n");
+    }
+
+    /// A body of `slices` slices of `len` bytes each, then `\n`.
+    #[derive(Debug)]
+    struct Pieces {
+        slices: usize,
+        len: usize,
+    }
+
+    impl ReplyBody for Pieces {
+        fn next_slice(&mut self, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+            if self.slices == 0 {
+                out.push(b'\n');
+                return Ok(BodyProgress::Done);
+            }
+            self.slices -= 1;
+            out.resize(out.len() + self.len, b'b');
+            Ok(BodyProgress::More)
+        }
+    }
+
+    #[test]
+    fn a_body_is_made_only_while_the_client_drains_and_nothing_cuts_into_it() {
+        let (mut c, mut peer) = conn();
+        c.enqueue(Rc::from(&b"before\n"[..]));
+        c.start_body(Box::new(Pieces {
+            slices: 40,
+            len: 64 << 10,
+        }));
+        assert!(!c.accepts_requests(), "requests wait for the body");
+        // Not read: the body stops at the low-water mark.
+        while c.body_wants_more() {
+            c.pump_body().expect("slice");
+        }
+        let made = c.queued_bytes();
+        assert!(made < BODY_LOW_WATER + (64 << 10), "{made} bytes made");
+        // A watch event queued meanwhile waits for the body's whole line.
+        c.enqueue(Rc::from(&b"event\n"[..]));
+        let mut got = Vec::new();
+        loop {
+            c.pump_body().expect("slice");
+            c.stamp(log(0));
+            c.flush_logged(log(0)).expect("flush");
+            got.extend(read_all(&mut peer));
+            if c.is_flushed() && !c.body_wants_more() {
+                break;
+            }
+        }
+        let mut want = b"before\n".to_vec();
+        want.resize(want.len() + 40 * (64 << 10), b'b');
+        want.extend_from_slice(b"\nevent\n");
+        assert!(
+            got == want,
+            "{} bytes, not the {} expected",
+            got.len(),
+            want.len()
+        );
+        assert!(c.accepts_requests());
+        assert_eq!(c.queued_bytes(), 0);
     }
 
     #[test]

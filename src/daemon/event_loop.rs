@@ -258,7 +258,8 @@ impl Daemon {
                 || (self.store_pending && !writer_busy)
                 || (self.store.compaction_active() && !writer_busy)
                 || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy)
-                || self.bus.replay_wants_more(&self.conns);
+                || self.bus.replay_wants_more(&self.conns)
+                || self.streams_want_more();
             let timeout = if busy { Some(Duration::ZERO) } else { None };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -418,6 +419,7 @@ impl Daemon {
         let journaled = self.bus.sync_journal();
         self.bus
             .pump_replays(&mut self.conns, &mut self.dirty_conns, t);
+        self.pump_streams(t);
         let mark = Marks {
             log: self.store.log_mark(),
             journal: self.bus.seq(),

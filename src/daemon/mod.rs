@@ -31,6 +31,7 @@ mod proc;
 pub(crate) mod recovery;
 mod sched;
 mod server;
+mod session_stream;
 pub mod settings;
 mod shutdown;
 pub mod source;

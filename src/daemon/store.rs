@@ -32,7 +32,7 @@ mod writer;
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -44,12 +44,14 @@ use self::index::IndexEntry;
 use self::record::TsText;
 use self::writer::{Append, Batch, Done, LogWriter, WriterThread};
 
-pub use self::scan::RECOVERY_EVENT_CAP;
+pub use self::scan::{RecordScanner, RECOVERY_EVENT_CAP};
 pub use self::writer::STALL_ENV as WRITER_STALL_ENV;
 
 /// Log fds kept open at once; there may be thousands of sessions.
 pub const MAX_OPEN_LOGS: usize = 64;
-/// `dump` refuses logs larger than this (the dump is built in memory).
+/// `get-session` refuses logs larger than this. colibrid streams the reply
+/// (it holds a slice, not the log), but a client reads it as one line and
+/// parses it whole (`colibri session`, `client.rs` caps a reply at 256 MiB).
 pub const MAX_DUMP_BYTES: u64 = 64 << 20;
 /// How long `sync` (shutdown) and `compact-session` wait for the writer.
 const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -1587,14 +1589,16 @@ impl SessionStore {
         self.by_id.get(id).map(|&i| &self.sessions[i].meta)
     }
 
-    /// The `get-session` dump: `{"session":{meta},"records":[every record,
-    /// verbatim],"corrupt_lines":n,"unflushed_bytes":n,"flush_error":s|null}`.
-    /// Records are checked as JSON but never re-serialised, so each comes
-    /// back byte for byte as the log holds it, whatever JSON the agent
-    /// printed (deep nesting, `1e400`, lone surrogate escapes).
-    /// The session is flushed first; if that fails the dump still shows
-    /// what is on disk and says so. Refuses logs over [`MAX_DUMP_BYTES`].
-    pub fn dump(&mut self, id: &str) -> Result<SessionDump, StoreError> {
+    /// What `get-session` streams (`daemon::session_stream`), taken now:
+    /// the session's metadata, the log opened (the fd keeps this content
+    /// readable even if compaction or rotation renames the file, or it is
+    /// deleted), the length the store counts as written (the writer may be
+    /// appending the buffered records right now), and a copy of the records
+    /// still buffered. That copy is bounded by the store's own cap on
+    /// unwritten bytes (1.5 × `buffer_limit`, see [`SessionStore::append`]'s
+    /// hard limit), so a stream never holds more than that plus a slice.
+    /// Refuses logs over [`MAX_DUMP_BYTES`].
+    pub fn open_dump(&self, id: &str) -> Result<DumpSource, StoreError> {
         let i = self.lookup(id)?;
         let s = &self.sessions[i];
         let flush_error = if s.pending() > 0 && (self.stalled || self.write_failing) {
@@ -1602,8 +1606,7 @@ impl SessionStore {
         } else {
             None
         };
-        let mut bytes = Vec::new();
-        match File::open(&s.path) {
+        let log = match File::open(&s.path) {
             Ok(f) => {
                 let len = f
                     .metadata()
@@ -1616,24 +1619,46 @@ impl SessionStore {
                         max: MAX_DUMP_BYTES,
                     });
                 }
-                // What the store counts as written: the writer may be
-                // appending the buffered records below right now.
-                f.take(s.meta.bytes.min(MAX_DUMP_BYTES))
-                    .read_to_end(&mut bytes)
-                    .map_err(|e| StoreError::io("read", &s.path, e))?;
+                Some(f)
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(StoreError::io("open", &s.path, e)),
-        }
-        bytes.extend_from_slice(&s.buf[s.head..]);
-        let (records, corrupt) = scan::complete_records(&bytes);
-        Ok(SessionDump {
+        };
+        Ok(DumpSource {
             session: meta_json(&s.meta),
-            records,
-            corrupt_lines: corrupt,
-            unflushed_bytes: s.pending(),
+            path: s.path.clone(),
+            log,
+            log_bytes: s.meta.bytes.min(MAX_DUMP_BYTES),
+            unflushed: s.buf[s.head..].to_vec(),
             flush_error,
             log_replaced: s.replaced,
+        })
+    }
+
+    /// The whole `get-session` dump in memory: the reference the streamed
+    /// reply (`daemon::session_stream`) is checked against, byte for byte.
+    /// Records are checked as JSON but never re-serialised, so each comes
+    /// back byte for byte as the log holds it, whatever JSON the agent
+    /// printed (deep nesting, `1e400`, lone surrogate escapes).
+    #[cfg(test)]
+    pub fn dump(&mut self, id: &str) -> Result<SessionDump, StoreError> {
+        use std::io::Read as _;
+        let mut src = self.open_dump(id)?;
+        let mut bytes = Vec::new();
+        if let Some(f) = src.log.take() {
+            f.take(src.log_bytes)
+                .read_to_end(&mut bytes)
+                .map_err(|e| StoreError::io("read", &src.path, e))?;
+        }
+        bytes.extend_from_slice(&src.unflushed);
+        let (records, corrupt) = scan::complete_records(&bytes);
+        Ok(SessionDump {
+            session: src.session,
+            records,
+            corrupt_lines: corrupt,
+            unflushed_bytes: src.unflushed.len(),
+            flush_error: src.flush_error,
+            log_replaced: src.log_replaced,
         })
     }
 
@@ -1940,6 +1965,24 @@ pub fn check_log_roundtrip(line: &[u8]) {
 }
 
 pub use crate::protocol::SessionDump;
+
+/// What a `get-session` reply is made of, taken at request time
+/// ([`SessionStore::open_dump`]); `daemon::session_stream` reads it out.
+#[derive(Debug)]
+pub struct DumpSource {
+    /// The index entry, as `get-session` shows it.
+    pub session: serde_json::Value,
+    /// For error messages only: the file may have been renamed since.
+    pub path: PathBuf,
+    /// The log as it was when asked; `None` if there was no file yet.
+    pub log: Option<File>,
+    /// How much of `log` the store counts as written.
+    pub log_bytes: u64,
+    /// The records still buffered, copied.
+    pub unflushed: Vec<u8>,
+    pub flush_error: Option<String>,
+    pub log_replaced: u32,
+}
 
 fn meta_json(m: &SessionMeta) -> serde_json::Value {
     json!({

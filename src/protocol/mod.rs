@@ -1029,7 +1029,7 @@ pub struct HintReply {
     pub rebased: usize,
 }
 
-/// The `get-session` reply's data (the daemon's `SessionStore::dump`).
+/// The `get-session` reply's data (streamed by `daemon::session_stream`).
 #[derive(Clone, Debug, Serialize)]
 pub struct SessionDump {
     pub session: serde_json::Value,

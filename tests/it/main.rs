@@ -30,6 +30,8 @@ mod notify;
 mod reshape;
 /// Bad input, slow clients, floods, scale.
 mod robustness;
+/// `get-session` streamed: bounded memory per client, replies in order.
+mod session_stream;
 /// The supervisor: declared agents, lifecycle commands, resume, ids.
 mod supervise;
 /// `colibri top` and `colibri attach` under tmux; the attach protocol.

@@ -3,19 +3,34 @@
 
 use crate::daemon::classify::classify_line;
 use crate::daemon::event_loop::Daemon;
+use crate::daemon::session_stream::SessionStream;
 use crate::daemon::store::StoreError;
 use crate::protocol::{Command, CommandError, CompactReply, ErrorCode, Reply};
 
 use super::{mismatch, Call};
 
-pub(super) fn get(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, CommandError> {
+/// Streamed (`daemon::session_stream`): the reply is made from the log a
+/// slice at a time as the client reads it, never held whole.
+pub(super) fn get(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
     let Command::GetSession(a) = c else {
         return Err(mismatch(&c));
     };
-    d.store
-        .dump(&a.session_id)
-        .map(|dump| Reply::Session(Box::new(dump)))
-        .map_err(store_error)
+    let src = d.store.open_dump(&a.session_id).map_err(store_error)?;
+    let body = SessionStream::new(src, call.rid.clone(), longest_record(d));
+    d.stream_reply(call.conn, Box::new(body));
+    Ok(Reply::Deferred)
+}
+
+/// The longest line a log can hold as a record: an agent line (or an
+/// `emit` request) at its cap, every byte escaped as `\u00XX`, plus the
+/// record's own fields. Anything longer is damage.
+fn longest_record(d: &Daemon) -> usize {
+    let line = d
+        .settings
+        .daemon
+        .max_line
+        .max(d.settings.daemon.max_request);
+    line.saturating_mul(6).saturating_add(64 << 10)
 }
 
 pub(super) fn compact(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, CommandError> {

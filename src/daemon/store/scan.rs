@@ -88,18 +88,92 @@ impl<'a> RecordFields<'a> {
 /// range check on numbers, lone surrogate escapes kept as written.
 pub(super) fn complete_records(bytes: &[u8]) -> (Vec<Box<RawValue>>, u64) {
     let mut records = Vec::new();
-    let mut corrupt: u64 = 0;
-    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-    for line in bytes[..complete].split(|&b| b == b'\n') {
-        if line.is_empty() {
-            continue;
-        }
-        match record_text(line) {
-            Some(raw) => records.push(raw),
-            None => corrupt += 1,
+    let mut scanner = RecordScanner::new(usize::MAX);
+    scanner.feed(bytes, |r| records.push(r));
+    (records, scanner.corrupt_lines())
+}
+
+/// [`complete_records`] slice by slice: feed a log's bytes in pieces of
+/// any size, get the same records in the same order and the same count of
+/// corrupt lines. A line cut by a slice is carried to the next (so the
+/// carry holds at most one line); bytes after the last `\n` are never a
+/// record. A line longer than `max_line` is counted corrupt and skipped
+/// without being held: the store writes no record that long, so only a
+/// damaged file has one, and it must not cost a reader its size in memory.
+#[derive(Debug)]
+pub struct RecordScanner {
+    partial: Vec<u8>,
+    /// The line being carried passed `max_line`: skip to its end.
+    skipping: bool,
+    max_line: usize,
+    corrupt: u64,
+}
+
+impl RecordScanner {
+    pub fn new(max_line: usize) -> RecordScanner {
+        RecordScanner {
+            partial: Vec::new(),
+            skipping: false,
+            max_line,
+            corrupt: 0,
         }
     }
-    (records, corrupt)
+
+    /// Complete lines that were not records so far.
+    pub fn corrupt_lines(&self) -> u64 {
+        self.corrupt
+    }
+
+    /// Scans the next bytes of the log, calling `record` with each record
+    /// completed by them, verbatim.
+    pub fn feed(&mut self, mut bytes: &[u8], mut record: impl FnMut(Box<RawValue>)) {
+        if self.skipping || !self.partial.is_empty() {
+            let Some(end) = memchr::memchr(b'\n', bytes) else {
+                self.carry(bytes);
+                return;
+            };
+            self.carry(&bytes[..end]);
+            bytes = &bytes[end + 1..];
+            if self.skipping {
+                self.skipping = false;
+                self.corrupt += 1;
+            } else {
+                let line = std::mem::take(&mut self.partial);
+                self.line(&line, &mut record);
+                // Reuse the allocation for the next carried line.
+                self.partial = line;
+                self.partial.clear();
+            }
+        }
+        let complete = memchr::memrchr(b'\n', bytes).map_or(0, |p| p + 1);
+        for line in bytes[..complete].split(|&b| b == b'\n') {
+            self.line(line, &mut record);
+        }
+        self.carry(&bytes[complete..]);
+    }
+
+    fn line(&mut self, line: &[u8], record: &mut impl FnMut(Box<RawValue>)) {
+        if line.is_empty() {
+            return;
+        }
+        match record_text(line) {
+            Some(raw) => record(raw),
+            None => self.corrupt += 1,
+        }
+    }
+
+    /// Keeps the start of a line cut by the slice, up to `max_line`.
+    fn carry(&mut self, bytes: &[u8]) {
+        if self.skipping || bytes.is_empty() {
+            return;
+        }
+        if self.partial.len() + bytes.len() > self.max_line {
+            self.partial = Vec::new();
+            self.skipping = true;
+            return;
+        }
+        self.partial.extend_from_slice(bytes);
+    }
 }
 
 /// Whether an agent line embedded as `ev` will read back: it must be one

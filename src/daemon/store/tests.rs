@@ -1364,3 +1364,172 @@ fn the_log_mark_is_reached_only_once_everything_buffered_before_it_is_written() 
     assert!(store.log_mark() <= store.logged_through());
     assert_eq!(parsed_lines(&log_path(&cfg, "a")).len(), 51);
 }
+
+/// The streamed `get-session` reply (`daemon::session_stream`), its slices
+/// joined; checks no slice reads more than its bound.
+fn streamed(store: &SessionStore, id: &str, rid: Option<Value>) -> Vec<u8> {
+    use crate::daemon::conn::{BodyProgress, ReplyBody};
+    use crate::daemon::session_stream::{SessionStream, SLICE_BYTES};
+    let src = store.open_dump(id).expect("open dump");
+    let mut body = SessionStream::new(src, rid, 1 << 20);
+    let mut out = Vec::new();
+    loop {
+        let mut slice = Vec::new();
+        let progress = body.next_slice(&mut slice).expect("slice");
+        // A slice is what it read (plus one carried record and the commas).
+        assert!(slice.len() <= 2 * SLICE_BYTES, "{} bytes", slice.len());
+        out.extend_from_slice(&slice);
+        if progress == BodyProgress::Done {
+            return out;
+        }
+    }
+}
+
+/// The reply line as it was made before streaming: the whole dump in
+/// memory, through the same envelope as every other reply.
+fn in_memory(store: &mut SessionStore, id: &str, rid: Option<Value>) -> Vec<u8> {
+    let dump = store.dump(id).expect("dump");
+    crate::protocol::ok_line(
+        rid.as_ref(),
+        &crate::protocol::Reply::Session(Box::new(dump)),
+    )
+}
+
+#[test]
+fn the_streamed_dump_is_the_in_memory_reply_byte_for_byte() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    fs::create_dir_all(&cfg.dir).expect("mkdir");
+    // Enough records, one of them larger than a slice, that the stream's
+    // slices cut lines and the carry is exercised; a corrupt middle line.
+    let mut log = Vec::new();
+    let big = format!(
+        "{{\"ts\":\"2026-05-27T12:00:00.000Z\",\"pane\":\"p\",\"ev\":{{\"type\":\"big\",\"t\":\"{}\"}}}}\n",
+        "x".repeat(300 << 10)
+    );
+    for n in 0..9_000 {
+        let odd = match n % 4 {
+            0 => "{ \"type\" : \"delta\" , \"n\" : [1, 2.50, 1e400] }".to_string(),
+            1 => format!(
+                "{{\"type\":\"deep\",\"d\":{}1{}}}",
+                "[".repeat(130),
+                "]".repeat(130)
+            ),
+            2 => r#"{"type":"message_update","t":"\ud83d"}"#.to_string(),
+            _ => format!("{{\"type\":\"delta\",\"n\":{n}}}"),
+        };
+        log.extend_from_slice(
+            format!("{{\"ts\":\"2026-05-27T12:00:00.001Z\",\"pane\":\"p\",\"ev\":{odd}}}\n")
+                .as_bytes(),
+        );
+        if n == 4_000 {
+            log.extend_from_slice(b"garbage {\n\n");
+            log.extend_from_slice(big.as_bytes());
+        }
+    }
+    fs::write(log_path(&cfg, "s1"), &log).expect("write log");
+    let (mut store, rec) = open(&cfg);
+    assert_eq!(rec.corrupt_lines, 1);
+    // Records still buffered come after the log's, as in the dump.
+    store.append("s1", "p", LineRecord::Event(br#"{"type":"late"}"#), at(1));
+    store.append("s1", "p", LineRecord::Raw(b"late raw"), at(2));
+    for rid in [
+        None,
+        Some(serde_json::json!(7)),
+        Some(serde_json::json!({"k": "v"})),
+    ] {
+        let want = in_memory(&mut store, "s1", rid.clone());
+        let got = streamed(&store, "s1", rid);
+        assert!(got == want, "streamed reply differs from the in-memory one");
+    }
+    #[derive(serde::Deserialize)]
+    struct Dump<'a> {
+        #[serde(borrow)]
+        records: Vec<&'a serde_json::value::RawValue>,
+        corrupt_lines: u64,
+        unflushed_bytes: usize,
+    }
+    let line = streamed(&store, "s1", None);
+    let reply: crate::protocol::Response<Dump<'_>> =
+        serde_json::from_slice(&line).expect("reply parses");
+    let dump = reply.data.expect("data");
+    assert_eq!(dump.corrupt_lines, 1);
+    assert_eq!(dump.records.len(), 9_000 + 1 + 2);
+    assert!(dump.unflushed_bytes > 0);
+    drain(&mut store);
+    assert_eq!(
+        streamed(&store, "s1", None),
+        in_memory(&mut store, "s1", None)
+    );
+    // No log yet: just the buffered records.
+    store.ensure_session("s2", Some("pi"), None, at(3));
+    store.append("s2", "p", LineRecord::Event(br#"{"type":"only"}"#), at(4));
+    assert_eq!(
+        streamed(&store, "s2", None),
+        in_memory(&mut store, "s2", None)
+    );
+}
+
+#[test]
+fn a_stream_reads_the_log_as_it_was_asked_even_if_it_is_deleted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    store.ensure_session("s1", Some("pi"), None, at(0));
+    for n in 0..1_000 {
+        let ev = format!("{{\"type\":\"delta\",\"n\":{n}}}");
+        store.append("s1", "p", LineRecord::Event(ev.as_bytes()), at(n));
+    }
+    drain(&mut store);
+    let want = in_memory(&mut store, "s1", None);
+    use crate::daemon::conn::{BodyProgress, ReplyBody};
+    let src = store.open_dump("s1").expect("open dump");
+    let mut body = crate::daemon::session_stream::SessionStream::new(src, None, 1 << 20);
+    fs::remove_file(log_path(&cfg, "s1")).expect("rm log");
+    store.append(
+        "s1",
+        "p",
+        LineRecord::Event(br#"{"type":"after"}"#),
+        at(2_000),
+    );
+    drain(&mut store);
+    let mut got = Vec::new();
+    while body.next_slice(&mut got).expect("slice") == BodyProgress::More {}
+    assert!(got == want, "the stream shows the log as it was when asked");
+}
+
+#[test]
+fn records_scanned_slice_by_slice_are_those_of_the_whole() {
+    let mut log = Vec::new();
+    for n in 0..500 {
+        let line = match n % 7 {
+            0 => "not json".to_string(),
+            1 => String::new(),
+            2 => format!("{{\"n\":{n},\"pad\":\"{}\"}}", "y".repeat(n)),
+            3 => "[1,2]".to_string(),
+            _ => format!("{{ \"n\" : {n} }}"),
+        };
+        log.extend_from_slice(line.as_bytes());
+        log.push(b'\n');
+    }
+    log.extend_from_slice(b"{\"torn\":");
+    let (want, want_corrupt) = scan::complete_records(&log);
+    let want: Vec<String> = want.iter().map(|r| r.get().to_string()).collect();
+    for step in [1, 2, 3, 7, 64, 1000, log.len()] {
+        let mut scanner = RecordScanner::new(usize::MAX);
+        let mut got = Vec::new();
+        for piece in log.chunks(step) {
+            scanner.feed(piece, |r| got.push(r.get().to_string()));
+        }
+        assert_eq!(got, want, "slices of {step}");
+        assert_eq!(scanner.corrupt_lines(), want_corrupt, "slices of {step}");
+    }
+    // A line past the bound is counted corrupt and never held.
+    let mut scanner = RecordScanner::new(10);
+    let mut got = Vec::new();
+    for piece in b"{\"a\":1}\n{\"long\":\"0123456789\"}\n{\"b\":2}\n".chunks(4) {
+        scanner.feed(piece, |r| got.push(r.get().to_string()));
+    }
+    assert_eq!(got, [r#"{"a":1}"#, r#"{"b":2}"#]);
+    assert_eq!(scanner.corrupt_lines(), 1);
+}

@@ -1,0 +1,258 @@
+//! `get-session` streamed (issue 9 defect 3): clients that ask for a large
+//! session and never read cost the daemon a bounded amount each, the loop
+//! keeps answering meanwhile, and a client that reads gets every record
+//! the log holds.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{wait_for, Colibrid};
+
+/// Lines of about 1 KiB the loud agent prints: a log of about 52 MB,
+/// under the 64 MiB `get-session` limit.
+const LOUD_LINES: usize = 48_000;
+
+fn status_kib(pid: i32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Spawns an agent that prints `lines` lines into session `session` and
+/// waits until it exited and its log is all on disk; returns the log.
+fn loud_session(d: &Colibrid, session: &str, lines: usize, corrupt_at: Option<usize>) -> Vec<u8> {
+    let pad = "x".repeat(1000);
+    let script = d.script(
+        "loud.sh",
+        &format!(
+            "yes '{{\"type\":\"message_update\",\"pad\":\"{pad}\"}}' | head -n {lines}\nexit 0"
+        ),
+    );
+    d.spawn(
+        &[script.as_str()],
+        json!({"session_id": session, "runtime": "pi"}),
+    );
+    let log_path = d.state.join("sessions").join(format!("{session}.jsonl"));
+    wait_for(Duration::from_secs(120), "the loud agent's log", || {
+        let sessions = d.ok(json!({"cmd":"list-sessions"}));
+        let entry = sessions
+            .as_array()?
+            .iter()
+            .find(|s| s["id"] == json!(session))?
+            .clone();
+        let on_disk = std::fs::metadata(&log_path).ok()?.len();
+        (!entry["exit"].is_null() && entry["bytes"].as_u64() == Some(on_disk)).then_some(())
+    });
+    let mut log = std::fs::read(&log_path).expect("read the log");
+    if let Some(at) = corrupt_at {
+        // Damage one line in the middle, as a disk might: the daemon reads
+        // the log back at start and counts it.
+        let cut = nth_line_start(&log, at);
+        log.splice(cut..cut, b"{\"damaged\": tru\n".iter().copied());
+    }
+    log
+}
+
+fn nth_line_start(log: &[u8], n: usize) -> usize {
+    log.split_inclusive(|&b| b == b'\n')
+        .take(n)
+        .map(<[u8]>::len)
+        .sum()
+}
+
+/// The complete lines of a log that are JSON records, and those that are
+/// not: what `get-session` must return.
+fn log_records(log: &[u8]) -> (usize, u64) {
+    let mut good = 0;
+    let mut bad = 0;
+    for line in log.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        match serde_json::from_slice::<&serde_json::value::RawValue>(line) {
+            Ok(r) if r.get().starts_with('{') => good += 1,
+            _ => bad += 1,
+        }
+    }
+    (good, bad)
+}
+
+/// `get-session` read to its end: the reply line, unparsed.
+fn read_dump(path: &Path, session: &str) -> Vec<u8> {
+    let mut s = UnixStream::connect(path).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    s.write_all(
+        format!("{{\"cmd\":\"get-session\",\"session_id\":\"{session}\",\"id\":9}}\n").as_bytes(),
+    )
+    .expect("request");
+    let mut line = Vec::new();
+    BufReader::new(s)
+        .read_until(b'\n', &mut line)
+        .expect("the reply");
+    line
+}
+
+#[derive(serde::Deserialize)]
+struct Dump<'a> {
+    ok: bool,
+    id: Option<u64>,
+    #[serde(borrow)]
+    data: DumpData<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct DumpData<'a> {
+    #[serde(borrow)]
+    records: Vec<&'a serde_json::value::RawValue>,
+    corrupt_lines: u64,
+    unflushed_bytes: u64,
+    session: Value,
+}
+
+// See: issue 9 defect 3 (12 clients that did not read took RSS to 1 GB).
+#[test]
+fn clients_that_never_read_a_large_session_cost_a_bounded_amount_each() {
+    let d = Colibrid::start(&[]);
+    let pid = d.pid();
+    let log = loud_session(&d, "loud", LOUD_LINES, None);
+    assert!(log.len() > 48_000_000, "a {}-byte log", log.len());
+    let baseline_rss = status_kib(pid, "VmRSS:");
+    let baseline_fds = fd_count(pid);
+
+    let mut sitting: Vec<UnixStream> = (0..12)
+        .map(|_| {
+            let mut s = UnixStream::connect(&d.socket).expect("connect");
+            s.write_all(b"{\"cmd\":\"get-session\",\"session_id\":\"loud\"}\n")
+                .expect("request");
+            s
+        })
+        .collect();
+    // Asked right behind the 12 dumps: the loop serves them in order, so
+    // this waits for whatever work they do on it.
+    let asked = Instant::now();
+    let status = d.ok(json!({"cmd":"status"}));
+    let answered_in = asked.elapsed();
+    assert!(
+        answered_in < Duration::from_secs(3),
+        "status took {answered_in:?} behind 12 dumps: {status}"
+    );
+    // Each reply has begun (so each request was served); then nobody reads.
+    for s in &mut sitting {
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        let mut head = [0u8; 15];
+        s.read_exact(&mut head).expect("the reply begins");
+        assert_eq!(&head, b"{\"ok\":true,\"err");
+    }
+    // The 12 and the one asking (earlier askers' closes may still be on
+    // their way).
+    wait_for(Duration::from_secs(20), "13 connections", || {
+        (d.ok(json!({"cmd":"status"}))["connections"] == json!(13)).then_some(())
+    });
+    let rss = status_kib(pid, "VmRSS:");
+    let peak = status_kib(pid, "VmHWM:");
+    eprintln!(
+        "12 clients not reading a {} MB session: RSS {baseline_rss} -> {rss} KiB (peak {peak} KiB)",
+        log.len() >> 20
+    );
+    assert!(
+        rss < baseline_rss + 64 * 1024,
+        "RSS grew from {baseline_rss} KiB to {rss} KiB for 12 clients that do not read"
+    );
+
+    // One that reads gets every record the log holds.
+    let line = read_dump(&d.socket, "loud");
+    let dump: Dump<'_> = serde_json::from_slice(&line).expect("the reply parses");
+    assert!(dump.ok);
+    assert_eq!(dump.id, Some(9));
+    let (records, corrupt) = log_records(&log);
+    assert_eq!(dump.data.records.len(), records);
+    assert_eq!(dump.data.corrupt_lines, corrupt);
+    assert_eq!(dump.data.unflushed_bytes, 0);
+    assert_eq!(dump.data.session["id"], json!("loud"));
+    let events = dump
+        .data
+        .records
+        .iter()
+        .filter(|r| r.get().contains("\"ev\":{\"type\":\"message_update\""))
+        .count();
+    assert_eq!(events, LOUD_LINES);
+
+    // Those that leave mid-stream take their log fds and slices with them.
+    drop(sitting);
+    wait_for(Duration::from_secs(20), "the streams' fds to close", || {
+        (fd_count(pid) <= baseline_fds).then_some(())
+    });
+    wait_for(Duration::from_secs(20), "only the one asking left", || {
+        (d.ok(json!({"cmd":"status"}))["connections"] == json!(1)).then_some(())
+    });
+}
+
+#[test]
+fn a_client_that_reads_gets_exactly_the_records_of_the_log_and_its_corrupt_line() {
+    let mut d = Colibrid::start(&[]);
+    // Several slices' worth, so records are cut between slices.
+    let log = loud_session(&d, "damaged", 3_000, Some(1_500));
+    let path = d.state.join("sessions").join("damaged.jsonl");
+    d.terminate();
+    std::fs::write(&path, &log).expect("write the damaged log");
+    d.launch();
+
+    let line = read_dump(&d.socket, "damaged");
+    let dump: Dump<'_> = serde_json::from_slice(&line).expect("the reply parses");
+    assert!(dump.ok);
+    let (records, corrupt) = log_records(&log);
+    assert_eq!(corrupt, 1);
+    assert_eq!(dump.data.corrupt_lines, 1);
+    assert_eq!(dump.data.records.len(), records);
+    // Verbatim, in order: the records are the log's good lines.
+    let want: Vec<&[u8]> = log
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty() && !l.starts_with(b"{\"damaged\""))
+        .collect();
+    let got: Vec<&[u8]> = dump
+        .data
+        .records
+        .iter()
+        .map(|r| r.get().as_bytes())
+        .collect();
+    assert!(got == want, "records differ from the log's lines");
+
+    // Requests after it on the same connection are answered after it, in
+    // order.
+    let mut s = UnixStream::connect(&d.socket).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    s.write_all(
+        b"{\"cmd\":\"get-session\",\"session_id\":\"damaged\",\"id\":1}\n{\"cmd\":\"status\",\"id\":2}\n",
+    )
+    .expect("requests");
+    let mut r = BufReader::new(s);
+    let mut first = Vec::new();
+    r.read_until(b'\n', &mut first).expect("first reply");
+    let mut second = String::new();
+    r.read_line(&mut second).expect("second reply");
+    let first: Dump<'_> = serde_json::from_slice(&first).expect("the dump parses");
+    assert_eq!(first.id, Some(1));
+    assert_eq!(first.data.records.len(), records);
+    let second: Value = serde_json::from_str(&second).expect("status parses");
+    assert_eq!(second["id"], json!(2), "{second}");
+    assert_eq!(second["ok"], json!(true), "{second}");
+}
