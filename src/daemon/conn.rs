@@ -21,6 +21,7 @@ use mio::{Interest, Registry, Token};
 
 use crate::core::ingest::{Frame, LineFramer};
 use crate::core::time::Timestamp;
+use crate::daemon::event_loop::Daemon;
 use crate::platform::PeerKey;
 
 /// Queued reply bytes above which no further requests of this client are
@@ -53,14 +54,34 @@ pub const BODY_LOW_WATER: usize = 256 << 10;
 /// reply, concatenated, are exactly the reply line (with its `\n`).
 pub trait ReplyBody: std::fmt::Debug {
     /// Appends the next slice; `Done` once the reply is complete. An error
-    /// leaves the reply cut short: the connection must be closed.
-    fn next_slice(&mut self, out: &mut Vec<u8>) -> io::Result<BodyProgress>;
+    /// leaves the reply cut short: the connection must be closed. `d` is
+    /// the daemon as it is now (a snapshot reads its panes from it).
+    fn next_slice(&mut self, d: &Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress>;
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum BodyProgress {
     More,
     Done,
+}
+
+/// A queued frame: shared between clients (events, fanned out), or this
+/// client's own (a streamed reply's slice, moved in without a copy).
+#[derive(Debug)]
+enum OutFrame {
+    Shared(Rc<[u8]>),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for OutFrame {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            OutFrame::Shared(f) => f,
+            OutFrame::Owned(f) => f,
+        }
+    }
 }
 
 /// Frames handed to one `writev` (at most `IOV_MAX`, 1024 on both systems).
@@ -164,7 +185,7 @@ pub struct Conn {
     framer: LineFramer,
     /// Frames with the marks they wait for: a frame leaves only once the
     /// session log and the watch journal hold what it reports.
-    out: VecDeque<(Rc<[u8]>, Marks)>,
+    out: VecDeque<(OutFrame, Marks)>,
     out_bytes: usize,
     /// Bytes of `out.front()` already written.
     head_written: usize,
@@ -229,27 +250,39 @@ impl Conn {
         self.body.is_some() && !self.closing && self.out_bytes - self.held_bytes < BODY_LOW_WATER
     }
 
-    /// Queues the next slice of the streamed reply when the client has
-    /// room; drops the body once complete (its file closes with it). On an
-    /// error the body is dropped too and the caller closes the connection.
-    pub fn pump_body(&mut self) -> io::Result<()> {
+    /// Takes the streamed reply out to make its next slice when the client
+    /// has room for it (`None` otherwise); hand the slice and the body back
+    /// with [`Conn::queue_slice`]. Out, because making a slice may read the
+    /// whole daemon (a snapshot's panes), this connection included.
+    pub fn take_body(&mut self) -> Option<Box<dyn ReplyBody>> {
         if !self.body_wants_more() {
-            return Ok(());
+            return None;
         }
-        let Some(body) = self.body.as_mut() else {
-            return Ok(());
-        };
-        let mut slice = Vec::new();
-        let progress = body.next_slice(&mut slice);
+        self.body.take()
+    }
+
+    /// Queues a slice made by the body `take_body` gave out; keeps the body
+    /// for the next one, or drops it once complete (a log's fd closes with
+    /// it) and releases what waited behind it. On an error the body is
+    /// dropped too and the caller closes the connection.
+    pub fn queue_slice(
+        &mut self,
+        body: Box<dyn ReplyBody>,
+        slice: Vec<u8>,
+        progress: io::Result<BodyProgress>,
+    ) -> io::Result<()> {
         if !slice.is_empty() {
             self.out_bytes += slice.len();
-            self.out.push_back((Rc::from(slice), UNSTAMPED));
+            self.out.push_back((OutFrame::Owned(slice), UNSTAMPED));
         }
         match progress {
-            Ok(BodyProgress::More) => return Ok(()),
+            Ok(BodyProgress::More) => {
+                self.body = Some(body);
+                return Ok(());
+            }
             Ok(BodyProgress::Done) => {
                 for frame in self.held.drain(..) {
-                    self.out.push_back((frame, UNSTAMPED));
+                    self.out.push_back((OutFrame::Shared(frame), UNSTAMPED));
                 }
             }
             Err(_) => {
@@ -259,7 +292,6 @@ impl Conn {
             }
         }
         self.held_bytes = 0;
-        self.body = None;
         progress.map(|_| ())
     }
 
@@ -306,7 +338,7 @@ impl Conn {
             self.held_bytes += frame.len();
             self.held.push_back(frame);
         } else {
-            self.out.push_back((frame, UNSTAMPED));
+            self.out.push_back((OutFrame::Shared(frame), UNSTAMPED));
         }
         let limit = if self.watch.is_some() {
             WATCH_HARD_LIMIT
@@ -332,7 +364,7 @@ impl Conn {
             self.out.push_back(h);
         }
         self.out_bytes += last.len();
-        self.out.push_back((last, UNSTAMPED));
+        self.out.push_back((OutFrame::Shared(last), UNSTAMPED));
         self.watch = None;
         self.body = None;
         self.held.clear();
@@ -547,15 +579,17 @@ mod tests {
         assert_eq!(read_all(&mut peer), b"b\n");
     }
 
-    /// A body of `slices` slices of `len` bytes each, then `\n`.
+    /// A body of `slices` slices of `len` bytes each, then `\n`. The test
+    /// makes its slices itself (`make`): the trait's `next_slice` wants a
+    /// whole daemon, which a unit test has not got.
     #[derive(Debug)]
     struct Pieces {
         slices: usize,
         len: usize,
     }
 
-    impl ReplyBody for Pieces {
-        fn next_slice(&mut self, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+    impl Pieces {
+        fn make(&mut self, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
             if self.slices == 0 {
                 out.push(b'\n');
                 return Ok(BodyProgress::Done);
@@ -566,18 +600,36 @@ mod tests {
         }
     }
 
+    impl ReplyBody for Pieces {
+        fn next_slice(&mut self, _d: &Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+            self.make(out)
+        }
+    }
+
+    /// What the loop's `pump_streams` does for one connection.
+    fn pump(c: &mut Conn, pieces: &mut Pieces) {
+        let Some(body) = c.take_body() else {
+            return;
+        };
+        let mut slice = Vec::new();
+        let progress = pieces.make(&mut slice);
+        c.queue_slice(body, slice, progress).expect("slice");
+    }
+
     #[test]
     fn a_body_is_made_only_while_the_client_drains_and_nothing_cuts_into_it() {
         let (mut c, mut peer) = conn();
         c.enqueue(Rc::from(&b"before\n"[..]));
-        c.start_body(Box::new(Pieces {
+        let mut pieces = Pieces {
             slices: 40,
             len: 64 << 10,
-        }));
+        };
+        // The boxed body only stands for the stream; `pieces` makes it.
+        c.start_body(Box::new(Pieces { slices: 0, len: 0 }));
         assert!(!c.accepts_requests(), "requests wait for the body");
         // Not read: the body stops at the low-water mark.
         while c.body_wants_more() {
-            c.pump_body().expect("slice");
+            pump(&mut c, &mut pieces);
         }
         let made = c.queued_bytes();
         assert!(made < BODY_LOW_WATER + (64 << 10), "{made} bytes made");
@@ -585,7 +637,7 @@ mod tests {
         c.enqueue(Rc::from(&b"event\n"[..]));
         let mut got = Vec::new();
         loop {
-            c.pump_body().expect("slice");
+            pump(&mut c, &mut pieces);
             c.stamp(log(0));
             c.flush_logged(log(0)).expect("flush");
             got.extend(read_all(&mut peer));

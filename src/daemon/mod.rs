@@ -34,6 +34,7 @@ mod server;
 mod session_stream;
 pub mod settings;
 mod shutdown;
+mod snapshot_stream;
 pub mod source;
 pub mod store;
 pub mod supervise;

@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::core::time::Timestamp;
-use crate::daemon::conn::{BodyProgress, ReplyBody};
+use crate::daemon::conn::{BodyProgress, Conn, ReplyBody};
 use crate::daemon::diag::log_warn;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::ConnId;
@@ -138,7 +138,15 @@ impl SessionStream {
 }
 
 impl ReplyBody for SessionStream {
-    fn next_slice(&mut self, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+    fn next_slice(&mut self, _d: &Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+        self.slice(out)
+    }
+}
+
+impl SessionStream {
+    /// The next slice: all a session's reply needs was taken when it was
+    /// asked, so the daemon is not read.
+    pub fn slice(&mut self, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
         match self.stage {
             Stage::Head => self.head(out)?,
             Stage::Log => self.log(out)?,
@@ -198,11 +206,25 @@ impl Daemon {
     /// (one slice per client per pass); its frames are stamped with the
     /// pass's marks like every other frame.
     pub(crate) fn pump_streams(&mut self, t: Timestamp) {
-        for (id, c) in self.conns.iter_mut() {
-            if !c.body_wants_more() {
+        if !self.streams_want_more() {
+            return;
+        }
+        let ready: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.body_wants_more())
+            .map(|(id, _)| id)
+            .collect();
+        for id in ready {
+            let Some(mut body) = self.conns.get_mut(id).and_then(Conn::take_body) else {
                 continue;
-            }
-            if let Err(e) = c.pump_body() {
+            };
+            let mut slice = Vec::new();
+            let progress = body.next_slice(self, &mut slice);
+            let Some(c) = self.conns.get_mut(id) else {
+                continue;
+            };
+            if let Err(e) = c.queue_slice(body, slice, progress) {
                 // The reply is cut short: closing says so to the client.
                 log_warn!("streaming a reply: {e}; closing the connection");
                 c.close_after_flush(t);

@@ -10,25 +10,10 @@ use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::Slot;
 use crate::protocol::{
-    AlertHealth, LogHealth, PaneV1, PaneV2, SessionSummary, SnapshotV1, SnapshotV2, StatusData,
-    WireExit, WireRestart, SNAPSHOT_V1, SNAPSHOT_V2,
+    AlertHealth, LogHealth, PaneV1, PaneV2, SessionSummary, StatusData, WireExit, WireRestart,
 };
 
 impl Daemon {
-    pub(crate) fn snapshot_v1(&self, scope: &Scope, t: Timestamp) -> SnapshotV1 {
-        SnapshotV1 {
-            schema: SNAPSHOT_V1.to_string(),
-            host: self.settings.daemon.host.clone(),
-            observed_at: t.to_rfc3339(),
-            panes: self
-                .panes
-                .iter()
-                .filter(|(k, _)| self.visible(scope, *k))
-                .map(|(_, s)| self.pane_v1(s, t))
-                .collect(),
-        }
-    }
-
     /// One pane as the contract's v1 snapshot shows it.
     pub(crate) fn pane_v1(&self, s: &Slot, t: Timestamp) -> PaneV1 {
         let mut v = PaneV1::from_pane(&s.pane, t, self.settings.daemon.stall_after);
@@ -36,20 +21,6 @@ impl Daemon {
         let actual = s.agent.supervision.actual(&s.agent);
         v.state = crate::core::spec::v1_state(actual, s.pane.state());
         v
-    }
-
-    pub(crate) fn snapshot_v2(&self, scope: &Scope, t: Timestamp) -> SnapshotV2 {
-        SnapshotV2 {
-            schema: SNAPSHOT_V2.to_string(),
-            host: self.settings.daemon.host.clone(),
-            observed_at: t.to_rfc3339(),
-            panes: self
-                .panes
-                .iter()
-                .filter(|(k, _)| self.visible(scope, *k))
-                .map(|(_, s)| self.pane_v2(s, t))
-                .collect(),
-        }
     }
 
     /// One pane as the v2 snapshot shows it: the core's view plus what

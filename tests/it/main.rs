@@ -33,6 +33,7 @@ mod robustness;
 /// `get-session` streamed: bounded memory per client, replies in order.
 mod session_stream;
 /// The supervisor: declared agents, lifecycle commands, resume, ids.
+mod snapshot_stream;
 mod supervise;
 /// `colibri top` and `colibri attach` under tmux; the attach protocol.
 mod views;

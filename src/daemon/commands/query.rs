@@ -3,6 +3,7 @@
 
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
+use crate::daemon::snapshot_stream::{Schema, SnapshotStream};
 use crate::platform;
 use crate::protocol::{Command, CommandError, Reply, WhoamiReply, SNAPSHOT_V1, SNAPSHOT_V2};
 
@@ -17,7 +18,16 @@ pub(super) fn glasspane_snapshot(
     call: &Call,
     _c: Command,
 ) -> Result<Reply, CommandError> {
-    Ok(Reply::SnapshotV1(d.snapshot_v1(&call.scope, call.t)))
+    Ok(stream_snapshot(d, call, Schema::V1))
+}
+
+/// Snapshots are streamed (`daemon::snapshot_stream`): made a slice of
+/// panes at a time as the client reads, so a large one never holds the
+/// loop for long nor sits whole in memory.
+fn stream_snapshot(d: &mut Daemon, call: &Call, schema: Schema) -> Reply {
+    let body = SnapshotStream::new(d, schema, call.scope.clone(), call.t, call.rid.clone());
+    d.stream_reply(call.conn, Box::new(body));
+    Reply::Deferred
 }
 
 pub(super) fn snapshot(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
@@ -25,10 +35,8 @@ pub(super) fn snapshot(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply,
         return Err(mismatch(&c));
     };
     match a.schema.as_deref() {
-        None | Some("v1") | Some(SNAPSHOT_V1) => {
-            Ok(Reply::SnapshotV1(d.snapshot_v1(&call.scope, call.t)))
-        }
-        Some("v2") | Some(SNAPSHOT_V2) => Ok(Reply::SnapshotV2(d.snapshot_v2(&call.scope, call.t))),
+        None | Some("v1") | Some(SNAPSHOT_V1) => Ok(stream_snapshot(d, call, Schema::V1)),
+        Some("v2") | Some(SNAPSHOT_V2) => Ok(stream_snapshot(d, call, Schema::V2)),
         Some(other) => Err(CommandError::invalid(format!(
             "unknown schema {other:?} (v1 or v2)"
         ))),

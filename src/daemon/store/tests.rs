@@ -1368,14 +1368,14 @@ fn the_log_mark_is_reached_only_once_everything_buffered_before_it_is_written() 
 /// The streamed `get-session` reply (`daemon::session_stream`), its slices
 /// joined; checks no slice reads more than its bound.
 fn streamed(store: &SessionStore, id: &str, rid: Option<Value>) -> Vec<u8> {
-    use crate::daemon::conn::{BodyProgress, ReplyBody};
+    use crate::daemon::conn::BodyProgress;
     use crate::daemon::session_stream::{SessionStream, SLICE_BYTES};
     let src = store.open_dump(id).expect("open dump");
     let mut body = SessionStream::new(src, rid, 1 << 20);
     let mut out = Vec::new();
     loop {
         let mut slice = Vec::new();
-        let progress = body.next_slice(&mut slice).expect("slice");
+        let progress = body.slice(&mut slice).expect("slice");
         // A slice is what it read (plus one carried record and the commas).
         assert!(slice.len() <= 2 * SLICE_BYTES, "{} bytes", slice.len());
         out.extend_from_slice(&slice);
@@ -1482,7 +1482,7 @@ fn a_stream_reads_the_log_as_it_was_asked_even_if_it_is_deleted() {
     }
     drain(&mut store);
     let want = in_memory(&mut store, "s1", None);
-    use crate::daemon::conn::{BodyProgress, ReplyBody};
+    use crate::daemon::conn::BodyProgress;
     let src = store.open_dump("s1").expect("open dump");
     let mut body = crate::daemon::session_stream::SessionStream::new(src, None, 1 << 20);
     fs::remove_file(log_path(&cfg, "s1")).expect("rm log");
@@ -1494,7 +1494,7 @@ fn a_stream_reads_the_log_as_it_was_asked_even_if_it_is_deleted() {
     );
     drain(&mut store);
     let mut got = Vec::new();
-    while body.next_slice(&mut got).expect("slice") == BodyProgress::More {}
+    while body.slice(&mut got).expect("slice") == BodyProgress::More {}
     assert!(got == want, "the stream shows the log as it was when asked");
 }
 
