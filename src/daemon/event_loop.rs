@@ -121,6 +121,8 @@ pub struct Daemon {
     pub(crate) reloader: crate::daemon::Reloader,
     pub(crate) control: crate::daemon::control_plane::ControlPlane,
     pub(crate) records: crate::daemon::supervise::RecordsWriter,
+    /// The agent records changed since they were last written.
+    pub(crate) records_dirty: bool,
     pub(crate) approvals: crate::daemon::approvals::ApprovalDesk,
     /// The policies and their state (`daemon::govern` carries them out).
     pub(crate) governor: crate::core::policy::Governor,
@@ -226,6 +228,7 @@ impl Daemon {
             reloader,
             control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
             records: Default::default(),
+            records_dirty: false,
             approvals: crate::daemon::approvals::ApprovalDesk::default(),
         };
         d.rearm_task_timer(t0);
@@ -373,6 +376,7 @@ impl Daemon {
     }
 
     pub(crate) fn after_wakeup(&mut self, t: Timestamp) {
+        self.write_records();
         // Logs first: a reply never reports an event its log does not hold.
         let report = self.store.flush(self.settings.store.flush_budget);
         if report.replaced_logs > 0 {

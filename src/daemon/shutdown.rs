@@ -248,6 +248,7 @@ impl Daemon {
     pub(crate) fn finish_shutdown(&mut self) -> Result<(), DaemonError> {
         // Never exit 0 having lost acknowledged records (see RELIABILITY.md).
         let outcome = self.store.shutdown_flush(now());
+        self.write_records();
         self.records.close();
         if !outcome.data_safe() {
             bus::log_write_alert(&mut self.alerter, &self.store.health(), now());

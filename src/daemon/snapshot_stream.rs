@@ -22,8 +22,11 @@ use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::PaneKey;
 use crate::protocol::{SNAPSHOT_V1, SNAPSHOT_V2};
 
-/// JSON bytes made per slice: about 400 v2 panes, well under a millisecond.
-pub const SLICE_BYTES: usize = 256 << 10;
+/// JSON bytes made per slice: about 100 v2 or 380 v1 panes. Serialising a
+/// pane is mostly cache misses (its strings are scattered), about a
+/// microsecond each at 10,000 panes, so a slice holds the loop for about
+/// half a millisecond: an exit that comes meanwhile waits for at most that.
+pub const SLICE_BYTES: usize = 64 << 10;
 
 /// About the most bytes one pane takes in a snapshot, to size a slice.
 const PANE_BYTES_GUESS: usize = 1024;
