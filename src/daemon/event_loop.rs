@@ -123,6 +123,10 @@ pub struct Daemon {
     pub(crate) records: crate::daemon::supervise::RecordsWriter,
     /// The agent records changed since they were last written.
     pub(crate) records_dirty: bool,
+    /// When the next `waitpid(-1)` sweep for orphans is due, and when the
+    /// last one ran (see `shutdown::on_child_signal`).
+    pub(crate) orphan_sweep_at: Option<Timestamp>,
+    pub(crate) last_orphan_sweep: Option<Timestamp>,
     pub(crate) approvals: crate::daemon::approvals::ApprovalDesk,
     /// The policies and their state (`daemon::govern` carries them out).
     pub(crate) governor: crate::core::policy::Governor,
@@ -229,6 +233,8 @@ impl Daemon {
             control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
             records: Default::default(),
             records_dirty: false,
+            orphan_sweep_at: None,
+            last_orphan_sweep: None,
             approvals: crate::daemon::approvals::ApprovalDesk::default(),
         };
         d.rearm_task_timer(t0);
@@ -263,7 +269,12 @@ impl Daemon {
                 || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy)
                 || self.bus.replay_wants_more(&self.conns)
                 || self.streams_want_more();
-            let timeout = if busy { Some(Duration::ZERO) } else { None };
+            let timeout = if busy {
+                Some(Duration::ZERO)
+            } else {
+                // An orphan sweep put off after a SIGCHLD (shutdown.rs).
+                self.orphan_sweep_at.map(|due| due.since(now()))
+            };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -376,7 +387,6 @@ impl Daemon {
     }
 
     pub(crate) fn after_wakeup(&mut self, t: Timestamp) {
-        self.write_records();
         // Logs first: a reply never reports an event its log does not hold.
         let report = self.store.flush(self.settings.store.flush_budget);
         if report.replaced_logs > 0 {
@@ -449,5 +459,10 @@ impl Daemon {
                 self.accept(i, t);
             }
         }
+        // Last: encoding every agent's record takes milliseconds with
+        // thousands of agents, and the frames above are on their way (their
+        // writers confirm meanwhile) rather than waiting behind it.
+        self.write_records();
+        self.sweep_orphans_if_due(t);
     }
 }

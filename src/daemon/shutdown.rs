@@ -15,12 +15,15 @@ use crate::daemon::store::ShutdownOutcome;
 use crate::platform::{self, DaemonSignal, KernelTimer};
 use crate::protocol::WatchKind;
 
+/// The least time between two sweeps for orphans (`waitpid(-1)`).
+pub(crate) const ORPHAN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Daemon {
     pub(crate) fn on_signals(&mut self, t: Timestamp) {
         let mut sigs = Vec::new();
         self.signals.drain(&mut sigs);
         for s in sigs {
-            if s != DaemonSignal::Child {
+            if !matches!(s, DaemonSignal::Child(_)) {
                 *self.signals_received.entry(s.name()).or_default() += 1;
             }
             match s {
@@ -28,12 +31,51 @@ impl Daemon {
                     self.begin_shutdown(t)
                 }
                 DaemonSignal::Hangup => self.reload(),
-                DaemonSignal::Child => self.reap_children(t),
+                DaemonSignal::Child(pid) => self.on_child_signal(pid, t),
                 DaemonSignal::User1 => self.log_summary(),
                 DaemonSignal::User2 | DaemonSignal::Ignored(_) => {
                     log_info!("received SIG{}: ignored", s.name());
                 }
             }
+        }
+    }
+
+    /// SIGCHLD. The child the system names (Linux says which) is reaped at
+    /// once, so an agent's exit is reported without delay (often its pidfd
+    /// or process event came first and it is reaped already). Everything
+    /// else is left to a sweep (`reap_children`) at the end of a wakeup, at
+    /// most every `ORPHAN_SWEEP_EVERY`: `waitpid(-1)` makes the kernel look
+    /// at every child, milliseconds with 10,000 agents, and SIGCHLD is not
+    /// queued, so an orphan killed with its agent (SIGHUP as the terminal
+    /// closes) may arrive merged into the agent's signal.
+    fn on_child_signal(&mut self, pid: Option<platform::Pid>, t: Timestamp) {
+        let due = self
+            .last_orphan_sweep
+            .map_or(t, |at| at.plus(ORPHAN_SWEEP_EVERY))
+            .max(t);
+        self.orphan_sweep_at = Some(self.orphan_sweep_at.map_or(due, |d| d.min(due)));
+        let Some(pid) = pid.filter(|p| *p > 0) else {
+            return;
+        };
+        match platform::reap(pid) {
+            // ECHILD: reaped already, by its own exit event.
+            Ok(Some(platform::ExitStatus::Unknown)) => {}
+            Ok(Some(status)) => match self.panes.by_pid(pid) {
+                Some(key) => self.process_exited(key, status, t),
+                None => log_debug!("reaped orphan pid {pid}: {status:?}"),
+            },
+            // Still running (it stopped or continued).
+            Ok(None) => {}
+            Err(e) => log_warn!("reaping pid {pid}: {e}"),
+        }
+    }
+
+    /// The sweep SIGCHLD asked for, once it is due (see `on_child_signal`).
+    pub(crate) fn sweep_orphans_if_due(&mut self, t: Timestamp) {
+        if self.orphan_sweep_at.is_some_and(|due| due <= t) {
+            self.orphan_sweep_at = None;
+            self.last_orphan_sweep = Some(t);
+            self.reap_children(t);
         }
     }
 

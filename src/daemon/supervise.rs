@@ -740,7 +740,7 @@ impl Daemon {
     }
 
     /// Marks the agent records as changed: they are written once at the
-    /// start of the next wakeup's flush (`write_records`), however many
+    /// end of the wakeup (`write_records`, after the frames), however many
     /// agents changed meanwhile. Writing them on every change made each
     /// spawn and exit cost time in proportion to the number of agents
     /// (10,000 records encoded per spawn), so spawning N agents cost N².

@@ -320,7 +320,12 @@ impl SignalSource {
             match self.fd.read_signal() {
                 Ok(Some(info)) => {
                     let signo = libc::c_int::try_from(info.ssi_signo).unwrap_or(0);
-                    out.extend(DaemonSignal::from_signo(signo));
+                    out.extend(DaemonSignal::from_signo(signo).map(|s| match s {
+                        DaemonSignal::Child(_) => {
+                            DaemonSignal::Child(Pid::try_from(info.ssi_pid).ok())
+                        }
+                        other => other,
+                    }));
                 }
                 Err(Errno::EINTR) => continue,
                 // Ok(None) is EAGAIN: drained. Any other error leaves nothing

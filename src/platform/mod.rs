@@ -190,7 +190,10 @@ pub enum DaemonSignal {
     Interrupt,
     Quit,
     Hangup,
-    Child,
+    /// SIGCHLD, with the pid of the child that raised it when the system
+    /// says (Linux's signalfd does; FreeBSD's kqueue only counts). SIGCHLD
+    /// is not queued: one signal may stand for several children.
+    Child(Option<Pid>),
     /// SIGUSR1: write a one-line summary of the daemon to its log.
     User1,
     /// SIGUSR2: no meaning yet; received, counted, otherwise ignored.
@@ -208,7 +211,7 @@ impl DaemonSignal {
         (libc::SIGINT, DaemonSignal::Interrupt),
         (libc::SIGQUIT, DaemonSignal::Quit),
         (libc::SIGHUP, DaemonSignal::Hangup),
-        (libc::SIGCHLD, DaemonSignal::Child),
+        (libc::SIGCHLD, DaemonSignal::Child(None)),
         (libc::SIGUSR1, DaemonSignal::User1),
         (libc::SIGUSR2, DaemonSignal::User2),
         (libc::SIGALRM, DaemonSignal::Ignored("ALRM")),
@@ -247,7 +250,7 @@ impl DaemonSignal {
             DaemonSignal::Interrupt => "INT",
             DaemonSignal::Quit => "QUIT",
             DaemonSignal::Hangup => "HUP",
-            DaemonSignal::Child => "CHLD",
+            DaemonSignal::Child(_) => "CHLD",
             DaemonSignal::User1 => "USR1",
             DaemonSignal::User2 => "USR2",
             DaemonSignal::Ignored(name) => name,
