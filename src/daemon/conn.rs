@@ -202,6 +202,9 @@ pub struct Conn {
     /// cut into it. Counted in `out_bytes`, so the queue limits see them.
     held: VecDeque<Rc<[u8]>>,
     held_bytes: usize,
+    /// The last frame written whole did not end a line (a streamed
+    /// reply's slice).
+    line_open: bool,
 }
 
 impl Conn {
@@ -227,6 +230,7 @@ impl Conn {
             body: None,
             held: VecDeque::new(),
             held_bytes: 0,
+            line_open: false,
         }
     }
 
@@ -349,8 +353,8 @@ impl Conn {
     }
 
     /// Drops every queued frame not yet started (the one being written is
-    /// kept so the stream stays line-framed), then queues `last` and marks
-    /// the connection for closing.
+    /// kept, and a line left open ended, so the stream stays line-framed),
+    /// then queues `last` and marks the connection for closing.
     pub fn drop_backlog_and_close(&mut self, last: Rc<[u8]>, now: Timestamp) {
         let head = if self.head_written > 0 {
             self.out.pop_front()
@@ -359,9 +363,20 @@ impl Conn {
         };
         self.out.clear();
         self.out_bytes = 0;
+        // A streamed reply may be cut mid-line (its slices are frames):
+        // the line is ended so that `last` is a line of its own.
+        let open = match &head {
+            Some(h) => !h.0.ends_with(b"\n"),
+            None => self.line_open,
+        };
         if let Some(h) = head {
             self.out_bytes += h.0.len();
             self.out.push_back(h);
+        }
+        if open {
+            self.out_bytes += 1;
+            self.out
+                .push_back((OutFrame::Owned(b"\n".to_vec()), UNSTAMPED));
         }
         self.out_bytes += last.len();
         self.out.push_back((OutFrame::Shared(last), UNSTAMPED));
@@ -443,6 +458,7 @@ impl Conn {
             }
             n -= rest;
             self.out_bytes -= front.len();
+            self.line_open = !front.ends_with(b"\n");
             self.out.pop_front();
             self.head_written = 0;
         }
@@ -656,6 +672,37 @@ mod tests {
         );
         assert!(c.accepts_requests());
         assert_eq!(c.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn a_connection_dropped_mid_stream_ends_the_open_line_before_its_last() {
+        let (mut c, mut peer) = conn();
+        c.start_body(Box::new(Pieces { slices: 0, len: 0 }));
+        let mut pieces = Pieces {
+            slices: 3,
+            len: 100,
+        };
+        // One slice of the line leaves; the line is open.
+        pump(&mut c, &mut pieces);
+        c.stamp(log(0));
+        c.flush_logged(log(0)).expect("flush");
+        let mut got = read_all(&mut peer);
+        assert_eq!(got.len(), 100);
+        pump(&mut c, &mut pieces);
+        c.drop_backlog_and_close(
+            Rc::from(&b"{\"ok\":false}\n"[..]),
+            Timestamp::from_millis(1),
+        );
+        c.stamp(log(0));
+        c.flush_logged(log(0)).expect("flush");
+        got.extend(read_all(&mut peer));
+        let text = String::from_utf8(got).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text:?}");
+        assert_eq!(
+            lines[1], "{\"ok\":false}",
+            "the last line is a line of its own"
+        );
     }
 
     #[test]

@@ -252,6 +252,9 @@ impl Daemon {
             d.settings.daemon.state_dir.display()
         );
         d.supervise_at_start(t0);
+        // What recovery and the start changed, now: the first wakeup may be
+        // a heartbeat away.
+        d.write_records();
         Ok(d)
     }
 
@@ -387,6 +390,9 @@ impl Daemon {
     }
 
     pub(crate) fn after_wakeup(&mut self, t: Timestamp) {
+        // Before the flush: an exit the sweep finds is logged, published
+        // and sent in this wakeup (its pidfd event is gone with the reap).
+        self.sweep_orphans_if_due(t);
         // Logs first: a reply never reports an event its log does not hold.
         let report = self.store.flush(self.settings.store.flush_budget);
         if report.replaced_logs > 0 {
@@ -463,6 +469,5 @@ impl Daemon {
         // thousands of agents, and the frames above are on their way (their
         // writers confirm meanwhile) rather than waiting behind it.
         self.write_records();
-        self.sweep_orphans_if_due(t);
     }
 }

@@ -43,14 +43,17 @@ impl Daemon {
     /// SIGCHLD. The child the system names (Linux says which) is reaped at
     /// once, so an agent's exit is reported without delay (often its pidfd
     /// or process event came first and it is reaped already). Everything
-    /// else is left to a sweep (`reap_children`) at the end of a wakeup, at
-    /// most every `ORPHAN_SWEEP_EVERY`: `waitpid(-1)` makes the kernel look
+    /// else is left to a sweep (`reap_children`) at the start of a wakeup's
+    /// flush, at most every `ORPHAN_SWEEP_EVERY`: `waitpid(-1)` makes the kernel look
     /// at every child, milliseconds with 10,000 agents, and SIGCHLD is not
     /// queued, so an orphan killed with its agent (SIGHUP as the terminal
     /// closes) may arrive merged into the agent's signal.
     fn on_child_signal(&mut self, pid: Option<platform::Pid>, t: Timestamp) {
+        // A last sweep "after" now means the wall clock stepped back: it
+        // does not count (zombies would wait for the clock to catch up).
         let due = self
             .last_orphan_sweep
+            .filter(|at| *at <= t)
             .map_or(t, |at| at.plus(ORPHAN_SWEEP_EVERY))
             .max(t);
         self.orphan_sweep_at = Some(self.orphan_sweep_at.map_or(due, |d| d.min(due)));

@@ -940,18 +940,56 @@ fn drop_privileges(creds: &ChildCreds) -> io::Result<()> {
         return Ok(());
     }
     // SAFETY: the pointer and length describe the Vec prepared before fork.
-    if unsafe { libc::setgroups(creds.groups.len() as _, creds.groups.as_ptr()) } == -1 {
+    if unsafe { raw_setgroups(creds.groups.len(), creds.groups.as_ptr()) } == -1 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: setgid/setuid take plain integers.
-    if unsafe { libc::setgid(creds.gid) } == -1 {
+    if unsafe { raw_setgid(creds.gid) } == -1 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: as above.
-    if unsafe { libc::setuid(creds.uid) } == -1 {
+    if unsafe { raw_setuid(creds.uid) } == -1 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+// On Linux the system calls themselves, not glibc's wrappers: in a process
+// with several threads (the daemon has its writer threads) the wrappers run
+// __nptl_setxid, which takes a glibc lock and marks every other thread, in
+// memory the child shares with the daemon until it execs (clone with
+// CLONE_VM); a child killed there would leave the daemon's lock held. The
+// child is one thread and only its own ids should change. FreeBSD's libc
+// wrappers are the system calls (credentials are per process there).
+#[cfg(target_os = "linux")]
+unsafe fn raw_setgroups(len: usize, groups: *const libc::gid_t) -> libc::c_long {
+    // SAFETY: the caller passes a valid pointer and length.
+    unsafe { libc::syscall(libc::SYS_setgroups, len, groups) }
+}
+#[cfg(target_os = "linux")]
+unsafe fn raw_setgid(gid: libc::gid_t) -> libc::c_long {
+    // SAFETY: an integer argument.
+    unsafe { libc::syscall(libc::SYS_setgid, gid) }
+}
+#[cfg(target_os = "linux")]
+unsafe fn raw_setuid(uid: libc::uid_t) -> libc::c_long {
+    // SAFETY: an integer argument.
+    unsafe { libc::syscall(libc::SYS_setuid, uid) }
+}
+#[cfg(not(target_os = "linux"))]
+unsafe fn raw_setgroups(len: usize, groups: *const libc::gid_t) -> libc::c_int {
+    // SAFETY: the caller passes a valid pointer and length.
+    unsafe { libc::setgroups(len as _, groups) }
+}
+#[cfg(not(target_os = "linux"))]
+unsafe fn raw_setgid(gid: libc::gid_t) -> libc::c_int {
+    // SAFETY: an integer argument.
+    unsafe { libc::setgid(gid) }
+}
+#[cfg(not(target_os = "linux"))]
+unsafe fn raw_setuid(uid: libc::uid_t) -> libc::c_int {
+    // SAFETY: an integer argument.
+    unsafe { libc::setuid(uid) }
 }
 
 /// Closes descriptors 3.. one by one, up to the RLIMIT_NOFILE soft limit
