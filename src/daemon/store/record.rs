@@ -112,6 +112,29 @@ fn push_int(out: &mut Vec<u8>, n: impl std::fmt::Display) {
     let _ = write!(out, "{n}");
 }
 
+/// `,"key":"value"` when there is a value, nothing otherwise (keys are
+/// plain ASCII).
+fn push_field_str(out: &mut Vec<u8>, key: &str, value: Option<&str>) {
+    if let Some(v) = value {
+        push_key(out, key);
+        push_str(out, v);
+    }
+}
+
+/// `,"key":n` when there is a number.
+fn push_field_int(out: &mut Vec<u8>, key: &str, value: Option<impl std::fmt::Display>) {
+    if let Some(n) = value {
+        push_key(out, key);
+        push_int(out, n);
+    }
+}
+
+fn push_key(out: &mut Vec<u8>, key: &str) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+}
+
 /// `{"ts":"…","pane":"…"` — the common head of every record.
 fn push_head(out: &mut Vec<u8>, ts: &mut TsText, now: Timestamp, pane: &str) {
     out.extend_from_slice(b"{\"ts\":\"");
@@ -219,10 +242,7 @@ pub(super) fn encode_attach(
     }
     out.extend_from_slice(b"],\"generation\":");
     push_int(out, rec.generation);
-    if let Some(jail) = rec.jail {
-        out.extend_from_slice(b",\"jail\":");
-        push_str(out, jail);
-    }
+    push_field_str(out, "jail", rec.jail);
     out.extend_from_slice(b"}\n");
 }
 
@@ -236,18 +256,9 @@ pub(super) fn encode_exit(
     push_head(out, ts, now, rec.pane);
     out.extend_from_slice(b",\"colibri\":\"exit\",\"state\":");
     push_str(out, rec.state);
-    if let Some(code) = rec.code {
-        out.extend_from_slice(b",\"code\":");
-        push_int(out, code);
-    }
-    if let Some(signal) = rec.signal {
-        out.extend_from_slice(b",\"signal\":");
-        push_int(out, signal);
-    }
-    if let Some(reason) = rec.reason {
-        out.extend_from_slice(b",\"reason\":");
-        push_str(out, reason);
-    }
+    push_field_int(out, "code", rec.code);
+    push_field_int(out, "signal", rec.signal);
+    push_field_str(out, "reason", rec.reason);
     out.extend_from_slice(b"}\n");
 }
 
@@ -264,20 +275,11 @@ pub(super) fn encode_answer(
     push_str(out, rec.approval);
     out.extend_from_slice(b",\"decision\":");
     push_str(out, rec.decision);
-    if let Some(m) = rec.message {
-        out.extend_from_slice(b",\"message\":");
-        push_str(out, m);
-    }
-    if let Some(t) = rec.text {
-        out.extend_from_slice(b",\"text\":");
-        push_str(out, t);
-    }
+    push_field_str(out, "message", rec.message);
+    push_field_str(out, "text", rec.text);
     out.extend_from_slice(b",\"by\":");
     push_str(out, rec.by);
-    if let Some(uid) = rec.uid {
-        out.extend_from_slice(b",\"uid\":");
-        push_int(out, uid);
-    }
+    push_field_int(out, "uid", rec.uid);
     out.extend_from_slice(b"}\n");
 }
 
