@@ -392,22 +392,9 @@ fn colibri_hook_prints_its_default_when_nobody_answers() {
 
 #[test]
 fn agent_scope_sees_only_its_own_panes_approvals() {
-    // Jailed agents cannot be started on Linux, but a pane's jail survives
-    // in its session log: recover one, as cli.rs's jail test does.
-    let jail_dir = tempfile::tempdir().expect("dir");
-    let jail_sock = jail_dir.path().join("colibri.sock");
-    let arg = format!("agents1={}", jail_sock.display());
+    let (_jail_dir, jail_sock, arg) = jail_socket();
     let mut d = Colibrid::start(&["--jail-socket", &arg]);
-    d.terminate();
-    std::fs::create_dir_all(d.state.join("sessions")).expect("sessions dir");
-    std::fs::write(
-        d.state.join("sessions").join("jailed.jsonl"),
-        concat!(
-            r#"{"ts":"2026-11-21T10:00:00.000Z","pane":"11111111-2222-4333-8444-555555555555","colibri":"attach","agent":"pi","runtime":"pi","name":"inside","cwd":"/work","argv":["pi"],"generation":0,"jail":"agents1"}"#, "\n",
-        ),
-    )
-    .expect("write log");
-    d.launch();
+    recover_jailed_pane(&mut d, &[]);
     let (script, _) = asking_agent(
         &d,
         "host",
@@ -427,10 +414,7 @@ fn agent_scope_sees_only_its_own_panes_approvals() {
         .cloned()
         .unwrap_or_default();
     assert_eq!(list.len(), 1, "{mine}");
-    assert_eq!(
-        list[0]["pane"],
-        json!("11111111-2222-4333-8444-555555555555")
-    );
+    assert_eq!(list[0]["pane"], json!(JAILED_PANE));
     assert_eq!(list[0]["title"], json!("Inside?"));
     let r = c.request(&json!({"cmd":"approvals","agent_id": host}));
     assert_eq!(r["code"], json!("not_found"), "another jail's pane: {r}");

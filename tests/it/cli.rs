@@ -386,11 +386,7 @@ fn the_demo_runs_to_its_summary() {
 
 #[test]
 fn a_jail_socket_sees_and_feeds_only_its_own_jails_panes() {
-    // Jailed agents cannot be started on Linux, but a pane's jail survives in
-    // its session log: recover one from a log written as colibrid writes them.
-    let jail_dir = tempfile::tempdir().expect("dir");
-    let jail_sock = jail_dir.path().join("colibri.sock");
-    let arg = format!("agents1={}", jail_sock.display());
+    let (_jail_dir, jail_sock, arg) = jail_socket();
     let mut d = Colibrid::start(&["--jail-socket", &arg]);
     let host = d.spawn(
         &[
@@ -401,32 +397,16 @@ fn a_jail_socket_sees_and_feeds_only_its_own_jails_panes() {
         json!({}),
     );
     d.wait_state(&host, "working");
-    d.terminate();
-    let log = d.state.join("sessions").join("jailed.jsonl");
-    std::fs::write(
-        &log,
-        concat!(
-            r#"{"ts":"2026-11-21T10:00:00.000Z","pane":"11111111-2222-4333-8444-555555555555","colibri":"attach","agent":"pi","runtime":"pi","name":"inside","cwd":"/work","argv":["pi"],"generation":0,"jail":"agents1"}"#, "\n",
-            r#"{"ts":"2026-11-21T10:00:01.000Z","pane":"11111111-2222-4333-8444-555555555555","ev":{"type":"agent_start"}}"#, "\n",
-        ),
-    )
-    .expect("write log");
-    d.launch();
+    recover_jailed_pane(&mut d, &[JAILED_AGENT_START]);
     let mut c = Client::connect(&jail_sock);
     let snap = c.request(&json!({"cmd":"glasspane-snapshot"}));
     let panes = snap["data"]["panes"].as_array().expect("panes");
     assert_eq!(panes.len(), 1, "only its own jail's pane: {snap}");
-    assert_eq!(
-        panes[0]["id"],
-        json!("11111111-2222-4333-8444-555555555555")
-    );
+    assert_eq!(panes[0]["id"], json!(JAILED_PANE));
     let v2 = c.request(&json!({"cmd":"snapshot","schema":"v2"}));
     assert_eq!(v2["data"]["panes"][0]["jail"], json!("agents1"));
     let who = c.request(&json!({"cmd":"whoami"}));
-    assert_eq!(
-        who["data"]["panes"],
-        json!(["11111111-2222-4333-8444-555555555555"])
-    );
+    assert_eq!(who["data"]["panes"], json!([JAILED_PANE]));
     let e = c.request(&json!({"cmd":"emit","agent_id":"inside","event":{"type":"turn_start"}}));
     assert_eq!(e["ok"], json!(true), "{e}");
     let e = c.request(&json!({"cmd":"emit","agent_id": host, "event":{"type":"turn_start"}}));
@@ -438,7 +418,7 @@ fn a_jail_socket_sees_and_feeds_only_its_own_jails_panes() {
     let ev = w.read_line().expect("event");
     assert_eq!(
         ev["pane"],
-        json!("11111111-2222-4333-8444-555555555555"),
+        json!(JAILED_PANE),
         "the host pane's events are not shown: {ev}"
     );
 }

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{wait_for, Client, Colibrid, COLIBRI, COLIBRID};
+use crate::support::{
+    jail_socket, recover_jailed_pane, wait_for, Client, Colibrid, COLIBRI, COLIBRID,
+    JAILED_AGENT_START, JAILED_PANE,
+};
 
 /// A colibrid whose claim acknowledgement window is `ack_ms` (the test
 /// hook `COLIBRI_TEST_TASK_ACK_TIMEOUT_MS`), or the default 3 minutes.
@@ -226,9 +229,7 @@ fn an_agent_sees_and_moves_only_its_own_tasks() {
 
 #[test]
 fn a_jail_socket_must_name_a_pane_of_its_own_jail() {
-    let jail_dir = tempfile::tempdir().expect("dir");
-    let jail_sock = jail_dir.path().join("colibri.sock");
-    let arg = format!("agents1={}", jail_sock.display());
+    let (_jail_dir, jail_sock, arg) = jail_socket();
     let d = start(None, &["--jail-socket", &arg]);
     let host = idle_agent(&d);
     let id = add_task(&d, "host work", json!({}));
@@ -254,24 +255,11 @@ fn a_jail_socket_must_name_a_pane_of_its_own_jail() {
 
 #[test]
 fn a_jailed_agent_works_a_task_through_its_jails_socket() {
-    // Jailed agents cannot be started on Linux, but a pane's jail survives in
-    // its session log: recover one from a log written as colibrid writes them.
-    let jail_dir = tempfile::tempdir().expect("dir");
-    let jail_sock = jail_dir.path().join("colibri.sock");
-    let arg = format!("agents1={}", jail_sock.display());
+    let (_jail_dir, jail_sock, arg) = jail_socket();
     let mut d = start(None, &["--jail-socket", &arg]);
     let id = add_task(&d, "inside work", json!({"role":"db"}));
-    assert!(d.terminate().success());
-    let jailed = "11111111-2222-4333-8444-555555555555";
-    std::fs::write(
-        d.state.join("sessions").join("jailed.jsonl"),
-        concat!(
-            r#"{"ts":"2026-11-21T10:00:00.000Z","pane":"11111111-2222-4333-8444-555555555555","colibri":"attach","agent":"pi","runtime":"pi","name":"inside","cwd":"/work","argv":["pi"],"generation":0,"jail":"agents1"}"#, "\n",
-            r#"{"ts":"2026-11-21T10:00:01.000Z","pane":"11111111-2222-4333-8444-555555555555","ev":{"type":"agent_start"}}"#, "\n",
-        ),
-    )
-    .expect("write log");
-    d.launch();
+    let jailed = JAILED_PANE;
+    recover_jailed_pane(&mut d, &[JAILED_AGENT_START]);
     let mut w = Client::connect(&jail_sock);
     assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
     let mut c = Client::connect(&jail_sock);

@@ -14,7 +14,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 
-use crate::support::{wait_for, Client, Colibrid};
+use crate::support::{jail_socket, wait_for, Client, Colibrid};
 
 /// A daemon with one jail-scope socket (jail `agents1`), in its own dir.
 /// Bind it as `(_dir, jail_sock, d)`: the daemon stops before its dir goes.
@@ -26,9 +26,7 @@ fn with_jail_socket_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (tempfile::TempDir, PathBuf, Colibrid) {
-    let jail_dir = tempfile::tempdir().expect("dir");
-    let jail_sock = jail_dir.path().join("colibri.sock");
-    let arg = format!("agents1={}", jail_sock.display());
+    let (jail_dir, jail_sock, arg) = jail_socket();
     let mut args = vec!["--jail-socket", arg.as_str()];
     args.extend_from_slice(extra);
     let d = Colibrid::start_with_env(&args, env);

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use colibri::core::spec::{AgentRecord, AgentSpec, Wanted};
 use colibri::daemon::supervise::{write_records, RECORDS_FILE};
 
-use crate::support::{wait_for, Colibrid, SyslogSink};
+use crate::support::{sessions_hold_pane, wait_for, Colibrid, SyslogSink};
 
 /// A pane by name in the v2 snapshot (`Null` when absent).
 fn named(d: &Colibrid, name: &str) -> Value {
@@ -240,14 +240,9 @@ fn a_planned_stop_raises_no_alert_while_a_crash_does_and_remove_frees_the_name()
     let again = d.spawn(&[&sleeper], json!({"name":"calm"}));
     assert_ne!(again, calm_id);
     // Its session logs stay.
-    let sessions = d.ok(json!({"cmd":"list-sessions"}));
     assert!(
-        sessions
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| s["panes"]
-                .as_array()
-                .is_some_and(|p| p.contains(&json!(calm_id))))),
-        "{sessions}"
+        sessions_hold_pane(&d, &calm_id),
+        "no session holds {calm_id}"
     );
     drop(d);
 }
@@ -387,15 +382,7 @@ fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_one
         "{resident}"
     );
     // Its session log stays.
-    let sessions = d.ok(json!({"cmd":"list-sessions"}));
-    assert!(
-        sessions
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| s["panes"]
-                .as_array()
-                .is_some_and(|p| p.contains(&json!(gone))))),
-        "{sessions}"
-    );
+    assert!(sessions_hold_pane(&d, &gone), "no session holds {gone}");
 }
 
 #[test]

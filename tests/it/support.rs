@@ -349,3 +349,52 @@ pub fn pid_alive(pid: i32) -> bool {
     // A zombie is dead but not reaped: report it as alive so tests catch it.
     !stat.is_empty()
 }
+
+/// The jail every jail-socket test names, and the pane recovered into it.
+pub const JAIL: &str = "agents1";
+pub const JAILED_PANE: &str = "11111111-2222-4333-8444-555555555555";
+
+/// A socket path for jail `agents1` in a directory of its own (kept alive
+/// by the returned guard), and the `--jail-socket` value that binds it.
+pub fn jail_socket() -> (TempDir, PathBuf, String) {
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("colibri.sock");
+    let arg = format!("{JAIL}={}", sock.display());
+    (dir, sock, arg)
+}
+
+/// Jailed agents cannot be started on Linux, but a pane's jail survives in
+/// its session log: stops `d`, writes the log of pane `inside` of jail
+/// `agents1` as colibrid writes them (its attach record, then `lines`, each
+/// a record without its `\n`), and starts `d` again, which recovers it.
+pub fn recover_jailed_pane(d: &mut Colibrid, lines: &[&str]) {
+    assert!(d.terminate().success(), "colibrid stops cleanly");
+    let sessions = d.state.join("sessions");
+    std::fs::create_dir_all(&sessions).expect("sessions dir");
+    let mut log = format!(
+        r#"{{"ts":"2026-11-21T10:00:00.000Z","pane":"{JAILED_PANE}","colibri":"attach","agent":"pi","runtime":"pi","name":"inside","cwd":"/work","argv":["pi"],"generation":0,"jail":"{JAIL}"}}"#
+    );
+    log.push('\n');
+    for l in lines {
+        log.push_str(l);
+        log.push('\n');
+    }
+    std::fs::write(sessions.join("jailed.jsonl"), log).expect("write log");
+    d.launch();
+}
+
+/// The record of the pane's first event, as `recover_jailed_pane` takes it.
+pub const JAILED_AGENT_START: &str = r#"{"ts":"2026-11-21T10:00:01.000Z","pane":"11111111-2222-4333-8444-555555555555","ev":{"type":"agent_start"}}"#;
+
+/// Whether a session of `list-sessions` holds pane `id` (logs outlive
+/// their panes).
+pub fn sessions_hold_pane(d: &Colibrid, id: &str) -> bool {
+    let sessions = d.ok(json!({"cmd":"list-sessions"}));
+    sessions.as_array().is_some_and(|s| {
+        s.iter().any(|s| {
+            s["panes"]
+                .as_array()
+                .is_some_and(|p| p.contains(&json!(id)))
+        })
+    })
+}
