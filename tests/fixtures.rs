@@ -27,6 +27,8 @@
 //! `summary`, `title`, `options`, `line`, `outcome` (`null`: still
 //! pending), `closed_line`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use colibri::core::ingest::DEFAULT_MAX_LINE;
@@ -46,29 +48,19 @@ fn repo_dir(name: &str) -> PathBuf {
 /// Every `*.jsonl` under `root` (at any depth), sorted, each with the file
 /// beside it that ends in `expect_suffix` instead of `.jsonl`.
 fn cases(root: &Path, expect_suffix: &str) -> Vec<(PathBuf, PathBuf)> {
-    let mut out = Vec::new();
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let entries = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{} is not readable: {e}", dir.display()));
-        for entry in entries {
-            let path = entry.expect("readable entry").path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "jsonl") {
-                let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-                let expect = path.with_file_name(format!("{stem}{expect_suffix}"));
-                assert!(
-                    expect.exists(),
-                    "{} has no {expect_suffix} file",
-                    path.display()
-                );
-                out.push((path, expect));
-            }
-        }
-    }
-    out.sort();
-    out
+    common::jsonl_under(root)
+        .into_iter()
+        .map(|path| {
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            let expect = path.with_file_name(format!("{stem}{expect_suffix}"));
+            assert!(
+                expect.exists(),
+                "{} has no {expect_suffix} file",
+                path.display()
+            );
+            (path, expect)
+        })
+        .collect()
 }
 
 /// A small deterministic generator (SplitMix64), so chunkings are the same

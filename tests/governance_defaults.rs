@@ -6,29 +6,13 @@
 //! where the guard must catch exactly that. A fold of a stream that does misbehave shows its verdicts at
 //! the right lines.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 
 use colibri::cli::fold::fold_input;
 use colibri::core::ingest::DEFAULT_MAX_LINE;
-
-fn jsonl_under(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let entries = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{} is not readable: {e}", dir.display()));
-        for entry in entries {
-            let path = entry.expect("readable entry").path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "jsonl") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
+use common::jsonl_under;
 
 #[test]
 fn no_shipped_sample_fixture_or_real_stream_trips_the_default_policies() {
