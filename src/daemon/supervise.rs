@@ -339,7 +339,7 @@ impl Daemon {
                 t,
             );
         }
-        self.persist_records();
+        self.mark_records_changed();
     }
 
     /// SIGHUP: what `supervisorctl update` does, for the new declarations.
@@ -398,7 +398,7 @@ impl Daemon {
                 }
             }
         }
-        self.persist_records();
+        self.mark_records_changed();
     }
 
     /// A declared agent's pane: the one that had its name (its history
@@ -560,7 +560,7 @@ impl Daemon {
                 self.life_event(key, LifeEvent::SpawnFailed { restart }, t);
             }
         }
-        self.persist_records();
+        self.mark_records_changed();
     }
 
     /// Starts the pane's recipe now, wanted up, restart count reset.
@@ -577,7 +577,7 @@ impl Daemon {
             self.life_event(key, LifeEvent::Stop, t);
         }
         self.restart_now(key, t);
-        self.persist_records();
+        self.mark_records_changed();
     }
 
     /// Stops the pane's agent on purpose: no alert, no restart until it is
@@ -600,7 +600,7 @@ impl Daemon {
         };
         agent.supervision.restart_after_stop = false;
         self.end_process(key, t);
-        self.persist_records();
+        self.mark_records_changed();
     }
 
     /// `restart-agent`, or a reload that changed the launch: stop the
@@ -659,7 +659,7 @@ impl Daemon {
         if agent.supervision.restart_after_stop && !self.is_stopping() {
             self.start_now(key, t);
         } else {
-            self.persist_records();
+            self.mark_records_changed();
         }
     }
 
@@ -668,7 +668,7 @@ impl Daemon {
         if let Some(agent) = self.panes.agent_mut(key) {
             agent.supervision.given_up = true;
         }
-        self.persist_records();
+        self.mark_records_changed();
     }
 
     /// The orderly shutdown: every agent still wanted up is stopped by it,
@@ -685,7 +685,7 @@ impl Daemon {
                 agent.supervision.restart_after_stop = false;
             }
         }
-        self.persist_records();
+        self.mark_records_changed();
     }
 
     /// Persists the records again when a pane's harness reported a new
@@ -701,7 +701,7 @@ impl Daemon {
         if session.is_none() || session == slot.agent.supervision.persisted_session.as_deref() {
             return;
         }
-        self.persist_records();
+        self.mark_records_changed();
     }
 
     /// A pane spawned by hand with a name becomes supervised: its recipe is
@@ -736,7 +736,7 @@ impl Daemon {
             .map(|t| t.iter().map(|s| s.to_string()).collect());
         agent.supervision.spec = Some(spec);
         agent.supervision.origin = Origin::Spawned;
-        self.persist_records();
+        self.mark_records_changed();
     }
 
     /// Marks the agent records as changed: they are written once at the
@@ -744,7 +744,7 @@ impl Daemon {
     /// agents changed meanwhile. Writing them on every change made each
     /// spawn and exit cost time in proportion to the number of agents
     /// (10,000 records encoded per spawn), so spawning N agents cost N².
-    pub(crate) fn persist_records(&mut self) {
+    pub(crate) fn mark_records_changed(&mut self) {
         self.records_dirty = true;
     }
 
@@ -825,7 +825,7 @@ impl Daemon {
             log_info!("pane {pane} removed");
             self.publish(WatchKind::Removed { pane }, t);
         }
-        self.persist_records();
+        self.mark_records_changed();
     }
 }
 
