@@ -111,7 +111,8 @@ fn fold_and_log(runtime: Runtime, bytes: &[u8], dir: &std::path::Path) -> u64 {
         // The daemon's path: the pane's single ingest entry, logging each line.
         pane.ingest_with(chunk, t, &mut out, |frame, kind| {
             let rec = match (kind, frame) {
-                (LineKind::Event, Frame::Line(l)) => LineRecord::Event(l),
+                (LineKind::Event, Frame::Line(l)) => LineRecord::Parsed(l),
+                (LineKind::Held, Frame::Line(l)) => LineRecord::Event(l),
                 (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),
                 (LineKind::Blank, _) => return,
                 _ => LineRecord::Oversize(0),

@@ -84,8 +84,11 @@ pub struct ToolRecord {
 /// What one framed line turned out to be.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LineKind {
-    /// A JSON object the adapter read (or held for runtime detection).
+    /// A JSON object the runtime's adapter parsed whole.
     Event,
+    /// Kept for runtime detection, not parsed yet: an event as far as the
+    /// pane can tell.
+    Held,
     /// Not JSON, not an object, or not UTF-8.
     Malformed,
     /// Longer than the cap; its bytes were dropped.
@@ -512,7 +515,7 @@ impl Pane {
                         // The seed contract's taxonomy is Pi's.
                         self.settle_dialect(Runtime::Pi, out);
                     }
-                    LineKind::Event
+                    LineKind::Held
                 }
             },
         }
@@ -525,7 +528,7 @@ impl Pane {
         out: &mut Vec<Transition>,
     ) -> LineKind {
         let Dialect::Known(adapter) = &mut self.dialect else {
-            return LineKind::Event;
+            return LineKind::Held;
         };
         match adapter.observe(line) {
             Ok(obs) => {

@@ -67,7 +67,9 @@ pub struct Observation<'a> {
     /// session index counts these.
     pub turn: bool,
     /// The line asks a human something the harness can be answered on.
-    pub approval: Option<ApprovalRequest<'a>>,
+    /// Boxed: it is rare and large, and every line's observation is moved
+    /// a few times on its way to the pane.
+    pub approval: Option<Box<ApprovalRequest<'a>>>,
     /// Pending approvals the harness settled itself with this line.
     pub resolves: Resolves<'a>,
 }
@@ -117,7 +119,7 @@ impl<'a> Observation<'a> {
     }
 
     pub fn with_approval(mut self, request: Option<ApprovalRequest<'a>>) -> Self {
-        self.approval = request;
+        self.approval = request.map(Box::new);
         self
     }
 

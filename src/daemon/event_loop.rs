@@ -373,7 +373,7 @@ impl Daemon {
 
     /// Queues the reads of panes whose session log has caught up.
     fn retry_store_blocked(&mut self) {
-        if self.store_blocked.is_empty() || self.store_pending {
+        if self.store_blocked.is_empty() || self.store.over_total_limit() {
             return;
         }
         let blocked: Vec<PaneKey> = self.store_blocked.iter().copied().collect();

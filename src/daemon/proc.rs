@@ -21,7 +21,7 @@ use crate::daemon::event_loop::{Daemon, Pending};
 use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::sched::EXIT_DRAIN_BUDGET;
 use crate::daemon::source::Source;
-use crate::daemon::store::{ExitRecord, LineRecord, SessionStore};
+use crate::daemon::store::{ExitRecord, LineRecord, SessionSlot, SessionStore};
 use crate::daemon::timers::Deadline;
 use crate::platform::{self, ReadOutcome};
 use crate::protocol::WatchKind;
@@ -39,9 +39,9 @@ impl Daemon {
             // An agent that has exited is drained even while the flush is
             // behind: its exit is reported only after its last output.
             let exited = agent.proc.as_ref().is_some_and(|p| p.status.is_some());
-            if (self.store_pending && !exited) || self.store.over_limit(&agent.session) {
-                // Backpressure: while its log (or the flush) is behind, the
-                // agent waits on its PTY; nothing is lost.
+            if (!exited && self.store.over_total_limit()) || self.store.over_limit(&agent.session) {
+                // Backpressure: while its log (or all logs together) is
+                // behind, the agent waits on its PTY; nothing is lost.
                 self.store_blocked.insert(key);
                 break;
             }
@@ -104,9 +104,8 @@ impl Daemon {
         pane.ingest_with(&self.read_buf[..n], t, &mut self.transitions, |f, k| {
             log.line(f, k)
         });
-        for _ in turns_before..pane.turns() {
-            self.store.note_turn(&agent.session);
-        }
+        self.store
+            .note_turns(&agent.session, pane.turns() - turns_before);
     }
 
     /// Feeds one line that did not come from the PTY (`emit`), through the
@@ -119,9 +118,8 @@ impl Daemon {
         pane.record_facts();
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
         let kind = pane.ingest_line_with(line, t, &mut self.transitions, |f, k| log.line(f, k));
-        if pane.turns() > turns_before {
-            self.store.note_turn(&agent.session);
-        }
+        self.store
+            .note_turns(&agent.session, pane.turns() - turns_before);
         self.after_ingest(key, t);
         kind
     }
@@ -508,6 +506,8 @@ impl Daemon {
 /// classified it (`Event`, `Raw` or `Oversize`).
 struct LogSink<'a> {
     store: &'a mut SessionStore,
+    /// Looked up at the first line, for all the lines of the read.
+    slot: Option<Option<SessionSlot>>,
     session: &'a str,
     pane_id: &'a str,
     max_line: u64,
@@ -524,6 +524,7 @@ impl<'a> LogSink<'a> {
     ) -> LogSink<'a> {
         LogSink {
             store,
+            slot: None,
             session,
             pane_id,
             max_line: pane.max_line() as u64,
@@ -533,11 +534,17 @@ impl<'a> LogSink<'a> {
 
     fn line(&mut self, frame: Frame<'_>, kind: LineKind) {
         let rec = match (kind, frame) {
-            (LineKind::Event, Frame::Line(l)) => LineRecord::Event(l),
+            (LineKind::Event, Frame::Line(l)) => LineRecord::Parsed(l),
+            (LineKind::Held, Frame::Line(l)) => LineRecord::Event(l),
             (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),
             (LineKind::Oversize, _) | (_, Frame::Oversize) => LineRecord::Oversize(self.max_line),
             (LineKind::Blank, _) => return,
         };
-        self.store.append(self.session, self.pane_id, rec, self.t);
+        let slot = match self.slot {
+            Some(slot) => slot,
+            None => *self.slot.insert(self.store.slot(self.session, self.t)),
+        };
+        self.store
+            .append_to(slot, self.session, self.pane_id, rec, self.t);
     }
 }

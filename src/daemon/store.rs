@@ -122,7 +122,7 @@ pub struct SessionMeta {
     pub runtime: Option<String>,
     pub cwd: Option<String>,
     pub created_at: Timestamp,
-    /// Turns counted by the daemon via [`SessionStore::note_turn`]. The log
+    /// Turns counted by the daemon via [`SessionStore::note_turns`]. The log
     /// does not mark turns, so after a crash this comes from the last index
     /// written and may be a little low.
     pub turn_count: u64,
@@ -136,6 +136,10 @@ pub struct SessionMeta {
     pub rotated: u32,
 }
 
+/// A session's place in the store (see [`SessionStore::slot`]).
+#[derive(Copy, Clone, Debug)]
+pub struct SessionSlot(usize);
+
 /// One line an agent emitted, as the framer classified it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LineRecord<'a> {
@@ -143,6 +147,11 @@ pub enum LineRecord<'a> {
     /// JSON whitespace trimmed). A line that is not one `{...}` without
     /// newlines is stored as `raw` instead, so the log stays valid.
     Event(&'a [u8]),
+    /// An `Event` line one of the runtime adapters parsed whole (serde_json,
+    /// into a typed struct). The log's check that it reads back is then
+    /// a scan for control bytes, not a second parse (see
+    /// `scan::parsed_reads_back`).
+    Parsed(&'a [u8]),
     /// A malformed line, stored as a `"raw"` string (lossy UTF-8).
     Raw(&'a [u8]),
     /// A line over the cap: only its size is recorded.
@@ -908,10 +917,32 @@ impl SessionStore {
     /// Buffers one agent line. Allocation-free once the session's buffer
     /// has grown to its working size; no syscall.
     pub fn append(&mut self, session: &str, pane: &str, line: LineRecord<'_>, now: Timestamp) {
+        let slot = self.slot(session, now);
+        self.append_to(slot, session, pane, line, now);
+    }
+
+    /// Where `session`'s records go, for the lines of one read in a row
+    /// ([`SessionStore::append_to`]): the session is looked up (or made)
+    /// once, not per line. `None` for an invalid id. Sessions are never
+    /// removed from the store, so a slot stays valid.
+    pub fn slot(&mut self, session: &str, now: Timestamp) -> Option<SessionSlot> {
+        self.session_index(session, now).map(SessionSlot)
+    }
+
+    /// [`SessionStore::append`] into a session found by
+    /// [`SessionStore::slot`].
+    pub fn append_to(
+        &mut self,
+        slot: Option<SessionSlot>,
+        session: &str,
+        pane: &str,
+        line: LineRecord<'_>,
+        now: Timestamp,
+    ) {
         self.note_now(now);
-        let Some(i) = self.session_index(session, now) else {
+        let Some(SessionSlot(i)) = slot else {
             let len = match line {
-                LineRecord::Event(l) | LineRecord::Raw(l) => l.len(),
+                LineRecord::Event(l) | LineRecord::Parsed(l) | LineRecord::Raw(l) => l.len(),
                 LineRecord::Oversize(_) => 0,
             };
             self.reject(session, len);
@@ -921,9 +952,15 @@ impl SessionStore {
         s.note_pane(pane);
         let before = s.buf.len();
         match line {
-            LineRecord::Event(l) => {
+            LineRecord::Event(l) | LineRecord::Parsed(l) => {
+                let parsed = matches!(line, LineRecord::Parsed(_));
                 let l = record::trim_json_ws(l);
-                if record::embeddable_event(l) && scan::reads_back(l) {
+                let reads_back = if parsed {
+                    scan::parsed_reads_back(l)
+                } else {
+                    scan::reads_back(l)
+                };
+                if record::embeddable_event(l) && reads_back {
                     record::encode_event(&mut s.buf, &mut self.ts, now, pane, l);
                 } else {
                     record::encode_raw(&mut s.buf, &mut self.ts, now, pane, l);
@@ -937,10 +974,13 @@ impl SessionStore {
         self.commit(i, before, true);
     }
 
-    /// Counts one turn for the session (the daemon's taxonomy decides).
-    pub fn note_turn(&mut self, session: &str) {
+    /// Counts `turns` turns for the session (the daemon's taxonomy decides).
+    pub fn note_turns(&mut self, session: &str, turns: u64) {
+        if turns == 0 {
+            return;
+        }
         if let Some(&i) = self.by_id.get(session) {
-            self.sessions[i].meta.turn_count += 1;
+            self.sessions[i].meta.turn_count += turns;
             self.index_dirty = true;
         }
     }
@@ -1346,6 +1386,15 @@ impl SessionStore {
     /// the daemon must not read its panes' PTYs until it turns false.
     pub fn over_limit(&self, session: &str) -> bool {
         self.pending_bytes(session) >= self.cfg.buffer_limit.max(1)
+    }
+
+    /// True while all sessions together hold twice `buffer_limit` or more
+    /// unwritten bytes: no running agent is read until it turns false. Agents
+    /// are read while the writer writes the last batch (the two overlap), and
+    /// this bounds what many agents may buffer together when the disk is
+    /// slow or failing.
+    pub fn over_total_limit(&self) -> bool {
+        self.health.pending_bytes >= self.cfg.buffer_limit.saturating_mul(2).max(1)
     }
 
     /// Writes everything (no budget), fsyncs every log written since the
@@ -1927,13 +1976,28 @@ impl SessionStore {
 /// `line`, logged as an agent line classified `Event` and again as `Raw`,
 /// must read back as the log reader returns it: an `Event` that is a JSON
 /// object byte for byte (without surrounding JSON whitespace), anything
-/// else as its lossy UTF-8 text. Panics on a mismatch.
+/// else as its lossy UTF-8 text. A line one of the runtime adapters
+/// accepts is logged as `Parsed` too, whose cheaper check must then agree.
+/// Panics on a mismatch.
 #[doc(hidden)]
 pub fn check_log_roundtrip(line: &[u8]) {
+    use crate::core::taxonomy::{Adapter, Runtime};
+
     let mut ts = TsText::default();
     let now = Timestamp::from_millis(1_779_883_200_123);
     let trimmed = record::trim_json_ws(line);
     let as_event = record::embeddable_event(trimmed) && scan::reads_back(trimmed);
+    let parsed = Runtime::ALL
+        .iter()
+        .any(|&rt| Adapter::new(rt).observe(line).is_ok());
+    if parsed && record::embeddable_event(trimmed) {
+        assert_eq!(
+            scan::parsed_reads_back(trimmed),
+            as_event,
+            "the parsed line's check disagrees: {:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
     let mut log = Vec::new();
     if as_event {
         record::encode_event(&mut log, &mut ts, now, "p", trimmed);

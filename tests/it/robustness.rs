@@ -355,6 +355,58 @@ fn failing_log_writes_raise_one_alert_and_never_spin() {
     );
 }
 
+/// Agents keep being read while the log writer writes (the two overlap),
+/// but what all sessions hold unwritten together is capped at twice
+/// `buffer_limit`: four agents on failing disks, each allowed
+/// `buffer_limit`, stop at about two of them, not four.
+#[test]
+fn sessions_together_buffer_at_most_twice_the_buffer_limit() {
+    const LIMIT: u64 = 256 * 1024;
+    let dir = tempfile::tempdir().expect("dir");
+    let cfg = dir.path().join("colibri.toml");
+    std::fs::write(&cfg, format!("[sessions]\nbuffer_limit = {LIMIT}\n")).expect("config");
+    let cfg = cfg.display().to_string();
+    let d = Colibrid::start(&["--config", &cfg]);
+    let sessions = d.state.join("sessions");
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let session = format!("full{n}");
+        std::os::unix::fs::symlink("/dev/full", sessions.join(format!("{session}.jsonl")))
+            .expect("symlink");
+        ids.push(d.spawn(
+            &[
+                "/bin/sh",
+                "-c",
+                "yes '{\"type\":\"turn_start\"}' | head -c 20000000",
+            ],
+            json!({"session_id": session, "runtime": "pi"}),
+        ));
+    }
+    let pending = || d.ok(json!({"cmd":"status"}))["logs"]["pending_bytes"].as_u64();
+    let total = wait_for(
+        Duration::from_secs(30),
+        "the log buffers to stop growing",
+        || {
+            let a = pending()?;
+            std::thread::sleep(Duration::from_millis(300));
+            (a > LIMIT && pending()? == a).then_some(a)
+        },
+    );
+    // One read past the cap (a quantum of 8 KiB, some 36 KiB of records)
+    // may land before the check stops it.
+    assert!(
+        (2 * LIMIT..2 * LIMIT + 64 * 1024).contains(&total),
+        "{total} bytes buffered by four sessions of limit {LIMIT}"
+    );
+    for id in &ids {
+        assert_ne!(
+            d.pane(id)["state"],
+            json!("done"),
+            "every agent waits on its PTY"
+        );
+    }
+}
+
 /// User plus system CPU time of a process, in clock ticks, from
 /// `/proc/PID/stat` (fields 14 and 15; the name in field 2 may hold spaces,
 /// so fields are counted after its closing parenthesis). A missing or

@@ -57,7 +57,7 @@ pub(super) fn emit(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
     let kind = d.ingest_external(key, &line, call.t);
     let state = d.panes.pane(key).map_or(AgentState::Idle, |p| p.state());
     Ok(Reply::Emit(EmitReply {
-        accepted: kind == LineKind::Event,
+        accepted: matches!(kind, LineKind::Event | LineKind::Held),
         state,
     }))
 }

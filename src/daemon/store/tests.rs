@@ -784,14 +784,14 @@ fn heartbeat_rotates_on_turns_and_index_keeps_turn_counts() {
         store.append("s1", "p", LineRecord::Event(&ev("turn_start", 1)), at(0));
         // Rotation does not flush (that is the daemon's per-wakeup flush).
         drain(&mut store);
-        store.note_turn("s1");
-        store.note_turn("s1");
+        store.note_turns("s1", 1);
+        store.note_turns("s1", 1);
         assert!(store.heartbeat(at(1)).is_none());
-        store.note_turn("s1");
+        store.note_turns("s1", 1);
         assert_eq!(store.heartbeat(at(2)).as_deref(), Some("s1"));
         let (done, _) = finish_rotation(&mut store, usize::MAX);
         assert!(done.outcome.is_ok());
-        store.note_turn("s1");
+        store.note_turns("s1", 1);
         assert!(store.heartbeat(at(3)).is_none());
     }
     let (store, _) = open(&cfg);
@@ -809,7 +809,7 @@ fn list_get_and_dump() {
     store.ensure_session("s1", Some("codex"), None, at(6));
     store.attach("s1", &attach_rec("p1", &argv), at(1));
     store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(2));
-    store.note_turn("s1");
+    store.note_turns("s1", 1);
     store.exit(
         "s1",
         &ExitRecord {
@@ -954,7 +954,7 @@ fn sync_writes_the_index_and_a_corrupt_index_is_ignored() {
     {
         let (mut store, _) = open(&cfg);
         store.append("s1", "p", LineRecord::Event(&ev("turn_start", 1)), at(1));
-        store.note_turn("s1");
+        store.note_turns("s1", 1);
         store.sync().expect("sync");
     }
     assert!(cfg.dir.join("index.json").exists());
@@ -1251,19 +1251,36 @@ mod roundtrip {
     /// JSON object text with what agents really print and serde's `Value`
     /// refuses: deep nesting, out-of-range numbers, lone surrogates,
     /// escapes, raw U+2028, surrounding whitespace.
-    fn object_text() -> impl Strategy<Value = Vec<u8>> {
-        let leaf = prop_oneof![
+    fn leaf() -> impl Strategy<Value = String> {
+        prop_oneof![
             Just("1e400".to_string()),
             Just("-0.0e-999".to_string()),
             Just(r#""\ud83d""#.to_string()),
             Just(r#""\udc00\ud83d\u0000\n\"""#.to_string()),
             Just("\"\u{2028}é\"".to_string()),
+            // Raw control bytes, which JSON forbids in strings and Pi's
+            // lenient `title` lets through.
+            Just("\"a\tb\u{1}\"".to_string()),
+            Just(r#""turn_start""#.to_string()),
             any::<i64>().prop_map(|n| n.to_string()),
             "[a-z\\\\\"]{0,8}".prop_map(|s| serde_json::to_string(&s).unwrap_or_default()),
             (0usize..200).prop_map(|d| format!("{}null{}", "[".repeat(d), "]".repeat(d))),
-        ];
+        ]
+    }
+
+    fn object_text() -> impl Strategy<Value = Vec<u8>> {
         (
-            prop::collection::vec(("[a-z]{1,4}", leaf), 0..6),
+            prop::collection::vec(
+                (
+                    prop_oneof![
+                        "[a-z]{1,4}",
+                        Just("type".to_string()),
+                        Just("title".to_string())
+                    ],
+                    leaf(),
+                ),
+                0..6,
+            ),
             " {0,2}",
             "[ \t]{0,2}",
         )
@@ -1274,9 +1291,25 @@ mod roundtrip {
             })
     }
 
+    /// A line Pi's adapter accepts, its lenient `title` holding any leaf.
+    fn pi_line() -> impl Strategy<Value = Vec<u8>> {
+        (object_text(), leaf()).prop_map(|(rest, title)| {
+            let mut l = format!(r#"{{"type":"extension_ui_request","title":{title}"#).into_bytes();
+            let rest = record::trim_json_ws(&rest);
+            if rest.len() > 2 {
+                l.push(b',');
+                l.extend_from_slice(&rest[1..]);
+            } else {
+                l.push(b'}');
+            }
+            l
+        })
+    }
+
     fn line() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             object_text(),
+            pi_line(),
             any::<Vec<u8>>(),
             // Near misses: an object with a byte changed.
             (object_text(), any::<u8>(), any::<prop::sample::Index>()).prop_map(|(mut t, b, i)| {
@@ -1532,4 +1565,35 @@ fn records_scanned_slice_by_slice_are_those_of_the_whole() {
     }
     assert_eq!(got, [r#"{"a":1}"#, r#"{"b":2}"#]);
     assert_eq!(scanner.corrupt_lines(), 1);
+}
+
+#[test]
+fn a_parsed_line_with_a_raw_control_byte_in_a_lenient_string_is_logged_raw() {
+    // Pi reads `title` leniently (as bytes), so its adapter accepts a raw
+    // tab inside it; the log's reader does not, so the cheap check for
+    // parsed lines must send it to `raw`, and a clean line to `ev`.
+    let tab = b"{\"type\":\"extension_ui_request\",\"title\":\"a\tb\"}";
+    let clean = br#"{"type":"turn_start","pad":"x"}"#;
+    let mut pi = crate::core::taxonomy::Adapter::new(crate::core::taxonomy::Runtime::Pi);
+    assert!(pi.observe(tab).is_ok(), "Pi's adapter takes the raw tab");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    store.append("s1", "p1", LineRecord::Parsed(tab), at(1));
+    store.append("s1", "p1", LineRecord::Parsed(clean), at(2));
+    let dump = store.dump("s1").expect("dump");
+    assert_eq!(dump.corrupt_lines, 0);
+    let texts: Vec<&str> = dump.records[1..].iter().map(|r| r.get()).collect();
+    assert!(
+        texts[0].contains(r#","raw":"{\"type\":\"extension_ui_request\",\"title\":\"a\tb\"}""#),
+        "{}",
+        texts[0]
+    );
+    assert!(
+        texts[1].ends_with(r#","ev":{"type":"turn_start","pad":"x"}}"#),
+        "{}",
+        texts[1]
+    );
 }
