@@ -18,6 +18,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -123,6 +124,13 @@ pub struct Daemon {
     pub(crate) records: crate::daemon::supervise::RecordsWriter,
     /// The agent records changed since they were last written.
     pub(crate) records_dirty: bool,
+    /// Written by then at the latest, even if frames still wait for the
+    /// writers (`supervise::write_records_after_frames`).
+    pub(crate) records_due: Option<Timestamp>,
+    /// PTY masters of panes that ended in this wakeup: closed after the
+    /// frames are sent, since closing a PTY costs the loop tens of
+    /// microseconds and wakes a kernel worker on its CPU.
+    pub(crate) close_after_send: Vec<OwnedFd>,
     /// When the next `waitpid(-1)` sweep for orphans is due, and when the
     /// last one ran (see `shutdown::on_child_signal`).
     pub(crate) orphan_sweep_at: Option<Timestamp>,
@@ -233,6 +241,8 @@ impl Daemon {
             control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
             records: Default::default(),
             records_dirty: false,
+            records_due: None,
+            close_after_send: Vec::new(),
             orphan_sweep_at: None,
             last_orphan_sweep: None,
             approvals: crate::daemon::approvals::ApprovalDesk::default(),
@@ -373,7 +383,10 @@ impl Daemon {
 
     /// Queues the reads of panes whose session log has caught up.
     fn retry_store_blocked(&mut self) {
-        if self.store_blocked.is_empty() || self.store.over_total_limit() {
+        if self.store_blocked.is_empty()
+            || self.store.over_total_limit()
+            || self.store.read_ahead_full()
+        {
             return;
         }
         let blocked: Vec<PaneKey> = self.store_blocked.iter().copied().collect();
@@ -405,6 +418,9 @@ impl Daemon {
         // A failing disk is retried at the next wakeup or heartbeat, not in
         // a tight loop.
         self.store_pending = report.pending && report.failed.is_none();
+        // A finished batch lets agents held by the read-ahead go on while
+        // the next one is written.
+        self.retry_store_blocked();
         match (report.failed, self.store_failing) {
             (Some(kind), false) => {
                 // Said once per episode; status shows the running counts.
@@ -465,9 +481,11 @@ impl Daemon {
                 self.accept(i, t);
             }
         }
+        self.close_after_send.clear();
         // Last: encoding every agent's record takes milliseconds with
         // thousands of agents, and the frames above are on their way (their
         // writers confirm meanwhile) rather than waiting behind it.
-        self.write_records();
+        let writers_behind = self.confirmed.log < mark.log || self.confirmed.journal < mark.journal;
+        self.write_records_after_frames(writers_behind, t);
     }
 }

@@ -39,9 +39,11 @@ impl Daemon {
             // An agent that has exited is drained even while the flush is
             // behind: its exit is reported only after its last output.
             let exited = agent.proc.as_ref().is_some_and(|p| p.status.is_some());
-            if (!exited && self.store.over_total_limit()) || self.store.over_limit(&agent.session) {
-                // Backpressure: while its log (or all logs together) is
-                // behind, the agent waits on its PTY; nothing is lost.
+            let held = self.store.over_total_limit() || self.store.read_ahead_full();
+            if (!exited && held) || self.store.over_limit(&agent.session) {
+                // Backpressure: while its log (or all logs together, or the
+                // read-ahead past the batch being written) is behind, the
+                // agent waits on its PTY; nothing is lost.
                 self.store_blocked.insert(key);
                 break;
             }
@@ -282,7 +284,7 @@ impl Daemon {
         );
         let pane_id = agent.pane_id.clone();
         let ran_for = t.since(proc_.started);
-        drop(proc_);
+        self.close_after_send.push(proc_.master);
         self.after_ingest(key, t);
         self.publish(
             WatchKind::Exited {

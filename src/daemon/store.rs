@@ -136,6 +136,15 @@ pub struct SessionMeta {
     pub rotated: u32,
 }
 
+/// Bytes buffered while a batch is with the writer before running agents
+/// wait for it ([`SessionStore::read_ahead_full`]): about half a
+/// millisecond of parsing for the loop, so reading and writing overlap,
+/// while the next batch, which carries the exits and replies buffered
+/// meanwhile, stays a write of a fraction of a millisecond. (256 KiB read
+/// as fast and made the exit notice under 10 streaming agents 0.3 ms
+/// slower at p50.)
+pub const READ_AHEAD: usize = 64 * 1024;
+
 /// A session's place in the store (see [`SessionStore::slot`]).
 #[derive(Copy, Clone, Debug)]
 pub struct SessionSlot(usize);
@@ -610,6 +619,8 @@ pub struct SessionStore {
     writer: Writer,
     /// A batch is with the writer thread.
     in_flight: bool,
+    /// Bytes of the batch in flight (see `read_ahead_full`).
+    in_flight_bytes: usize,
     /// Batches handed to the writer so far; a batch's number is the count
     /// once it was handed over.
     batches: u64,
@@ -725,6 +736,7 @@ impl SessionStore {
             dirty: VecDeque::new(),
             writer: Writer::Inline(LogWriter::default()),
             in_flight: false,
+            in_flight_bytes: 0,
             batches: 0,
             in_flight_covers: None,
             logged_through: 0,
@@ -1156,6 +1168,7 @@ impl SessionStore {
     /// Forgets the batch in flight: its bytes are sent again.
     fn release_in_flight(&mut self) {
         self.in_flight = false;
+        self.in_flight_bytes = 0;
         self.stalled = false;
         for s in &mut self.sessions {
             s.inflight = 0;
@@ -1221,6 +1234,7 @@ impl SessionStore {
             bytes.extend_from_slice(&s.buf[s.head..s.head + n]);
             s.inflight = n;
             left -= n;
+            self.in_flight_bytes += n;
             batch.appends.push(Append {
                 session: i,
                 path: s.write_path().to_path_buf(),
@@ -1239,6 +1253,7 @@ impl SessionStore {
     /// Applies a finished batch; returns its first error.
     fn apply(&mut self, done: Done, report: &mut FlushReport) -> Option<io::Error> {
         self.in_flight = false;
+        self.in_flight_bytes = 0;
         self.stalled = false;
         let covers = self.in_flight_covers.take();
         let mut all_written = true;
@@ -1395,6 +1410,21 @@ impl SessionStore {
     /// slow or failing.
     pub fn over_total_limit(&self) -> bool {
         self.health.pending_bytes >= self.cfg.buffer_limit.saturating_mul(2).max(1)
+    }
+
+    /// True while a batch is with the writer and [`READ_AHEAD`] bytes or
+    /// more have been buffered since: running agents are not read until
+    /// the batch is done. Reading on while the writer writes keeps one
+    /// stream from waiting on the disk; reading on without bound would make
+    /// the next batch, and the wait of the replies and exits it carries,
+    /// as long as the writer is slow.
+    pub fn read_ahead_full(&self) -> bool {
+        self.in_flight
+            && self
+                .health
+                .pending_bytes
+                .saturating_sub(self.in_flight_bytes)
+                >= READ_AHEAD
     }
 
     /// Writes everything (no budget), fsyncs every log written since the

@@ -1597,3 +1597,46 @@ fn a_parsed_line_with_a_raw_control_byte_in_a_lenient_string_is_logged_raw() {
         texts[1]
     );
 }
+
+#[test]
+fn the_read_ahead_fills_only_while_a_batch_is_with_the_writer() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = StoreConfig {
+        buffer_limit: 64 << 20,
+        flush_budget: 64 << 20,
+        ..config(tmp.path())
+    };
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    let mut poll = mio::Poll::new().expect("poll");
+    store
+        .start_writer(poll.registry(), mio::Token(0))
+        .expect("writer thread");
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    let line = br#"{"type":"message_update","delta":"0123456789abcdef0123456789abcdef"}"#;
+    let fill = |store: &mut SessionStore, bytes: usize| {
+        let before = store.health().pending_bytes;
+        while store.health().pending_bytes < before + bytes {
+            store.append("s1", "p1", LineRecord::Parsed(line), at(1));
+        }
+    };
+    // Nothing with the writer: however much is buffered, no read-ahead
+    // holds the agents (buffer_limit does).
+    fill(&mut store, READ_AHEAD * 2);
+    assert!(!store.read_ahead_full());
+    store.flush(usize::MAX);
+    assert!(store.waiting_for_writer());
+    fill(&mut store, READ_AHEAD / 2);
+    assert!(!store.read_ahead_full(), "under the read-ahead");
+    fill(&mut store, READ_AHEAD / 2);
+    assert!(store.read_ahead_full(), "the read-ahead is full");
+    // The batch is done: what was read ahead goes to the writer and agents
+    // are read again.
+    let mut events = mio::Events::with_capacity(4);
+    while store.waiting_for_writer() && store.read_ahead_full() {
+        poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
+            .expect("poll");
+        store.flush(usize::MAX);
+    }
+    assert!(!store.read_ahead_full());
+}
