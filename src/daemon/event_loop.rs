@@ -42,6 +42,10 @@ use crate::platform::{self, KernelTimer, SignalSource};
 use crate::daemon::sched::{self, Sched, COMPACTION_STEP_BYTES, PTY_PASS_BUDGET, READ_BUF};
 pub(crate) use crate::daemon::sched::{Pending, CONN_STEPS_PER_WAKEUP, LINGER};
 
+/// The most ended panes' PTY masters kept open for the frames to leave
+/// first (`Daemon::close_after_send`).
+const CLOSE_AFTER_SEND_MAX: usize = 256;
+
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error("another colibrid is serving {0}")]
@@ -127,9 +131,10 @@ pub struct Daemon {
     /// Written by then at the latest, even if frames still wait for the
     /// writers (`supervise::write_records_after_frames`).
     pub(crate) records_due: Option<Timestamp>,
-    /// PTY masters of panes that ended in this wakeup: closed after the
-    /// frames are sent, since closing a PTY costs the loop tens of
-    /// microseconds and wakes a kernel worker on its CPU.
+    /// PTY masters of panes that ended: closed once the frames are sent
+    /// (at the end of a wakeup with no frame waiting for the writers, or
+    /// once [`CLOSE_AFTER_SEND_MAX`] wait), since closing a PTY costs the
+    /// loop tens of microseconds and wakes a kernel worker on its CPU.
     pub(crate) close_after_send: Vec<OwnedFd>,
     /// When the next `waitpid(-1)` sweep for orphans is due, and when the
     /// last one ran (see `shutdown::on_child_signal`).
@@ -481,11 +486,15 @@ impl Daemon {
                 self.accept(i, t);
             }
         }
-        self.close_after_send.clear();
         // Last: encoding every agent's record takes milliseconds with
         // thousands of agents, and the frames above are on their way (their
         // writers confirm meanwhile) rather than waiting behind it.
         let writers_behind = self.confirmed.log < mark.log || self.confirmed.journal < mark.journal;
+        // While frames wait for the writers, the wakeup their confirmation
+        // brings closes these (a bounded number may wait).
+        if !writers_behind || self.close_after_send.len() >= CLOSE_AFTER_SEND_MAX {
+            self.close_after_send.clear();
+        }
         self.write_records_after_frames(writers_behind, t);
     }
 }
