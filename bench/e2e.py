@@ -295,9 +295,16 @@ class Bench:
         n = self.args.exits
         print(f"exit notice end to end: {n} exits (child stamps before _exit -> watch client process stamps on receipt)",
               flush=True)
+        # Floor and colibrid take turns, a quarter of the exits each time,
+        # so a change in the host's load (other guests) falls on both.
+        turns = 4
         for streamers, label in [(0, "quiet"), (10, "10 agents streaming")]:
-            floor = self.floor_exit_notice(n, streamers)
-            lat, alerts = self.colibri_exit_notice(n, streamers)
+            floor, lat, alerts = [], [], 0
+            for _ in range(turns):
+                floor += self.floor_exit_notice(n // turns, streamers)
+                l, a = self.colibri_exit_notice(n // turns, streamers)
+                lat += l
+                alerts += a
             fl = f"p50 {pct(floor, .5):.3f} ms, p99 {pct(floor, .99):.3f} ms"
             target = ("p50 <= 1.5x floor, p99 <= 2 ms" if not streamers else "p50 <= 2 ms, p99 <= 10 ms")
             self.row(f"exit notice, {label}",
@@ -488,11 +495,27 @@ class Bench:
 
     def stream(self):
         lines = self.args.stream_lines
-        print(f"one PTY stream: {lines} lines of 42 bytes", flush=True)
+        turns = 3
+        print(f"one PTY stream: {lines} lines of 42 bytes; floor and colibrid take turns, {turns} runs each, "
+              "medians", flush=True)
         self.current = "stream"
-        fl = subprocess.run([self.bin("floor_read"), str(lines), self.bin("streamer")], capture_output=True,
-                            text=True, timeout=300)
-        floor = dict(kv.split("=") for kv in fl.stdout.split()[1:])
+        floors, runs = [], []
+        for _ in range(turns):
+            fl = subprocess.run([self.bin("floor_read"), str(lines), self.bin("streamer")], capture_output=True,
+                                text=True, timeout=300)
+            floor = dict(kv.split("=") for kv in fl.stdout.split()[1:])
+            floors.append((float(floor["mib_s"]), float(floor["cpu_ms"])))
+            runs.append(self.stream_once(lines))
+        mib_s, cpu = pct([r[0] for r in runs], .5), pct([r[1] for r in runs], .5)
+        events = min(r[2] for r in runs)
+        f_mib, f_cpu = pct([f[0] for f in floors], .5), pct([f[1] for f in floors], .5)
+        self.row("one PTY stream of 42-byte lines",
+                 f"{mib_s:.1f} MiB/s ({mib_s / f_mib:.2f}x floor), daemon CPU {cpu:.0f} ms "
+                 f"({cpu / f_cpu:.2f}x floor), {events} of {lines} lines parsed and logged (fewest of {turns} runs)",
+                 ">= floor speed, <= 1.5x floor CPU", f"{f_mib:.1f} MiB/s, {f_cpu:.0f} ms CPU")
+
+    def stream_once(self, lines):
+        """One run under colibrid: MiB/s, daemon CPU ms, events counted."""
         d = Daemon(self)
         try:
             conn = d.conn()
@@ -512,12 +535,7 @@ class Bench:
             events = pane["counters"]["events"]
         finally:
             d.stop()
-        mib_s = lines * 42 / secs / 1048576
-        f_mib, f_cpu = float(floor["mib_s"]), float(floor["cpu_ms"])
-        self.row("one PTY stream of 42-byte lines",
-                 f"{mib_s:.1f} MiB/s ({mib_s / f_mib:.2f}x floor), daemon CPU {cpu:.0f} ms "
-                 f"({cpu / f_cpu:.2f}x floor), {events} of {lines} lines parsed and logged",
-                 ">= floor speed, <= 1.5x floor CPU", f"{f_mib:.1f} MiB/s, {f_cpu:.0f} ms CPU")
+        return lines * 42 / secs / 1048576, cpu, events
 
 
 # The daemon holds about 2 fds per agent (its PTY master and its pidfd),
