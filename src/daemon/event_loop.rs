@@ -111,6 +111,9 @@ pub struct Daemon {
     pub(crate) read_buf: Vec<u8>,
     pub(crate) run_state: RunState,
     pub(crate) accept_blocked: bool,
+    /// An accept failed for want of fds (EMFILE/ENFILE): the PTY masters
+    /// kept for `close_after_send` are closed before it is retried.
+    pub(crate) accept_starved: bool,
     pub(crate) started_at: Timestamp,
     /// The kernel's name and release, read once at start.
     pub(crate) os: String,
@@ -118,6 +121,9 @@ pub struct Daemon {
     pub(crate) signals_received: std::collections::BTreeMap<&'static str, u64>,
     /// Panes whose reads wait for their session log to drain.
     pub(crate) store_blocked: BTreeSet<PaneKey>,
+    /// The first pane held since `retry_store_blocked` last ran: the next
+    /// retry starts with it.
+    pub(crate) store_blocked_first: Option<PaneKey>,
     /// The last flush hit its budget: come back without sleeping.
     pub(crate) store_pending: bool,
     /// The last flush failed (disk full or failing): retried at the next
@@ -236,10 +242,12 @@ impl Daemon {
             read_buf: vec![0; READ_BUF],
             run_state: RunState::Running,
             accept_blocked: false,
+            accept_starved: false,
             started_at: t0,
             os: platform::os_release(),
             signals_received: std::collections::BTreeMap::new(),
             store_blocked: BTreeSet::new(),
+            store_blocked_first: None,
             store_pending: false,
             store_failing: false,
             reloader,
@@ -290,8 +298,13 @@ impl Daemon {
             let timeout = if busy {
                 Some(Duration::ZERO)
             } else {
-                // An orphan sweep put off after a SIGCHLD (shutdown.rs).
-                self.orphan_sweep_at.map(|due| due.since(now()))
+                // An orphan sweep put off after a SIGCHLD (shutdown.rs), and
+                // agent records put off behind the frames (supervise.rs).
+                let due = match (self.orphan_sweep_at, self.records_due) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                due.map(|due| due.since(now()))
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -386,21 +399,31 @@ impl Daemon {
         }
     }
 
-    /// Queues the reads of panes whose session log has caught up.
+    /// Queues the reads of panes whose session log has caught up, starting
+    /// with the first pane held since the last time: the read-ahead lets a
+    /// few quanta through per batch, and always starting from the lowest
+    /// key would leave the same panes out every time.
     fn retry_store_blocked(&mut self) {
-        if self.store_blocked.is_empty()
-            || self.store.over_total_limit()
-            || self.store.read_ahead_full()
-        {
+        if self.store_blocked.is_empty() || self.store.read_ahead_full() {
             return;
         }
-        let blocked: Vec<PaneKey> = self.store_blocked.iter().copied().collect();
+        let first = self.store_blocked_first.take();
+        let blocked: Vec<PaneKey> = match first {
+            Some(f) => self
+                .store_blocked
+                .range(f..)
+                .chain(self.store_blocked.range(..f))
+                .copied()
+                .collect(),
+            None => self.store_blocked.iter().copied().collect(),
+        };
         for key in blocked {
             let Some(agent) = self.panes.agent(key) else {
                 self.store_blocked.remove(&key);
                 continue;
             };
-            if !self.store.over_limit(&agent.session) {
+            let session = &agent.session;
+            if !self.store.over_limit(session) && !self.store.held_by_total(session) {
                 self.store_blocked.remove(&key);
                 self.push_pending(Pending::Pty(key));
             }
@@ -480,8 +503,13 @@ impl Daemon {
             }
             self.flush_conn(ConnId(id), t);
         }
+        if self.accept_starved {
+            // The fds an accept waits for: not after the frames.
+            self.close_after_send.clear();
+        }
         if self.accept_blocked && !self.is_stopping() {
             self.accept_blocked = false;
+            self.accept_starved = false;
             for i in 0..self.listeners.len() {
                 self.accept(i, t);
             }

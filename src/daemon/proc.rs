@@ -39,12 +39,13 @@ impl Daemon {
             // An agent that has exited is drained even while the flush is
             // behind: its exit is reported only after its last output.
             let exited = agent.proc.as_ref().is_some_and(|p| p.status.is_some());
-            let held = self.store.over_total_limit() || self.store.read_ahead_full();
+            let held = self.store.held_by_total(&agent.session) || self.store.read_ahead_full();
             if (!exited && held) || self.store.over_limit(&agent.session) {
                 // Backpressure: while its log (or all logs together, or the
                 // read-ahead past the batch being written) is behind, the
                 // agent waits on its PTY; nothing is lost.
                 self.store_blocked.insert(key);
+                self.store_blocked_first.get_or_insert(key);
                 break;
             }
             let Some(proc_) = agent.proc.as_mut() else {

@@ -119,6 +119,7 @@ impl Daemon {
                     // edge will come; retry after something closes.
                     log_warn!("accept on {}: {e}", l.path.display());
                     self.accept_blocked = true;
+                    self.accept_starved = true;
                     return;
                 }
             };

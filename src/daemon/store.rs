@@ -145,6 +145,10 @@ pub struct SessionMeta {
 /// slower at p50.)
 pub const READ_AHEAD: usize = 64 * 1024;
 
+/// What a session may always hold unwritten before the total of all
+/// sessions holds its agents ([`SessionStore::held_by_total`]).
+pub const SESSION_ALLOWANCE: usize = 64 * 1024;
+
 /// A session's place in the store (see [`SessionStore::slot`]).
 #[derive(Copy, Clone, Debug)]
 pub struct SessionSlot(usize);
@@ -621,6 +625,10 @@ pub struct SessionStore {
     in_flight: bool,
     /// Bytes of the batch in flight (see `read_ahead_full`).
     in_flight_bytes: usize,
+    /// Something was buffered since the batch in flight was handed over:
+    /// that batch does not cover it, even if no session is in `dirty` (a
+    /// session in the batch stays `queued`). See `log_mark`.
+    appended_in_flight: bool,
     /// Batches handed to the writer so far; a batch's number is the count
     /// once it was handed over.
     batches: u64,
@@ -737,6 +745,7 @@ impl SessionStore {
             writer: Writer::Inline(LogWriter::default()),
             in_flight: false,
             in_flight_bytes: 0,
+            appended_in_flight: false,
             batches: 0,
             in_flight_covers: None,
             logged_through: 0,
@@ -1091,7 +1100,7 @@ impl SessionStore {
     /// every record buffered until now is in its log (replies and watch
     /// events that report them may leave). Call after `flush`.
     pub fn log_mark(&self) -> u64 {
-        if !self.dirty.is_empty() {
+        if !self.dirty.is_empty() || self.appended_in_flight {
             return self.batches + 1;
         }
         if self.in_flight {
@@ -1183,6 +1192,9 @@ impl SessionStore {
             }
             Writer::Thread(t) => match t.send(batch) {
                 Ok(()) => {
+                    // Everything buffered so far is in this batch or still
+                    // in `dirty`.
+                    self.appended_in_flight = false;
                     self.in_flight = true;
                     None
                 }
@@ -1404,12 +1416,14 @@ impl SessionStore {
     }
 
     /// True while all sessions together hold twice `buffer_limit` or more
-    /// unwritten bytes: no running agent is read until it turns false. Agents
-    /// are read while the writer writes the last batch (the two overlap), and
-    /// this bounds what many agents may buffer together when the disk is
-    /// slow or failing.
-    pub fn over_total_limit(&self) -> bool {
+    /// unwritten bytes and this one holds [`SESSION_ALLOWANCE`] or more:
+    /// its running agents are not read until it turns false. This bounds
+    /// what many agents may buffer together when the disk is slow or
+    /// failing, while a session that keeps up (a few sessions whose own
+    /// logs fail fill the total) is still read.
+    pub fn held_by_total(&self, session: &str) -> bool {
         self.health.pending_bytes >= self.cfg.buffer_limit.saturating_mul(2).max(1)
+            && self.pending_bytes(session) >= SESSION_ALLOWANCE.min(self.cfg.buffer_limit)
     }
 
     /// True while a batch is with the writer and [`READ_AHEAD`] bytes or
@@ -1841,6 +1855,9 @@ impl SessionStore {
         if !s.queued {
             s.queued = true;
             self.dirty.push_back(i);
+        }
+        if self.in_flight {
+            self.appended_in_flight = true;
         }
     }
 

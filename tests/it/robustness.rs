@@ -407,6 +407,55 @@ fn sessions_together_buffer_at_most_twice_the_buffer_limit() {
     }
 }
 
+/// Sessions whose own logs fail fill the total that all sessions may
+/// buffer together, but an agent of another session is still read: the
+/// total holds only sessions that hold a share of it (64 KiB) themselves.
+/// (After a failed batch every session's writes wait for the heartbeat's
+/// retry, so the other agent's 300 lines stay buffered meanwhile.)
+#[test]
+fn failing_logs_that_fill_the_total_do_not_hold_the_agents_of_other_sessions() {
+    const LIMIT: u64 = 256 * 1024;
+    let dir = tempfile::tempdir().expect("dir");
+    let cfg = dir.path().join("colibri.toml");
+    std::fs::write(&cfg, format!("[sessions]\nbuffer_limit = {LIMIT}\n")).expect("config");
+    let cfg = cfg.display().to_string();
+    let d = Colibrid::start(&["--config", &cfg]);
+    let sessions = d.state.join("sessions");
+    for n in 0..2 {
+        let session = format!("full{n}");
+        std::os::unix::fs::symlink("/dev/full", sessions.join(format!("{session}.jsonl")))
+            .expect("symlink");
+        d.spawn(
+            &[
+                "/bin/sh",
+                "-c",
+                "yes '{\"type\":\"turn_start\"}' | head -c 20000000",
+            ],
+            json!({"session_id": session, "runtime": "pi"}),
+        );
+    }
+    wait_for(
+        Duration::from_secs(30),
+        "the failing logs to fill the total",
+        || {
+            let st = d.ok(json!({"cmd":"status"}));
+            (st["logs"]["pending_bytes"].as_u64()? >= 2 * LIMIT).then_some(())
+        },
+    );
+    let lines = 300;
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("yes '{{\"type\":\"turn_start\"}}' | head -n {lines}; sleep 60"),
+        ],
+        json!({"session_id": "other", "runtime": "pi"}),
+    );
+    d.wait_pane(&id, "every line of the other agent read", |p| {
+        p["counters"]["events"] == json!(lines)
+    });
+}
+
 /// User plus system CPU time of a process, in clock ticks, from
 /// `/proc/PID/stat` (fields 14 and 15; the name in field 2 may hold spaces,
 /// so fields are counted after its closing parenthesis). A missing or
