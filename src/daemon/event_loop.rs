@@ -430,11 +430,9 @@ impl Daemon {
         }
     }
 
-    pub(crate) fn after_wakeup(&mut self, t: Timestamp) {
-        // Before the flush: an exit the sweep finds is logged, published
-        // and sent in this wakeup (its pidfd event is gone with the reap).
-        self.sweep_orphans_if_due(t);
-        // Logs first: a reply never reports an event its log does not hold.
+    /// Hands the buffered records to the log writer (at most one batch is
+    /// out) and takes in what the last batch did.
+    fn flush_logs(&mut self, t: Timestamp) {
         let report = self.store.flush(self.settings.store.flush_budget);
         if report.replaced_logs > 0 {
             log_warn!(
@@ -462,6 +460,32 @@ impl Daemon {
             }
             _ => {}
         }
+    }
+
+    /// An agent ended: its exit record and `exited` event go to the log
+    /// and journal writers now, while the loop finishes the wakeup (alerts,
+    /// records, other events), and the frames queued so far get the marks
+    /// that cover them. Later frames of the wakeup get later marks.
+    pub(crate) fn kick_writers(&mut self, t: Timestamp) {
+        self.flush_logs(t);
+        self.bus.sync_journal();
+        let mark = Marks {
+            log: self.store.log_mark(),
+            journal: self.bus.seq(),
+        };
+        for &id in &self.dirty_conns {
+            if let Some(c) = self.conns.get_mut(id) {
+                c.stamp(mark);
+            }
+        }
+    }
+
+    pub(crate) fn after_wakeup(&mut self, t: Timestamp) {
+        // Before the flush: an exit the sweep finds is logged, published
+        // and sent in this wakeup (its pidfd event is gone with the reap).
+        self.sweep_orphans_if_due(t);
+        // Logs first: a reply never reports an event its log does not hold.
+        self.flush_logs(t);
         if self.store.compaction_active() {
             // At least twice what a flush may append per wakeup, so the
             // copy of the log's tail always catches up.

@@ -295,6 +295,7 @@ impl Daemon {
             },
             t,
         );
+        self.kick_writers(t);
         self.attach_exited(key, code, signal, t);
         let restart = self.restart_plan(key, state, ran_for, t);
         self.life_event(key, LifeEvent::Ended { restart }, t);
