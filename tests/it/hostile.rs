@@ -420,3 +420,63 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
         rss_before >> 10
     );
 }
+
+/// Sends `status` on a connection the daemon may not have accepted yet and
+/// waits up to `limit` for the reply.
+fn status_within(s: &mut UnixStream, limit: Duration) -> bool {
+    if s.write_all(b"{\"cmd\":\"status\"}\n").is_err() {
+        return false;
+    }
+    let _ = s.set_read_timeout(Some(limit));
+    let mut byte = [0u8; 1];
+    matches!(s.read(&mut byte), Ok(1))
+}
+
+/// When every fd is in use, connections wait in the listen queue; the fds
+/// an ended agent frees (its pidfd, and its PTY master, closed once the
+/// frames have left or at once while an accept waits for fds) go to the
+/// waiting connections without waiting for the heartbeat. (The wakeups
+/// that follow an exit, one per writer, also retry the accept: this test
+/// does not tell the two apart.)
+#[test]
+fn connections_waiting_for_fds_are_accepted_as_soon_as_an_agent_ends() {
+    let d = Colibrid::start(&["--heartbeat", "120s"]);
+    d.spawn(&["/bin/sh", "-c", "sleep 8"], json!({"session_id": "fds"}));
+    // Every fd the daemon holds now, plus room for two connections.
+    let limit = fd_count(d.pid()) + 2;
+    let status = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", d.pid()))
+        .arg(format!("--nofile={limit}:{limit}"))
+        .status()
+        .expect("prlimit");
+    assert!(status.success(), "prlimit failed");
+    // Connections are served until the fds run out (the count above may
+    // include a client connection still being closed).
+    let mut served = Vec::new();
+    let mut waiting = Vec::new();
+    while waiting.len() < 2 {
+        assert!(served.len() < 16, "the fd limit never stopped an accept");
+        let mut s = UnixStream::connect(&d.socket).expect("connect");
+        if status_within(&mut s, Duration::from_secs(2)) {
+            assert!(waiting.is_empty(), "a later connection was served first");
+            served.push(s);
+        } else {
+            waiting.push(s);
+        }
+    }
+    // Nothing else wakes the daemon (no request: a new connection would
+    // wait too, and one that was served would wake it): the agent's end
+    // (it sleeps 8 s) must free the fds for the waiting connections.
+    for (i, s) in waiting.iter_mut().enumerate() {
+        let t0 = Instant::now();
+        let mut byte = [0u8; 1];
+        let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+        assert!(
+            matches!(s.read(&mut byte), Ok(1)),
+            "connection {i} was not served within 20 s (the agent ends after 8 s)"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(20));
+    }
+    // The served connections held their fds until now.
+    drop(served);
+}
