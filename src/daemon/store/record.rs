@@ -81,9 +81,13 @@ fn push_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
 /// (including U+2028/U+2029, which JSON allows raw) is copied.
 fn push_escaped(out: &mut Vec<u8>, valid: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    // Most text (every pane id) needs no escape: one scan the compiler
-    // vectorises, then one copy.
-    if !valid.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+    // Most text (every pane id) needs no escape: one scan without an early
+    // exit, which the compiler vectorises (`any` stops at each byte), then
+    // one copy.
+    let special = valid.iter().fold(false, |seen, &b| {
+        seen | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if !special {
         out.extend_from_slice(valid);
         return;
     }
