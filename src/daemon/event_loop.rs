@@ -142,6 +142,9 @@ pub struct Daemon {
     /// once [`CLOSE_AFTER_SEND_MAX`] wait), since closing a PTY costs the
     /// loop tens of microseconds and wakes a kernel worker on its CPU.
     pub(crate) close_after_send: Vec<OwnedFd>,
+    /// Those kept at the end of the last wakeup: closed at the end of this
+    /// one whatever the writers' state.
+    pub(crate) close_after_send_prev: Vec<OwnedFd>,
     /// When the next `waitpid(-1)` sweep for orphans is due, and when the
     /// last one ran (see `shutdown::on_child_signal`).
     pub(crate) orphan_sweep_at: Option<Timestamp>,
@@ -256,6 +259,7 @@ impl Daemon {
             records_dirty: false,
             records_due: None,
             close_after_send: Vec::new(),
+            close_after_send_prev: Vec::new(),
             orphan_sweep_at: None,
             last_orphan_sweep: None,
             approvals: crate::daemon::approvals::ApprovalDesk::default(),
@@ -423,7 +427,11 @@ impl Daemon {
                 continue;
             };
             let session = &agent.session;
-            if !self.store.over_limit(session) && !self.store.held_by_total(session) {
+            // As in `read_pty`: an exited agent is drained past the total
+            // and the read-ahead, only its session's own limit holds it.
+            let exited = agent.proc.as_ref().is_some_and(|p| p.status.is_some());
+            let held = !exited && self.store.held_by_total(session);
+            if !self.store.over_limit(session) && !held {
                 self.store_blocked.remove(&key);
                 self.push_pending(Pending::Pty(key));
             }
@@ -530,6 +538,7 @@ impl Daemon {
         if self.accept_starved {
             // The fds an accept waits for: not after the frames.
             self.close_after_send.clear();
+            self.close_after_send_prev.clear();
         }
         if self.accept_blocked && !self.is_stopping() {
             self.accept_blocked = false;
@@ -543,9 +552,14 @@ impl Daemon {
         // writers confirm meanwhile) rather than waiting behind it.
         let writers_behind = self.confirmed.log < mark.log || self.confirmed.journal < mark.journal;
         // While frames wait for the writers, the wakeup their confirmation
-        // brings closes these (a bounded number may wait).
+        // brings closes these; while agents stream the writers are always
+        // behind, so none waits more than one more wakeup (nor more than a
+        // bounded number).
         if !writers_behind || self.close_after_send.len() >= CLOSE_AFTER_SEND_MAX {
             self.close_after_send.clear();
+            self.close_after_send_prev.clear();
+        } else {
+            self.close_after_send_prev = std::mem::take(&mut self.close_after_send);
         }
         self.write_records_after_frames(writers_behind, t);
     }

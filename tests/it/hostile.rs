@@ -441,7 +441,7 @@ fn status_within(s: &mut UnixStream, limit: Duration) -> bool {
 #[test]
 fn connections_waiting_for_fds_are_accepted_as_soon_as_an_agent_ends() {
     let d = Colibrid::start(&["--heartbeat", "120s"]);
-    d.spawn(&["/bin/sh", "-c", "sleep 8"], json!({"session_id": "fds"}));
+    d.spawn(&["/bin/sh", "-c", "sleep 12"], json!({"session_id": "fds"}));
     // Every fd the daemon holds now, plus room for two connections.
     let limit = fd_count(d.pid()) + 2;
     let status = std::process::Command::new("prlimit")
@@ -466,17 +466,52 @@ fn connections_waiting_for_fds_are_accepted_as_soon_as_an_agent_ends() {
     }
     // Nothing else wakes the daemon (no request: a new connection would
     // wait too, and one that was served would wake it): the agent's end
-    // (it sleeps 8 s) must free the fds for the waiting connections.
+    // (it sleeps 12 s) must free the fds for the waiting connections.
     for (i, s) in waiting.iter_mut().enumerate() {
         let t0 = Instant::now();
         let mut byte = [0u8; 1];
-        let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+        let _ = s.set_read_timeout(Some(Duration::from_secs(25)));
         assert!(
             matches!(s.read(&mut byte), Ok(1)),
-            "connection {i} was not served within 20 s (the agent ends after 8 s)"
+            "connection {i} was not served within 25 s (the agent ends after 12 s)"
         );
-        assert!(t0.elapsed() < Duration::from_secs(20));
+        assert!(t0.elapsed() < Duration::from_secs(25));
     }
     // The served connections held their fds until now.
     drop(served);
+}
+
+/// An ended pane's PTY master is closed once the frames have left, and at
+/// the latest a wakeup later: while agents stream, the writers are always
+/// behind, and the masters of agents that end meanwhile must not pile up.
+#[test]
+fn ended_agents_release_their_fds_while_others_stream() {
+    let d = Colibrid::start(&[]);
+    let streamers: Vec<String> = (0..4)
+        .map(|_| {
+            d.spawn(
+                &["/bin/sh", "-c", "yes '{\"type\":\"turn_start\"}'"],
+                json!({"session_id": "streaming", "runtime": "pi"}),
+            )
+        })
+        .collect();
+    let streaming_fds = fd_count(d.pid());
+    let ended: Vec<String> = (0..20)
+        .map(|_| d.spawn(&["/bin/sh", "-c", "exit 0"], json!({"session_id": "short"})))
+        .collect();
+    for id in &ended {
+        d.wait_pane(id, "the short agent's end", |p| p["exit"].is_object());
+    }
+    // Each of the 20 had a PTY master and a pidfd; a few fds may come and
+    // go (connections, a log fd), never one per ended agent.
+    wait_for(
+        Duration::from_secs(10),
+        "the ended agents' fds closed",
+        || (fd_count(d.pid()) <= streaming_fds + 4).then_some(()),
+    );
+    // The writers were behind all along: the streamers never stopped.
+    for id in &streamers {
+        let p = d.pane(id);
+        assert!(p["exit"].is_null(), "a streamer ended: {p}");
+    }
 }

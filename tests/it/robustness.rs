@@ -357,11 +357,12 @@ fn failing_log_writes_raise_one_alert_and_never_spin() {
 
 /// Agents keep being read while the log writer writes (the two overlap),
 /// but what all sessions hold unwritten together is capped at twice
-/// `buffer_limit`: four agents on failing disks, each allowed
-/// `buffer_limit`, stop at about two of them, not four.
+/// `buffer_limit` (plus what each session may hold below its 64 KiB
+/// allowance): four agents on failing disks, each allowed `buffer_limit`,
+/// stop at about two of them, not four.
 #[test]
 fn sessions_together_buffer_at_most_twice_the_buffer_limit() {
-    const LIMIT: u64 = 256 * 1024;
+    const LIMIT: u64 = 1024 * 1024;
     let dir = tempfile::tempdir().expect("dir");
     let cfg = dir.path().join("colibri.toml");
     std::fs::write(&cfg, format!("[sessions]\nbuffer_limit = {LIMIT}\n")).expect("config");
@@ -392,10 +393,11 @@ fn sessions_together_buffer_at_most_twice_the_buffer_limit() {
             (a > LIMIT && pending()? == a).then_some(a)
         },
     );
-    // One read past the cap (a quantum of 8 KiB, some 36 KiB of records)
-    // may land before the check stops it.
+    // A session that started late reads up to its 64 KiB allowance past
+    // the total, and one read (a quantum of 8 KiB, some 36 KiB of records)
+    // may land before a check stops it: at most 100 KiB per session.
     assert!(
-        (2 * LIMIT..2 * LIMIT + 64 * 1024).contains(&total),
+        (2 * LIMIT..2 * LIMIT + 4 * 100 * 1024).contains(&total),
         "{total} bytes buffered by four sessions of limit {LIMIT}"
     );
     for id in &ids {
