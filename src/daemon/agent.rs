@@ -118,6 +118,11 @@ impl Agent {
         }
     }
 
+    /// Its process was reaped while its PTY may still hold output.
+    pub fn has_exited(&self) -> bool {
+        self.proc.as_ref().is_some_and(|p| p.status.is_some())
+    }
+
     pub fn running_pid(&self) -> Option<Pid> {
         self.proc
             .as_ref()

@@ -18,7 +18,6 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -29,10 +28,11 @@ use slab::Slab;
 use crate::core::pane::Transition;
 use crate::core::time::Timestamp;
 use crate::daemon::alert::Alerter;
-use crate::daemon::bus::{self, Bus};
+use crate::daemon::bus::Bus;
 use crate::daemon::conn::{Conn, Marks, Scope};
 use crate::daemon::diag::{log_debug, log_info, log_warn};
 use crate::daemon::journal::{Journal, JournalConfig};
+use crate::daemon::log_flow::DeferredCloses;
 use crate::daemon::panes::{PaneKey, PaneTable};
 use crate::daemon::settings::Settings;
 use crate::daemon::source::{ConnId, Source, Tokens};
@@ -41,10 +41,6 @@ use crate::platform::{self, KernelTimer, SignalSource};
 
 use crate::daemon::sched::{self, Sched, COMPACTION_STEP_BYTES, PTY_PASS_BUDGET, READ_BUF};
 pub(crate) use crate::daemon::sched::{Pending, CONN_STEPS_PER_WAKEUP, LINGER};
-
-/// The most ended panes' PTY masters kept open for the frames to leave
-/// first (`Daemon::close_after_send`).
-const CLOSE_AFTER_SEND_MAX: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -112,7 +108,7 @@ pub struct Daemon {
     pub(crate) run_state: RunState,
     pub(crate) accept_blocked: bool,
     /// An accept failed for want of fds (EMFILE/ENFILE): the PTY masters
-    /// kept for `close_after_send` are closed before it is retried.
+    /// kept in `deferred_closes` are closed before it is retried.
     pub(crate) accept_starved: bool,
     pub(crate) started_at: Timestamp,
     /// The kernel's name and release, read once at start.
@@ -137,14 +133,8 @@ pub struct Daemon {
     /// Written by then at the latest, even if frames still wait for the
     /// writers (`supervise::write_records_after_frames`).
     pub(crate) records_due: Option<Timestamp>,
-    /// PTY masters of panes that ended: closed once the frames are sent
-    /// (at the end of a wakeup with no frame waiting for the writers, or
-    /// once [`CLOSE_AFTER_SEND_MAX`] wait), since closing a PTY costs the
-    /// loop tens of microseconds and wakes a kernel worker on its CPU.
-    pub(crate) close_after_send: Vec<OwnedFd>,
-    /// Those kept at the end of the last wakeup: closed at the end of this
-    /// one whatever the writers' state.
-    pub(crate) close_after_send_prev: Vec<OwnedFd>,
+    /// PTY masters of panes that ended, closed once the frames are sent.
+    pub(crate) deferred_closes: DeferredCloses,
     /// When the next `waitpid(-1)` sweep for orphans is due, and when the
     /// last one ran (see `shutdown::on_child_signal`).
     pub(crate) orphan_sweep_at: Option<Timestamp>,
@@ -258,8 +248,7 @@ impl Daemon {
             records: Default::default(),
             records_dirty: false,
             records_due: None,
-            close_after_send: Vec::new(),
-            close_after_send_prev: Vec::new(),
+            deferred_closes: DeferredCloses::default(),
             orphan_sweep_at: None,
             last_orphan_sweep: None,
             approvals: crate::daemon::approvals::ApprovalDesk::default(),
@@ -403,91 +392,6 @@ impl Daemon {
         }
     }
 
-    /// Queues the reads of panes whose session log has caught up, starting
-    /// with the first pane held since the last time: the read-ahead lets a
-    /// few quanta through per batch, and always starting from the lowest
-    /// key would leave the same panes out every time.
-    fn retry_store_blocked(&mut self) {
-        if self.store_blocked.is_empty() || self.store.read_ahead_full() {
-            return;
-        }
-        let first = self.store_blocked_first.take();
-        let blocked: Vec<PaneKey> = match first {
-            Some(f) => self
-                .store_blocked
-                .range(f..)
-                .chain(self.store_blocked.range(..f))
-                .copied()
-                .collect(),
-            None => self.store_blocked.iter().copied().collect(),
-        };
-        for key in blocked {
-            let Some(agent) = self.panes.agent(key) else {
-                self.store_blocked.remove(&key);
-                continue;
-            };
-            let session = &agent.session;
-            // As in `read_pty`: an exited agent is drained past the total
-            // and the read-ahead, only its session's own limit holds it.
-            let exited = agent.proc.as_ref().is_some_and(|p| p.status.is_some());
-            let held = !exited && self.store.held_by_total(session);
-            if !self.store.over_limit(session) && !held {
-                self.store_blocked.remove(&key);
-                self.push_pending(Pending::Pty(key));
-            }
-        }
-    }
-
-    /// Hands the buffered records to the log writer (at most one batch is
-    /// out) and takes in what the last batch did.
-    fn flush_logs(&mut self, t: Timestamp) {
-        let report = self.store.flush(self.settings.store.flush_budget);
-        if report.replaced_logs > 0 {
-            log_warn!(
-                "{} session log(s) were deleted or replaced under colibrid; started anew",
-                report.replaced_logs
-            );
-            bus::log_write_alert(&mut self.alerter, &self.store.health(), t);
-        }
-        // A failing disk is retried at the next wakeup or heartbeat, not in
-        // a tight loop.
-        self.store_pending = report.pending && report.failed.is_none();
-        // A finished batch lets agents held by the read-ahead go on while
-        // the next one is written.
-        self.retry_store_blocked();
-        match (report.failed, self.store_failing) {
-            (Some(kind), false) => {
-                // Said once per episode; status shows the running counts.
-                log_warn!("session log writes fail ({kind:?}); data stays buffered and is retried");
-                bus::log_write_alert(&mut self.alerter, &self.store.health(), t);
-                self.store_failing = true;
-            }
-            (None, true) if report.written > 0 => {
-                log_info!("session log writes succeed again");
-                self.store_failing = false;
-            }
-            _ => {}
-        }
-    }
-
-    /// An agent ended: its exit record and `exited` event go to the log
-    /// and journal writers now, while the loop finishes the wakeup (alerts,
-    /// records, other events), and the frames queued so far get the marks
-    /// that cover them. Later frames of the wakeup get later marks.
-    pub(crate) fn kick_writers(&mut self, t: Timestamp) {
-        self.flush_logs(t);
-        self.bus.sync_journal();
-        let mark = Marks {
-            log: self.store.log_mark(),
-            journal: self.bus.seq(),
-        };
-        for &id in &self.dirty_conns {
-            if let Some(c) = self.conns.get_mut(id) {
-                c.stamp(mark);
-            }
-        }
-    }
-
     pub(crate) fn after_wakeup(&mut self, t: Timestamp) {
         // Before the flush: an exit the sweep finds is logged, published
         // and sent in this wakeup (its pidfd event is gone with the reap).
@@ -537,8 +441,7 @@ impl Daemon {
         }
         if self.accept_starved {
             // The fds an accept waits for: not after the frames.
-            self.close_after_send.clear();
-            self.close_after_send_prev.clear();
+            self.deferred_closes.close_all();
         }
         if self.accept_blocked && !self.is_stopping() {
             self.accept_blocked = false;
@@ -551,16 +454,7 @@ impl Daemon {
         // thousands of agents, and the frames above are on their way (their
         // writers confirm meanwhile) rather than waiting behind it.
         let writers_behind = self.confirmed.log < mark.log || self.confirmed.journal < mark.journal;
-        // While frames wait for the writers, the wakeup their confirmation
-        // brings closes these; while agents stream the writers are always
-        // behind, so none waits more than one more wakeup (nor more than a
-        // bounded number).
-        if !writers_behind || self.close_after_send.len() >= CLOSE_AFTER_SEND_MAX {
-            self.close_after_send.clear();
-            self.close_after_send_prev.clear();
-        } else {
-            self.close_after_send_prev = std::mem::take(&mut self.close_after_send);
-        }
+        self.deferred_closes.end_of_wakeup(writers_behind);
         self.write_records_after_frames(writers_behind, t);
     }
 }

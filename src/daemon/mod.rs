@@ -25,6 +25,7 @@ pub mod event_loop;
 mod govern;
 pub mod journal;
 mod life;
+mod log_flow;
 pub mod notify;
 pub mod panes;
 mod proc;

@@ -36,14 +36,8 @@ impl Daemon {
             let Some(agent) = self.panes.agent_mut(key) else {
                 return budget - left;
             };
-            // An agent that has exited is drained even while the flush is
-            // behind: its exit is reported only after its last output.
-            let exited = agent.proc.as_ref().is_some_and(|p| p.status.is_some());
-            let held = self.store.held_by_total(&agent.session) || self.store.read_ahead_full();
-            if (!exited && held) || self.store.over_limit(&agent.session) {
-                // Backpressure: while its log (or all logs together, or the
-                // read-ahead past the batch being written) is behind, the
-                // agent waits on its PTY; nothing is lost.
+            if self.store.holds_reads(&agent.session, agent.has_exited()) {
+                // Backpressure: the agent waits on its PTY; nothing is lost.
                 self.store_blocked.insert(key);
                 self.store_blocked_first.get_or_insert(key);
                 break;
@@ -285,7 +279,7 @@ impl Daemon {
         );
         let pane_id = agent.pane_id.clone();
         let ran_for = t.since(proc_.started);
-        self.close_after_send.push(proc_.master);
+        self.deferred_closes.push(proc_.master);
         self.after_ingest(key, t);
         self.publish(
             WatchKind::Exited {

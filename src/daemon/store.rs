@@ -1426,6 +1426,17 @@ impl SessionStore {
             && self.pending_bytes(session) >= SESSION_ALLOWANCE.min(self.cfg.buffer_limit)
     }
 
+    /// Whether the PTY reads of a pane of `session` wait for the logs: its
+    /// session is over `buffer_limit`, or, for an agent still running, all
+    /// sessions are over their total ([`SessionStore::held_by_total`]) or
+    /// the read-ahead is full ([`SessionStore::read_ahead_full`]). An agent
+    /// that has exited is drained past those two: its exit is reported
+    /// only after its last output.
+    pub fn holds_reads(&self, session: &str, exited: bool) -> bool {
+        self.over_limit(session)
+            || (!exited && (self.held_by_total(session) || self.read_ahead_full()))
+    }
+
     /// True while a batch is with the writer and [`READ_AHEAD`] bytes or
     /// more have been buffered since: running agents are not read until
     /// the batch is done. Reading on while the writer writes keeps one

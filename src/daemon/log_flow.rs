@@ -1,0 +1,196 @@
+//! How agents' output flows to the session logs, seen from the loop:
+//! handing the buffered records to the writers (`flush_logs`, and at once
+//! for an agent's end, `kick_writers`), retrying the PTY reads that log
+//! backpressure held (`retry_store_blocked`), and the work put off until
+//! the frames have left (`DeferredCloses`). The store decides what holds a
+//! read (`SessionStore::holds_reads`); this module only acts on it.
+
+use std::os::fd::OwnedFd;
+
+use crate::core::time::Timestamp;
+use crate::daemon::bus;
+use crate::daemon::conn::Marks;
+use crate::daemon::diag::{log_info, log_warn};
+use crate::daemon::event_loop::Daemon;
+use crate::daemon::panes::PaneKey;
+use crate::daemon::sched::Pending;
+
+/// The most ended panes' PTY masters kept open for the frames to leave
+/// first.
+const DEFERRED_CLOSES_MAX: usize = 256;
+
+/// PTY masters of panes that ended, closed once the frames are sent:
+/// closing a PTY costs the loop tens of microseconds and wakes a kernel
+/// worker on its CPU, which a trace of one exit showed delaying its
+/// notice. Closed at the end of a wakeup with no frame waiting for the
+/// writers; while agents stream the writers are always behind, so one
+/// wakeup later at the latest, and at once past [`DEFERRED_CLOSES_MAX`] or
+/// while an accept waits for fds.
+#[derive(Debug, Default)]
+pub(crate) struct DeferredCloses {
+    this_wakeup: Vec<OwnedFd>,
+    last_wakeup: Vec<OwnedFd>,
+}
+
+impl DeferredCloses {
+    pub(crate) fn push(&mut self, fd: OwnedFd) {
+        self.this_wakeup.push(fd);
+    }
+
+    /// Closes every fd kept (an accept waits for one).
+    pub(crate) fn close_all(&mut self) {
+        self.this_wakeup.clear();
+        self.last_wakeup.clear();
+    }
+
+    /// At the end of a wakeup: closes all once no frame waits for the
+    /// writers (or too many are kept), otherwise those kept since the last
+    /// wakeup, keeping this one's for the next.
+    pub(crate) fn end_of_wakeup(&mut self, writers_behind: bool) {
+        if !writers_behind || self.this_wakeup.len() >= DEFERRED_CLOSES_MAX {
+            self.close_all();
+        } else {
+            self.last_wakeup = std::mem::take(&mut self.this_wakeup);
+        }
+    }
+}
+
+impl Daemon {
+    /// Hands the buffered records to the log writer (at most one batch is
+    /// out) and takes in what the last batch did.
+    pub(crate) fn flush_logs(&mut self, t: Timestamp) {
+        let report = self.store.flush(self.settings.store.flush_budget);
+        if report.replaced_logs > 0 {
+            log_warn!(
+                "{} session log(s) were deleted or replaced under colibrid; started anew",
+                report.replaced_logs
+            );
+            bus::log_write_alert(&mut self.alerter, &self.store.health(), t);
+        }
+        // A failing disk is retried at the next wakeup or heartbeat, not in
+        // a tight loop.
+        self.store_pending = report.pending && report.failed.is_none();
+        // A finished batch lets agents held by the read-ahead go on while
+        // the next one is written.
+        self.retry_store_blocked();
+        match (report.failed, self.store_failing) {
+            (Some(kind), false) => {
+                // Said once per episode; status shows the running counts.
+                log_warn!("session log writes fail ({kind:?}); data stays buffered and is retried");
+                bus::log_write_alert(&mut self.alerter, &self.store.health(), t);
+                self.store_failing = true;
+            }
+            (None, true) if report.written > 0 => {
+                log_info!("session log writes succeed again");
+                self.store_failing = false;
+            }
+            _ => {}
+        }
+    }
+
+    /// An agent ended: its exit record and `exited` event go to the log
+    /// and journal writers now, while the loop finishes the wakeup (alerts,
+    /// records, other events), and the frames queued so far get the marks
+    /// that cover them. Later frames of the wakeup get later marks.
+    pub(crate) fn kick_writers(&mut self, t: Timestamp) {
+        self.flush_logs(t);
+        self.bus.sync_journal();
+        let mark = Marks {
+            log: self.store.log_mark(),
+            journal: self.bus.seq(),
+        };
+        for &id in &self.dirty_conns {
+            if let Some(c) = self.conns.get_mut(id) {
+                c.stamp(mark);
+            }
+        }
+    }
+
+    /// Queues the reads of panes whose session log has caught up, starting
+    /// with the first pane held since the last time: the read-ahead lets a
+    /// few quanta through per batch, and always starting from the lowest
+    /// key would leave the same panes out every time.
+    pub(crate) fn retry_store_blocked(&mut self) {
+        // A full read-ahead holds every running agent until the batch is
+        // done: no walk of the held panes for it (an exited one among them
+        // waits for that batch too).
+        if self.store_blocked.is_empty() || self.store.read_ahead_full() {
+            return;
+        }
+        let first = self.store_blocked_first.take();
+        let blocked: Vec<PaneKey> = match first {
+            Some(f) => self
+                .store_blocked
+                .range(f..)
+                .chain(self.store_blocked.range(..f))
+                .copied()
+                .collect(),
+            None => self.store_blocked.iter().copied().collect(),
+        };
+        for key in blocked {
+            let Some(agent) = self.panes.agent(key) else {
+                self.store_blocked.remove(&key);
+                continue;
+            };
+            if !self.store.holds_reads(&agent.session, agent.has_exited()) {
+                self.store_blocked.remove(&key);
+                self.push_pending(Pending::Pty(key));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    /// A kept fd and the peer that sees it closed (end of file).
+    fn watched_fd() -> (OwnedFd, UnixStream) {
+        let (kept, peer) = UnixStream::pair().expect("socketpair");
+        peer.set_nonblocking(true).expect("nonblocking");
+        (OwnedFd::from(kept), peer)
+    }
+
+    fn closed(peer: &mut UnixStream) -> bool {
+        matches!(peer.read(&mut [0u8; 1]), Ok(0))
+    }
+
+    #[test]
+    fn kept_fds_close_when_no_frame_waits_or_one_wakeup_later() {
+        let mut closes = DeferredCloses::default();
+        let (fd, mut peer) = watched_fd();
+        closes.push(fd);
+        closes.end_of_wakeup(true);
+        assert!(!closed(&mut peer), "kept while frames wait");
+        let (fd2, mut peer2) = watched_fd();
+        closes.push(fd2);
+        closes.end_of_wakeup(true);
+        assert!(closed(&mut peer), "closed one wakeup later");
+        assert!(!closed(&mut peer2));
+        closes.end_of_wakeup(false);
+        assert!(closed(&mut peer2), "closed once no frame waits");
+    }
+
+    #[test]
+    fn kept_fds_close_at_once_past_the_bound_or_for_an_accept() {
+        let mut closes = DeferredCloses::default();
+        let peers: Vec<UnixStream> = (0..DEFERRED_CLOSES_MAX)
+            .map(|_| {
+                let (fd, peer) = watched_fd();
+                closes.push(fd);
+                peer
+            })
+            .collect();
+        closes.end_of_wakeup(true);
+        for mut p in peers {
+            assert!(closed(&mut p), "past the bound: closed");
+        }
+        let (fd, mut peer) = watched_fd();
+        closes.push(fd);
+        closes.close_all();
+        assert!(closed(&mut peer), "an accept waits: closed");
+    }
+}
