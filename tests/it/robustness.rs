@@ -355,6 +355,33 @@ fn failing_log_writes_raise_one_alert_and_never_spin() {
     );
 }
 
+/// colibrid with `buffer_limit` set to `limit`, and `n` agents streaming
+/// 20 MB each into sessions `full0`.. whose logs are `/dev/full` (every
+/// write fails); the config's dir, the daemon and the agents' ids.
+fn agents_on_failing_logs(limit: u64, n: usize) -> (tempfile::TempDir, Colibrid, Vec<String>) {
+    let dir = tempfile::tempdir().expect("dir");
+    let cfg = dir.path().join("colibri.toml");
+    std::fs::write(&cfg, format!("[sessions]\nbuffer_limit = {limit}\n")).expect("config");
+    let d = Colibrid::start(&["--config", &cfg.display().to_string()]);
+    let sessions = d.state.join("sessions");
+    let ids = (0..n)
+        .map(|i| {
+            let session = format!("full{i}");
+            std::os::unix::fs::symlink("/dev/full", sessions.join(format!("{session}.jsonl")))
+                .expect("symlink");
+            d.spawn(
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "yes '{\"type\":\"turn_start\"}' | head -c 20000000",
+                ],
+                json!({"session_id": session, "runtime": "pi"}),
+            )
+        })
+        .collect();
+    (dir, d, ids)
+}
+
 /// Agents keep being read while the log writer writes (the two overlap),
 /// but what all sessions hold unwritten together is capped at twice
 /// `buffer_limit` (plus what each session may hold below its 64 KiB
@@ -363,26 +390,7 @@ fn failing_log_writes_raise_one_alert_and_never_spin() {
 #[test]
 fn sessions_together_buffer_at_most_twice_the_buffer_limit() {
     const LIMIT: u64 = 1024 * 1024;
-    let dir = tempfile::tempdir().expect("dir");
-    let cfg = dir.path().join("colibri.toml");
-    std::fs::write(&cfg, format!("[sessions]\nbuffer_limit = {LIMIT}\n")).expect("config");
-    let cfg = cfg.display().to_string();
-    let d = Colibrid::start(&["--config", &cfg]);
-    let sessions = d.state.join("sessions");
-    let mut ids = Vec::new();
-    for n in 0..4 {
-        let session = format!("full{n}");
-        std::os::unix::fs::symlink("/dev/full", sessions.join(format!("{session}.jsonl")))
-            .expect("symlink");
-        ids.push(d.spawn(
-            &[
-                "/bin/sh",
-                "-c",
-                "yes '{\"type\":\"turn_start\"}' | head -c 20000000",
-            ],
-            json!({"session_id": session, "runtime": "pi"}),
-        ));
-    }
+    let (_config, d, ids) = agents_on_failing_logs(LIMIT, 4);
     let pending = || d.ok(json!({"cmd":"status"}))["logs"]["pending_bytes"].as_u64();
     let total = wait_for(
         Duration::from_secs(30),
@@ -417,25 +425,7 @@ fn sessions_together_buffer_at_most_twice_the_buffer_limit() {
 #[test]
 fn failing_logs_that_fill_the_total_do_not_hold_the_agents_of_other_sessions() {
     const LIMIT: u64 = 256 * 1024;
-    let dir = tempfile::tempdir().expect("dir");
-    let cfg = dir.path().join("colibri.toml");
-    std::fs::write(&cfg, format!("[sessions]\nbuffer_limit = {LIMIT}\n")).expect("config");
-    let cfg = cfg.display().to_string();
-    let d = Colibrid::start(&["--config", &cfg]);
-    let sessions = d.state.join("sessions");
-    for n in 0..2 {
-        let session = format!("full{n}");
-        std::os::unix::fs::symlink("/dev/full", sessions.join(format!("{session}.jsonl")))
-            .expect("symlink");
-        d.spawn(
-            &[
-                "/bin/sh",
-                "-c",
-                "yes '{\"type\":\"turn_start\"}' | head -c 20000000",
-            ],
-            json!({"session_id": session, "runtime": "pi"}),
-        );
-    }
+    let (_config, d, _) = agents_on_failing_logs(LIMIT, 2);
     wait_for(
         Duration::from_secs(30),
         "the failing logs to fill the total",

@@ -1598,6 +1598,38 @@ fn a_parsed_line_with_a_raw_control_byte_in_a_lenient_string_is_logged_raw() {
     );
 }
 
+/// A store whose writes run on the writer thread, as in the daemon (the
+/// other tests run them inline), with pane `p1` attached to session `s1`;
+/// the poll is the one the thread wakes.
+fn threaded_store(cfg: &StoreConfig) -> (SessionStore, mio::Poll) {
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(cfg);
+    let poll = mio::Poll::new().expect("poll");
+    store
+        .start_writer(poll.registry(), mio::Token(0))
+        .expect("writer thread");
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    (store, poll)
+}
+
+/// Flushes with `budget` as the loop does, waiting for the writer's wakeup
+/// while a batch is out, until `done`.
+fn flush_until(
+    store: &mut SessionStore,
+    poll: &mut mio::Poll,
+    budget: usize,
+    done: impl Fn(&SessionStore) -> bool,
+) {
+    let mut events = mio::Events::with_capacity(4);
+    while !done(store) {
+        if store.waiting_for_writer() {
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
+                .expect("poll");
+        }
+        store.flush(budget);
+    }
+}
+
 #[test]
 fn the_read_ahead_fills_only_while_a_batch_is_with_the_writer() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -1606,13 +1638,7 @@ fn the_read_ahead_fills_only_while_a_batch_is_with_the_writer() {
         flush_budget: 64 << 20,
         ..config(tmp.path())
     };
-    let argv = vec!["pi".to_string()];
-    let (mut store, _) = open(&cfg);
-    let mut poll = mio::Poll::new().expect("poll");
-    store
-        .start_writer(poll.registry(), mio::Token(0))
-        .expect("writer thread");
-    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    let (mut store, mut poll) = threaded_store(&cfg);
     let line = br#"{"type":"message_update","delta":"0123456789abcdef0123456789abcdef"}"#;
     let fill = |store: &mut SessionStore, bytes: usize| {
         let before = store.health().pending_bytes;
@@ -1632,12 +1658,9 @@ fn the_read_ahead_fills_only_while_a_batch_is_with_the_writer() {
     assert!(store.read_ahead_full(), "the read-ahead is full");
     // The batch is done: what was read ahead goes to the writer and agents
     // are read again.
-    let mut events = mio::Events::with_capacity(4);
-    while store.waiting_for_writer() && store.read_ahead_full() {
-        poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
-            .expect("poll");
-        store.flush(usize::MAX);
-    }
+    flush_until(&mut store, &mut poll, usize::MAX, |s| {
+        !(s.waiting_for_writer() && s.read_ahead_full())
+    });
     assert!(!store.read_ahead_full());
 }
 
@@ -1648,14 +1671,7 @@ fn a_line_buffered_while_a_batch_is_out_is_not_covered_by_that_batch() {
     // one, even though its session is already in the batch out (and so not
     // queued again).
     let tmp = tempfile::tempdir().expect("tempdir");
-    let cfg = config(tmp.path());
-    let argv = vec!["pi".to_string()];
-    let (mut store, _) = open(&cfg);
-    let mut poll = mio::Poll::new().expect("poll");
-    store
-        .start_writer(poll.registry(), mio::Token(0))
-        .expect("writer thread");
-    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    let (mut store, mut poll) = threaded_store(&config(tmp.path()));
     store.append("s1", "p1", LineRecord::Parsed(&ev("turn_start", 1)), at(1));
     store.flush(usize::MAX);
     assert!(store.waiting_for_writer());
@@ -1663,12 +1679,8 @@ fn a_line_buffered_while_a_batch_is_out_is_not_covered_by_that_batch() {
     store.append("s1", "p1", LineRecord::Parsed(&ev("turn_end", 2)), at(2));
     let mark = store.log_mark();
     assert!(mark > covered, "the batch out does not hold the new line");
-    let mut events = mio::Events::with_capacity(4);
-    while store.logged_through() < covered {
-        poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
-            .expect("poll");
-        store.flush(0);
-    }
+    // Collect only (budget 0): the batch out finishes, no new one starts.
+    flush_until(&mut store, &mut poll, 0, |s| s.logged_through() >= covered);
     assert!(
         store.logged_through() < mark || store.pending_bytes("s1") == 0,
         "frames marked {mark} may leave (logged through {}) with {} bytes unwritten",
@@ -1676,12 +1688,8 @@ fn a_line_buffered_while_a_batch_is_out_is_not_covered_by_that_batch() {
         store.pending_bytes("s1")
     );
     // The next batch holds it, and reaches the mark.
-    while store.logged_through() < mark {
-        store.flush(usize::MAX);
-        if store.waiting_for_writer() {
-            poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
-                .expect("poll");
-        }
-    }
+    flush_until(&mut store, &mut poll, usize::MAX, |s| {
+        s.logged_through() >= mark
+    });
     assert_eq!(store.pending_bytes("s1"), 0);
 }
