@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Two or more colibrid binaries, one PTY stream each, taking turns: the
+paired figures in docs/PERFORMANCE.md ("Figures after the third pass").
+
+Each round starts each binary on a fresh socket and state dir, spawns one
+`bench/streamer LINES` (42-byte Pi lines) with `runtime: pi`, and times the
+spawn request to the `exited` event on a watch connection; the daemon's CPU
+(utime + stime of all its threads, /proc/PID/stat) over the same span.
+Linux only. Build the C programs first (bench/e2e.sh does).
+
+Usage: bench/ab_stream.py [--rounds N] [--bin DIR] LINES COLIBRID...
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+
+def cpu_ms(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def connect(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    return s, s.makefile("rb")
+
+
+def run(colibrid, streamer, lines):
+    d = tempfile.mkdtemp(prefix="colibri-ab-")
+    sock = os.path.join(d, "sock")
+    p = subprocess.Popen([colibrid, "--socket", sock, "--state-dir", os.path.join(d, "state"), "--no-syslog"],
+                         stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(sock):
+            if time.monotonic() > deadline or p.poll() is not None:
+                raise RuntimeError(f"{colibrid} did not start")
+            time.sleep(0.01)
+        w, wf = connect(sock)
+        w.sendall(b'{"cmd":"watch"}\n')
+        wf.readline()
+        c, cf = connect(sock)
+        c0, t0 = cpu_ms(p.pid), time.monotonic()
+        c.sendall((json.dumps({"cmd": "spawn-agent", "argv": [streamer, str(lines)], "runtime": "pi"}) + "\n").encode())
+        agent = json.loads(cf.readline())["data"]["agent_id"]
+        while True:
+            ev = json.loads(wf.readline())
+            if ev.get("event") == "exited" and ev.get("pane") == agent:
+                break
+        secs, cpu = time.monotonic() - t0, cpu_ms(p.pid) - c0
+        return lines * 42 / secs / 1048576, cpu
+    finally:
+        p.terminate()
+        p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--bin", default="target/bench-c")
+    ap.add_argument("lines", type=int)
+    ap.add_argument("colibrid", nargs="+")
+    args = ap.parse_args()
+    streamer = os.path.abspath(os.path.join(args.bin, "streamer"))
+    results = {b: [] for b in args.colibrid}
+    for _ in range(args.rounds):
+        for b in args.colibrid:
+            results[b].append(run(b, streamer, args.lines))
+    for b, rs in results.items():
+        print(f"{b}: MiB/s " + " ".join(f"{m:.1f}" for m, _ in rs)
+              + "  daemon CPU ms " + " ".join(f"{c:.0f}" for _, c in rs))
+
+
+if __name__ == "__main__":
+    main()
