@@ -101,8 +101,11 @@ impl ReplyBody for SnapshotStream {
                 out.push(b',');
             }
             match self.schema {
-                Schema::V1 => write_json(out, &d.pane_v1(slot, self.t))?,
-                Schema::V2 => write_json(out, &d.pane_v2(slot, self.t))?,
+                Schema::V1 => d.pane_v1(slot, self.t).write_json(out),
+                Schema::V2 => d
+                    .pane_v2(slot, self.t)
+                    .write_json(out)
+                    .map_err(io::Error::other)?,
             }
             self.written += 1;
         }
@@ -163,7 +166,9 @@ mod tests {
     use super::*;
     use crate::core::pane::Pane;
     use crate::core::taxonomy::Runtime;
-    use crate::protocol::{ok_line, PaneV1, PaneV2, Reply, SnapshotV1, SnapshotV2};
+    use crate::protocol::{
+        ok_line, PaneV1, PaneV1View, PaneV2, PaneV2View, Reply, SnapshotV1, SnapshotV2,
+    };
 
     fn panes(n: usize) -> Vec<Pane> {
         let t0 = Timestamp::from_millis(1_700_000_000_000);
@@ -177,15 +182,21 @@ mod tests {
             .collect()
     }
 
-    /// The streamed line, pane by pane, as `next_slice` assembles it.
-    fn streamed<T: Serialize>(schema: &str, rid: Option<&Value>, items: &[T]) -> Vec<u8> {
+    /// The streamed line, pane by pane, as `next_slice` assembles it: each
+    /// pane written by `write` (the views `next_slice` writes).
+    fn streamed(
+        schema: &str,
+        rid: Option<&Value>,
+        panes: &[Pane],
+        write: impl Fn(&Pane, &mut Vec<u8>),
+    ) -> Vec<u8> {
         let mut out = Vec::new();
         head(&mut out, schema, "host-1", "2026-11-22T17:00:00.000Z").expect("head");
-        for (i, item) in items.iter().enumerate() {
+        for (i, p) in panes.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            write_json(&mut out, item).expect("pane");
+            write(p, &mut out);
         }
         tail(&mut out, rid).expect("tail");
         out
@@ -222,12 +233,19 @@ mod tests {
                         panes: v2.clone(),
                     }),
                 );
+                let v1_streamed = streamed(SNAPSHOT_V1, rid.as_ref(), &ps, |p, out| {
+                    PaneV1View::from_pane(p, t, stall).write_json(out);
+                });
+                let v2_streamed = streamed(SNAPSHOT_V2, rid.as_ref(), &ps, |p, out| {
+                    let view = PaneV2View::from_pane(p, t, stall);
+                    view.write_json(out).expect("pane");
+                });
                 assert_eq!(
-                    String::from_utf8_lossy(&streamed(SNAPSHOT_V1, rid.as_ref(), &v1)),
+                    String::from_utf8_lossy(&v1_streamed),
                     String::from_utf8_lossy(&whole_v1)
                 );
                 assert_eq!(
-                    String::from_utf8_lossy(&streamed(SNAPSHOT_V2, rid.as_ref(), &v2)),
+                    String::from_utf8_lossy(&v2_streamed),
                     String::from_utf8_lossy(&whole_v2)
                 );
             }

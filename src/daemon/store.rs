@@ -2112,7 +2112,7 @@ fn meta_json(m: &SessionMeta) -> serde_json::Value {
         "panes": m.panes,
         "runtime": m.runtime,
         "cwd": m.cwd,
-        "created_at": record::rfc3339(m.created_at),
+        "created_at": m.created_at.to_rfc3339(),
         "turn_count": m.turn_count,
         "bytes": m.bytes,
         "final_state": m.final_state,

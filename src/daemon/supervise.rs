@@ -15,6 +15,7 @@
 //! file is small (one line per declared or named agent) and written only
 //! when an agent's lifecycle changes, not per line of output.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -37,7 +38,7 @@ use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::PaneKey;
 use crate::daemon::timers::Deadline;
 use crate::platform;
-use crate::protocol::{WatchKind, WireSupervision};
+use crate::protocol::{SupervisionView, WatchKind};
 
 /// The records file under the state dir.
 pub const RECORDS_FILE: &str = "agents.jsonl";
@@ -97,14 +98,15 @@ impl Supervision {
         !self.wanted.is_up() || self.restart_after_stop
     }
 
-    pub fn wire(&self, agent: &Agent) -> WireSupervision {
+    /// The supervision a v2 snapshot shows, borrowed from `self`.
+    pub fn wire(&self, agent: &Agent) -> SupervisionView<'_> {
         let (stopped_by, stop_reason) = match &self.wanted {
             Wanted::Up => (None, None),
-            Wanted::Down { by, reason } => (Some(cause_name(by)), reason.clone()),
+            Wanted::Down { by, reason } => (Some(cause_name(by)), reason.as_deref()),
         };
-        WireSupervision {
-            wanted: if self.wanted.is_up() { "up" } else { "down" }.to_string(),
-            actual: self.actual(agent).as_str().to_string(),
+        SupervisionView {
+            wanted: if self.wanted.is_up() { "up" } else { "down" },
+            actual: self.actual(agent).as_str(),
             stopped_by,
             stop_reason,
             declared: self.origin == Origin::Declared,
@@ -112,10 +114,10 @@ impl Supervision {
     }
 }
 
-fn cause_name(cause: &StopCause) -> String {
+fn cause_name(cause: &StopCause) -> Cow<'static, str> {
     match cause {
         StopCause::Shutdown => "shutdown".into(),
-        StopCause::Operator { who } => format!("operator ({who})"),
+        StopCause::Operator { who } => format!("operator ({who})").into(),
         StopCause::Removed => "removed".into(),
         StopCause::NoAutostart => "no-autostart".into(),
     }
@@ -594,7 +596,7 @@ impl Daemon {
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
-        let why = reason.map_or_else(|| cause_name(&by), str::to_string);
+        let why = reason.map_or_else(|| cause_name(&by).into_owned(), str::to_string);
         agent.stopped_by = Some(format!("stopped: {why}"));
         agent.supervision.wanted = Wanted::Down {
             by,

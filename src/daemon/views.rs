@@ -10,13 +10,14 @@ use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::Slot;
 use crate::protocol::{
-    AlertHealth, LogHealth, PaneV1, PaneV2, SessionSummary, StatusData, WireExit, WireRestart,
+    AlertHealth, LogHealth, PaneV1View, PaneV2View, RestartView, SessionSummary, StatusData,
+    WireExit,
 };
 
 impl Daemon {
     /// One pane as the contract's v1 snapshot shows it.
-    pub(crate) fn pane_v1(&self, s: &Slot, t: Timestamp) -> PaneV1 {
-        let mut v = PaneV1::from_pane(&s.pane, t, self.settings.daemon.stall_after);
+    pub(crate) fn pane_v1<'a>(&self, s: &'a Slot, t: Timestamp) -> PaneV1View<'a> {
+        let mut v = PaneV1View::from_pane(&s.pane, t, self.settings.daemon.stall_after);
         // The contract's five states: see docs/PROTOCOL.md.
         let actual = s.agent.supervision.actual(&s.agent);
         v.state = crate::core::spec::v1_state(actual, s.pane.state());
@@ -25,11 +26,11 @@ impl Daemon {
 
     /// One pane as the v2 snapshot shows it: the core's view plus what
     /// only the daemon knows (pid, jail, supervision, restarts, escalation).
-    pub(crate) fn pane_v2(&self, s: &Slot, t: Timestamp) -> PaneV2 {
-        let mut v = PaneV2::from_pane(&s.pane, t, self.settings.daemon.stall_after);
+    pub(crate) fn pane_v2<'a>(&self, s: &'a Slot, t: Timestamp) -> PaneV2View<'a> {
+        let mut v = PaneV2View::from_pane(&s.pane, t, self.settings.daemon.stall_after);
         let a = &s.agent;
-        v.daemon_session = Some(a.session.clone());
-        v.jail = a.jail.clone();
+        v.daemon_session = Some(&a.session);
+        v.jail = a.jail.as_deref();
         v.pid = a.running_pid();
         v.generation = a.generation;
         v.supervision = Some(a.supervision.wire(a));
@@ -37,10 +38,10 @@ impl Daemon {
             w.escalated = self.approvals.escalated(&w.id);
         }
         if a.restart.policy != RestartPolicy::Never {
-            v.restart = Some(WireRestart {
-                policy: a.restart.policy.as_str().to_string(),
+            v.restart = Some(RestartView {
+                policy: a.restart.policy.as_str(),
                 attempts: a.restart.attempts,
-                next_at: a.next_restart_at().map(|n| n.to_rfc3339()),
+                next_at: a.next_restart_at(),
             });
         }
         v

@@ -6,6 +6,9 @@
 //! UTC with milliseconds); everything else is colibri's own and documented
 //! in `docs/PROTOCOL.md`.
 
+pub mod json_text;
+mod pane_view;
+pub use pane_view::{PaneV1View, PaneV2View, RestartView, SupervisionView};
 mod watch_mode;
 pub use watch_mode::WatchMode;
 

@@ -8,12 +8,9 @@
 use std::io::Write as _;
 
 use crate::core::time::Timestamp;
+use crate::protocol::json_text::push_escaped;
 
 use super::{AnswerRecord, AttachRecord, ExitRecord};
-
-/// The latest instant `humantime` can print (9999-12-31T23:59:59.999Z).
-/// Later timestamps are clamped: a log line must never fail to encode.
-const MAX_PRINTABLE_MS: u64 = 253_402_300_799_999;
 
 /// Length of `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 const TS_LEN: usize = 24;
@@ -29,25 +26,14 @@ pub(super) struct TsText {
 impl TsText {
     /// The same text as [`Timestamp::to_rfc3339`], written without allocating.
     pub(super) fn get(&mut self, ts: Timestamp) -> &[u8] {
-        let ms = ts.as_millis().min(MAX_PRINTABLE_MS);
+        // Later instants print as the last one RFC 3339 can spell.
+        let ms = ts.as_millis().min(Timestamp::MAX_RFC3339.as_millis());
         if self.ms != Some(ms) {
-            let t = Timestamp::from_millis(ms).to_system();
-            let mut cursor = std::io::Cursor::new(&mut self.text[..]);
-            // Every instant from 1970 to 9999 prints as exactly 24 bytes, so
-            // the write fits the array and cannot fail.
-            if write!(cursor, "{}", humantime::format_rfc3339_millis(t)).is_err() {
-                self.text = *b"1970-01-01T00:00:00.000Z";
-            }
+            self.text = ts.rfc3339().as_bytes();
             self.ms = Some(ms);
         }
         &self.text
     }
-}
-
-/// RFC 3339 text of `ts` for values built outside the hot path; unlike
-/// [`Timestamp::to_rfc3339`] it cannot panic on an absurd timestamp.
-pub(super) fn rfc3339(ts: Timestamp) -> String {
-    String::from_utf8_lossy(TsText::default().get(ts)).into_owned()
 }
 
 /// Appends `s` as a JSON string (with quotes). `s` may hold any bytes:
@@ -75,46 +61,6 @@ fn push_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
         Some(s) => push_str(out, s),
         None => out.extend_from_slice(b"null"),
     }
-}
-
-/// Escapes valid UTF-8: quote, backslash and C0 controls; everything else
-/// (including U+2028/U+2029, which JSON allows raw) is copied.
-fn push_escaped(out: &mut Vec<u8>, valid: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    // Most text (every pane id) needs no escape: one scan without an early
-    // exit, which the compiler vectorises (`any` stops at each byte), then
-    // one copy.
-    let special = valid.iter().fold(false, |seen, &b| {
-        seen | (b < 0x20) | (b == b'"') | (b == b'\\')
-    });
-    if !special {
-        out.extend_from_slice(valid);
-        return;
-    }
-    let mut start = 0;
-    for (i, &b) in valid.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            0x00..=0x1f => b"",
-            _ => continue,
-        };
-        out.extend_from_slice(&valid[start..i]);
-        if esc.is_empty() {
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0xf)]);
-        } else {
-            out.extend_from_slice(esc);
-        }
-        start = i + 1;
-    }
-    out.extend_from_slice(&valid[start..]);
 }
 
 fn push_int(out: &mut Vec<u8>, n: impl std::fmt::Display) {
