@@ -198,7 +198,9 @@ impl Daemon {
         if let Some(Err(e)) = started {
             log_warn!("cannot start the watch journal thread (writing on the loop): {e}");
         }
-        let alerter = Alerter::new(settings.alert.clone());
+        let mut alerter = Alerter::new(settings.alert.clone());
+        // Sent once the frames of their wakeup have left (log_flow.rs).
+        alerter.hold_sends();
         if settings.alert.enabled
             && settings.alert.socket.is_none()
             && !crate::daemon::alert::SYSTEM_LOG_SOCKETS
@@ -292,11 +294,16 @@ impl Daemon {
                 Some(Duration::ZERO)
             } else {
                 // An orphan sweep put off after a SIGCHLD (shutdown.rs), and
-                // agent records put off behind the frames (supervise.rs).
-                let due = match (self.orphan_sweep_at, self.records_due) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                // agent records and alerts put off behind the frames
+                // (supervise.rs, log_flow.rs).
+                let due = [
+                    self.orphan_sweep_at,
+                    self.records_due,
+                    self.alerter.held_due(),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
                 due.map(|due| due.since(now()))
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
@@ -455,6 +462,7 @@ impl Daemon {
         // writers confirm meanwhile) rather than waiting behind it.
         let writers_behind = self.confirmed.log < mark.log || self.confirmed.journal < mark.journal;
         self.deferred_closes.end_of_wakeup(writers_behind);
+        self.send_alerts_after_frames(writers_behind, t);
         self.write_records_after_frames(writers_behind, t);
     }
 }

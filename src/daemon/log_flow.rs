@@ -2,8 +2,9 @@
 //! handing the buffered records to the writers (`flush_logs`, and at once
 //! for an agent's end, `kick_writers`), retrying the PTY reads that log
 //! backpressure held (`retry_store_blocked`), and the work put off until
-//! the frames have left (`DeferredCloses`). The store decides what holds a
-//! read (`SessionStore::holds_reads`); this module only acts on it.
+//! the frames have left (`DeferredCloses`, `send_alerts_after_frames`).
+//! The store decides what holds a read (`SessionStore::holds_reads`); this
+//! module only acts on it.
 
 use std::os::fd::OwnedFd;
 
@@ -56,6 +57,17 @@ impl DeferredCloses {
 }
 
 impl Daemon {
+    /// Sends the alerts raised so far once no frame waits for the writers
+    /// (the frames they concern have left), or once the oldest has waited
+    /// [`crate::daemon::alert::HOLD_FOR`]: a datagram wakes syslogd, which
+    /// would otherwise take a CPU from the writers confirming the frames.
+    pub(crate) fn send_alerts_after_frames(&mut self, writers_behind: bool, t: Timestamp) {
+        let due = self.alerter.held_due().is_some_and(|due| t >= due);
+        if !writers_behind || due {
+            self.alerter.send_held(t);
+        }
+    }
+
     /// Hands the buffered records to the log writer (at most one batch is
     /// out) and takes in what the last batch did.
     pub(crate) fn flush_logs(&mut self, t: Timestamp) {

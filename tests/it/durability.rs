@@ -449,15 +449,27 @@ fn launch_with_env(
     dir: &std::path::Path,
     env: &[(&str, &std::path::Path)],
 ) -> (std::process::Child, Client) {
+    launch_with_env_and_syslog(dir, env, None)
+}
+
+/// [`launch_with_env`], alerting to `syslog` (else `--no-syslog`).
+fn launch_with_env_and_syslog(
+    dir: &std::path::Path,
+    env: &[(&str, &std::path::Path)],
+    syslog: Option<&std::path::Path>,
+) -> (std::process::Child, Client) {
     use std::process::{Command, Stdio};
     let socket = dir.join("colibri.sock");
     let mut cmd = Command::new(COLIBRID);
     cmd.arg("--socket")
         .arg(&socket)
         .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--no-syslog")
-        .env_remove("COLIBRI_SOCKET")
+        .arg(dir.join("state"));
+    match syslog {
+        Some(path) => cmd.arg(format!("--syslog-socket={}", path.display())),
+        None => cmd.arg("--no-syslog"),
+    };
+    cmd.env_remove("COLIBRI_SOCKET")
         .env_remove("COLIBRI_CONFIG")
         .env("COLIBRI_LOG", "warn")
         .stdin(Stdio::null())
@@ -473,6 +485,58 @@ fn launch_with_env(
         Some(c)
     });
     (child, c)
+}
+
+/// Alerts are sent once the frames of their wakeup have left, and at the
+/// latest 50 ms after they were raised: a log writer that never confirms
+/// does not keep them back.
+#[test]
+fn alerts_reach_syslog_while_the_log_writer_is_stuck() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = SyslogSink::bind(dir.path());
+    let stall = dir.path().join("stall");
+    let (mut child, mut c) = launch_with_env_and_syslog(
+        dir.path(),
+        &[("COLIBRI_TEST_WRITER_STALL", &stall)],
+        Some(&sink.path),
+    );
+    let limit = std::time::Duration::from_secs(10);
+    // The writer freezes after the spawn's reply (which waits for the log)
+    // and before the agent's exit.
+    let id = answered_within(
+        &mut c,
+        json!({"cmd":"spawn-agent","session_id":"frozen","argv":["/bin/sh","-c","sleep 0.3; exit 3"]}),
+        limit,
+    )["agent_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    std::fs::write(&stall, "").expect("freeze the log writer");
+    let mut seen = Vec::new();
+    let alert = sink.wait_for(" error ", &mut seen);
+    assert!(
+        alert.contains(&format!("pane={id}")) && alert.contains("exit_code=3"),
+        "{alert}"
+    );
+    // Before the writer counts as stalled (1 s), when replies stop waiting
+    // for it: the alert did not wait for that either.
+    let status = answered_within(&mut c, json!({"cmd":"status"}), limit);
+    assert!(
+        !status["logs"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("stalled")),
+        "{status}"
+    );
+    let log = dir.path().join("state/sessions/frozen.jsonl");
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(r#""colibri":"exit""#),
+        "the writer was still frozen when the alert came"
+    );
+    std::fs::remove_file(&stall).expect("thaw");
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Sends one request and fails the test unless the reply comes within
