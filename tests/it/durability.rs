@@ -495,11 +495,13 @@ fn alerts_reach_syslog_while_the_log_writer_is_stuck() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sink = SyslogSink::bind(dir.path());
     let stall = dir.path().join("stall");
-    let (mut child, mut c) = launch_with_env_and_syslog(
+    let (child, mut c) = launch_with_env_and_syslog(
         dir.path(),
         &[("COLIBRI_TEST_WRITER_STALL", &stall)],
         Some(&sink.path),
     );
+    // Killed however the test ends (a failed assertion included).
+    let _daemon = KillOnDrop(child);
     let limit = std::time::Duration::from_secs(10);
     // The writer freezes after the spawn's reply (which waits for the log)
     // and before the agent's exit.
@@ -535,8 +537,15 @@ fn alerts_reach_syslog_while_the_log_writer_is_stuck() {
         "the writer was still frozen when the alert came"
     );
     std::fs::remove_file(&stall).expect("thaw");
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Sends one request and fails the test unless the reply comes within
