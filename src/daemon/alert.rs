@@ -292,6 +292,9 @@ impl Alerter {
     /// Applies new settings (SIGHUP). A changed socket or a disable closes the
     /// current socket; a changed rate refills every bucket under the new rule.
     pub fn reconfigure(&mut self, cfg: AlertConfig) {
+        // Held alerts were raised under the old settings: they go where
+        // those said (and not at all once alerts are disabled by this).
+        self.send_held(Timestamp::from_system(std::time::SystemTime::now()));
         let reconnect = cfg.socket != self.cfg.socket || cfg.enabled != self.cfg.enabled;
         if reconnect {
             self.socket = None;
@@ -342,6 +345,9 @@ impl Alerter {
         };
         let cut = fit_message(&mut message, &header, f, suppressed) > 0;
         if self.hold {
+            // Reported by this alert: alerts suppressed from now on are
+            // the next one's to report (given back if this one is lost).
+            self.take_suppressed(f.pane, suppressed);
             self.held.push(HeldAlert {
                 datagram: message.as_bytes().to_vec(),
                 pane: f.pane.to_string(),
@@ -357,7 +363,10 @@ impl Alerter {
         }
         let outcome = self.send(message.as_bytes(), now);
         self.message = message;
-        self.count_sent(&outcome, f.pane, suppressed, cut);
+        if outcome == AlertOutcome::Sent {
+            self.take_suppressed(f.pane, suppressed);
+        }
+        self.count_sent(&outcome, cut);
         outcome
     }
 
@@ -376,7 +385,13 @@ impl Alerter {
         self.held_since = None;
         for alert in std::mem::take(&mut self.held) {
             let outcome = self.send(&alert.datagram, now);
-            self.count_sent(&outcome, &alert.pane, alert.suppressed, alert.cut);
+            if outcome != AlertOutcome::Sent {
+                // Nobody heard of them: the next alert reports them.
+                if let Some(bucket) = self.buckets.get_mut(&alert.pane) {
+                    bucket.suppressed += alert.suppressed;
+                }
+            }
+            self.count_sent(&outcome, alert.cut);
         }
     }
 
@@ -385,20 +400,23 @@ impl Alerter {
         self.held_since.map(|t| t.plus(HOLD_FOR))
     }
 
-    fn count_sent(&mut self, outcome: &AlertOutcome, pane: &str, suppressed: u64, cut: bool) {
+    fn count_sent(&mut self, outcome: &AlertOutcome, cut: bool) {
         match outcome {
             AlertOutcome::Sent => {
                 self.stats.sent += 1;
                 if cut {
                     self.stats.truncated += 1;
                 }
-                // Alerts suppressed since this one was formatted are still
-                // to be reported.
-                if let Some(bucket) = self.buckets.get_mut(pane) {
-                    bucket.suppressed = bucket.suppressed.saturating_sub(suppressed);
-                }
             }
             _ => self.stats.dropped += 1,
+        }
+    }
+
+    /// `reported` suppressed alerts of `pane` are reported: the count keeps
+    /// only those suppressed since.
+    fn take_suppressed(&mut self, pane: &str, reported: u64) {
+        if let Some(bucket) = self.buckets.get_mut(pane) {
+            bucket.suppressed = bucket.suppressed.saturating_sub(reported);
         }
     }
 
@@ -1196,6 +1214,62 @@ mod tests {
         );
         alerter.send_held(at(61_001));
         assert_eq!(split(&rx.recv()).1, "pane=p1 state=blocked suppressed=1");
+    }
+
+    #[test]
+    fn two_held_alerts_of_one_pane_never_report_the_same_suppressed_alerts() {
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(AlertConfig {
+            rate_burst: 2,
+            rate_window: Duration::from_secs(60),
+            ..config(&rx.path)
+        });
+        alerter.hold_sends();
+        let p1 = fields("p1");
+        let outcomes: Vec<AlertOutcome> = [0, 1, 2, 3, 30_003, 30_004, 60_004]
+            .into_iter()
+            .map(|ms| alerter.alert(AlertKind::Blocked, &p1, at(ms)))
+            .collect();
+        let (held, limited) = (AlertOutcome::Held, AlertOutcome::RateLimited);
+        assert_eq!(
+            outcomes,
+            [held, held, limited, limited, held, limited, held]
+        );
+        alerter.send_held(at(60_005));
+        let bodies: Vec<String> = (0..4).map(|_| split(&rx.recv()).1.to_owned()).collect();
+        assert_eq!(
+            bodies,
+            [
+                "pane=p1 state=blocked",
+                "pane=p1 state=blocked",
+                "pane=p1 state=blocked suppressed=2",
+                "pane=p1 state=blocked suppressed=1",
+            ]
+        );
+    }
+
+    #[test]
+    fn held_alerts_go_where_the_settings_they_were_raised_under_said() {
+        let rx = Receiver::bind();
+        let mut alerter = Alerter::new(config(&rx.path));
+        alerter.hold_sends();
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &fields("p1"), at(0)),
+            AlertOutcome::Held
+        );
+        alerter.reconfigure(AlertConfig {
+            enabled: false,
+            ..config(&rx.path)
+        });
+        assert_eq!(split(&rx.recv()).1, "pane=p1 state=blocked");
+        assert_eq!(alerter.held_due(), None);
+        assert_eq!(
+            alerter.alert(AlertKind::Blocked, &fields("p1"), at(1)),
+            AlertOutcome::Disabled
+        );
+        alerter.send_held(at(2));
+        rx.assert_empty();
+        assert_eq!(alerter.stats().sent, 1);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use std::os::fd::OwnedFd;
 
 use crate::core::time::Timestamp;
+use crate::daemon::alert::HOLD_FOR;
 use crate::daemon::bus;
 use crate::daemon::conn::Marks;
 use crate::daemon::diag::{log_info, log_warn};
@@ -59,10 +60,14 @@ impl DeferredCloses {
 impl Daemon {
     /// Sends the alerts raised so far once no frame waits for the writers
     /// (the frames they concern have left), or once the oldest has waited
-    /// [`crate::daemon::alert::HOLD_FOR`]: a datagram wakes syslogd, which
+    /// [`HOLD_FOR`]: a datagram wakes syslogd, which
     /// would otherwise take a CPU from the writers confirming the frames.
     pub(crate) fn send_alerts_after_frames(&mut self, writers_behind: bool, t: Timestamp) {
-        let due = self.alerter.held_due().is_some_and(|due| t >= due);
+        // A wall clock stepped back counts as due: the bound must hold.
+        let due = self
+            .alerter
+            .held_due()
+            .is_some_and(|due| t >= due || t.plus(HOLD_FOR) < due);
         if !writers_behind || due {
             self.alerter.send_held(t);
         }
