@@ -1148,11 +1148,17 @@ mod tests {
         );
     }
 
+    /// An alerter that holds its alerts, as the daemon's does.
+    fn holding(cfg: AlertConfig) -> Alerter {
+        let mut alerter = Alerter::new(cfg);
+        alerter.hold_sends();
+        alerter
+    }
+
     #[test]
     fn held_alerts_go_out_in_order_only_when_sent_and_are_counted_then() {
         let rx = Receiver::bind();
-        let mut alerter = Alerter::new(config(&rx.path));
-        alerter.hold_sends();
+        let mut alerter = holding(config(&rx.path));
         assert_eq!(alerter.held_due(), None);
         for (i, pane) in ["p1", "p2"].into_iter().enumerate() {
             assert_eq!(
@@ -1174,8 +1180,7 @@ mod tests {
     #[test]
     fn past_held_max_every_held_alert_is_sent_at_once() {
         let rx = Receiver::bind();
-        let mut alerter = Alerter::new(config(&rx.path));
-        alerter.hold_sends();
+        let mut alerter = holding(config(&rx.path));
         for i in 0..HELD_MAX {
             let outcome = alerter.alert(AlertKind::Blocked, &fields(&format!("p{i}")), at(0));
             assert_eq!(outcome, AlertOutcome::Held);
@@ -1189,12 +1194,11 @@ mod tests {
     #[test]
     fn alerts_suppressed_while_one_is_held_are_reported_by_the_next() {
         let rx = Receiver::bind();
-        let mut alerter = Alerter::new(AlertConfig {
+        let mut alerter = holding(AlertConfig {
             rate_burst: 1,
             rate_window: Duration::from_secs(60),
             ..config(&rx.path)
         });
-        alerter.hold_sends();
         let p1 = fields("p1");
         assert_eq!(
             alerter.alert(AlertKind::Blocked, &p1, at(0)),
@@ -1219,12 +1223,11 @@ mod tests {
     #[test]
     fn two_held_alerts_of_one_pane_never_report_the_same_suppressed_alerts() {
         let rx = Receiver::bind();
-        let mut alerter = Alerter::new(AlertConfig {
+        let mut alerter = holding(AlertConfig {
             rate_burst: 2,
             rate_window: Duration::from_secs(60),
             ..config(&rx.path)
         });
-        alerter.hold_sends();
         let p1 = fields("p1");
         let outcomes: Vec<AlertOutcome> = [0, 1, 2, 3, 30_003, 30_004, 60_004]
             .into_iter()
@@ -1251,8 +1254,7 @@ mod tests {
     #[test]
     fn held_alerts_go_where_the_settings_they_were_raised_under_said() {
         let rx = Receiver::bind();
-        let mut alerter = Alerter::new(config(&rx.path));
-        alerter.hold_sends();
+        let mut alerter = holding(config(&rx.path));
         assert_eq!(
             alerter.alert(AlertKind::Blocked, &fields("p1"), at(0)),
             AlertOutcome::Held
@@ -1275,8 +1277,7 @@ mod tests {
     #[test]
     fn held_alerts_are_sent_when_the_alerter_is_dropped() {
         let rx = Receiver::bind();
-        let mut alerter = Alerter::new(config(&rx.path));
-        alerter.hold_sends();
+        let mut alerter = holding(config(&rx.path));
         assert_eq!(
             alerter.alert(AlertKind::Blocked, &fields("p1"), at(0)),
             AlertOutcome::Held

@@ -48,6 +48,13 @@ pub fn push_escaped(out: &mut Vec<u8>, valid: &[u8]) {
     out.extend_from_slice(&valid[start..]);
 }
 
+/// Appends `s` as a JSON string, quotes included.
+pub fn push_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    push_escaped(out, s.as_bytes());
+    out.push(b'"');
+}
+
 /// A JSON object being written: `{`, then one `"key":value` per call, comma
 /// separated, then `}` from [`Object::end`]. Keys are the caller's string
 /// literals, plain ASCII needing no escape (a debug assertion checks).
@@ -77,10 +84,7 @@ impl<'o> Object<'o> {
     }
 
     pub fn str(&mut self, key: &str, value: &str) {
-        let out = self.key(key);
-        out.push(b'"');
-        push_escaped(out, value.as_bytes());
-        out.push(b'"');
+        push_str(self.key(key), value);
     }
 
     /// The key and value when there is a value; nothing otherwise (serde's

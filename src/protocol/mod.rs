@@ -19,7 +19,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::core::pane::{Counters, ExitStatus, Pane, ToolRecord};
+use crate::core::pane::{Counters, ExitStatus, ToolRecord};
 use crate::core::state::AgentState;
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
@@ -113,7 +113,14 @@ pub struct PaneV1 {
 }
 
 impl PaneV1 {
-    pub fn from_pane(p: &Pane, now: Timestamp, default_stall_after: Duration) -> PaneV1 {
+    /// The owned pane, built field by field: the reference the daemon's
+    /// [`PaneV1View`] is held to (tests only; the daemon writes the view).
+    #[cfg(test)]
+    pub fn from_pane(
+        p: &crate::core::pane::Pane,
+        now: Timestamp,
+        default_stall_after: Duration,
+    ) -> PaneV1 {
         PaneV1 {
             id: p.id.0.clone(),
             agent: p.agent.clone(),
@@ -183,9 +190,15 @@ pub struct PaneV2 {
 }
 
 impl PaneV2 {
-    /// The core's view of a pane; daemon-only fields (pid, jail, restart)
-    /// are left for the daemon to fill.
-    pub fn from_pane(p: &Pane, now: Timestamp, default_stall_after: Duration) -> PaneV2 {
+    /// The core's view of a pane, owned; daemon-only fields (pid, jail,
+    /// restart) are left to fill. The reference the daemon's [`PaneV2View`]
+    /// is held to (tests only; the daemon writes the view).
+    #[cfg(test)]
+    pub fn from_pane(
+        p: &crate::core::pane::Pane,
+        now: Timestamp,
+        default_stall_after: Duration,
+    ) -> PaneV2 {
         PaneV2 {
             id: p.id.0.clone(),
             name: p.name.clone(),

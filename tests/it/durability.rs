@@ -505,14 +505,11 @@ fn alerts_reach_syslog_while_the_log_writer_is_stuck() {
     let limit = std::time::Duration::from_secs(10);
     // The writer freezes after the spawn's reply (which waits for the log)
     // and before the agent's exit.
-    let id = answered_within(
+    let id = spawned_id(
         &mut c,
         json!({"cmd":"spawn-agent","session_id":"frozen","argv":["/bin/sh","-c","sleep 0.3; exit 3"]}),
         limit,
-    )["agent_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    );
     std::fs::write(&stall, "").expect("freeze the log writer");
     let mut seen = Vec::new();
     let alert = sink.wait_for(" error ", &mut seen);
@@ -548,6 +545,14 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// The `agent_id` of a `spawn-agent` answered within `limit`.
+fn spawned_id(c: &mut Client, spawn: Value, limit: std::time::Duration) -> String {
+    answered_within(c, spawn, limit)["agent_id"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
 /// Sends one request and fails the test unless the reply comes within
 /// `limit` (a loop blocked on the disk would not answer at all).
 fn answered_within(c: &mut Client, req: Value, limit: std::time::Duration) -> Value {
@@ -568,23 +573,17 @@ fn a_stuck_disk_leaves_status_snapshots_and_exits_live_and_loses_no_line() {
     let mut watch = Client::connect(&dir.path().join("colibri.sock"));
     assert_eq!(watch.request(&json!({"cmd":"watch"}))["ok"], json!(true));
     let n = 300;
-    let streamer = answered_within(
+    let streamer = spawned_id(
         &mut c,
         json!({"cmd":"spawn-agent","session_id":"frozen","runtime":"pi","argv":["/bin/sh","-c",
             format!("i=0; while [ $i -lt {n} ]; do echo \"{{\\\"type\\\":\\\"turn_start\\\",\\\"n\\\":$i}}\"; i=$((i+1)); done; sleep 300")]}),
         limit,
-    )["agent_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    let quick = answered_within(
+    );
+    let quick = spawned_id(
         &mut c,
         json!({"cmd":"spawn-agent","session_id":"quick","argv":["/bin/sh","-c","exit 3"]}),
         limit,
-    )["agent_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    );
     // The exit event reaches the watcher while the disk is stuck.
     wait_for(std::time::Duration::from_secs(20), "the exit event", || {
         let ev = watch.read_line()?;

@@ -8,7 +8,7 @@
 use std::io::Write as _;
 
 use crate::core::time::Timestamp;
-use crate::protocol::json_text::push_escaped;
+use crate::protocol::json_text::{push_escaped, push_str};
 
 use super::{AnswerRecord, AttachRecord, ExitRecord};
 
@@ -26,11 +26,9 @@ pub(super) struct TsText {
 impl TsText {
     /// The same text as [`Timestamp::to_rfc3339`], written without allocating.
     pub(super) fn get(&mut self, ts: Timestamp) -> &[u8] {
-        // Later instants print as the last one RFC 3339 can spell.
-        let ms = ts.as_millis().min(Timestamp::MAX_RFC3339.as_millis());
-        if self.ms != Some(ms) {
+        if self.ms != Some(ts.as_millis()) {
             self.text = ts.rfc3339().as_bytes();
-            self.ms = Some(ms);
+            self.ms = Some(ts.as_millis());
         }
         &self.text
     }
@@ -46,13 +44,6 @@ pub(super) fn push_str_lossy(out: &mut Vec<u8>, s: &[u8]) {
             out.extend_from_slice("\u{FFFD}".as_bytes());
         }
     }
-    out.push(b'"');
-}
-
-/// Appends a Rust string as a JSON string (with quotes).
-pub(super) fn push_str(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
-    push_escaped(out, s.as_bytes());
     out.push(b'"');
 }
 
