@@ -81,6 +81,24 @@ fn fold(runtime: Runtime, bytes: &[u8]) -> u64 {
     pane.counters().events
 }
 
+fn fold_with_facts(runtime: Runtime, bytes: &[u8]) -> u64 {
+    let mut pane = Pane::new(
+        PaneId("bench".into()),
+        "bench".into(),
+        Some(runtime),
+        DEFAULT_MAX_LINE,
+        Timestamp::from_millis(1),
+    );
+    pane.record_facts();
+    let mut out = Vec::new();
+    for chunk in bytes.chunks(64 * 1024) {
+        pane.ingest(chunk, Timestamp::from_millis(2), &mut out);
+        out.clear();
+        black_box(pane.take_facts());
+    }
+    pane.counters().events
+}
+
 /// The daemon's path for each chunk: frame, fold, and log every line to a
 /// session log (flushed after each 64 KiB chunk, as the loop does once per
 /// wakeup). The difference to `fold` is what durability costs.
@@ -140,8 +158,15 @@ fn naive(bytes: &[u8]) -> u64 {
     events
 }
 
+/// The one-stream benchmark's line (`bench/streamer.c`): a 42-byte Pi
+/// `turn_start`, 200,000 times.
+fn pi_42_byte_lines() -> Vec<u8> {
+    b"{\"type\":\"turn_start\",\"pad\":\"xxxxxxxxxxx\"}\n".repeat(200_000)
+}
+
 fn benches(c: &mut Criterion) {
     let (small, small_n) = pi_small(20_000);
+    let short = pi_42_byte_lines();
     let large = pi_large(25_000);
     let (cl, cl_n) = claude(20_000);
     assert_eq!(fold(Runtime::Pi, &small), small_n);
@@ -169,6 +194,16 @@ fn benches(c: &mut Criterion) {
             |dir| fold_and_log(Runtime::Pi, black_box(&small), dir.path()),
             criterion::BatchSize::PerIteration,
         )
+    });
+    g.finish();
+
+    // The daemon's fold of the one-stream benchmark's lines, with the
+    // policies' line facts recorded as the daemon records them.
+    let mut g = c.benchmark_group("pi_42_byte_lines");
+    g.throughput(Throughput::Elements(200_000));
+    g.sample_size(20);
+    g.bench_function("colibri", |b| {
+        b.iter(|| fold_with_facts(Runtime::Pi, black_box(&short)))
     });
     g.finish();
 

@@ -532,7 +532,7 @@ impl Pane {
         };
         match adapter.observe(line) {
             Ok(obs) => {
-                self.apply(obs, now, out);
+                self.apply(&obs, now, out);
                 LineKind::Event
             }
             Err(_) => {
@@ -559,7 +559,7 @@ impl Pane {
         self.lines = lines_now;
     }
 
-    fn apply(&mut self, obs: Observation<'_>, now: Timestamp, out: &mut Vec<Transition>) {
+    fn apply(&mut self, obs: &Observation<'_>, now: Timestamp, out: &mut Vec<Transition>) {
         self.counters.events += 1;
         self.last_event_at = Some(now);
         if obs.signal == Signal::Unknown {
@@ -571,7 +571,7 @@ impl Pane {
         let before = self.usage;
         obs.usage.apply_to(&mut self.usage);
         if let Some(facts) = &mut self.facts {
-            let mut f = line_facts(&obs, &before, &self.usage, self.lines);
+            let mut f = line_facts(obs, &before, &self.usage, self.lines);
             if f.tool.is_some() {
                 f.cwd = self.cwd.clone();
             }
@@ -588,7 +588,7 @@ impl Pane {
         }
         // A sub-agent's request still waits for an answer: approvals are
         // kept before the sub-agent line is set aside.
-        self.track_approvals(&obs, now);
+        self.track_approvals(obs, now);
         if obs.subagent {
             return;
         }

@@ -17,6 +17,7 @@ use crate::core::signal::{Observation, Signal};
 pub mod claude;
 pub mod codex;
 pub mod detect;
+pub(crate) mod fields;
 pub mod gemini;
 pub mod opencode;
 pub mod pi;
@@ -105,6 +106,7 @@ impl Adapter {
     }
 
     /// Interprets one complete, non-blank line.
+    #[inline]
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
         match self {
             Adapter::Pi(s) => s.observe(line),

@@ -8,12 +8,16 @@
 
 use std::borrow::Cow;
 
+use serde::de::MapAccess;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::approval::{ApprovalKind, ApprovalRequest, Resolves};
 use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{from_object, raw_str, Malformed};
+use crate::core::taxonomy::fields::{
+    opt_text, opt_text_lenient, read_object, skip, ObjectFields, Text,
+};
+use crate::core::taxonomy::{raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 /// Whether the stream is one-shot JSON mode or a long-lived RPC session.
@@ -38,42 +42,101 @@ enum StopReason {
     Other,
 }
 
-#[derive(Deserialize)]
+/// The fields of a Pi line that any event type uses, read in place
+/// ([`ObjectFields`]); `type` is required.
+#[derive(Default)]
 struct Line<'a> {
-    #[serde(borrow, rename = "type")]
     kind: Cow<'a, str>,
-    #[serde(borrow, default)]
     id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     cwd: Option<Cow<'a, str>>,
     /// An object on `message_*`/`turn_end`, a string on UI requests.
-    #[serde(borrow, default)]
     message: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "toolName")]
     tool_name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     args: Option<&'a RawValue>,
-    #[serde(default, rename = "willRetry")]
     will_retry: Option<bool>,
-    #[serde(default)]
     success: Option<bool>,
-    #[serde(borrow, default, rename = "finalError")]
     final_error: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "errorMessage")]
     error_message: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
-    #[serde(borrow, default, deserialize_with = "super::de_text_lenient")]
+    /// Read leniently: see [`super::de_text_lenient`].
     title: Option<Cow<'a, str>>,
     /// A `select` dialog's choices (strings).
-    #[serde(borrow, default)]
     options: Option<&'a RawValue>,
     /// A dialog's own timeout in milliseconds.
-    #[serde(borrow, default)]
     timeout: Option<&'a RawValue>,
     /// `compaction_end.result` carries the summariser's usage.
-    #[serde(borrow, default)]
     result: Option<&'a RawValue>,
+}
+
+impl<'a> ObjectFields<'a> for Line<'a> {
+    const REQUIRED: u32 = 1;
+
+    fn read<A: MapAccess<'a>>(&mut self, key: &str, map: &mut A) -> Result<u32, A::Error> {
+        let bit = match key {
+            "type" => {
+                self.kind = map.next_value::<Text<'a>>()?.0;
+                1
+            }
+            "id" => {
+                self.id = opt_text(map)?;
+                1 << 1
+            }
+            "cwd" => {
+                self.cwd = opt_text(map)?;
+                1 << 2
+            }
+            "message" => {
+                self.message = map.next_value()?;
+                1 << 3
+            }
+            "toolName" => {
+                self.tool_name = opt_text(map)?;
+                1 << 4
+            }
+            "args" => {
+                self.args = map.next_value()?;
+                1 << 5
+            }
+            "willRetry" => {
+                self.will_retry = map.next_value()?;
+                1 << 6
+            }
+            "success" => {
+                self.success = map.next_value()?;
+                1 << 7
+            }
+            "finalError" => {
+                self.final_error = opt_text(map)?;
+                1 << 8
+            }
+            "errorMessage" => {
+                self.error_message = opt_text(map)?;
+                1 << 9
+            }
+            "method" => {
+                self.method = opt_text(map)?;
+                1 << 10
+            }
+            "title" => {
+                self.title = opt_text_lenient(map)?;
+                1 << 11
+            }
+            "options" => {
+                self.options = map.next_value()?;
+                1 << 12
+            }
+            "timeout" => {
+                self.timeout = map.next_value()?;
+                1 << 13
+            }
+            "result" => {
+                self.result = map.next_value()?;
+                1 << 14
+            }
+            _ => skip(map)?,
+        };
+        Ok(bit)
+    }
 }
 
 #[derive(Deserialize)]
@@ -135,7 +198,8 @@ impl PiState {
     }
 
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
-        let l: Line<'a> = from_object(line)?;
+        let mut l = Line::default();
+        read_object(line, &mut l)?;
         let obs = match l.kind.as_ref() {
             "session" | "session_started" => {
                 self.mode = PiMode::Json;
@@ -420,5 +484,169 @@ mod tests {
                 .resolves,
             Resolves::All
         );
+    }
+}
+
+/// The in-place [`Line`] against serde's derived reading of the same
+/// fields, which it replaced: the same lines are malformed, and the rest
+/// read the same values.
+#[cfg(test)]
+mod derived_oracle {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Deserialize)]
+    struct Derived<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Cow<'a, str>,
+        #[serde(borrow, default)]
+        id: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        cwd: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        message: Option<&'a RawValue>,
+        #[serde(borrow, default, rename = "toolName")]
+        tool_name: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        args: Option<&'a RawValue>,
+        #[serde(default, rename = "willRetry")]
+        will_retry: Option<bool>,
+        #[serde(default)]
+        success: Option<bool>,
+        #[serde(borrow, default, rename = "finalError")]
+        final_error: Option<Cow<'a, str>>,
+        #[serde(borrow, default, rename = "errorMessage")]
+        error_message: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        method: Option<Cow<'a, str>>,
+        #[serde(borrow, default, deserialize_with = "super::super::de_text_lenient")]
+        title: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        options: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        timeout: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        result: Option<&'a RawValue>,
+    }
+
+    type Fields = (
+        String,
+        Vec<Option<String>>,
+        Vec<Option<String>>,
+        (Option<bool>, Option<bool>),
+    );
+
+    fn raw(r: Option<&RawValue>) -> Option<String> {
+        r.map(|r| r.get().to_string())
+    }
+
+    fn text(c: &Option<Cow<'_, str>>) -> Option<String> {
+        c.as_ref().map(|c| c.to_string())
+    }
+
+    fn in_place(line: &str) -> Option<Fields> {
+        let mut l = Line::default();
+        read_object(line.as_bytes(), &mut l).ok()?;
+        Some((
+            l.kind.to_string(),
+            [
+                &l.id,
+                &l.cwd,
+                &l.tool_name,
+                &l.final_error,
+                &l.error_message,
+                &l.method,
+                &l.title,
+            ]
+            .map(text)
+            .to_vec(),
+            [l.message, l.args, l.options, l.timeout, l.result]
+                .map(raw)
+                .to_vec(),
+            (l.will_retry, l.success),
+        ))
+    }
+
+    fn derived(line: &str) -> Option<Fields> {
+        let l: Derived<'_> = super::super::from_object(line.as_bytes()).ok()?;
+        Some((
+            l.kind.to_string(),
+            [
+                &l.id,
+                &l.cwd,
+                &l.tool_name,
+                &l.final_error,
+                &l.error_message,
+                &l.method,
+                &l.title,
+            ]
+            .map(text)
+            .to_vec(),
+            [l.message, l.args, l.options, l.timeout, l.result]
+                .map(raw)
+                .to_vec(),
+            (l.will_retry, l.success),
+        ))
+    }
+
+    #[test]
+    fn reads_what_the_derived_struct_reads() {
+        let lines = [
+            r#"{"type":"turn_start","pad":"xxxxxxxxxxx"}"#,
+            r#"{"type":"session","id":"s1","cwd":"/w\n"}"#,
+            r#"{"type":"tool_execution_start","toolName":"bash","args":{"command":"ls"}}"#,
+            r#"{"type":"extension_ui_request","id":"u1","method":"select","title":"Pick \ud83d","options":["a","b"],"timeout":5000}"#,
+            r#"{"type":"agent_end","willRetry":false,"message":null,"id":null}"#,
+            r#"{"ty\u0070e":"turn_end"}"#,
+            r#"  {"type":"x"}  "#,
+            // Malformed, for both.
+            r#"{"type":"x","type":"y"}"#,
+            r#"{"type":"x","id":null,"id":"again"}"#,
+            r#"{"id":"no type"}"#,
+            r#"{"type":7}"#,
+            r#"{"type":"x","cwd":7}"#,
+            r#"{"type":"x","willRetry":"yes"}"#,
+            r#"{"type":"x","id":"\ud83d"}"#,
+            r#"["turn_start"]"#,
+            r#"{"type":"x"} trailing"#,
+            r#"{"type":"x""#,
+            "",
+            "null",
+        ];
+        for line in lines {
+            assert_eq!(in_place(line), derived(line), "{line}");
+        }
+        assert!(
+            in_place(r#"{"type":"x","type":"y"}"#).is_none(),
+            "duplicates refused"
+        );
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("12".to_string()),
+            Just("{\"a\":[1,\"b\"]}".to_string()),
+            "[a-z\\\\\"]{0,6}".prop_map(|s| serde_json::to_string(&s).unwrap_or_default()),
+            Just("\"\\ud83d\"".to_string()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_object_reads_the_same(fields in proptest::collection::vec(
+            (prop_oneof![
+                Just("type"), Just("id"), Just("cwd"), Just("message"), Just("toolName"),
+                Just("args"), Just("willRetry"), Just("success"), Just("finalError"),
+                Just("errorMessage"), Just("method"), Just("title"), Just("options"),
+                Just("timeout"), Just("result"), Just("other"),
+            ], value()),
+            0..6,
+        )) {
+            let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            let line = format!("{{{}}}", body.join(","));
+            prop_assert_eq!(in_place(&line), derived(&line), "{}", line);
+        }
     }
 }
