@@ -1174,13 +1174,28 @@ impl SessionStore {
         }
     }
 
-    /// Forgets the batch in flight: its bytes are sent again.
+    /// Forgets the batch in flight: its bytes are sent again. Its sessions
+    /// left `dirty` when the batch was built and are still `queued`, which
+    /// keeps later appends from queueing them, so they go back first here
+    /// (else their records would wait in memory for good).
     fn release_in_flight(&mut self) {
         self.in_flight = false;
         self.in_flight_bytes = 0;
+        self.in_flight_covers = None;
         self.stalled = false;
-        for s in &mut self.sessions {
+        let mut in_dirty = vec![false; self.sessions.len()];
+        for &i in &self.dirty {
+            in_dirty[i] = true;
+        }
+        let mut back = Vec::new();
+        for (i, s) in self.sessions.iter_mut().enumerate() {
             s.inflight = 0;
+            if s.queued && !in_dirty[i] {
+                back.push(i);
+            }
+        }
+        for i in back.into_iter().rev() {
+            self.dirty.push_front(i);
         }
     }
 

@@ -1693,3 +1693,40 @@ fn a_line_buffered_while_a_batch_is_out_is_not_covered_by_that_batch() {
     });
     assert_eq!(store.pending_bytes("s1"), 0);
 }
+
+/// A writer thread that dies with a batch in hand: the loop writes inline
+/// from then on, and the batch's records are written again, not left in
+/// memory for good.
+#[test]
+fn a_batch_lost_with_a_dead_writer_thread_is_written_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.ensure_session("s1", Some("pi"), Some("/repo"), at(0));
+    store.attach("s1", &attach_rec("p1", &argv), at(1));
+    drain(&mut store);
+    if let Writer::Inline(w) = &mut store.writer {
+        w.panic_on_batch = true;
+    }
+    let poll = mio::Poll::new().expect("poll");
+    store
+        .start_writer(poll.registry(), mio::Token(0))
+        .expect("writer thread starts");
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(2));
+    store.flush(usize::MAX);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while matches!(store.writer, Writer::Thread(_)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer thread died"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        store.flush(usize::MAX);
+    }
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 2)), at(3));
+    drain(&mut store);
+    store.sync().expect("sync");
+    let lines = parsed_lines(&log_path(&cfg, "s1"));
+    assert_eq!(ev_types(&lines, "p1"), ["turn_start1", "turn_end2"]);
+}

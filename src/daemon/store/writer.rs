@@ -161,10 +161,17 @@ pub(super) fn open_log(path: &Path) -> io::Result<File> {
 pub(super) struct LogWriter {
     pub fds: FdCache,
     stall_file: Option<PathBuf>,
+    /// Tests: the thread panics on its next batch.
+    #[cfg(test)]
+    pub(super) panic_on_batch: bool,
 }
 
 impl LogWriter {
     pub(super) fn run(&mut self, batch: Batch) -> Done {
+        #[cfg(test)]
+        if self.panic_on_batch {
+            panic!("test: the log writer thread dies with a batch in hand");
+        }
         if let Some(f) = &self.stall_file {
             while f.exists() {
                 std::thread::sleep(STALL_POLL);
