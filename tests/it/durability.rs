@@ -388,7 +388,7 @@ fn sigterm_with_an_unwritable_log_exits_non_zero_and_rescues_every_record() {
     // A directory where the session's log belongs: every write to it
     // fails, as on a read-only state dir, even for root.
     std::fs::create_dir(state.join("sessions").join("stuck.jsonl")).expect("block the log");
-    let (child, mut c) = launch_with_env(dir.path(), &[("TMPDIR", &rescue_base)]);
+    let (daemon, mut c) = launch_with_env(dir.path(), &[("TMPDIR", &rescue_base)]);
     let r = c.request(&json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","i=0; while [ $i -lt 50 ]; do echo \"{\\\"type\\\":\\\"turn_start\\\",\\\"n\\\":$i}\"; i=$((i+1)); done; sleep 300"],"session_id":"stuck","runtime":"pi"}));
     assert_eq!(r["ok"], json!(true), "{r}");
     let id = r["data"]["agent_id"]
@@ -415,10 +415,13 @@ fn sigterm_with_an_unwritable_log_exits_non_zero_and_rescues_every_record() {
     assert!((1..200).contains(&failed), "{status}");
     drop(c);
     let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     );
-    let out = child.wait_with_output().expect("colibrid exits");
+    let out = daemon
+        .into_child()
+        .wait_with_output()
+        .expect("colibrid exits");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
@@ -444,11 +447,12 @@ fn sigterm_with_an_unwritable_log_exits_non_zero_and_rescues_every_record() {
 }
 
 /// colibrid on `dir/colibri.sock` and `dir/state` with extra environment
-/// and its stderr captured; returns it and a connected client.
+/// and its stderr captured; returns it (killed when dropped, so a failed
+/// assertion does not leave it running) and a connected client.
 fn launch_with_env(
     dir: &std::path::Path,
     env: &[(&str, &std::path::Path)],
-) -> (std::process::Child, Client) {
+) -> (KillOnDrop, Client) {
     launch_with_env_and_syslog(dir, env, None)
 }
 
@@ -457,7 +461,7 @@ fn launch_with_env_and_syslog(
     dir: &std::path::Path,
     env: &[(&str, &std::path::Path)],
     syslog: Option<&std::path::Path>,
-) -> (std::process::Child, Client) {
+) -> (KillOnDrop, Client) {
     use std::process::{Command, Stdio};
     let socket = dir.join("colibri.sock");
     let mut cmd = Command::new(COLIBRID);
@@ -478,13 +482,13 @@ fn launch_with_env_and_syslog(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().expect("start colibrid");
+    let daemon = KillOnDrop(Some(cmd.spawn().expect("start colibrid")));
     let c = wait_for(std::time::Duration::from_secs(20), "colibrid up", || {
         let mut c = Client::try_connect(&socket).ok()?;
         c.try_request(&json!({"cmd":"status"})).ok()?;
         Some(c)
     });
-    (child, c)
+    (daemon, c)
 }
 
 /// Alerts are sent once the frames of their wakeup have left, and at the
@@ -495,13 +499,11 @@ fn alerts_reach_syslog_while_the_log_writer_is_stuck() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sink = SyslogSink::bind(dir.path());
     let stall = dir.path().join("stall");
-    let (child, mut c) = launch_with_env_and_syslog(
+    let (_daemon, mut c) = launch_with_env_and_syslog(
         dir.path(),
         &[("COLIBRI_TEST_WRITER_STALL", &stall)],
         Some(&sink.path),
     );
-    // Killed however the test ends (a failed assertion included).
-    let _daemon = KillOnDrop(child);
     let limit = std::time::Duration::from_secs(10);
     // The writer freezes after the spawn's reply (which waits for the log)
     // and before the agent's exit.
@@ -536,12 +538,26 @@ fn alerts_reach_syslog_while_the_log_writer_is_stuck() {
     std::fs::remove_file(&stall).expect("thaw");
 }
 
-struct KillOnDrop(std::process::Child);
+/// A colibrid killed and reaped however the test ends.
+struct KillOnDrop(Option<std::process::Child>);
+
+impl KillOnDrop {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// The child, for a test that waits for it to end by itself.
+    fn into_child(mut self) -> std::process::Child {
+        self.0.take().expect("a child until taken")
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -567,7 +583,7 @@ fn answered_within(c: &mut Client, req: Value, limit: std::time::Duration) -> Va
 fn a_stuck_disk_leaves_status_snapshots_and_exits_live_and_loses_no_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stall = dir.path().join("stall");
-    let (mut child, mut c) = launch_with_env(dir.path(), &[("COLIBRI_TEST_WRITER_STALL", &stall)]);
+    let (_daemon, mut c) = launch_with_env(dir.path(), &[("COLIBRI_TEST_WRITER_STALL", &stall)]);
     let limit = std::time::Duration::from_secs(10);
     std::fs::write(&stall, "").expect("freeze the log writer");
     let mut watch = Client::connect(&dir.path().join("colibri.sock"));
@@ -632,8 +648,6 @@ fn a_stuck_disk_leaves_status_snapshots_and_exits_live_and_loses_no_line() {
         .and_then(|ps| ps.iter().find(|x| x["id"] == json!(streamer)).cloned())
         .expect("streamer pane");
     assert_eq!(events["counters"]["events"], json!(n), "{events}");
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
