@@ -464,6 +464,10 @@ struct Session {
     rotate_base_turns: u64,
     /// Heartbeat count before which a failed rotation is not retried.
     rotate_retry_at: u64,
+    /// Thread mode, after a failed append: heartbeat count before which
+    /// this session's records are not sent again (its log only: the
+    /// others' go on being written).
+    append_retry_at: u64,
     /// Times this session's log was found deleted or replaced.
     replaced: u32,
     /// Test hook: write this session's records to another file
@@ -488,6 +492,7 @@ impl Session {
             rotate_base_bytes: 0,
             rotate_base_turns: 0,
             rotate_retry_at: 0,
+            append_retry_at: 0,
             replaced: 0,
             #[cfg(test)]
             redirect: None,
@@ -653,8 +658,9 @@ pub struct SessionStore {
     /// writer appends to the file it reads).
     compaction_turn: bool,
     spare_bufs: Vec<Vec<u8>>,
-    /// Thread mode, after a failed append: no new batch before this
-    /// heartbeat count.
+    /// Thread mode, after a failed append: the latest of the sessions'
+    /// `append_retry_at`. Until then the store reports itself failing, so
+    /// replies and events do not wait for a log that is not written.
     retry_at_heartbeat: u64,
     last_failure: io::ErrorKind,
     ts: TsText,
@@ -1053,9 +1059,10 @@ impl SessionStore {
             replaced_logs: 0,
         };
         self.collect(&mut report);
-        // After a failed batch the thread's wakeup must not start the next
-        // try at once (a full disk would ping-pong at full speed): retry at
-        // the next heartbeat.
+        // After a failed append the thread's wakeup must not send the same
+        // records again at once (a full disk would ping-pong at full
+        // speed): a failed session waits for the next heartbeat
+        // (`build_batch`); the others' records go on being written.
         let failing =
             matches!(self.writer, Writer::Thread(_)) && self.retry_at_heartbeat > self.heartbeats;
         if failing && report.failed.is_none() {
@@ -1063,7 +1070,7 @@ impl SessionStore {
             // not wait for the retry.
             report.failed = Some(self.last_failure);
         }
-        let hold = failing || (self.rotation.is_some() && self.compaction_turn);
+        let hold = self.rotation.is_some() && self.compaction_turn;
         if !self.in_flight && !hold {
             let batch = self.build_batch(budget);
             if !batch.is_empty() {
@@ -1241,6 +1248,8 @@ impl SessionStore {
         }
         let mut left = budget;
         let mut rounds = self.dirty.len();
+        // Sessions whose log failed wait for their retry, first in line.
+        let mut waiting = Vec::new();
         while rounds > 0 {
             rounds -= 1;
             let Some(i) = self.dirty.pop_front() else {
@@ -1249,6 +1258,10 @@ impl SessionStore {
             let s = &mut self.sessions[i];
             if s.pending() == 0 && s.repair.is_none() {
                 s.queued = false;
+                continue;
+            }
+            if s.append_retry_at > self.heartbeats {
+                waiting.push(i);
                 continue;
             }
             let n = s.pending().min(left);
@@ -1268,6 +1281,9 @@ impl SessionStore {
                 repair: s.repair,
                 bytes,
             });
+        }
+        for i in waiting.into_iter().rev() {
+            self.dirty.push_front(i);
         }
         if std::mem::take(&mut self.index_due) && self.index_dirty {
             let entries = self.sessions.iter().map(Session::index_entry).collect();
@@ -1319,6 +1335,9 @@ impl SessionStore {
                 self.health.failed_writes += 1;
                 self.write_failing = true;
                 self.retry_at_heartbeat = self.heartbeats + 1;
+                if matches!(self.writer, Writer::Thread(_)) {
+                    self.sessions[i].append_retry_at = self.heartbeats + 1;
+                }
                 self.last_failure = e.kind();
                 let s = &self.sessions[i];
                 let msg = format!(
@@ -1479,6 +1498,11 @@ impl SessionStore {
             replaced_logs: 0,
         };
         let mut first = self.settle(&mut report).err();
+        // Everything is tried now, failed logs included: a log that works
+        // again takes its records rather than the rescue directory.
+        for s in &mut self.sessions {
+            s.append_retry_at = 0;
+        }
         self.index_due = false;
         let mut batch = self.build_batch(usize::MAX);
         let appended: Vec<usize> = batch.appends.iter().map(|a| a.session).collect();

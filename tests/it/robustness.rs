@@ -448,6 +448,39 @@ fn failing_logs_that_fill_the_total_do_not_hold_the_agents_of_other_sessions() {
     });
 }
 
+/// A session whose log fails is retried at the next heartbeat (30 s), so
+/// a full disk is not hammered; the other sessions' logs are written
+/// meanwhile, not held in memory until then.
+#[test]
+fn a_failing_log_does_not_delay_the_logs_of_other_sessions() {
+    const LIMIT: u64 = 256 * 1024;
+    let (_config, d, _) = agents_on_failing_logs(LIMIT, 1);
+    wait_for(Duration::from_secs(20), "a failed log write", || {
+        let st = d.ok(json!({"cmd":"status"}));
+        (st["logs"]["failed_writes"].as_u64()? > 0).then_some(())
+    });
+    let lines = 300;
+    d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("yes '{{\"type\":\"turn_start\"}}' | head -n {lines}; sleep 60"),
+        ],
+        json!({"session_id": "other", "runtime": "pi"}),
+    );
+    let log = d.state.join("sessions").join("other.jsonl");
+    // Well inside the first heartbeat: the test is a few seconds old.
+    wait_for(
+        Duration::from_secs(10),
+        "the other session's lines on disk",
+        || {
+            let text = std::fs::read_to_string(&log).ok()?;
+            let records = text.matches(r#""ev":{"type":"turn_start"}"#).count();
+            (records == lines).then_some(())
+        },
+    );
+}
+
 /// User plus system CPU time of a process, in clock ticks, from
 /// `/proc/PID/stat` (fields 14 and 15; the name in field 2 may hold spaces,
 /// so fields are counted after its closing parenthesis). A missing or
