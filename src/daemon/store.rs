@@ -468,6 +468,8 @@ struct Session {
     /// this session's records are not sent again (its log only: the
     /// others' go on being written).
     append_retry_at: u64,
+    /// Its last append failed (cleared once one succeeds).
+    append_failed: bool,
     /// Times this session's log was found deleted or replaced.
     replaced: u32,
     /// Test hook: write this session's records to another file
@@ -493,6 +495,7 @@ impl Session {
             rotate_base_turns: 0,
             rotate_retry_at: 0,
             append_retry_at: 0,
+            append_failed: false,
             replaced: 0,
             #[cfg(test)]
             redirect: None,
@@ -644,8 +647,8 @@ pub struct SessionStore {
     logged_through: u64,
     /// The batch in flight is older than [`writer::STALL_AFTER`].
     stalled: bool,
-    /// The last append failed (cleared by a successful one).
-    write_failing: bool,
+    /// Sessions whose last append failed (`Session::append_failed`).
+    failing_sessions: usize,
     /// Fds the writer must drop before its next appends (a compaction
     /// renamed a new file over the log).
     close_next: Vec<usize>,
@@ -756,7 +759,7 @@ impl SessionStore {
             in_flight_covers: None,
             logged_through: 0,
             stalled: false,
-            write_failing: false,
+            failing_sessions: 0,
             close_next: Vec::new(),
             check_paths_due: false,
             index_due: false,
@@ -1063,8 +1066,11 @@ impl SessionStore {
         // records again at once (a full disk would ping-pong at full
         // speed): a failed session waits for the next heartbeat
         // (`build_batch`); the others' records go on being written.
-        let failing =
-            matches!(self.writer, Writer::Thread(_)) && self.retry_at_heartbeat > self.heartbeats;
+        // Failing until every log that failed has taken an append again:
+        // a batch of the other sessions' records that succeeds meanwhile
+        // does not end the episode.
+        let failing = matches!(self.writer, Writer::Thread(_))
+            && (self.retry_at_heartbeat > self.heartbeats || self.failing_sessions > 0);
         if failing && report.failed.is_none() {
             // Still failing as far as the loop is concerned: replies must
             // not wait for the retry.
@@ -1172,12 +1178,19 @@ impl SessionStore {
                 self.apply(done, report);
             }
             Ok(None) => {}
-            Err(e) => {
-                // The thread is gone (it panicked): write inline from now on.
-                self.record_error(format!("log writer: {e}"));
-                self.writer = Writer::Inline(LogWriter::default());
-                self.release_in_flight();
-            }
+            Err(e) => self.writer_died(&e),
+        }
+    }
+
+    /// The thread is gone (it panicked): write inline from now on. Inline,
+    /// a failed append is retried at the next flush, as it was before the
+    /// thread started.
+    fn writer_died(&mut self, e: &io::Error) {
+        self.record_error(format!("log writer: {e}"));
+        self.writer = Writer::Inline(LogWriter::default());
+        self.release_in_flight();
+        for s in &mut self.sessions {
+            s.append_retry_at = 0;
         }
     }
 
@@ -1189,6 +1202,7 @@ impl SessionStore {
         self.in_flight = false;
         self.in_flight_bytes = 0;
         self.in_flight_covers = None;
+        self.appended_in_flight = false;
         self.stalled = false;
         let mut in_dirty = vec![false; self.sessions.len()];
         for &i in &self.dirty {
@@ -1318,7 +1332,6 @@ impl SessionStore {
                 s.mid_record = s.buf[s.head - 1] != b'\n';
                 s.unsynced = true;
                 self.index_dirty = true;
-                self.write_failing = false;
             }
             self.health.pending_bytes -= d.written;
             report.written += d.written;
@@ -1333,10 +1346,15 @@ impl SessionStore {
             }
             if let Some(e) = d.error {
                 self.health.failed_writes += 1;
-                self.write_failing = true;
                 self.retry_at_heartbeat = self.heartbeats + 1;
-                if matches!(self.writer, Writer::Thread(_)) {
-                    self.sessions[i].append_retry_at = self.heartbeats + 1;
+                let thread = matches!(self.writer, Writer::Thread(_));
+                let s = &mut self.sessions[i];
+                if thread {
+                    s.append_retry_at = self.heartbeats + 1;
+                }
+                if !s.append_failed {
+                    s.append_failed = true;
+                    self.failing_sessions += 1;
                 }
                 self.last_failure = e.kind();
                 let s = &self.sessions[i];
@@ -1353,6 +1371,10 @@ impl SessionStore {
                 continue;
             }
             let s = &mut self.sessions[i];
+            if s.append_failed && !d.skipped {
+                s.append_failed = false;
+                self.failing_sessions -= 1;
+            }
             if d.skipped || s.pending() > 0 || s.repair.is_some() {
                 // Not finished: it goes first next time.
                 front.push(i);
@@ -1744,7 +1766,7 @@ impl SessionStore {
     pub fn open_dump(&self, id: &str) -> Result<DumpSource, StoreError> {
         let i = self.lookup(id)?;
         let s = &self.sessions[i];
-        let flush_error = if s.pending() > 0 && (self.stalled || self.write_failing) {
+        let flush_error = if s.pending() > 0 && (self.stalled || s.append_failed) {
             self.health.last_error.clone()
         } else {
             None

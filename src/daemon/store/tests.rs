@@ -1730,3 +1730,94 @@ fn a_batch_lost_with_a_dead_writer_thread_is_written_again() {
     let lines = parsed_lines(&log_path(&cfg, "s1"));
     assert_eq!(ev_types(&lines, "p1"), ["turn_start1", "turn_end2"]);
 }
+
+/// Thread mode with session `s2` on a failing log (`/dev/full`) waiting
+/// for its retry, and `s1` healthy.
+fn one_log_failing(tmp: &Path) -> (SessionStore, mio::Poll) {
+    let cfg = config(tmp);
+    let (mut store, poll) = threaded_store(&cfg);
+    let argv = vec!["pi".to_string()];
+    store.attach("s2", &attach_rec("p2", &argv), at(0));
+    store.redirect_writes("s2", Some(PathBuf::from("/dev/full")));
+    store.append("s2", "p2", LineRecord::Event(&ev("turn_start", 1)), at(1));
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(1));
+    let mut poll = poll;
+    let mut events = mio::Events::with_capacity(4);
+    let mut failed = false;
+    for _ in 0..100 {
+        if store.waiting_for_writer() {
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
+                .expect("poll");
+        }
+        failed |= store.flush(usize::MAX).failed.is_some();
+        if failed && !store.waiting_for_writer() {
+            break;
+        }
+    }
+    assert!(failed, "the append to /dev/full failed");
+    (store, poll)
+}
+
+/// A writer thread that dies while a session waits for its retry: inline,
+/// the session is retried at each flush, so the loop neither spins on a
+/// store that says "pending, not failing" nor holds replies until the
+/// heartbeat.
+#[test]
+fn a_session_waiting_for_its_retry_when_the_writer_thread_dies_is_retried_inline() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut store, _poll) = one_log_failing(tmp.path());
+    store.writer_died(&std::io::Error::other("the log writer has stopped"));
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 2)), at(2));
+    for _ in 0..3 {
+        let r = store.flush(usize::MAX);
+        let frames_wait = store.log_mark() > store.logged_through();
+        assert!(
+            !(r.pending && r.failed.is_none() && frames_wait),
+            "pending, not failing, and frames held: the loop would spin"
+        );
+    }
+}
+
+/// The failing episode lasts until the failed log takes an append: a
+/// batch of the other session's records that succeeds meanwhile does not
+/// end it (which would say "writes succeed again", then alert again).
+#[test]
+fn a_failure_episode_ends_only_when_the_failed_log_is_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut store, mut poll) = one_log_failing(tmp.path());
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 2)), at(2));
+    assert!(store.flush(usize::MAX).failed.is_some());
+    store.heartbeat(at(3));
+    let mut events = mio::Events::with_capacity(4);
+    for _ in 0..6 {
+        if store.waiting_for_writer() {
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
+                .expect("poll");
+        }
+        let r = store.flush(usize::MAX);
+        assert!(
+            r.failed.is_some(),
+            "reported as recovered while s2 still fails ({} bytes written)",
+            r.written
+        );
+    }
+}
+
+/// `get-session` of the failing session says why its records are not on
+/// disk, though the other session's appends succeed; the healthy one's
+/// says nothing of it.
+#[test]
+fn the_flush_error_of_a_dump_is_its_own_sessions() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut store, mut poll) = one_log_failing(tmp.path());
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 2)), at(2));
+    flush_until(&mut store, &mut poll, usize::MAX, |s| {
+        s.pending_bytes("s1") == 0 && !s.waiting_for_writer()
+    });
+    assert!(store.pending_bytes("s2") > 0);
+    let failing = store.dump("s2").expect("dump s2");
+    assert!(failing.flush_error.is_some(), "s2's records are stuck");
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 3)), at(4));
+    let healthy = store.dump("s1").expect("dump s1");
+    assert!(healthy.flush_error.is_none(), "{:?}", healthy.flush_error);
+}
