@@ -85,8 +85,9 @@ impl Daemon {
             bus::log_write_alert(&mut self.alerter, &self.store.health(), t);
         }
         // A failing disk is retried at the next wakeup or heartbeat, not in
-        // a tight loop.
-        self.store_pending = report.pending && report.failed.is_none();
+        // a tight loop; a log waiting for its retry is not pending, so the
+        // other sessions' frames still wait for their own records.
+        self.store_pending = report.pending && !report.release_frames;
         // A finished batch lets agents held by the read-ahead go on while
         // the next one is written.
         self.retry_store_blocked();

@@ -233,10 +233,19 @@ pub type Classifier = dyn Fn(Option<&str>, &[u8]) -> LineClass;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct FlushReport {
     pub written: usize,
+    /// Records are buffered or with the writer, other than those of
+    /// sessions waiting for the retry of a failed append: replies and
+    /// events wait for `logged_through` (unless `release_frames`).
     pub pending: bool,
-    /// `TimedOut` when a batch has been with the writer thread for
-    /// [`writer::STALL_AFTER`] (a stuck disk).
+    /// The failure episode: an append failed and not every failed log has
+    /// taken one since; `TimedOut` when a batch has been with the writer
+    /// thread for [`writer::STALL_AFTER`] (a stuck disk).
     pub failed: Option<io::ErrorKind>,
+    /// Replies and events must not wait for the logs: the writer is stuck,
+    /// or (inline) an append failed and is retried at each flush. A failed
+    /// log waiting for its retry (thread mode) does not release them: its
+    /// records are left out of `log_mark`, the other sessions' are not.
+    pub release_frames: bool,
     /// Logs found deleted or replaced under the daemon since the last
     /// flush (each is started anew): the daemon alerts.
     pub replaced_logs: u64,
@@ -1059,6 +1068,7 @@ impl SessionStore {
             written: 0,
             pending: false,
             failed: None,
+            release_frames: false,
             replaced_logs: 0,
         };
         self.collect(&mut report);
@@ -1083,7 +1093,7 @@ impl SessionStore {
                 self.batches += 1;
                 // A session cut short by the budget leaves `dirty` too
                 // (it goes back when the batch is applied).
-                let covers = self.dirty.is_empty()
+                let covers = !self.writable_dirty()
                     && batch.appends.iter().all(|a| {
                         let s = &self.sessions[a.session];
                         s.pending() == s.inflight
@@ -1101,10 +1111,13 @@ impl SessionStore {
                 ));
             }
         }
-        if self.stalled && self.in_flight && report.failed.is_none() {
+        let stuck = self.stalled && self.in_flight;
+        if stuck && report.failed.is_none() {
             report.failed = Some(io::ErrorKind::TimedOut);
         }
-        report.pending = !self.dirty.is_empty() || self.in_flight;
+        let inline = matches!(self.writer, Writer::Inline(_));
+        report.release_frames = stuck || (inline && report.failed.is_some());
+        report.pending = self.writable_dirty() || self.in_flight;
         report.replaced_logs = std::mem::take(&mut self.unreported_replacements);
         report
     }
@@ -1113,13 +1126,22 @@ impl SessionStore {
     /// every record buffered until now is in its log (replies and watch
     /// events that report them may leave). Call after `flush`.
     pub fn log_mark(&self) -> u64 {
-        if !self.dirty.is_empty() || self.appended_in_flight {
+        if self.writable_dirty() || self.appended_in_flight {
             return self.batches + 1;
         }
         if self.in_flight {
             return self.in_flight_covers.unwrap_or(self.batches + 1);
         }
         self.logged_through
+    }
+
+    /// Whether a queued session is not waiting for the retry of a failed
+    /// append: its records go in the next batch. The waiting ones are at
+    /// the front of the queue, and few.
+    fn writable_dirty(&self) -> bool {
+        self.dirty
+            .iter()
+            .any(|&i| self.sessions[i].append_retry_at <= self.heartbeats)
     }
 
     /// See `log_mark`.
@@ -1440,6 +1462,7 @@ impl SessionStore {
             written: 0,
             pending: false,
             failed: None,
+            release_frames: false,
             replaced_logs: 0,
         };
         if let Some(e) = self.dispatch(batch, &mut report) {
@@ -1517,6 +1540,7 @@ impl SessionStore {
             written: 0,
             pending: false,
             failed: None,
+            release_frames: false,
             replaced_logs: 0,
         };
         let mut first = self.settle(&mut report).err();
@@ -1681,6 +1705,7 @@ impl SessionStore {
                     written: 0,
                     pending: false,
                     failed: None,
+                    release_frames: false,
                     replaced_logs: 0,
                 };
                 self.dispatch(batch, &mut report);
@@ -2013,6 +2038,7 @@ impl SessionStore {
             written: 0,
             pending: false,
             failed: None,
+            release_frames: false,
             replaced_logs: 0,
         };
         self.settle(&mut report)

@@ -299,6 +299,7 @@ fn flush_budget_bounds_bytes_written_per_call() {
             written: 0,
             pending: false,
             failed: None,
+            release_frames: false,
             replaced_logs: 0,
         }
     );
@@ -1820,4 +1821,30 @@ fn the_flush_error_of_a_dump_is_its_own_sessions() {
     store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 3)), at(4));
     let healthy = store.dump("s1").expect("dump s1");
     assert!(healthy.flush_error.is_none(), "{:?}", healthy.flush_error);
+}
+
+/// While one log waits for its retry, the other sessions' frames still
+/// wait for their own records (the loop holds a frame while `pending` and
+/// not `release_frames`, until `logged_through` reaches its mark); the
+/// waiting log's records alone keep nothing pending, so nothing spins.
+#[test]
+fn a_log_waiting_for_its_retry_does_not_release_the_other_sessions_frames() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut store, mut poll) = one_log_failing(tmp.path());
+    let r = store.flush(usize::MAX);
+    assert!(r.failed.is_some(), "the episode goes on");
+    assert!(!r.pending, "only the waiting log's records are buffered");
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 2)), at(2));
+    let r = store.flush(usize::MAX);
+    let mark = store.log_mark();
+    assert!(r.pending && !r.release_frames, "{r:?}");
+    assert!(
+        store.logged_through() < mark,
+        "the frame waits for s1's record"
+    );
+    flush_until(&mut store, &mut poll, usize::MAX, |s| {
+        !s.waiting_for_writer() && s.pending_bytes("s1") == 0
+    });
+    assert!(store.logged_through() >= mark, "s1's record is on disk");
+    assert!(store.pending_bytes("s2") > 0);
 }
