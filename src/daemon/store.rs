@@ -658,6 +658,9 @@ pub struct SessionStore {
     stalled: bool,
     /// Sessions whose last append failed (`Session::append_failed`).
     failing_sessions: usize,
+    /// What the sessions waiting for the retry of a failed append held
+    /// when the last batch was built (not read-ahead).
+    waiting_bytes: usize,
     /// Fds the writer must drop before its next appends (a compaction
     /// renamed a new file over the log).
     close_next: Vec<usize>,
@@ -769,6 +772,7 @@ impl SessionStore {
             logged_through: 0,
             stalled: false,
             failing_sessions: 0,
+            waiting_bytes: 0,
             close_next: Vec::new(),
             check_paths_due: false,
             index_due: false,
@@ -1214,6 +1218,7 @@ impl SessionStore {
         for s in &mut self.sessions {
             s.append_retry_at = 0;
         }
+        self.waiting_bytes = 0;
     }
 
     /// Forgets the batch in flight: its bytes are sent again. Its sessions
@@ -1318,6 +1323,7 @@ impl SessionStore {
                 bytes,
             });
         }
+        self.waiting_bytes = waiting.iter().map(|&i| self.sessions[i].pending()).sum();
         for i in waiting.into_iter().rev() {
             self.dirty.push_front(i);
         }
@@ -1522,12 +1528,15 @@ impl SessionStore {
     /// stream from waiting on the disk; reading on without bound would make
     /// the next batch, and the wait of the replies and exits it carries,
     /// as long as the writer is slow.
+    /// The backlog of logs waiting for the retry of a failed append was
+    /// buffered before the batch and is not read-ahead.
     pub fn read_ahead_full(&self) -> bool {
         self.in_flight
             && self
                 .health
                 .pending_bytes
                 .saturating_sub(self.in_flight_bytes)
+                .saturating_sub(self.waiting_bytes)
                 >= READ_AHEAD
     }
 
@@ -1549,6 +1558,7 @@ impl SessionStore {
         for s in &mut self.sessions {
             s.append_retry_at = 0;
         }
+        self.waiting_bytes = 0;
         self.index_due = false;
         let mut batch = self.build_batch(usize::MAX);
         let appended: Vec<usize> = batch.appends.iter().map(|a| a.session).collect();
@@ -1953,7 +1963,9 @@ impl SessionStore {
             s.queued = true;
             self.dirty.push_back(i);
         }
-        if self.in_flight {
+        // A log waiting for its retry is in no batch until then; marks
+        // leave it out (`writable_dirty`), so its appends do too.
+        if self.in_flight && s.append_retry_at <= self.heartbeats {
             self.appended_in_flight = true;
         }
     }

@@ -1848,3 +1848,36 @@ fn a_log_waiting_for_its_retry_does_not_release_the_other_sessions_frames() {
     assert!(store.logged_through() >= mark, "s1's record is on disk");
     assert!(store.pending_bytes("s2") > 0);
 }
+
+/// The backlog of a log waiting for its retry was buffered before the
+/// batch out: it is not read-ahead, so it does not hold the running agents
+/// of the other sessions while the batch is written.
+#[test]
+fn a_waiting_logs_backlog_is_not_read_ahead() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut store, _poll) = one_log_failing(tmp.path());
+    let mut n = 10;
+    while store.pending_bytes("s2") < 2 * READ_AHEAD {
+        store.append("s2", "p2", LineRecord::Event(&ev("turn_start", n)), at(2));
+        n += 1;
+    }
+    store.flush(usize::MAX);
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 2)), at(3));
+    store.flush(usize::MAX);
+    assert!(store.waiting_for_writer(), "s1's batch is out");
+    assert!(!store.read_ahead_full());
+}
+
+/// An append to a log waiting for its retry does not move the mark of the
+/// other sessions' frames past the batch that is out.
+#[test]
+fn a_waiting_logs_append_does_not_push_back_the_others_marks() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut store, _poll) = one_log_failing(tmp.path());
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 2)), at(2));
+    store.flush(usize::MAX);
+    assert!(store.waiting_for_writer(), "s1's batch is out");
+    let mark = store.log_mark();
+    store.append("s2", "p2", LineRecord::Event(&ev("turn_end", 2)), at(3));
+    assert_eq!(store.log_mark(), mark);
+}
