@@ -673,10 +673,6 @@ pub struct SessionStore {
     /// writer appends to the file it reads).
     compaction_turn: bool,
     spare_bufs: Vec<Vec<u8>>,
-    /// Thread mode, after a failed append: the latest of the sessions'
-    /// `append_retry_at`. Until then the store reports itself failing, so
-    /// replies and events do not wait for a log that is not written.
-    retry_at_heartbeat: u64,
     last_failure: io::ErrorKind,
     ts: TsText,
     health: StoreHealth,
@@ -778,7 +774,6 @@ impl SessionStore {
             index_due: false,
             compaction_turn: false,
             spare_bufs: Vec::new(),
-            retry_at_heartbeat: 0,
             last_failure: io::ErrorKind::Other,
             ts: TsText::default(),
             health: StoreHealth::default(),
@@ -1080,14 +1075,11 @@ impl SessionStore {
         // records again at once (a full disk would ping-pong at full
         // speed): a failed session waits for the next heartbeat
         // (`build_batch`); the others' records go on being written.
-        // Failing until every log that failed has taken an append again:
-        // a batch of the other sessions' records that succeeds meanwhile
-        // does not end the episode.
-        let failing = matches!(self.writer, Writer::Thread(_))
-            && (self.retry_at_heartbeat > self.heartbeats || self.failing_sessions > 0);
+        // The episode (status, alerts) lasts until every log that failed
+        // has taken an append again: a batch of the other sessions' records
+        // that succeeds meanwhile does not end it.
+        let failing = matches!(self.writer, Writer::Thread(_)) && self.failing_sessions > 0;
         if failing && report.failed.is_none() {
-            // Still failing as far as the loop is concerned: replies must
-            // not wait for the retry.
             report.failed = Some(self.last_failure);
         }
         let hold = self.rotation.is_some() && self.compaction_turn;
@@ -1374,7 +1366,6 @@ impl SessionStore {
             }
             if let Some(e) = d.error {
                 self.health.failed_writes += 1;
-                self.retry_at_heartbeat = self.heartbeats + 1;
                 let thread = matches!(self.writer, Writer::Thread(_));
                 let s = &mut self.sessions[i];
                 if thread {

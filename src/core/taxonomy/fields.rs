@@ -32,17 +32,14 @@ pub(crate) trait ObjectFields<'a> {
     fn read<A: MapAccess<'a>>(&mut self, key: &str, map: &mut A) -> Result<u32, A::Error>;
 }
 
-/// Parses a line that must be one JSON object into `fields`. The first
-/// byte is checked first: derived structs also accept a JSON array (fields
-/// by position), which no harness prints, and so does this reader.
+/// Parses a line that must be one JSON object into `fields`. Unlike a
+/// derived struct, which also takes a JSON array (fields by position), a
+/// map reader refuses anything but an object, as [`super::from_object`]
+/// does by its first-byte check.
 pub(crate) fn read_object<'a, F: ObjectFields<'a>>(
     line: &'a [u8],
     fields: &mut F,
 ) -> Result<(), Malformed> {
-    let first = line.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
-        return Err(Malformed);
-    }
     let mut de = serde_json::Deserializer::from_slice(line);
     de.deserialize_map(FieldsVisitor(fields))
         .and_then(|()| de.end())
@@ -97,6 +94,12 @@ impl<'a, F: ObjectFields<'a>> Visitor<'a> for FieldsVisitor<'_, F> {
         }
         Ok(())
     }
+}
+
+/// Sets a field to its value and returns its bit, `1 << n`.
+pub(crate) fn set<T>(field: &mut T, value: T, n: u32) -> u32 {
+    *field = value;
+    1 << n
 }
 
 /// Skips the value of a key no field wants.

@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use crate::core::approval::{ApprovalKind, ApprovalRequest, Resolves};
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::taxonomy::fields::{
-    opt_text, opt_text_lenient, read_object, skip, ObjectFields, Text,
+    opt_text, opt_text_lenient, read_object, set, skip, ObjectFields, Text,
 };
 use crate::core::taxonomy::{raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
@@ -73,66 +73,21 @@ impl<'a> ObjectFields<'a> for Line<'a> {
 
     fn read<A: MapAccess<'a>>(&mut self, key: &str, map: &mut A) -> Result<u32, A::Error> {
         let bit = match key {
-            "type" => {
-                self.kind = map.next_value::<Text<'a>>()?.0;
-                1
-            }
-            "id" => {
-                self.id = opt_text(map)?;
-                1 << 1
-            }
-            "cwd" => {
-                self.cwd = opt_text(map)?;
-                1 << 2
-            }
-            "message" => {
-                self.message = map.next_value()?;
-                1 << 3
-            }
-            "toolName" => {
-                self.tool_name = opt_text(map)?;
-                1 << 4
-            }
-            "args" => {
-                self.args = map.next_value()?;
-                1 << 5
-            }
-            "willRetry" => {
-                self.will_retry = map.next_value()?;
-                1 << 6
-            }
-            "success" => {
-                self.success = map.next_value()?;
-                1 << 7
-            }
-            "finalError" => {
-                self.final_error = opt_text(map)?;
-                1 << 8
-            }
-            "errorMessage" => {
-                self.error_message = opt_text(map)?;
-                1 << 9
-            }
-            "method" => {
-                self.method = opt_text(map)?;
-                1 << 10
-            }
-            "title" => {
-                self.title = opt_text_lenient(map)?;
-                1 << 11
-            }
-            "options" => {
-                self.options = map.next_value()?;
-                1 << 12
-            }
-            "timeout" => {
-                self.timeout = map.next_value()?;
-                1 << 13
-            }
-            "result" => {
-                self.result = map.next_value()?;
-                1 << 14
-            }
+            "type" => set(&mut self.kind, map.next_value::<Text<'a>>()?.0, 0),
+            "id" => set(&mut self.id, opt_text(map)?, 1),
+            "cwd" => set(&mut self.cwd, opt_text(map)?, 2),
+            "message" => set(&mut self.message, map.next_value()?, 3),
+            "toolName" => set(&mut self.tool_name, opt_text(map)?, 4),
+            "args" => set(&mut self.args, map.next_value()?, 5),
+            "willRetry" => set(&mut self.will_retry, map.next_value()?, 6),
+            "success" => set(&mut self.success, map.next_value()?, 7),
+            "finalError" => set(&mut self.final_error, opt_text(map)?, 8),
+            "errorMessage" => set(&mut self.error_message, opt_text(map)?, 9),
+            "method" => set(&mut self.method, opt_text(map)?, 10),
+            "title" => set(&mut self.title, opt_text_lenient(map)?, 11),
+            "options" => set(&mut self.options, map.next_value()?, 12),
+            "timeout" => set(&mut self.timeout, map.next_value()?, 13),
+            "result" => set(&mut self.result, map.next_value()?, 14),
             _ => skip(map)?,
         };
         Ok(bit)
