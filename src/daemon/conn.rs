@@ -55,8 +55,9 @@ pub const BODY_LOW_WATER: usize = 256 << 10;
 pub trait ReplyBody: std::fmt::Debug {
     /// Appends the next slice; `Done` once the reply is complete. An error
     /// leaves the reply cut short: the connection must be closed. `d` is
-    /// the daemon as it is now (a snapshot reads its panes from it).
-    fn next_slice(&mut self, d: &Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress>;
+    /// the daemon as it is now (a snapshot reads its panes from it, and
+    /// keeps their text: `daemon::pane_text`).
+    fn next_slice(&mut self, d: &mut Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress>;
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -617,7 +618,7 @@ mod tests {
     }
 
     impl ReplyBody for Pieces {
-        fn next_slice(&mut self, _d: &Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+        fn next_slice(&mut self, _d: &mut Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
             self.make(out)
         }
     }

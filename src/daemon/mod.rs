@@ -27,6 +27,7 @@ pub mod journal;
 mod life;
 mod log_flow;
 pub mod notify;
+pub mod pane_text;
 pub mod panes;
 mod proc;
 pub(crate) mod recovery;

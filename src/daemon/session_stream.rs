@@ -138,7 +138,7 @@ impl SessionStream {
 }
 
 impl ReplyBody for SessionStream {
-    fn next_slice(&mut self, _d: &Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+    fn next_slice(&mut self, _d: &mut Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
         self.slice(out)
     }
 }

@@ -78,7 +78,7 @@ impl ReplyBody for SnapshotStream {
     /// Appends the next slice of the reply line to `out`: the envelope's
     /// head first, then panes until `SLICE_BYTES` are made, then the tail
     /// (`Done`).
-    fn next_slice(&mut self, d: &Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+    fn next_slice(&mut self, d: &mut Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
         let start = out.len();
         // Room for the slice at once: growing it pane by pane would copy it
         // over and over (a v2 pane is about 650 bytes, a v1 pane 170).
@@ -91,20 +91,20 @@ impl ReplyBody for SnapshotStream {
         while self.next < self.keys.len() && out.len() - start < SLICE_BYTES {
             let key = self.keys[self.next];
             self.next += 1;
-            let Some(slot) = d.panes.get(key) else {
-                continue;
-            };
-            if !d.visible(&self.scope, key) {
+            if d.panes.get(key).is_none() || !d.visible(&self.scope, key) {
                 continue;
             }
             if self.written > 0 {
                 out.push(b',');
             }
             match self.schema {
-                Schema::V1 => d.pane_v1(slot, self.t).write_json(out),
+                Schema::V1 => {
+                    if let Some(slot) = d.panes.get(key) {
+                        d.pane_v1(slot, self.t).write_json(out);
+                    }
+                }
                 Schema::V2 => d
-                    .pane_v2(slot, self.t)
-                    .write_json(out)
+                    .write_pane_v2(key, self.t, out)
                     .map_err(io::Error::other)?,
             }
             self.written += 1;

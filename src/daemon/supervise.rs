@@ -784,11 +784,13 @@ impl Daemon {
         }
         let mut lines = Vec::new();
         for key in self.panes.keys() {
-            let Some(slot) = self.panes.get_mut(key) else {
+            // Read, and borrowed to change only when the session moved: a
+            // mutable borrow drops the pane's kept snapshot text.
+            let Some(slot) = self.panes.get(key) else {
                 continue;
             };
             let actual = slot.agent.supervision.actual(&slot.agent);
-            let sup = &mut slot.agent.supervision;
+            let sup = &slot.agent.supervision;
             let Some(spec) = sup.spec.as_deref().cloned() else {
                 continue;
             };
@@ -800,16 +802,21 @@ impl Daemon {
                 .session_id()
                 .map(str::to_string)
                 .or_else(|| sup.persisted_session.clone());
-            sup.persisted_session = harness_session.clone();
+            let moved = harness_session != sup.persisted_session;
             lines.push((
                 sup.origin == Origin::Declared,
                 AgentRecord {
                     spec,
                     wanted: sup.wanted.clone(),
                     pane_id: Some(slot.pane.id.0.clone()),
-                    harness_session,
+                    harness_session: harness_session.clone(),
                 },
             ));
+            if moved {
+                if let Some(agent) = self.panes.agent_mut(key) {
+                    agent.supervision.persisted_session = harness_session;
+                }
+            }
         }
         let path = self.records_path();
         match encode_records(&lines) {

@@ -2,10 +2,12 @@
 //! from the pane table and the store for one caller's scope.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::RestartPolicy;
+use crate::daemon::approvals::ApprovalDesk;
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::Slot;
@@ -21,29 +23,6 @@ impl Daemon {
         // The contract's five states: see docs/PROTOCOL.md.
         let actual = s.agent.supervision.actual(&s.agent);
         v.state = crate::core::spec::v1_state(actual, s.pane.state());
-        v
-    }
-
-    /// One pane as the v2 snapshot shows it: the core's view plus what
-    /// only the daemon knows (pid, jail, supervision, restarts, escalation).
-    pub(crate) fn pane_v2<'a>(&self, s: &'a Slot, t: Timestamp) -> PaneV2View<'a> {
-        let mut v = PaneV2View::from_pane(&s.pane, t, self.settings.daemon.stall_after);
-        let a = &s.agent;
-        v.daemon_session = Some(&a.session);
-        v.jail = a.jail.as_deref();
-        v.pid = a.running_pid();
-        v.generation = a.generation;
-        v.supervision = Some(a.supervision.wire(a));
-        for w in &mut v.approvals {
-            w.escalated = self.approvals.escalated(&w.id);
-        }
-        if a.restart.policy != RestartPolicy::Never {
-            v.restart = Some(RestartView {
-                policy: a.restart.policy.as_str(),
-                attempts: a.restart.attempts,
-                next_at: a.next_restart_at(),
-            });
-        }
         v
     }
 
@@ -183,4 +162,34 @@ impl Daemon {
             })
             .collect()
     }
+}
+
+/// One pane as the v2 snapshot shows it: the core's view plus what only
+/// the daemon knows (pid, jail, supervision, restarts, escalation). Made
+/// from the parts it reads, not from the daemon, for `daemon::pane_text`,
+/// which holds the pane table mutably.
+pub(crate) fn pane_v2<'a>(
+    s: &'a Slot,
+    t: Timestamp,
+    stall_after: Duration,
+    approvals: &ApprovalDesk,
+) -> PaneV2View<'a> {
+    let mut v = PaneV2View::from_pane(&s.pane, t, stall_after);
+    let a = &s.agent;
+    v.daemon_session = Some(&a.session);
+    v.jail = a.jail.as_deref();
+    v.pid = a.running_pid();
+    v.generation = a.generation;
+    v.supervision = Some(a.supervision.wire(a));
+    for w in &mut v.approvals {
+        w.escalated = approvals.escalated(&w.id);
+    }
+    if a.restart.policy != RestartPolicy::Never {
+        v.restart = Some(RestartView {
+            policy: a.restart.policy.as_str(),
+            attempts: a.restart.attempts,
+            next_at: a.next_restart_at(),
+        });
+    }
+    v
 }

@@ -136,13 +136,24 @@ impl<'a> PaneV2View<'a> {
 
     /// Appends the pane's JSON object to `out`.
     pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        self.write_json_marked(out).map(|_| ())
+    }
+
+    /// Appends the pane's JSON object to `out` and returns where, counted
+    /// from the object's `{`, the value of `stalled` begins: the one field
+    /// that changes with the clock alone, so a kept copy of the text can be
+    /// brought up to date by rewriting it (`daemon::pane_text`).
+    pub fn write_json_marked(&self, out: &mut Vec<u8>) -> serde_json::Result<usize> {
+        let start = out.len();
         let mut o = Object::begin(out);
         o.str("id", self.id);
         o.opt_str("name", self.name);
         o.str("agent", self.agent);
         o.opt_str("runtime", self.runtime.map(Runtime::as_str));
         o.str("state", self.state.as_str());
-        o.bool("stalled", self.stalled);
+        let value = o.key("stalled");
+        let stalled_at = value.len() - start;
+        value.extend_from_slice(if self.stalled { b"true" } else { b"false" });
         o.bool("paused", self.paused);
         o.time("state_since", self.state_since);
         o.time("started_at", self.started_at);
@@ -206,7 +217,7 @@ impl<'a> PaneV2View<'a> {
             o.value("approvals", &self.approvals)?;
         }
         o.end();
-        Ok(())
+        Ok(stalled_at)
     }
 }
 

@@ -121,3 +121,48 @@ fn a_snapshot_read_late_is_whole_while_others_are_served_and_panes_are_removed()
         (n == PANES - 10).then_some(())
     });
 }
+
+/// A v2 snapshot keeps each pane's text until the pane changes
+/// (`daemon::pane_text`): a pane shown before must show every change made
+/// after, whatever made it (its output, a command, its exit). In debug
+/// builds, as here, the daemon also checks each kept text it writes against
+/// a fresh one.
+#[test]
+fn a_pane_shown_before_shows_every_change_made_after() {
+    let d = Colibrid::start(&[]);
+    let tool = r#"{"type":"tool_execution_start","toolCallId":"c1","toolName":"bash","args":{"command":"ls"}}"#;
+    let body = format!(
+        r#"printf '%s\n' '{{"type":"agent_start"}}'; read a; printf '%s\n' '{tool}'; read b; exit 3"#
+    );
+    let id = d.spawn(
+        &["/bin/sh", "-c", &body],
+        json!({"runtime":"pi","stall_after":"1h"}),
+    );
+    let working = d.wait_state(&id, "working");
+    // Shown again unchanged: from the kept text, and the same.
+    assert_eq!(d.pane(&id), working);
+    assert_eq!(d.pane(&id), working);
+
+    d.ok(json!({"cmd":"pause-agent","agent_id": id}));
+    let paused = d.pane(&id);
+    assert_eq!(paused["paused"], json!(true), "{paused}");
+    assert_eq!(d.pane(&id), paused);
+    d.ok(json!({"cmd":"resume-agent","agent_id": id}));
+    assert_eq!(d.pane(&id)["paused"], json!(false));
+
+    d.ok(json!({"cmd":"send-input","agent_id": id, "text":"go"}));
+    let p = d.wait_pane(&id, "the tool shown", |p| {
+        p["last_tool"]["name"] == json!("bash")
+    });
+    assert!(
+        p["counters"]["events"].as_u64() > working["counters"]["events"].as_u64(),
+        "{p}"
+    );
+    assert!(p["pid"].as_i64().is_some(), "{p}");
+
+    d.ok(json!({"cmd":"send-input","agent_id": id, "text":"go"}));
+    let p = d.wait_pane(&id, "the exit shown", |p| p["exit"] == json!({"code": 3}));
+    assert_eq!(p["pid"], Value::Null, "{p}");
+    assert_eq!(p["supervision"]["actual"], json!("exited"), "{p}");
+    assert_eq!(d.pane(&id), p);
+}
