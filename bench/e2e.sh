@@ -29,6 +29,12 @@ if [ "$pty_max" -lt "$want_ptys" ]; then
     echo "could not raise kernel.pty.max ($pty_max; needs root): the 10,000-agent run will fail"
   fi
 fi
+# About 2 fds per agent in the daemon: 10,000 agents need more than a
+# common hard limit of 20,000; root may raise it.
+want_fds=24000
+if [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -lt "$want_fds" ]; then
+  ulimit -Hn "$want_fds" 2>/dev/null && echo "raised the hard RLIMIT_NOFILE to $want_fds for this run"
+fi
 ulimit -n "$(ulimit -Hn)"
 echo "RLIMIT_NOFILE: $(ulimit -n) (soft raised to the hard limit)"
 echo "machine: $(nproc) cores, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg)"

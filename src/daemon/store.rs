@@ -63,6 +63,10 @@ const ROTATE_RETRY_HEARTBEATS: u64 = 10;
 /// A drained buffer with more capacity than this is shrunk back.
 const SHRINK_ABOVE: usize = 256 << 10;
 const SHRINK_TO: usize = 64 << 10;
+/// Session buffers given back once all they held is written, kept for the
+/// next session that writes: at most this many, none larger than
+/// `SHRINK_ABOVE` (2 MiB in all at worst).
+const SPARE_SESSION_BUFS: usize = 8;
 const DIR_MODE: u32 = 0o750;
 const LOG_MODE: u32 = 0o640;
 const LOG_SUFFIX: &str = ".jsonl";
@@ -448,6 +452,15 @@ impl StoreError {
     }
 }
 
+/// Gives a session that gave its buffer back a spare one, if there is.
+fn refill(buf: &mut Vec<u8>, spares: &mut Vec<Vec<u8>>) {
+    if buf.capacity() == 0 {
+        if let Some(spare) = spares.pop() {
+            *buf = spare;
+        }
+    }
+}
+
 /// One session: its metadata, its unwritten bytes and its rotation state.
 #[derive(Debug)]
 struct Session {
@@ -673,6 +686,11 @@ pub struct SessionStore {
     /// writer appends to the file it reads).
     compaction_turn: bool,
     spare_bufs: Vec<Vec<u8>>,
+    /// An idle session holds no buffer: at 10,000 idle agents each held
+    /// about 500 bytes of spent capacity, and one that once streamed up to
+    /// `SHRINK_ABOVE`. Sessions that write now and then take one of these
+    /// instead of growing a new one.
+    session_spares: Vec<Vec<u8>>,
     last_failure: io::ErrorKind,
     ts: TsText,
     health: StoreHealth,
@@ -774,6 +792,7 @@ impl SessionStore {
             index_due: false,
             compaction_turn: false,
             spare_bufs: Vec::new(),
+            session_spares: Vec::new(),
             last_failure: io::ErrorKind::Other,
             ts: TsText::default(),
             health: StoreHealth::default(),
@@ -946,14 +965,16 @@ impl SessionStore {
         if m.cwd.is_none() {
             m.cwd = rec.cwd.map(str::to_string);
         }
+        refill(&mut s.buf, &mut self.session_spares);
         let before = s.buf.len();
         record::encode_attach(&mut s.buf, &mut self.ts, now, rec);
         self.index_dirty = true;
         self.commit(i, before, false);
     }
 
-    /// Buffers one agent line. Allocation-free once the session's buffer
-    /// has grown to its working size; no syscall.
+    /// Buffers one agent line; no syscall. Allocation-free in the steady
+    /// state: a session that keeps writing keeps its buffer, and one that
+    /// gave it back (all written) takes a spare.
     pub fn append(&mut self, session: &str, pane: &str, line: LineRecord<'_>, now: Timestamp) {
         let slot = self.slot(session, now);
         self.append_to(slot, session, pane, line, now);
@@ -988,6 +1009,7 @@ impl SessionStore {
         };
         let s = &mut self.sessions[i];
         s.note_pane(pane);
+        refill(&mut s.buf, &mut self.session_spares);
         let before = s.buf.len();
         match line {
             LineRecord::Event(l) | LineRecord::Parsed(l) => {
@@ -1038,6 +1060,7 @@ impl SessionStore {
             s.meta.exit_code = rec.code;
             s.meta.exit_signal = rec.signal;
         }
+        refill(&mut s.buf, &mut self.session_spares);
         let before = s.buf.len();
         record::encode_exit(&mut s.buf, &mut self.ts, now, rec);
         self.index_dirty = true;
@@ -1052,6 +1075,7 @@ impl SessionStore {
             return;
         };
         let s = &mut self.sessions[i];
+        refill(&mut s.buf, &mut self.session_spares);
         let before = s.buf.len();
         record::encode_answer(&mut s.buf, &mut self.ts, now, rec);
         self.commit(i, before, false);
@@ -1356,6 +1380,17 @@ impl SessionStore {
             self.health.pending_bytes -= d.written;
             report.written += d.written;
             s.reclaim();
+            if s.buf.is_empty() && s.buf.capacity() > 0 {
+                let spent = std::mem::take(&mut s.buf);
+                // A streaming session's buffer is often drained whole when
+                // its batch returns: kept, it is taken back at once, with
+                // no regrowth.
+                if spent.capacity() <= SHRINK_ABOVE
+                    && self.session_spares.len() < SPARE_SESSION_BUFS
+                {
+                    self.session_spares.push(spent);
+                }
+            }
             if d.buf.capacity() <= SPARE_BUF_MAX && self.spare_bufs.len() < SPARE_BUFS {
                 self.spare_bufs.push(d.buf);
             }

@@ -1874,3 +1874,51 @@ fn a_waiting_logs_append_does_not_push_back_the_others_marks() {
     store.append("s2", "p2", LineRecord::Event(&ev("turn_end", 2)), at(3));
     assert_eq!(store.log_mark(), mark);
 }
+
+/// What session `id` holds in its buffer, as capacity.
+fn buffer_capacity(store: &SessionStore, id: &str) -> usize {
+    store.sessions[store.by_id[id]].buf.capacity()
+}
+
+#[test]
+fn a_session_whose_records_are_all_written_gives_its_buffer_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("p1", &argv), at(0));
+    store.attach("s2", &attach_rec("p2", &argv), at(0));
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(1));
+    drain(&mut store);
+    // Idle now: neither holds a buffer; both wait as spares.
+    assert_eq!(buffer_capacity(&store, "s1"), 0);
+    assert_eq!(buffer_capacity(&store, "s2"), 0);
+    assert_eq!(store.session_spares.len(), 2);
+    // The next session to write takes a spare rather than a new buffer.
+    let spare = store.session_spares.last().map(|b| b.as_ptr());
+    store.append("s2", "p2", LineRecord::Event(&ev("turn_start", 2)), at(2));
+    assert_eq!(store.session_spares.len(), 1);
+    assert_eq!(
+        Some(store.sessions[store.by_id["s2"]].buf.as_ptr()),
+        spare,
+        "s2 writes into the spare"
+    );
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 3)), at(3));
+    drain(&mut store);
+    store.sync().expect("sync");
+    assert_eq!(
+        ev_types(&parsed_lines(&log_path(&cfg, "s1")), "p1"),
+        ["turn_start1", "turn_end3"]
+    );
+    assert_eq!(
+        ev_types(&parsed_lines(&log_path(&cfg, "s2")), "p2"),
+        ["turn_start2"]
+    );
+    // The spares are bounded in number.
+    for n in 0..2 * SPARE_SESSION_BUFS {
+        let id = format!("x{n}");
+        store.attach(&id, &attach_rec(&format!("q{n}"), &argv), at(4));
+    }
+    drain(&mut store);
+    assert_eq!(store.session_spares.len(), SPARE_SESSION_BUFS);
+}
