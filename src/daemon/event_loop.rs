@@ -287,6 +287,7 @@ impl Daemon {
             let busy = !self.sched.is_empty()
                 || (self.store_pending && !writer_busy)
                 || (self.store.compaction_active() && !writer_busy)
+                || (self.store.index_pending() && !writer_busy)
                 || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy)
                 || self.bus.replay_wants_more(&self.conns)
                 || self.streams_want_more();

@@ -40,7 +40,7 @@ use serde_json::json;
 
 use crate::core::time::Timestamp;
 
-use self::index::IndexEntry;
+use self::index::{IndexDraft, IndexEntry, IndexEntryView};
 use self::record::TsText;
 use self::writer::{Append, Batch, Done, LogWriter, WriterThread};
 
@@ -563,16 +563,16 @@ impl Session {
         }
     }
 
-    fn index_entry(&self) -> IndexEntry {
-        IndexEntry {
-            id: self.meta.id.clone(),
-            panes: self.meta.panes.clone(),
-            runtime: self.meta.runtime.clone(),
-            cwd: self.meta.cwd.clone(),
+    fn index_entry(&self) -> IndexEntryView<'_> {
+        IndexEntryView {
+            id: &self.meta.id,
+            panes: &self.meta.panes,
+            runtime: self.meta.runtime.as_deref(),
+            cwd: self.meta.cwd.as_deref(),
             created_at_ms: self.meta.created_at.as_millis(),
             turn_count: self.meta.turn_count,
             bytes: self.meta.bytes,
-            final_state: self.meta.final_state.clone(),
+            final_state: self.meta.final_state.as_deref(),
             exit_code: self.meta.exit_code,
             exit_signal: self.meta.exit_signal,
             rotated: self.meta.rotated,
@@ -678,9 +678,11 @@ pub struct SessionStore {
     /// renamed a new file over the log).
     close_next: Vec<usize>,
     /// The heartbeat asked for the open logs to be checked against their
-    /// paths, and for the index to be written.
+    /// paths.
     check_paths_due: bool,
-    index_due: bool,
+    /// The index being encoded, a step per batch built, since the heartbeat
+    /// that found it changed (`index::IndexDraft`).
+    index_draft: Option<IndexDraft>,
     /// Thread mode: the last wakeup applied a batch while a rotation runs,
     /// so the next one is the rotation's turn (it must not run while the
     /// writer appends to the file it reads).
@@ -789,7 +791,7 @@ impl SessionStore {
             waiting_bytes: 0,
             close_next: Vec::new(),
             check_paths_due: false,
-            index_due: false,
+            index_draft: None,
             compaction_turn: false,
             spare_bufs: Vec::new(),
             session_spares: Vec::new(),
@@ -1343,11 +1345,7 @@ impl SessionStore {
         for i in waiting.into_iter().rev() {
             self.dirty.push_front(i);
         }
-        if std::mem::take(&mut self.index_due) && self.index_dirty {
-            let entries = self.sessions.iter().map(Session::index_entry).collect();
-            batch.index = Some((self.cfg.dir.clone(), index::encode(entries)));
-            self.index_dirty = false;
-        }
+        self.step_index(&mut batch);
         batch
     }
 
@@ -1585,7 +1583,7 @@ impl SessionStore {
             s.append_retry_at = 0;
         }
         self.waiting_bytes = 0;
-        self.index_due = false;
+        self.index_draft = None;
         let mut batch = self.build_batch(usize::MAX);
         let appended: Vec<usize> = batch.appends.iter().map(|a| a.session).collect();
         batch.sync = self
@@ -1598,9 +1596,10 @@ impl SessionStore {
         if let Err(e) = self.run_now(batch) {
             first.get_or_insert(e);
         }
-        // The index last, so that it holds the final lengths.
-        self.index_due = true;
-        self.index_dirty = true;
+        // The index last, so that it holds the final lengths: all of it,
+        // in this one batch.
+        self.index_draft = Some(IndexDraft::new(usize::MAX));
+        self.index_dirty = false;
         let batch = self.build_batch(0);
         if let Err(e) = self.run_now(batch) {
             first.get_or_insert(e);
@@ -1732,7 +1731,11 @@ impl SessionStore {
                 self.rotation = Some((i, job));
             }
         }
-        self.index_due = self.index_dirty;
+        if self.index_dirty && self.index_draft.is_none() {
+            // A change from now on is caught by the next draft.
+            self.index_draft = Some(IndexDraft::new(index::ENTRIES_PER_STEP));
+            self.index_dirty = false;
+        }
         if !self.in_flight {
             // Paths and index now; appends stay with flush and its budget.
             let batch = self.build_batch(0);
@@ -1748,6 +1751,43 @@ impl SessionStore {
             }
         }
         started
+    }
+
+    /// True while the index is being encoded: the daemon polls without
+    /// sleeping (each flush that builds a batch takes a step) until it
+    /// turns false.
+    pub fn index_pending(&self) -> bool {
+        self.index_draft.is_some()
+    }
+
+    /// Encodes the next step of the index draft; the batch carries the
+    /// index once the draft has every session.
+    fn step_index(&mut self, batch: &mut Batch) {
+        let Some(draft) = &mut self.index_draft else {
+            return;
+        };
+        let end = draft
+            .next
+            .saturating_add(draft.per_step)
+            .min(self.sessions.len());
+        for s in &self.sessions[draft.next..end] {
+            draft.push(&s.index_entry());
+        }
+        if draft.next < self.sessions.len() {
+            return;
+        }
+        let Some(draft) = self.index_draft.take() else {
+            return;
+        };
+        match draft.finish() {
+            Some(bytes) => batch.index = Some((self.cfg.dir.clone(), bytes)),
+            None => {
+                self.record_error(
+                    "encoding the session index failed; it is written at the next heartbeat".into(),
+                );
+                self.index_dirty = true;
+            }
+        }
     }
 
     /// True while a rotation is running: the daemon calls

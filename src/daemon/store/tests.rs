@@ -1922,3 +1922,57 @@ fn a_session_whose_records_are_all_written_gives_its_buffer_back() {
     drain(&mut store);
     assert_eq!(store.session_spares.len(), SPARE_SESSION_BUFS);
 }
+
+#[test]
+fn the_index_of_many_sessions_is_encoded_a_step_at_a_time_and_written_whole() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let (mut store, _) = open(&cfg);
+    let n = 2 * index::ENTRIES_PER_STEP + 10;
+    for i in 0..n {
+        store.attach(
+            &format!("s{i}"),
+            &attach_rec(&format!("p{i}"), &argv),
+            at(1),
+        );
+    }
+    drain(&mut store);
+    let index_path = cfg.dir.join(INDEX_FILE);
+    let _ = fs::remove_file(&index_path);
+    let read_index =
+        || index::decode(&fs::read(&index_path).expect("index written")).expect("index reads");
+
+    // The heartbeat encodes one step; each flush after it one more; the
+    // file is written once, whole.
+    store.heartbeat(at(2));
+    let mut steps = 1;
+    while store.index_pending() {
+        assert!(!index_path.exists(), "written before the draft was done");
+        store.flush(usize::MAX);
+        steps += 1;
+        assert!(steps <= n, "the draft never ends");
+    }
+    assert_eq!(steps, n.div_ceil(index::ENTRIES_PER_STEP));
+    let ids: Vec<String> = read_index().into_iter().map(|e| e.id).collect();
+    let expected: Vec<String> = (0..n).map(|i| format!("s{i}")).collect();
+    assert_eq!(ids, expected);
+
+    // Nothing changed: the next heartbeat starts no draft.
+    store.heartbeat(at(3));
+    assert!(!store.index_pending());
+    // A change, even one made while a draft runs past its session, is in
+    // the index the next heartbeat writes.
+    store.note_turns("s0", 1);
+    store.heartbeat(at(4));
+    store.note_turns("s0", 1);
+    while store.index_pending() {
+        store.flush(usize::MAX);
+    }
+    store.heartbeat(at(5));
+    while store.index_pending() {
+        store.flush(usize::MAX);
+    }
+    let s0 = read_index().into_iter().find(|e| e.id == "s0").expect("s0");
+    assert_eq!(s0.turn_count, 2);
+}
