@@ -87,6 +87,10 @@ impl PaneText {
     /// Appends the object to `out`, with `stalled` as it is now.
     fn write(&self, out: &mut Vec<u8>, stalled: bool) {
         let (head, tail) = self.bytes.split_at(self.stalled_at);
+        debug_assert!(
+            tail.starts_with(FALSE),
+            "the kept text has `false` at its mark"
+        );
         out.extend_from_slice(head);
         out.extend_from_slice(if stalled { b"true" } else { FALSE });
         out.extend_from_slice(tail.get(FALSE.len()..).unwrap_or_default());

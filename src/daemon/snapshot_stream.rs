@@ -94,9 +94,11 @@ impl ReplyBody for SnapshotStream {
             if d.panes.get(key).is_none() || !d.visible(&self.scope, key) {
                 continue;
             }
+            let mark = out.len();
             if self.written > 0 {
                 out.push(b',');
             }
+            let pane_at = out.len();
             match self.schema {
                 Schema::V1 => {
                     if let Some(slot) = d.panes.get(key) {
@@ -106,6 +108,11 @@ impl ReplyBody for SnapshotStream {
                 Schema::V2 => d
                     .write_pane_v2(key, self.t, out)
                     .map_err(io::Error::other)?,
+            }
+            // Nothing written (the pane went meanwhile): no comma either.
+            if out.len() == pane_at {
+                out.truncate(mark);
+                continue;
             }
             self.written += 1;
         }

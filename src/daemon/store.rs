@@ -452,12 +452,33 @@ impl StoreError {
     }
 }
 
-/// Gives a session that gave its buffer back a spare one, if there is.
+/// Gives a session that gave its buffer back the largest spare, if there
+/// is one: a streaming session gets back a buffer of its working size, not
+/// an idle session's small one.
 fn refill(buf: &mut Vec<u8>, spares: &mut Vec<Vec<u8>>) {
-    if buf.capacity() == 0 {
-        if let Some(spare) = spares.pop() {
-            *buf = spare;
-        }
+    if buf.capacity() > 0 {
+        return;
+    }
+    let largest = (0..spares.len()).max_by_key(|&i| spares[i].capacity());
+    if let Some(i) = largest {
+        *buf = spares.swap_remove(i);
+    }
+}
+
+/// Keeps an emptied session buffer as a spare, in place of a smaller one
+/// when there are `SPARE_SESSION_BUFS` already (so many idle sessions do
+/// not crowd out a streaming one's buffer); drops it otherwise.
+fn park(spent: Vec<u8>, spares: &mut Vec<Vec<u8>>) {
+    if spent.capacity() == 0 || spent.capacity() > SHRINK_ABOVE {
+        return;
+    }
+    if spares.len() < SPARE_SESSION_BUFS {
+        spares.push(spent);
+        return;
+    }
+    let smallest = (0..spares.len()).min_by_key(|&i| spares[i].capacity());
+    if let Some(i) = smallest.filter(|&i| spares[i].capacity() < spent.capacity()) {
+        spares[i] = spent;
     }
 }
 
@@ -1378,16 +1399,11 @@ impl SessionStore {
             self.health.pending_bytes -= d.written;
             report.written += d.written;
             s.reclaim();
-            if s.buf.is_empty() && s.buf.capacity() > 0 {
-                let spent = std::mem::take(&mut s.buf);
+            if s.buf.is_empty() {
                 // A streaming session's buffer is often drained whole when
                 // its batch returns: kept, it is taken back at once, with
                 // no regrowth.
-                if spent.capacity() <= SHRINK_ABOVE
-                    && self.session_spares.len() < SPARE_SESSION_BUFS
-                {
-                    self.session_spares.push(spent);
-                }
+                park(std::mem::take(&mut s.buf), &mut self.session_spares);
             }
             if d.buf.capacity() <= SPARE_BUF_MAX && self.spare_bufs.len() < SPARE_BUFS {
                 self.spare_bufs.push(d.buf);

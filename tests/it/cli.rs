@@ -461,3 +461,46 @@ fn colibri_hook_forwards_claude_hook_input_for_its_pane() {
         .expect("hook");
     assert!(out.status.success());
 }
+
+/// Kept v2 snapshot texts (`daemon::pane_text`) follow the clock (a pane
+/// passing its stall deadline between two snapshots) and a reload of the
+/// default stall threshold; in debug builds the daemon checks each kept
+/// write against a fresh one, so every snapshot here is checked.
+#[test]
+fn kept_snapshot_texts_follow_the_clock_and_a_reloaded_stall_threshold() {
+    let mut d = Colibrid::start(&[]);
+    let cfg = d.path("reload.toml");
+    std::fs::write(&cfg, "[daemon]\nstall_after = \"10m\"\n").expect("cfg");
+    d.terminate();
+    d.args = vec!["--config".into(), cfg.display().to_string()];
+    d.launch();
+    let body = r#"printf '%s\n' '{"type":"agent_start"}'; sleep 60"#;
+    let a = d.spawn(&["/bin/sh", "-c", body], json!({"runtime":"pi"}));
+    let b = d.spawn(
+        &["/bin/sh", "-c", body],
+        json!({"runtime":"pi","stall_after":"700ms"}),
+    );
+    d.wait_state(&a, "working");
+    d.wait_state(&b, "working");
+    assert_eq!(d.pane(&a)["stall_after_ms"], json!(600_000));
+    // Snapshots back to back across b's deadline.
+    let until = std::time::Instant::now() + Duration::from_millis(1500);
+    while std::time::Instant::now() < until {
+        let _ = d.snapshot();
+    }
+    assert_eq!(d.pane(&b)["stalled"], json!(true));
+    std::fs::write(&cfg, "[daemon]\nstall_after = \"1s\"\n").expect("cfg");
+    hup_and_wait(&d, "reloads");
+    let pa = d.pane(&a);
+    assert_eq!(pa["stall_after_ms"], json!(1000), "{pa}");
+    let until = std::time::Instant::now() + Duration::from_millis(1500);
+    while std::time::Instant::now() < until {
+        let _ = d.snapshot();
+    }
+    assert_eq!(d.pane(&a)["stalled"], json!(true));
+    std::fs::write(&cfg, "[daemon]\nstall_after = \"10m\"\n").expect("cfg");
+    hup_and_wait(&d, "reloads");
+    let pa = d.pane(&a);
+    assert_eq!(pa["stalled"], json!(false), "{pa}");
+    assert_eq!(d.ok(json!({"cmd":"status"}))["reloads"], json!(2));
+}
