@@ -1,48 +1,78 @@
-//! Each pane's v2 snapshot object, kept as text from one snapshot to the
-//! next.
+//! Each pane's snapshot objects (v1 and v2), kept as text from one
+//! snapshot to the next.
 //!
-//! At 10,000 panes a v2 snapshot (6.3 MB) cost the loop about 17 ms, more
-//! than a microsecond a pane: each pane's strings are scattered through the
-//! heap, and loading them, formatting three timestamps and escaping the
-//! strings cost far more than the bytes written. Most panes of a large
-//! fleet are idle between two snapshots, so their text has not changed; a
-//! kept text is one contiguous copy.
+//! At 10,000 panes a v2 snapshot (6.3 MB) cost the loop about 17 ms and a
+//! v1 snapshot (1.6 MB) about 5-8 ms, more than a microsecond a pane for v2:
+//! each pane's strings are scattered through the heap, and loading them,
+//! formatting the timestamps and escaping the strings cost far more than
+//! the bytes written. Most panes of a large fleet are idle between two
+//! snapshots, so their text has not changed; a kept text is one contiguous
+//! copy.
 //!
 //! A kept text is right by construction, not by care:
 //! - it lives beside its slot in the pane table, and every mutable borrow
 //!   of the slot drops it (`PaneTable::get_mut`);
 //! - of what the text shows, only the `stalled` flag moves with the clock
-//!   alone: the text is kept with `false`, with the pane's stall deadline
-//!   (fixed while the pane is unchanged), and the flag is written anew each
-//!   time, so a kept write reads nothing of the pane but its text;
+//!   alone: the text is kept as if not stalled, with the pane's stall
+//!   deadline (fixed while the pane is unchanged), and the flag is written
+//!   anew each time (v2 `"stalled":false` becomes `true`; v1, which omits
+//!   the field when false, gets `,"stalled":true` before its last brace),
+//!   so a kept write reads nothing of the pane but its text;
 //! - the default stall threshold (a reload may change it) is kept with the
 //!   text and compared;
 //! - approval escalations live outside the slot, so a pane with pending
-//!   approvals (rare, and short-lived) is never kept.
+//!   approvals (rare, and short-lived) has no kept v2 text (v1 does not
+//!   show approvals).
 //!
 //! In debug builds every write from a kept text is checked against a fresh
-//! one, so every test that takes a v2 snapshot checks the rules above.
+//! one, so every test that takes a snapshot checks the rules above.
 //!
-//! The cost: one text per pane that a v2 snapshot has shown since its last
-//! change, about 650 bytes (6.3 MB at 10,000 panes). Only v2 is kept: the
-//! v1 text is smaller and its snapshot already cheap enough.
+//! The cost: the texts of the panes a snapshot has shown since their last
+//! change, about 650 bytes for v2 and 170 for v1 (8 MB at 10,000 panes
+//! with both kinds of snapshot asked).
 
 use std::time::Duration;
 
 use crate::core::time::Timestamp;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::PaneKey;
+use crate::daemon::snapshot_stream::Schema;
 use crate::daemon::views;
-use crate::protocol::PaneV2View;
+use crate::protocol::{PaneV1View, PaneV2View};
 
 const FALSE: &[u8] = b"false";
+const V1_STALLED: &[u8] = br#","stalled":true"#;
 
-/// A pane's v2 snapshot object as text, written with `"stalled":false`.
+/// A pane's kept texts, one per snapshot schema.
+#[derive(Debug, Default)]
+pub struct KeptTexts {
+    v1: Option<PaneText>,
+    v2: Option<PaneText>,
+}
+
+impl KeptTexts {
+    pub fn get(&self, schema: Schema) -> Option<&PaneText> {
+        match schema {
+            Schema::V1 => self.v1.as_ref(),
+            Schema::V2 => self.v2.as_ref(),
+        }
+    }
+
+    pub fn get_mut(&mut self, schema: Schema) -> &mut Option<PaneText> {
+        match schema {
+            Schema::V1 => &mut self.v1,
+            Schema::V2 => &mut self.v2,
+        }
+    }
+}
+
+/// A pane's snapshot object as text, written as if not stalled.
 #[derive(Debug)]
 pub struct PaneText {
     bytes: Box<[u8]>,
-    /// Where `false` begins in `bytes`.
+    /// v2: where `false` begins in `bytes`; v1: where its last `}` is.
     stalled_at: usize,
+    schema: Schema,
     /// The default stall threshold the text was made with.
     stall_after: Duration,
     /// When the pane counts as stalled, as it was when the text was made.
@@ -50,10 +80,10 @@ pub struct PaneText {
 }
 
 impl PaneText {
-    /// Appends the pane's object to `out` and returns its text to keep,
+    /// Appends the pane's v2 object to `out` and returns its text to keep,
     /// or `None` for a pane that may not be kept (one with pending
     /// approvals).
-    fn make(
+    fn make_v2(
         view: &mut PaneV2View<'_>,
         stall_after: Duration,
         stall_deadline: Option<Timestamp>,
@@ -67,15 +97,59 @@ impl PaneText {
         let stalled = view.stalled;
         view.stalled = false;
         let stalled_at = view.write_json_marked(out)?;
+        Ok(Some(Self::keep(
+            out,
+            start,
+            stalled_at,
+            Schema::V2,
+            (stall_after, stall_deadline),
+            stalled,
+        )))
+    }
+
+    /// Appends the pane's v1 object to `out` and returns its text to keep.
+    fn make_v1(
+        view: &mut PaneV1View<'_>,
+        stall_after: Duration,
+        stall_deadline: Option<Timestamp>,
+        out: &mut Vec<u8>,
+    ) -> Self {
+        let start = out.len();
+        let stalled = view.stalled;
+        view.stalled = false;
+        view.write_json(out);
+        // The object ends with its `}`; `stalled` would go just before.
+        let stalled_at = out.len().saturating_sub(start + 1);
+        Self::keep(
+            out,
+            start,
+            stalled_at,
+            Schema::V1,
+            (stall_after, stall_deadline),
+            stalled,
+        )
+    }
+
+    /// Takes `out[start..]` as the text and writes it again with the flag
+    /// as it is.
+    fn keep(
+        out: &mut Vec<u8>,
+        start: usize,
+        stalled_at: usize,
+        schema: Schema,
+        (stall_after, stall_deadline): (Duration, Option<Timestamp>),
+        stalled: bool,
+    ) -> Self {
         let text = PaneText {
             bytes: out[start..].into(),
             stalled_at,
+            schema,
             stall_after,
             stall_deadline,
         };
         out.truncate(start);
         text.write(out, stalled);
-        Ok(Some(text))
+        text
     }
 
     /// What `Pane::is_stalled` says at `t` of the pane the text was made
@@ -87,60 +161,83 @@ impl PaneText {
     /// Appends the object to `out`, with `stalled` as it is now.
     fn write(&self, out: &mut Vec<u8>, stalled: bool) {
         let (head, tail) = self.bytes.split_at(self.stalled_at);
-        debug_assert!(
-            tail.starts_with(FALSE),
-            "the kept text has `false` at its mark"
-        );
         out.extend_from_slice(head);
-        out.extend_from_slice(if stalled { b"true" } else { FALSE });
-        out.extend_from_slice(tail.get(FALSE.len()..).unwrap_or_default());
+        match self.schema {
+            Schema::V2 => {
+                debug_assert!(tail.starts_with(FALSE), "`false` at the mark");
+                out.extend_from_slice(if stalled { b"true" } else { FALSE });
+                out.extend_from_slice(tail.get(FALSE.len()..).unwrap_or_default());
+            }
+            Schema::V1 => {
+                debug_assert!(tail == b"}", "the last brace at the mark");
+                if stalled {
+                    out.extend_from_slice(V1_STALLED);
+                }
+                out.extend_from_slice(tail);
+            }
+        }
     }
 }
 
 impl Daemon {
-    /// Appends pane `key`'s v2 snapshot object to `out`, at time `t`: from
-    /// its kept text if it has not changed since, otherwise made afresh and
+    /// Appends pane `key`'s snapshot object to `out`, at time `t`: from its
+    /// kept text if it has not changed since, otherwise made afresh and
     /// kept. An error (serde_json refusing a float) leaves `out` cut
     /// short: the reply must not be finished.
-    pub(crate) fn write_pane_v2(
+    pub(crate) fn write_pane(
         &mut self,
         key: PaneKey,
+        schema: Schema,
         t: Timestamp,
         out: &mut Vec<u8>,
     ) -> serde_json::Result<()> {
         let stall_after = self.settings.daemon.stall_after;
-        let kept = self.panes.kept_text(key);
+        let kept = self.panes.kept_text(key, schema);
         if let Some(text) = kept.filter(|k| k.stall_after == stall_after) {
             let start = out.len();
             text.write(out, text.stalled(t));
             if cfg!(debug_assertions) {
-                self.check_kept_text(key, t, &out[start..]);
+                self.check_kept_text(key, schema, t, &out[start..]);
             }
             return Ok(());
         }
         let approvals = &self.approvals;
-        let Some((slot, kept)) = self.panes.with_text(key) else {
+        let Some((slot, kept)) = self.panes.with_text(key, schema) else {
             return Ok(());
         };
-        let mut view = views::pane_v2(slot, t, stall_after, approvals);
         let deadline = slot.pane.stall_deadline(stall_after);
-        *kept = PaneText::make(&mut view, stall_after, deadline, out)?;
+        *kept = match schema {
+            Schema::V1 => {
+                let mut view = views::pane_v1(slot, t, stall_after);
+                Some(PaneText::make_v1(&mut view, stall_after, deadline, out))
+            }
+            Schema::V2 => {
+                let mut view = views::pane_v2(slot, t, stall_after, approvals);
+                PaneText::make_v2(&mut view, stall_after, deadline, out)?
+            }
+        };
         Ok(())
     }
 
     /// Debug builds: a kept text must be what a fresh view of its pane
     /// writes, or a change went past `PaneTable::get_mut`.
-    fn check_kept_text(&self, key: PaneKey, t: Timestamp, written: &[u8]) {
+    fn check_kept_text(&self, key: PaneKey, schema: Schema, t: Timestamp, written: &[u8]) {
         let Some(slot) = self.panes.get(key) else {
             return;
         };
         let mut fresh = Vec::new();
         let stall_after = self.settings.daemon.stall_after;
-        let _ = views::pane_v2(slot, t, stall_after, &self.approvals).write_json(&mut fresh);
+        match schema {
+            Schema::V1 => views::pane_v1(slot, t, stall_after).write_json(&mut fresh),
+            Schema::V2 => {
+                let _ =
+                    views::pane_v2(slot, t, stall_after, &self.approvals).write_json(&mut fresh);
+            }
+        }
         assert_eq!(
             String::from_utf8_lossy(written),
             String::from_utf8_lossy(&fresh),
-            "a kept snapshot text differs from its pane: a change went past PaneTable::get_mut"
+            "a kept {schema:?} snapshot text differs from its pane: a change went past PaneTable::get_mut"
         );
     }
 }
@@ -212,103 +309,138 @@ mod tests {
             .collect()
     }
 
-    fn fresh(s: &Slot, t: Timestamp, stall_after: Duration) -> String {
+    fn fresh(s: &Slot, schema: Schema, t: Timestamp, stall_after: Duration) -> String {
         let mut out = Vec::new();
         let desk = ApprovalDesk::default();
-        views::pane_v2(s, t, stall_after, &desk)
-            .write_json(&mut out)
-            .expect("write");
+        match schema {
+            Schema::V1 => views::pane_v1(s, t, stall_after).write_json(&mut out),
+            Schema::V2 => views::pane_v2(s, t, stall_after, &desk)
+                .write_json(&mut out)
+                .expect("write"),
+        }
         String::from_utf8(out).expect("utf-8")
+    }
+
+    /// Makes a text to keep, as `Daemon::write_pane` does, into `out`.
+    fn make(
+        s: &Slot,
+        schema: Schema,
+        t: Timestamp,
+        stall_after: Duration,
+        out: &mut Vec<u8>,
+    ) -> Option<PaneText> {
+        let desk = ApprovalDesk::default();
+        let deadline = s.pane.stall_deadline(stall_after);
+        match schema {
+            Schema::V1 => {
+                let mut view = views::pane_v1(s, t, stall_after);
+                Some(PaneText::make_v1(&mut view, stall_after, deadline, out))
+            }
+            Schema::V2 => {
+                let mut view = views::pane_v2(s, t, stall_after, &desk);
+                PaneText::make_v2(&mut view, stall_after, deadline, out).expect("write")
+            }
+        }
     }
 
     #[test]
     fn a_kept_text_writes_what_a_fresh_view_writes_stalled_or_not() {
         let stall_after = Duration::from_secs(120);
-        let desk = ApprovalDesk::default();
-        let mut stalled_seen = [false, false];
-        for (i, s) in slots().iter().enumerate() {
-            let made_at = at(10_000);
-            let mut out = b"[".to_vec();
-            let mut view = views::pane_v2(s, made_at, stall_after, &desk);
-            let deadline = s.pane.stall_deadline(stall_after);
-            let text = PaneText::make(&mut view, stall_after, deadline, &mut out)
-                .expect("write")
-                .expect("kept");
-            assert_eq!(
-                String::from_utf8_lossy(&out[1..]),
-                fresh(s, made_at, stall_after),
-                "pane {i}"
-            );
-            // Later, the same text with the flag as the clock has it.
-            for later in [at(11_000), at(500_000), at(5_000_000)] {
-                let stalled = text.stalled(later);
-                assert_eq!(stalled, s.pane.is_stalled(later, stall_after), "pane {i}");
-                stalled_seen[usize::from(stalled)] = true;
-                let mut out = Vec::new();
-                text.write(&mut out, stalled);
-                assert_eq!(
-                    String::from_utf8_lossy(&out),
-                    fresh(s, later, stall_after),
-                    "pane {i}"
-                );
+        for schema in [Schema::V1, Schema::V2] {
+            let mut stalled_seen = [false, false];
+            for (i, s) in slots().iter().enumerate() {
+                // Made at a time it is not stalled, and at one it is.
+                for made_at in [at(10_000), at(600_000)] {
+                    let mut out = b"[".to_vec();
+                    let text = make(s, schema, made_at, stall_after, &mut out).expect("kept");
+                    assert_eq!(
+                        String::from_utf8_lossy(&out[1..]),
+                        fresh(s, schema, made_at, stall_after),
+                        "{schema:?} pane {i}"
+                    );
+                    // Later, the same text with the flag as the clock has it.
+                    for later in [at(11_000), at(500_000), at(5_000_000)] {
+                        let stalled = text.stalled(later);
+                        assert_eq!(stalled, s.pane.is_stalled(later, stall_after), "pane {i}");
+                        stalled_seen[usize::from(stalled)] = true;
+                        let mut out = Vec::new();
+                        text.write(&mut out, stalled);
+                        assert_eq!(
+                            String::from_utf8_lossy(&out),
+                            fresh(s, schema, later, stall_after),
+                            "{schema:?} pane {i}"
+                        );
+                    }
+                }
             }
+            assert_eq!(
+                stalled_seen,
+                [true, true],
+                "{schema:?}: both flags were written"
+            );
         }
-        assert_eq!(stalled_seen, [true, true], "both flags were written");
     }
 
     #[test]
-    fn a_pane_with_pending_approvals_is_written_but_not_kept() {
+    fn a_pane_with_pending_approvals_has_no_kept_v2_text() {
         let stall_after = Duration::from_secs(120);
         let mut s = slots().remove(1);
         let ask = r#"{"type":"extension_ui_request","id":"q1","method":"input","message":"Which branch?"}"#;
         s.pane
             .ingest_line(ask.as_bytes(), at(9_000), &mut Vec::new());
-        let desk = ApprovalDesk::default();
-        let mut view = views::pane_v2(&s, at(10_000), stall_after, &desk);
         let mut out = Vec::new();
-        let kept = PaneText::make(&mut view, stall_after, None, &mut out).expect("write");
-        assert!(kept.is_none());
+        assert!(make(&s, Schema::V2, at(10_000), stall_after, &mut out).is_none());
         let written = String::from_utf8(out).expect("utf-8");
-        assert_eq!(written, fresh(&s, at(10_000), stall_after));
+        assert_eq!(written, fresh(&s, Schema::V2, at(10_000), stall_after));
         assert!(written.contains(r#""approvals":["#), "{written}");
+        // v1 shows no approvals: its text is kept.
+        assert!(make(&s, Schema::V1, at(10_000), stall_after, &mut Vec::new()).is_some());
     }
 
     #[test]
-    fn a_mutable_borrow_drops_the_kept_text_and_a_reused_slot_starts_without() {
+    fn a_mutable_borrow_drops_the_kept_texts_and_a_reused_slot_starts_without() {
         let stall_after = Duration::from_secs(120);
-        let desk = ApprovalDesk::default();
         let mut table = PaneTable::default();
         let mut keys = Vec::new();
         for s in slots() {
             keys.push(table.insert(s.pane, s.agent));
         }
-        let keep = |table: &mut PaneTable, key| {
-            let (slot, kept) = table.with_text(key).expect("slot");
-            let mut view = views::pane_v2(slot, at(1), stall_after, &desk);
-            *kept = PaneText::make(&mut view, stall_after, None, &mut Vec::new()).expect("write");
+        let keep = |table: &mut PaneTable, key, schema| {
+            let (slot, kept) = table.with_text(key, schema).expect("slot");
+            *kept = make(slot, schema, at(1), stall_after, &mut Vec::new());
         };
-        let has_text =
-            |table: &mut PaneTable, key| table.with_text(key).is_some_and(|(_, k)| k.is_some());
+        let has = |table: &PaneTable, key, schema| table.kept_text(key, schema).is_some();
+        let has_both =
+            |table: &PaneTable, key| has(table, key, Schema::V1) && has(table, key, Schema::V2);
+        let has_none =
+            |table: &PaneTable, key| !has(table, key, Schema::V1) && !has(table, key, Schema::V2);
         for k in &keys {
-            keep(&mut table, *k);
-            assert!(has_text(&mut table, *k));
+            keep(&mut table, *k, Schema::V1);
+            assert!(has(&table, *k, Schema::V1) && !has(&table, *k, Schema::V2));
+            keep(&mut table, *k, Schema::V2);
+            assert!(has_both(&table, *k));
         }
-        // Reading does not drop it; each way to change a slot does.
-        assert!(table.get(keys[0]).is_some() && has_text(&mut table, keys[0]));
+        // Reading does not drop them; each way to change a slot does.
+        assert!(table.get(keys[0]).is_some() && has_both(&table, keys[0]));
         let _ = table.get_mut(keys[0]);
         let _ = table.pane_mut(keys[1]);
         let _ = table.agent_mut(keys[2]);
         table.reattach(keys[3], Some(Runtime::Pi), 1024, at(2));
         for (i, k) in keys.iter().enumerate() {
-            assert_eq!(has_text(&mut table, *k), i >= 4, "pane {i}");
+            if i < 4 {
+                assert!(has_none(&table, *k), "pane {i}");
+            } else {
+                assert!(has_both(&table, *k), "pane {i}");
+            }
         }
-        // A slot reused by another pane starts without a text.
+        // A slot reused by another pane starts without texts.
         let gone = table.remove(keys[4]).expect("removed");
         let reused = table.insert(gone.pane, gone.agent);
-        assert!(!has_text(&mut table, reused));
+        assert!(has_none(&table, reused));
         assert!(
-            table.with_text(keys[4]).is_none(),
+            table.with_text(keys[4], Schema::V1).is_none(),
             "a stale key reaches nothing"
         );
+        assert!(table.kept_text(keys[4], Schema::V2).is_none());
     }
 }

@@ -11,8 +11,8 @@
 //!
 //! Iteration is in attach order, as snapshots show panes.
 //!
-//! Beside each slot the table keeps the pane's v2 snapshot text
-//! ([`PaneText`]) from the last snapshot that made it. Every mutable
+//! Beside each slot the table keeps the pane's snapshot texts
+//! ([`PaneText`], v1 and v2) from the last snapshot that made them. Every mutable
 //! borrow of a slot ([`PaneTable::get_mut`], through which `pane_mut`,
 //! `agent_mut` and `reattach` go) drops it, so a kept text is always that
 //! of the slot as it is: no code that changes a pane has to remember to say
@@ -24,7 +24,8 @@ use crate::core::pane::{Pane, PaneId};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::Agent;
-use crate::daemon::pane_text::PaneText;
+use crate::daemon::pane_text::{KeptTexts, PaneText};
+use crate::daemon::snapshot_stream::Schema;
 use crate::platform::Pid;
 
 pub use crate::daemon::source::PaneKey;
@@ -40,8 +41,8 @@ pub struct Slot {
 struct Entry {
     generation: u32,
     slot: Option<Slot>,
-    /// The slot's v2 snapshot text, while the slot is unchanged since.
-    text: Option<PaneText>,
+    /// The slot's snapshot texts, while the slot is unchanged since.
+    texts: KeptTexts,
 }
 
 #[derive(Debug, Default)]
@@ -65,7 +66,7 @@ impl PaneTable {
             Some(index) => {
                 let e = &mut self.entries[index as usize];
                 e.slot = slot;
-                e.text = None;
+                e.texts = KeptTexts::default();
                 PaneKey::new(index, e.generation)
             }
             None => {
@@ -73,7 +74,7 @@ impl PaneTable {
                 self.entries.push(Entry {
                     generation: 0,
                     slot,
-                    text: None,
+                    texts: KeptTexts::default(),
                 });
                 PaneKey::new(index, 0)
             }
@@ -91,7 +92,7 @@ impl PaneTable {
             return None;
         }
         let slot = e.slot.take()?;
-        e.text = None;
+        e.texts = KeptTexts::default();
         e.generation = e.generation.wrapping_add(1);
         self.free.push(key.index());
         self.order.retain(|k| *k != key);
@@ -107,34 +108,38 @@ impl PaneTable {
         e.slot.as_ref()
     }
 
-    /// The slot, to change: its kept snapshot text goes, whatever the
+    /// The slot, to change: its kept snapshot texts go, whatever the
     /// caller then changes.
     pub fn get_mut(&mut self, key: PaneKey) -> Option<&mut Slot> {
         let e = self.entries.get_mut(key.index() as usize)?;
         if e.generation != key.generation() {
             return None;
         }
-        e.text = None;
+        e.texts = KeptTexts::default();
         e.slot.as_mut()
     }
 
     /// The slot's kept snapshot text, reading nothing of the slot itself.
-    pub fn kept_text(&self, key: PaneKey) -> Option<&PaneText> {
+    pub fn kept_text(&self, key: PaneKey, schema: Schema) -> Option<&PaneText> {
         let e = self.entries.get(key.index() as usize)?;
         if e.generation != key.generation() {
             return None;
         }
-        e.text.as_ref()
+        e.texts.get(schema)
     }
 
     /// The slot, to read, and its kept snapshot text, to use or replace:
     /// the one borrow that does not count as a change.
-    pub fn with_text(&mut self, key: PaneKey) -> Option<(&Slot, &mut Option<PaneText>)> {
+    pub fn with_text(
+        &mut self,
+        key: PaneKey,
+        schema: Schema,
+    ) -> Option<(&Slot, &mut Option<PaneText>)> {
         let e = self.entries.get_mut(key.index() as usize)?;
         if e.generation != key.generation() {
             return None;
         }
-        Some((e.slot.as_ref()?, &mut e.text))
+        Some((e.slot.as_ref()?, e.texts.get_mut(schema)))
     }
 
     pub fn pane(&self, key: PaneKey) -> Option<&Pane> {

@@ -99,16 +99,8 @@ impl ReplyBody for SnapshotStream {
                 out.push(b',');
             }
             let pane_at = out.len();
-            match self.schema {
-                Schema::V1 => {
-                    if let Some(slot) = d.panes.get(key) {
-                        d.pane_v1(slot, self.t).write_json(out);
-                    }
-                }
-                Schema::V2 => d
-                    .write_pane_v2(key, self.t, out)
-                    .map_err(io::Error::other)?,
-            }
+            d.write_pane(key, self.schema, self.t, out)
+                .map_err(io::Error::other)?;
             // Nothing written (the pane went meanwhile): no comma either.
             if out.len() == pane_at {
                 out.truncate(mark);

@@ -17,15 +17,6 @@ use crate::protocol::{
 };
 
 impl Daemon {
-    /// One pane as the contract's v1 snapshot shows it.
-    pub(crate) fn pane_v1<'a>(&self, s: &'a Slot, t: Timestamp) -> PaneV1View<'a> {
-        let mut v = PaneV1View::from_pane(&s.pane, t, self.settings.daemon.stall_after);
-        // The contract's five states: see docs/PROTOCOL.md.
-        let actual = s.agent.supervision.actual(&s.agent);
-        v.state = crate::core::spec::v1_state(actual, s.pane.state());
-        v
-    }
-
     pub(crate) fn status_data(&self, scope: &Scope, t: Timestamp) -> StatusData {
         let mut states: BTreeMap<String, usize> = BTreeMap::new();
         let mut stalled = 0;
@@ -162,6 +153,15 @@ impl Daemon {
             })
             .collect()
     }
+}
+
+/// One pane as the contract's v1 snapshot shows it (its five states: see
+/// docs/PROTOCOL.md).
+pub(crate) fn pane_v1(s: &Slot, t: Timestamp, stall_after: Duration) -> PaneV1View<'_> {
+    let mut v = PaneV1View::from_pane(&s.pane, t, stall_after);
+    let actual = s.agent.supervision.actual(&s.agent);
+    v.state = crate::core::spec::v1_state(actual, s.pane.state());
+    v
 }
 
 /// One pane as the v2 snapshot shows it: the core's view plus what only

@@ -122,11 +122,11 @@ fn a_snapshot_read_late_is_whole_while_others_are_served_and_panes_are_removed()
     });
 }
 
-/// A v2 snapshot keeps each pane's text until the pane changes
+/// A snapshot keeps each pane's text until the pane changes
 /// (`daemon::pane_text`): a pane shown before must show every change made
-/// after, whatever made it (its output, a command, its exit). In debug
-/// builds, as here, the daemon also checks each kept text it writes against
-/// a fresh one.
+/// after, whatever made it (its output, a command, its exit), in v2 and in
+/// v1. In debug builds, as here, the daemon also checks each kept text it
+/// writes against a fresh one.
 #[test]
 fn a_pane_shown_before_shows_every_change_made_after() {
     let d = Colibrid::start(&[]);
@@ -139,9 +139,12 @@ fn a_pane_shown_before_shows_every_change_made_after() {
         json!({"runtime":"pi","stall_after":"1h"}),
     );
     let working = d.wait_state(&id, "working");
-    // Shown again unchanged: from the kept text, and the same.
+    // Shown again unchanged: from the kept texts, and the same.
     assert_eq!(d.pane(&id), working);
     assert_eq!(d.pane(&id), working);
+    let working_v1 = v1_pane(&d, &id);
+    assert_eq!(working_v1["state"], json!("working"), "{working_v1}");
+    assert_eq!(v1_pane(&d, &id), working_v1);
 
     d.ok(json!({"cmd":"pause-agent","agent_id": id}));
     let paused = d.pane(&id);
@@ -165,4 +168,16 @@ fn a_pane_shown_before_shows_every_change_made_after() {
     assert_eq!(p["pid"], Value::Null, "{p}");
     assert_eq!(p["supervision"]["actual"], json!("exited"), "{p}");
     assert_eq!(d.pane(&id), p);
+    let exited_v1 = v1_pane(&d, &id);
+    assert_ne!(exited_v1["state"], json!("working"), "{exited_v1}");
+    assert_eq!(v1_pane(&d, &id), exited_v1);
+}
+
+/// Pane `id` in a v1 (`glasspane-snapshot`) snapshot.
+fn v1_pane(d: &Colibrid, id: &str) -> Value {
+    let snap = d.ok(json!({"cmd":"glasspane-snapshot"}));
+    snap["panes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["id"] == json!(id)).cloned())
+        .unwrap_or(Value::Null)
 }
