@@ -145,6 +145,17 @@ fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
     }
 }
 
+/// Restarts `d` with a config file (`reload.toml` in its temp dir) holding
+/// `toml`; returns the file's path, to rewrite before a SIGHUP.
+fn run_with_config(d: &mut Colibrid, toml: &str) -> std::path::PathBuf {
+    let cfg = d.path("reload.toml");
+    std::fs::write(&cfg, toml).expect("cfg");
+    d.terminate();
+    d.args = vec!["--config".into(), cfg.display().to_string()];
+    d.launch();
+    cfg
+}
+
 /// Sends SIGHUP and waits until `status` counts the outcome in `counter`
 /// (`reloads` or `reload_errors`); returns that status.
 fn hup_and_wait(d: &Colibrid, counter: &str) -> Value {
@@ -162,11 +173,7 @@ fn hup_and_wait(d: &Colibrid, counter: &str) -> Value {
 #[test]
 fn sighup_reloads_the_configuration() {
     let mut d = Colibrid::start(&[]);
-    let cfg = d.path("reload.toml");
-    std::fs::write(&cfg, "[daemon]\nstall_after = \"10m\"\n").expect("cfg");
-    d.terminate();
-    d.args = vec!["--config".into(), cfg.display().to_string()];
-    d.launch();
+    let cfg = run_with_config(&mut d, "[daemon]\nstall_after = \"10m\"\n");
     let st = d.ok(json!({"cmd":"status"}));
     assert_eq!(st["stall_after_ms"], json!(600_000));
     assert_eq!(
@@ -469,11 +476,7 @@ fn colibri_hook_forwards_claude_hook_input_for_its_pane() {
 #[test]
 fn kept_snapshot_texts_follow_the_clock_and_a_reloaded_stall_threshold() {
     let mut d = Colibrid::start(&[]);
-    let cfg = d.path("reload.toml");
-    std::fs::write(&cfg, "[daemon]\nstall_after = \"10m\"\n").expect("cfg");
-    d.terminate();
-    d.args = vec!["--config".into(), cfg.display().to_string()];
-    d.launch();
+    let cfg = run_with_config(&mut d, "[daemon]\nstall_after = \"10m\"\n");
     let body = r#"printf '%s\n' '{"type":"agent_start"}'; sleep 60"#;
     let a = d.spawn(&["/bin/sh", "-c", body], json!({"runtime":"pi"}));
     let b = d.spawn(
