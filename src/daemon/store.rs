@@ -1265,6 +1265,9 @@ impl SessionStore {
     /// keeps later appends from queueing them, so they go back first here
     /// (else their records would wait in memory for good).
     fn release_in_flight(&mut self) {
+        // The lost batch may have carried the index: the next heartbeat
+        // writes it again.
+        self.index_dirty = true;
         self.in_flight = false;
         self.in_flight_bytes = 0;
         self.in_flight_covers = None;

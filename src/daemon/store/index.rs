@@ -3,8 +3,8 @@
 //! The index exists for what a log cannot tell: turn counts (the daemon
 //! counts turns, the log does not mark them), how often a log was compacted,
 //! and the rotation baselines. Everything else is rebuilt from the logs at
-//! open. Writing it (to `index.json.new`, fsync, rename) is the store's job;
-//! this module only turns values into bytes and back.
+//! open. Writing it (to `index.json.new`, then a rename; not fsynced) is
+//! the store's job; this module only turns values into bytes and back.
 
 use serde::{Deserialize, Serialize};
 
