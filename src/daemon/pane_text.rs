@@ -66,6 +66,15 @@ impl KeptTexts {
     }
 }
 
+/// What a kept text's `stalled` flag follows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Stall {
+    /// The default stall threshold the text was made with.
+    after: Duration,
+    /// When the pane counts as stalled, as it was when the text was made.
+    deadline: Option<Timestamp>,
+}
+
 /// A pane's snapshot object as text, written as if not stalled.
 #[derive(Debug)]
 pub struct PaneText {
@@ -73,10 +82,7 @@ pub struct PaneText {
     /// v2: where `false` begins in `bytes`; v1: where its last `}` is.
     stalled_at: usize,
     schema: Schema,
-    /// The default stall threshold the text was made with.
-    stall_after: Duration,
-    /// When the pane counts as stalled, as it was when the text was made.
-    stall_deadline: Option<Timestamp>,
+    stall: Stall,
 }
 
 impl PaneText {
@@ -85,8 +91,7 @@ impl PaneText {
     /// approvals).
     fn make_v2(
         view: &mut PaneV2View<'_>,
-        stall_after: Duration,
-        stall_deadline: Option<Timestamp>,
+        stall: Stall,
         out: &mut Vec<u8>,
     ) -> serde_json::Result<Option<Self>> {
         if !view.approvals.is_empty() {
@@ -102,32 +107,20 @@ impl PaneText {
             start,
             stalled_at,
             Schema::V2,
-            (stall_after, stall_deadline),
+            stall,
             stalled,
         )))
     }
 
     /// Appends the pane's v1 object to `out` and returns its text to keep.
-    fn make_v1(
-        view: &mut PaneV1View<'_>,
-        stall_after: Duration,
-        stall_deadline: Option<Timestamp>,
-        out: &mut Vec<u8>,
-    ) -> Self {
+    fn make_v1(view: &mut PaneV1View<'_>, stall: Stall, out: &mut Vec<u8>) -> Self {
         let start = out.len();
         let stalled = view.stalled;
         view.stalled = false;
         view.write_json(out);
         // The object ends with its `}`; `stalled` would go just before.
         let stalled_at = out.len().saturating_sub(start + 1);
-        Self::keep(
-            out,
-            start,
-            stalled_at,
-            Schema::V1,
-            (stall_after, stall_deadline),
-            stalled,
-        )
+        Self::keep(out, start, stalled_at, Schema::V1, stall, stalled)
     }
 
     /// Takes `out[start..]` as the text and writes it again with the flag
@@ -137,15 +130,14 @@ impl PaneText {
         start: usize,
         stalled_at: usize,
         schema: Schema,
-        (stall_after, stall_deadline): (Duration, Option<Timestamp>),
+        stall: Stall,
         stalled: bool,
     ) -> Self {
         let text = PaneText {
             bytes: out[start..].into(),
             stalled_at,
             schema,
-            stall_after,
-            stall_deadline,
+            stall,
         };
         out.truncate(start);
         text.write(out, stalled);
@@ -155,7 +147,7 @@ impl PaneText {
     /// What `Pane::is_stalled` says at `t` of the pane the text was made
     /// from.
     fn stalled(&self, t: Timestamp) -> bool {
-        self.stall_deadline.is_some_and(|deadline| t >= deadline)
+        self.stall.deadline.is_some_and(|deadline| t >= deadline)
     }
 
     /// Appends the object to `out`, with `stalled` as it is now.
@@ -193,7 +185,7 @@ impl Daemon {
     ) -> serde_json::Result<()> {
         let stall_after = self.settings.daemon.stall_after;
         let kept = self.panes.kept_text(key, schema);
-        if let Some(text) = kept.filter(|k| k.stall_after == stall_after) {
+        if let Some(text) = kept.filter(|k| k.stall.after == stall_after) {
             let start = out.len();
             text.write(out, text.stalled(t));
             if cfg!(debug_assertions) {
@@ -205,15 +197,18 @@ impl Daemon {
         let Some((slot, kept)) = self.panes.with_text(key, schema) else {
             return Ok(());
         };
-        let deadline = slot.pane.stall_deadline(stall_after);
+        let stall = Stall {
+            after: stall_after,
+            deadline: slot.pane.stall_deadline(stall_after),
+        };
         *kept = match schema {
             Schema::V1 => {
                 let mut view = views::pane_v1(slot, t, stall_after);
-                Some(PaneText::make_v1(&mut view, stall_after, deadline, out))
+                Some(PaneText::make_v1(&mut view, stall, out))
             }
             Schema::V2 => {
                 let mut view = views::pane_v2(slot, t, stall_after, approvals);
-                PaneText::make_v2(&mut view, stall_after, deadline, out)?
+                PaneText::make_v2(&mut view, stall, out)?
             }
         };
         Ok(())
@@ -330,15 +325,18 @@ mod tests {
         out: &mut Vec<u8>,
     ) -> Option<PaneText> {
         let desk = ApprovalDesk::default();
-        let deadline = s.pane.stall_deadline(stall_after);
+        let stall = Stall {
+            after: stall_after,
+            deadline: s.pane.stall_deadline(stall_after),
+        };
         match schema {
             Schema::V1 => {
                 let mut view = views::pane_v1(s, t, stall_after);
-                Some(PaneText::make_v1(&mut view, stall_after, deadline, out))
+                Some(PaneText::make_v1(&mut view, stall, out))
             }
             Schema::V2 => {
                 let mut view = views::pane_v2(s, t, stall_after, &desk);
-                PaneText::make_v2(&mut view, stall_after, deadline, out).expect("write")
+                PaneText::make_v2(&mut view, stall, out).expect("write")
             }
         }
     }
