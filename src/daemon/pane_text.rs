@@ -34,8 +34,9 @@
 use std::time::Duration;
 
 use crate::core::time::Timestamp;
+use crate::daemon::approvals::ApprovalDesk;
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
+use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::snapshot_stream::Schema;
 use crate::daemon::views;
 use crate::protocol::{PaneV1View, PaneV2View};
@@ -222,18 +223,30 @@ impl Daemon {
         };
         let mut fresh = Vec::new();
         let stall_after = self.settings.daemon.stall_after;
-        match schema {
-            Schema::V1 => views::pane_v1(slot, t, stall_after).write_json(&mut fresh),
-            Schema::V2 => {
-                let _ =
-                    views::pane_v2(slot, t, stall_after, &self.approvals).write_json(&mut fresh);
-            }
-        }
+        let _ = write_fresh(slot, schema, t, stall_after, &self.approvals, &mut fresh);
         assert_eq!(
             String::from_utf8_lossy(written),
             String::from_utf8_lossy(&fresh),
             "a kept {schema:?} snapshot text differs from its pane: a change went past PaneTable::get_mut"
         );
+    }
+}
+
+/// Appends pane `s`'s object as a fresh view writes it, kept text or not.
+fn write_fresh(
+    s: &Slot,
+    schema: Schema,
+    t: Timestamp,
+    stall_after: Duration,
+    approvals: &ApprovalDesk,
+    out: &mut Vec<u8>,
+) -> serde_json::Result<()> {
+    match schema {
+        Schema::V1 => {
+            views::pane_v1(s, t, stall_after).write_json(out);
+            Ok(())
+        }
+        Schema::V2 => views::pane_v2(s, t, stall_after, approvals).write_json(out),
     }
 }
 
@@ -243,8 +256,7 @@ mod tests {
     use crate::core::pane::{ExitStatus, Pane, PaneId};
     use crate::core::taxonomy::Runtime;
     use crate::daemon::agent::{Agent, RestartPolicy, RestartState};
-    use crate::daemon::approvals::ApprovalDesk;
-    use crate::daemon::panes::{PaneTable, Slot};
+    use crate::daemon::panes::PaneTable;
 
     const T0: u64 = 1_700_000_000_000;
 
@@ -306,13 +318,15 @@ mod tests {
 
     fn fresh(s: &Slot, schema: Schema, t: Timestamp, stall_after: Duration) -> String {
         let mut out = Vec::new();
-        let desk = ApprovalDesk::default();
-        match schema {
-            Schema::V1 => views::pane_v1(s, t, stall_after).write_json(&mut out),
-            Schema::V2 => views::pane_v2(s, t, stall_after, &desk)
-                .write_json(&mut out)
-                .expect("write"),
-        }
+        write_fresh(
+            s,
+            schema,
+            t,
+            stall_after,
+            &ApprovalDesk::default(),
+            &mut out,
+        )
+        .expect("write");
         String::from_utf8(out).expect("utf-8")
     }
 

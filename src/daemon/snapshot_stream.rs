@@ -91,7 +91,7 @@ impl ReplyBody for SnapshotStream {
         while self.next < self.keys.len() && out.len() - start < SLICE_BYTES {
             let key = self.keys[self.next];
             self.next += 1;
-            if d.panes.get(key).is_none() || !d.visible(&self.scope, key) {
+            if !d.visible(&self.scope, key) {
                 continue;
             }
             let mark = out.len();
@@ -101,7 +101,8 @@ impl ReplyBody for SnapshotStream {
             let pane_at = out.len();
             d.write_pane(key, self.schema, self.t, out)
                 .map_err(io::Error::other)?;
-            // Nothing written (the pane went meanwhile): no comma either.
+            // Nothing written (the pane was removed since the keys were
+            // taken): no comma either.
             if out.len() == pane_at {
                 out.truncate(mark);
                 continue;

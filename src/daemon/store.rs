@@ -234,7 +234,7 @@ pub type Classifier = dyn Fn(Option<&str>, &[u8]) -> LineClass;
 /// (poll with a zero timeout). With `failed` set, do **not** retry at once
 /// (the disk is full or failing); the next ordinary wakeup or heartbeat
 /// retries, and the data stays buffered meanwhile.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlushReport {
     pub written: usize,
     /// Records are buffered or with the writer, other than those of
@@ -1110,13 +1110,7 @@ impl SessionStore {
     /// tests) the batch runs inline. Bytes count as written only once the
     /// writer says so: `pending` stays true until then.
     pub fn flush(&mut self, budget: usize) -> FlushReport {
-        let mut report = FlushReport {
-            written: 0,
-            pending: false,
-            failed: None,
-            release_frames: false,
-            replaced_logs: 0,
-        };
+        let mut report = FlushReport::default();
         self.collect(&mut report);
         // After a failed append the thread's wakeup must not send the same
         // records again at once (a full disk would ping-pong at full
@@ -1507,13 +1501,7 @@ impl SessionStore {
     /// Runs one batch to its end: inline, or on the thread waiting at
     /// most [`SETTLE_WAIT`].
     fn run_now(&mut self, batch: Batch) -> io::Result<()> {
-        let mut report = FlushReport {
-            written: 0,
-            pending: false,
-            failed: None,
-            release_frames: false,
-            replaced_logs: 0,
-        };
+        let mut report = FlushReport::default();
         if let Some(e) = self.dispatch(batch, &mut report) {
             return Err(e);
         }
@@ -1588,13 +1576,7 @@ impl SessionStore {
     /// writer thread, at most [`SETTLE_WAIT`] per batch. Returns the first
     /// error; everything else is still attempted.
     pub fn sync(&mut self) -> io::Result<()> {
-        let mut report = FlushReport {
-            written: 0,
-            pending: false,
-            failed: None,
-            release_frames: false,
-            replaced_logs: 0,
-        };
+        let mut report = FlushReport::default();
         let mut first = self.settle(&mut report).err();
         // Everything is tried now, failed logs included: a log that works
         // again takes its records rather than the rescue directory.
@@ -1759,13 +1741,7 @@ impl SessionStore {
             // Paths and index now; appends stay with flush and its budget.
             let batch = self.build_batch(0);
             if !batch.is_empty() {
-                let mut report = FlushReport {
-                    written: 0,
-                    pending: false,
-                    failed: None,
-                    release_frames: false,
-                    replaced_logs: 0,
-                };
+                let mut report = FlushReport::default();
                 self.dispatch(batch, &mut report);
             }
         }
@@ -1795,17 +1771,15 @@ impl SessionStore {
         if draft.next < self.sessions.len() {
             return;
         }
-        let Some(draft) = self.index_draft.take() else {
-            return;
-        };
-        match draft.finish() {
-            Some(bytes) => batch.index = Some((self.cfg.dir.clone(), bytes)),
-            None => {
+        match self.index_draft.take().map(IndexDraft::finish) {
+            Some(Some(bytes)) => batch.index = Some((self.cfg.dir.clone(), bytes)),
+            Some(None) => {
                 self.record_error(
                     "encoding the session index failed; it is written at the next heartbeat".into(),
                 );
                 self.index_dirty = true;
             }
+            None => {}
         }
     }
 
@@ -2131,13 +2105,7 @@ impl SessionStore {
         classify: &Classifier,
     ) -> Result<CompactReport, StoreError> {
         let path = self.sessions[i].path.clone();
-        let mut report = FlushReport {
-            written: 0,
-            pending: false,
-            failed: None,
-            release_frames: false,
-            replaced_logs: 0,
-        };
+        let mut report = FlushReport::default();
         self.settle(&mut report)
             .map_err(|e| StoreError::io("flush", &path, e))?;
         if self.sessions[i].pending() > 0 || self.sessions[i].repair.is_some() {

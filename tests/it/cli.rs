@@ -487,19 +487,19 @@ fn kept_snapshot_texts_follow_the_clock_and_a_reloaded_stall_threshold() {
     d.wait_state(&b, "working");
     assert_eq!(d.pane(&a)["stall_after_ms"], json!(600_000));
     // Snapshots back to back across b's deadline.
-    let until = std::time::Instant::now() + Duration::from_millis(1500);
-    while std::time::Instant::now() < until {
-        let _ = d.snapshot();
-    }
+    let snapshots_for_a_while = |d: &Colibrid| {
+        let until = std::time::Instant::now() + Duration::from_millis(1500);
+        while std::time::Instant::now() < until {
+            let _ = d.snapshot();
+        }
+    };
+    snapshots_for_a_while(&d);
     assert_eq!(d.pane(&b)["stalled"], json!(true));
     std::fs::write(&cfg, "[daemon]\nstall_after = \"1s\"\n").expect("cfg");
     hup_and_wait(&d, "reloads");
     let pa = d.pane(&a);
     assert_eq!(pa["stall_after_ms"], json!(1000), "{pa}");
-    let until = std::time::Instant::now() + Duration::from_millis(1500);
-    while std::time::Instant::now() < until {
-        let _ = d.snapshot();
-    }
+    snapshots_for_a_while(&d);
     assert_eq!(d.pane(&a)["stalled"], json!(true));
     std::fs::write(&cfg, "[daemon]\nstall_after = \"10m\"\n").expect("cfg");
     hup_and_wait(&d, "reloads");

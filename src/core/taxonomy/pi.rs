@@ -491,6 +491,30 @@ mod derived_oracle {
         (Option<bool>, Option<bool>),
     );
 
+    /// The fields of `Line` and `Derived`, which share their names.
+    macro_rules! fields {
+        ($l:expr) => {
+            (
+                $l.kind.to_string(),
+                [
+                    &$l.id,
+                    &$l.cwd,
+                    &$l.tool_name,
+                    &$l.final_error,
+                    &$l.error_message,
+                    &$l.method,
+                    &$l.title,
+                ]
+                .map(text)
+                .to_vec(),
+                [$l.message, $l.args, $l.options, $l.timeout, $l.result]
+                    .map(raw)
+                    .to_vec(),
+                ($l.will_retry, $l.success),
+            )
+        };
+    }
+
     fn raw(r: Option<&RawValue>) -> Option<String> {
         r.map(|r| r.get().to_string())
     }
@@ -502,46 +526,12 @@ mod derived_oracle {
     fn in_place(line: &str) -> Option<Fields> {
         let mut l = Line::default();
         read_object(line.as_bytes(), &mut l).ok()?;
-        Some((
-            l.kind.to_string(),
-            [
-                &l.id,
-                &l.cwd,
-                &l.tool_name,
-                &l.final_error,
-                &l.error_message,
-                &l.method,
-                &l.title,
-            ]
-            .map(text)
-            .to_vec(),
-            [l.message, l.args, l.options, l.timeout, l.result]
-                .map(raw)
-                .to_vec(),
-            (l.will_retry, l.success),
-        ))
+        Some(fields!(l))
     }
 
     fn derived(line: &str) -> Option<Fields> {
         let l: Derived<'_> = super::super::from_object(line.as_bytes()).ok()?;
-        Some((
-            l.kind.to_string(),
-            [
-                &l.id,
-                &l.cwd,
-                &l.tool_name,
-                &l.final_error,
-                &l.error_message,
-                &l.method,
-                &l.title,
-            ]
-            .map(text)
-            .to_vec(),
-            [l.message, l.args, l.options, l.timeout, l.result]
-                .map(raw)
-                .to_vec(),
-            (l.will_retry, l.success),
-        ))
+        Some(fields!(l))
     }
 
     #[test]
