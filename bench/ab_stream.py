@@ -32,17 +32,26 @@ def connect(path):
     return s, s.makefile("rb")
 
 
-def run(colibrid, streamer, lines):
-    d = tempfile.mkdtemp(prefix="colibri-ab-")
+def start_daemon(colibrid, prefix, extra=()):
+    """Starts `colibrid` on a fresh socket and state dir (in a new temp
+    dir) and waits for its socket; returns (process, dir, socket path)."""
+    d = tempfile.mkdtemp(prefix=prefix)
     sock = os.path.join(d, "sock")
-    p = subprocess.Popen([colibrid, "--socket", sock, "--state-dir", os.path.join(d, "state"), "--no-syslog"],
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen([colibrid, "--socket", sock, "--state-dir", os.path.join(d, "state"), "--no-syslog",
+                          *extra], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sock):
+        if time.monotonic() > deadline or p.poll() is not None:
+            p.kill()
+            shutil.rmtree(d, ignore_errors=True)
+            raise RuntimeError(f"{colibrid} did not start")
+        time.sleep(0.01)
+    return p, d, sock
+
+
+def run(colibrid, streamer, lines):
+    p, d, sock = start_daemon(colibrid, "colibri-ab-")
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(sock):
-            if time.monotonic() > deadline or p.poll() is not None:
-                raise RuntimeError(f"{colibrid} did not start")
-            time.sleep(0.01)
         w, wf = connect(sock)
         w.sendall(b'{"cmd":"watch"}\n')
         wf.readline()

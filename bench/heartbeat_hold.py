@@ -18,19 +18,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
-import tempfile
 import threading
 import time
 
+from ab_stream import connect, start_daemon
+
 TICKER = "while :; do echo '{\"type\":\"turn_start\"}'; sleep 0.1; done"
-
-
-def connect(path):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(path)
-    return s, s.makefile("rb")
 
 
 def spawn_all(sock, argvs):
@@ -57,16 +51,8 @@ def pct(xs, q):
 
 
 def run(colibrid, bindir, agents, seconds):
-    d = tempfile.mkdtemp(prefix="colibri-hb-")
-    sock = os.path.join(d, "sock")
-    p = subprocess.Popen([colibrid, "--socket", sock, "--state-dir", os.path.join(d, "state"), "--no-syslog",
-                          "--heartbeat", "1s"], stderr=subprocess.DEVNULL)
+    p, d, sock = start_daemon(colibrid, "colibri-hb-", ["--heartbeat", "1s"])
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(sock):
-            if time.monotonic() > deadline or p.poll() is not None:
-                raise RuntimeError(f"{colibrid} did not start")
-            time.sleep(0.01)
         spawn_all(sock, [[os.path.join(bindir, "idle_agent")]] * agents + [["/bin/sh", "-c", TICKER]])
         time.sleep(3)
         c, cf = connect(sock)
