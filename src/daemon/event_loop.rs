@@ -388,15 +388,24 @@ impl Daemon {
             }
         }
         self.retry_store_blocked();
+        // Rounds until the budget is spent: one busy agent alone gets the
+        // whole pass, not one quantum of it (each pass costs a poll and a
+        // log batch). A round that reads nothing ends the pass.
         let mut left = PTY_PASS_BUDGET;
-        for _ in 0..self.sched.bulk_len() {
-            if left == 0 {
+        while left > 0 && self.sched.bulk_len() > 0 {
+            let round_start = left;
+            for _ in 0..self.sched.bulk_len() {
+                if left == 0 {
+                    break;
+                }
+                let Some(key) = self.sched.next_bulk() else {
+                    break;
+                };
+                left = left.saturating_sub(self.read_pty(key, sched::quantum(left), t));
+            }
+            if left == round_start {
                 break;
             }
-            let Some(key) = self.sched.next_bulk() else {
-                break;
-            };
-            left = left.saturating_sub(self.read_pty(key, sched::quantum(left), t));
         }
     }
 
