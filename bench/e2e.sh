@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${BENCH_BIN:-target/bench-c}
 mkdir -p "$out"
-for prog in stamp_exit streamer idle_agent watch_client floor_pidfd floor_spawn floor_read; do
+for prog in stamp_exit streamer idle_agent watch_client floor_pidfd floor_spawn floor_read floor_log; do
   cc -O2 -Wall -Wextra -o "$out/$prog" "bench/$prog.c"
 done
 cargo build --release --quiet --bin colibrid
