@@ -21,7 +21,7 @@ use crate::daemon::event_loop::{Daemon, Pending};
 use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::sched::EXIT_DRAIN_BUDGET;
 use crate::daemon::source::Source;
-use crate::daemon::store::{ExitRecord, LineRecord, SessionSlot, SessionStore};
+use crate::daemon::store::{ExitRecord, LineRecord, ReadSlot, SessionStore};
 use crate::daemon::timers::Deadline;
 use crate::platform::{self, ReadOutcome};
 use crate::protocol::WatchKind;
@@ -504,8 +504,8 @@ impl Daemon {
 /// classified it (`Event`, `Raw` or `Oversize`).
 struct LogSink<'a> {
     store: &'a mut SessionStore,
-    /// Looked up at the first line, for all the lines of the read.
-    slot: Option<Option<SessionSlot>>,
+    /// Begun at the first line, for all the lines of the read.
+    read: Option<ReadSlot>,
     session: &'a str,
     pane_id: &'a str,
     max_line: u64,
@@ -522,7 +522,7 @@ impl<'a> LogSink<'a> {
     ) -> LogSink<'a> {
         LogSink {
             store,
-            slot: None,
+            read: None,
             session,
             pane_id,
             max_line: pane.max_line() as u64,
@@ -538,11 +538,12 @@ impl<'a> LogSink<'a> {
             (LineKind::Oversize, _) | (_, Frame::Oversize) => LineRecord::Oversize(self.max_line),
             (LineKind::Blank, _) => return,
         };
-        let slot = match self.slot {
-            Some(slot) => slot,
-            None => *self.slot.insert(self.store.slot(self.session, self.t)),
+        let read = match self.read {
+            Some(read) => read,
+            None => *self
+                .read
+                .insert(self.store.begin_read(self.session, self.pane_id, self.t)),
         };
-        self.store
-            .append_to(slot, self.session, self.pane_id, rec, self.t);
+        self.store.append_read(read, self.session, rec);
     }
 }

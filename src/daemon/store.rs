@@ -153,9 +153,13 @@ pub const READ_AHEAD: usize = 64 * 1024;
 /// sessions holds its agents ([`SessionStore::held_by_total`]).
 pub const SESSION_ALLOWANCE: usize = 64 * 1024;
 
-/// A session's place in the store (see [`SessionStore::slot`]).
+/// Where the lines of one read go (see [`SessionStore::begin_read`]):
+/// the session (`None` for an invalid id) and which read it is.
 #[derive(Copy, Clone, Debug)]
-pub struct SessionSlot(usize);
+pub struct ReadSlot {
+    session: Option<usize>,
+    read: u64,
+}
 
 /// One line an agent emitted, as the framer classified it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -716,6 +720,9 @@ pub struct SessionStore {
     session_spares: Vec<Vec<u8>>,
     last_failure: io::ErrorKind,
     ts: TsText,
+    /// The head of the records of the read last begun, and its number.
+    read_head: record::RecordHead,
+    reads: u64,
     health: StoreHealth,
     index_dirty: bool,
     /// The latest time passed in; stamps the `compacted` marker.
@@ -818,6 +825,8 @@ impl SessionStore {
             session_spares: Vec::new(),
             last_failure: io::ErrorKind::Other,
             ts: TsText::default(),
+            read_head: record::RecordHead::default(),
+            reads: 0,
             health: StoreHealth::default(),
             // Rewrite the index once after open so it matches the logs.
             index_dirty: true,
@@ -999,30 +1008,34 @@ impl SessionStore {
     /// state: a session that keeps writing keeps its buffer, and one that
     /// gave it back (all written) takes a spare.
     pub fn append(&mut self, session: &str, pane: &str, line: LineRecord<'_>, now: Timestamp) {
-        let slot = self.slot(session, now);
-        self.append_to(slot, session, pane, line, now);
+        let read = self.begin_read(session, pane, now);
+        self.append_read(read, session, line);
     }
 
-    /// Where `session`'s records go, for the lines of one read in a row
-    /// ([`SessionStore::append_to`]): the session is looked up (or made)
-    /// once, not per line. `None` for an invalid id. Sessions are never
-    /// removed from the store, so a slot stays valid.
-    pub fn slot(&mut self, session: &str, now: Timestamp) -> Option<SessionSlot> {
-        self.session_index(session, now).map(SessionSlot)
-    }
-
-    /// [`SessionStore::append`] into a session found by
-    /// [`SessionStore::slot`].
-    pub fn append_to(
-        &mut self,
-        slot: Option<SessionSlot>,
-        session: &str,
-        pane: &str,
-        line: LineRecord<'_>,
-        now: Timestamp,
-    ) {
+    /// Starts the records of one read's lines, which share their session,
+    /// pane and time ([`SessionStore::append_read`]): the session is looked
+    /// up (or made) and the pane noted once, and the head of the records
+    /// (`{"ts":…,"pane":…`) is made once, not per line. Sessions are never
+    /// removed from the store, so the slot stays valid; the head, until
+    /// the next read begins.
+    pub fn begin_read(&mut self, session: &str, pane: &str, now: Timestamp) -> ReadSlot {
         self.note_now(now);
-        let Some(SessionSlot(i)) = slot else {
+        let slot = self.session_index(session, now);
+        if let Some(i) = slot {
+            self.sessions[i].note_pane(pane);
+        }
+        self.read_head.set(&mut self.ts, now, pane);
+        self.reads += 1;
+        ReadSlot {
+            session: slot,
+            read: self.reads,
+        }
+    }
+
+    /// [`SessionStore::append`] for a line of the read last begun.
+    pub fn append_read(&mut self, read: ReadSlot, session: &str, line: LineRecord<'_>) {
+        debug_assert_eq!(read.read, self.reads, "a line of a read already ended");
+        let Some(i) = read.session else {
             let len = match line {
                 LineRecord::Event(l) | LineRecord::Parsed(l) | LineRecord::Raw(l) => l.len(),
                 LineRecord::Oversize(_) => 0,
@@ -1031,9 +1044,10 @@ impl SessionStore {
             return;
         };
         let s = &mut self.sessions[i];
-        s.note_pane(pane);
         refill(&mut s.buf, &mut self.session_spares);
         let before = s.buf.len();
+        let out = &mut s.buf;
+        out.extend_from_slice(self.read_head.bytes());
         match line {
             LineRecord::Event(l) | LineRecord::Parsed(l) => {
                 let parsed = matches!(line, LineRecord::Parsed(_));
@@ -1044,15 +1058,13 @@ impl SessionStore {
                     scan::reads_back(l)
                 };
                 if record::embeddable_event(l) && reads_back {
-                    record::encode_event(&mut s.buf, &mut self.ts, now, pane, l);
+                    record::event_tail(out, l);
                 } else {
-                    record::encode_raw(&mut s.buf, &mut self.ts, now, pane, l);
+                    record::raw_tail(out, l);
                 }
             }
-            LineRecord::Raw(l) => record::encode_raw(&mut s.buf, &mut self.ts, now, pane, l),
-            LineRecord::Oversize(n) => {
-                record::encode_oversize(&mut s.buf, &mut self.ts, now, pane, n)
-            }
+            LineRecord::Raw(l) => record::raw_tail(out, l),
+            LineRecord::Oversize(n) => record::oversize_tail(out, n),
         }
         self.commit(i, before, true);
     }

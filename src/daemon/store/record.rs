@@ -121,6 +121,22 @@ pub(super) fn embeddable_event(line: &[u8]) -> bool {
         && std::str::from_utf8(line).is_ok()
 }
 
+/// The head of the records of one read's lines, which share their time
+/// and pane: made once, copied into each record.
+#[derive(Debug, Default)]
+pub(crate) struct RecordHead(Vec<u8>);
+
+impl RecordHead {
+    pub(super) fn set(&mut self, ts: &mut TsText, now: Timestamp, pane: &str) {
+        self.0.clear();
+        push_head(&mut self.0, ts, now, pane);
+    }
+
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// `{"ts":…,"pane":…,"ev":<line>}\n`; `line` must satisfy [`embeddable_event`].
 pub(super) fn encode_event(
     out: &mut Vec<u8>,
@@ -130,6 +146,11 @@ pub(super) fn encode_event(
     line: &[u8],
 ) {
     push_head(out, ts, now, pane);
+    event_tail(out, line);
+}
+
+/// What follows the head in [`encode_event`].
+pub(super) fn event_tail(out: &mut Vec<u8>, line: &[u8]) {
     out.extend_from_slice(b",\"ev\":");
     out.extend_from_slice(line);
     out.extend_from_slice(b"}\n");
@@ -144,12 +165,18 @@ pub(super) fn encode_raw(
     line: &[u8],
 ) {
     push_head(out, ts, now, pane);
+    raw_tail(out, line);
+}
+
+/// What follows the head in [`encode_raw`].
+pub(super) fn raw_tail(out: &mut Vec<u8>, line: &[u8]) {
     out.extend_from_slice(b",\"raw\":");
     push_str_lossy(out, line);
     out.extend_from_slice(b"}\n");
 }
 
 /// `{"ts":…,"pane":…,"oversize":n}\n`.
+#[cfg(test)]
 pub(super) fn encode_oversize(
     out: &mut Vec<u8>,
     ts: &mut TsText,
@@ -158,6 +185,11 @@ pub(super) fn encode_oversize(
     dropped: u64,
 ) {
     push_head(out, ts, now, pane);
+    oversize_tail(out, dropped);
+}
+
+/// What follows the head in `encode_oversize`.
+pub(super) fn oversize_tail(out: &mut Vec<u8>, dropped: u64) {
     out.extend_from_slice(b",\"oversize\":");
     push_int(out, dropped);
     out.extend_from_slice(b"}\n");
