@@ -104,6 +104,8 @@ pub struct Daemon {
     pub(crate) bus: Bus,
     pub(crate) attached: crate::daemon::attach::Attached,
     pub(crate) transitions: Vec<Transition>,
+    /// The facts buffer lent to the pane being read (`govern.rs`).
+    pub(crate) facts_spare: Vec<crate::core::policy::LineFacts>,
     pub(crate) read_buf: Vec<u8>,
     pub(crate) run_state: RunState,
     pub(crate) accept_blocked: bool,
@@ -234,6 +236,7 @@ impl Daemon {
             bus: Bus::new(uuid::Uuid::new_v4().simple().to_string(), journal),
             attached: Default::default(),
             transitions: Vec::new(),
+            facts_spare: Vec::new(),
             read_buf: vec![0; READ_BUF],
             run_state: RunState::Running,
             accept_blocked: false,

@@ -96,7 +96,7 @@ impl Daemon {
             return;
         }
         let turns_before = pane.turns();
-        pane.record_facts();
+        pane.record_facts_in(std::mem::take(&mut self.facts_spare));
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
         pane.ingest_with(&self.read_buf[..n], t, &mut self.transitions, |f, k| {
             log.line(f, k)
@@ -112,7 +112,7 @@ impl Daemon {
             return LineKind::Malformed;
         };
         let turns_before = pane.turns();
-        pane.record_facts();
+        pane.record_facts_in(std::mem::take(&mut self.facts_spare));
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
         let kind = pane.ingest_line_with(line, t, &mut self.transitions, |f, k| log.line(f, k));
         self.store
