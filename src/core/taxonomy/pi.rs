@@ -524,14 +524,50 @@ mod derived_oracle {
     }
 
     fn in_place(line: &str) -> Option<Fields> {
-        let mut l = Line::default();
-        read_object(line.as_bytes(), &mut l).ok()?;
-        Some(fields!(l))
+        in_place_bytes(line.as_bytes())
     }
 
     fn derived(line: &str) -> Option<Fields> {
-        let l: Derived<'_> = super::super::from_object(line.as_bytes()).ok()?;
+        derived_bytes(line.as_bytes())
+    }
+
+    fn in_place_bytes(line: &[u8]) -> Option<Fields> {
+        let mut l = Line::default();
+        read_object(line, &mut l).ok()?;
         Some(fields!(l))
+    }
+
+    fn derived_bytes(line: &[u8]) -> Option<Fields> {
+        let l: Derived<'_> = super::super::from_object(line).ok()?;
+        Some(fields!(l))
+    }
+
+    /// Lines that are UTF-8 are read as text, others as bytes: both read
+    /// what the derived struct reads from the bytes.
+    #[test]
+    fn lines_that_are_not_utf8_read_as_the_derived_struct_reads_them() {
+        let skipped: &[u8] = b"{\"type\":\"x\",\"other\":\"\xff\"}";
+        let lines: [&[u8]; 6] = [
+            skipped,
+            b"{\"type\":\"x\",\"id\":\"\xff\"}",
+            b"{\"type\":\"\xc3\x28\"}",
+            b"{\"\xff\":1,\"type\":\"x\"}",
+            b"{\"type\":\"caf\xc3\xa9\",\"cwd\":\"/w\"}",
+            b"{\"type\":\"x\"}\xff",
+        ];
+        for line in lines {
+            assert_eq!(
+                in_place_bytes(line),
+                derived_bytes(line),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        assert!(
+            in_place_bytes(skipped).is_some(),
+            "a skipped value that is not UTF-8 is skipped, as by the derived struct"
+        );
+        assert!(in_place_bytes(lines[1]).is_none(), "a kept one is refused");
     }
 
     #[test]
