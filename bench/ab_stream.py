@@ -8,7 +8,14 @@ spawn request to the `exited` event on a watch connection; the daemon's CPU
 (utime + stime of all its threads, /proc/PID/stat) over the same span.
 Linux only. Build the C programs first (bench/e2e.sh does).
 
-Usage: bench/ab_stream.py [--rounds N] [--bin DIR] LINES COLIBRID...
+With --instructions, each binary runs under valgrind's callgrind instead
+(Debian package `valgrind`), once with LINES and once with 1,000 lines, and
+the figure is the daemon's user-space instructions per line (all threads,
+the difference of the two runs over the difference of their lines): the
+same for every run of a binary, where time and CPU on a shared host are
+not. The kernel's work (PTY reads, log writes) is not counted.
+
+Usage: bench/ab_stream.py [--rounds N] [--bin DIR] [--instructions] LINES COLIBRID...
 """
 import argparse
 import json
@@ -32,12 +39,13 @@ def connect(path):
     return s, s.makefile("rb")
 
 
-def start_daemon(colibrid, prefix, extra=()):
-    """Starts `colibrid` on a fresh socket and state dir (in a new temp
-    dir) and waits for its socket; returns (process, dir, socket path)."""
+def start_daemon(colibrid, prefix, extra=(), wrap=()):
+    """Starts `colibrid` (under the `wrap` command, if any) on a fresh
+    socket and state dir (in a new temp dir) and waits for its socket;
+    returns (process, dir, socket path)."""
     d = tempfile.mkdtemp(prefix=prefix)
     sock = os.path.join(d, "sock")
-    p = subprocess.Popen([colibrid, "--socket", sock, "--state-dir", os.path.join(d, "state"), "--no-syslog",
+    p = subprocess.Popen([*wrap, colibrid, "--socket", sock, "--state-dir", os.path.join(d, "state"), "--no-syslog",
                           *extra], stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while not os.path.exists(sock):
@@ -49,8 +57,8 @@ def start_daemon(colibrid, prefix, extra=()):
     return p, d, sock
 
 
-def run(colibrid, streamer, lines):
-    p, d, sock = start_daemon(colibrid, "colibri-ab-")
+def run(colibrid, streamer, lines, wrap=()):
+    p, d, sock = start_daemon(colibrid, "colibri-ab-", wrap=wrap)
     try:
         w, wf = connect(sock)
         w.sendall(b'{"cmd":"watch"}\n')
@@ -71,14 +79,31 @@ def run(colibrid, streamer, lines):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def instructions(colibrid, streamer, lines):
+    """The daemon's instructions per line under callgrind (see above)."""
+    totals = {}
+    with tempfile.TemporaryDirectory(prefix="colibri-cg-") as tmp:
+        for n in (1000, lines):
+            out = os.path.join(tmp, f"callgrind.{n}")
+            run(colibrid, streamer, n, wrap=("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"))
+            with open(out) as f:
+                totals[n] = next(int(l.split()[1]) for l in f if l.startswith("totals:"))
+    return (totals[lines] - totals[1000]) / (lines - 1000)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bin", default="target/bench-c")
+    ap.add_argument("--instructions", action="store_true", help="instructions per line under callgrind")
     ap.add_argument("lines", type=int)
     ap.add_argument("colibrid", nargs="+")
     args = ap.parse_args()
     streamer = os.path.abspath(os.path.join(args.bin, "streamer"))
+    if args.instructions:
+        for b in args.colibrid:
+            print(f"{b}: {instructions(b, streamer, args.lines):.0f} instructions a line", flush=True)
+        return
     results = {b: [] for b in args.colibrid}
     for _ in range(args.rounds):
         for b in args.colibrid:
