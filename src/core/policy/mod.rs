@@ -323,12 +323,10 @@ impl Governor {
         self.budgets.observe(pane, facts, cost, now, &mut out);
         self.guard_line(pane, facts, now, &mut out);
         let settings = &self.loops;
-        if !self.panes.contains_key(&pane.id) {
-            self.panes
-                .insert(pane.id.clone(), PaneGovernance::default());
-        }
-        let Some(state) = self.panes.get_mut(&pane.id) else {
-            return out;
+        // One search of the map for a pane it holds, not two.
+        let state = match self.panes.get_mut(&pane.id) {
+            Some(state) => state,
+            None => self.panes.entry(pane.id.clone()).or_default(),
         };
         if let Some(hit) = state.loops.observe(settings, facts) {
             let until = now.plus(hit.backoff);
@@ -398,6 +396,10 @@ impl Governor {
     fn cost(&self, pane: &PaneInfo, facts: &LineFacts) -> f64 {
         if facts.cost_reported || facts.usage.cost_usd > 0.0 {
             return facts.usage.cost_usd;
+        }
+        // Most lines spend nothing: no price to look up.
+        if facts.usage.is_zero() {
+            return 0.0;
         }
         let price = pane
             .model
