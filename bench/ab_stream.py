@@ -11,9 +11,9 @@ Linux only. Build the C programs first (bench/e2e.sh does).
 With --instructions, each binary runs under valgrind's callgrind instead
 (Debian package `valgrind`), once with LINES and once with 1,000 lines, and
 the figure is the daemon's user-space instructions per line (all threads,
-the difference of the two runs over the difference of their lines): the
-same for every run of a binary, where time and CPU on a shared host are
-not. The kernel's work (PTY reads, log writes) is not counted.
+the difference of the two runs over the difference of their lines): within
+about 1.5 % from run to run of a binary, where time and CPU on a shared
+host moved by 20-40 %. The kernel's work (PTY reads, log writes) is not counted.
 
 Usage: bench/ab_stream.py [--rounds N] [--bin DIR] [--instructions] LINES COLIBRID...
 """
@@ -100,6 +100,8 @@ def main():
     ap.add_argument("colibrid", nargs="+")
     args = ap.parse_args()
     streamer = os.path.abspath(os.path.join(args.bin, "streamer"))
+    if args.instructions and args.lines <= 1000:
+        ap.error("--instructions needs more than 1,000 lines (a 1,000-line run is the baseline)")
     if args.instructions:
         for b in args.colibrid:
             print(f"{b}: {instructions(b, streamer, args.lines):.0f} instructions a line", flush=True)

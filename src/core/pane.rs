@@ -225,8 +225,8 @@ impl Pane {
     /// [`Pane::record_facts`], into `buf` (emptied) unless the pane holds a
     /// buffer already. A caller that gives each taken buffer back this way
     /// keeps one allocation for every read of every pane; a new buffer per
-    /// read grew by doubling, copying its facts at each step (a fifth of
-    /// the loop's instructions on a stream of short lines).
+    /// read grew by doubling, copying its facts at each step (about 5 % of
+    /// the daemon's instructions on a stream of short lines).
     pub fn record_facts_in(&mut self, mut buf: Vec<LineFacts>) {
         match &mut self.facts {
             Some(f) if f.capacity() > 0 => {}

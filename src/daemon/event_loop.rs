@@ -39,7 +39,7 @@ use crate::daemon::source::{ConnId, Source, Tokens};
 use crate::daemon::store::{CompactionProgress, SessionStore};
 use crate::platform::{self, KernelTimer, SignalSource};
 
-use crate::daemon::sched::{self, Sched, COMPACTION_STEP_BYTES, PTY_PASS_BUDGET, READ_BUF};
+use crate::daemon::sched::{BulkPass, Sched, COMPACTION_STEP_BYTES, PTY_PASS_BUDGET, READ_BUF};
 pub(crate) use crate::daemon::sched::{Pending, CONN_STEPS_PER_WAKEUP, LINGER};
 
 #[derive(Debug, thiserror::Error)]
@@ -378,7 +378,8 @@ impl Daemon {
     }
 
     /// Serves the urgent work a budget cut short, then the PTYs, round
-    /// robin, a quantum each, within the pass's budget.
+    /// robin, a quantum a turn, until the pass's budget is spent
+    /// (`sched::BulkPass`).
     pub(crate) fn run_pending(&mut self, t: Timestamp) {
         for p in self.sched.take_urgent() {
             match p {
@@ -391,24 +392,10 @@ impl Daemon {
             }
         }
         self.retry_store_blocked();
-        // Rounds until the budget is spent: one busy agent alone gets the
-        // whole pass, not one quantum of it (each pass costs a poll and a
-        // log batch). A round that reads nothing ends the pass.
-        let mut left = PTY_PASS_BUDGET;
-        while left > 0 && self.sched.bulk_len() > 0 {
-            let round_start = left;
-            for _ in 0..self.sched.bulk_len() {
-                if left == 0 {
-                    break;
-                }
-                let Some(key) = self.sched.next_bulk() else {
-                    break;
-                };
-                left = left.saturating_sub(self.read_pty(key, sched::quantum(left), t));
-            }
-            if left == round_start {
-                break;
-            }
+        let mut bulk = BulkPass::new(PTY_PASS_BUDGET);
+        while let Some((key, quantum)) = bulk.next(&mut self.sched) {
+            let read = self.read_pty(key, quantum, t);
+            bulk.spent(read);
         }
     }
 

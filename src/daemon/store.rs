@@ -156,7 +156,7 @@ pub const SESSION_ALLOWANCE: usize = 64 * 1024;
 /// Where the lines of one read go (see [`SessionStore::begin_read`]):
 /// the session (`None` for an invalid id) and which read it is.
 #[derive(Copy, Clone, Debug)]
-pub struct ReadSlot {
+pub(crate) struct ReadSlot {
     session: Option<usize>,
     read: u64,
 }
@@ -1018,7 +1018,7 @@ impl SessionStore {
     /// (`{"ts":…,"pane":…`) is made once, not per line. Sessions are never
     /// removed from the store, so the slot stays valid; the head, until
     /// the next read begins.
-    pub fn begin_read(&mut self, session: &str, pane: &str, now: Timestamp) -> ReadSlot {
+    pub(crate) fn begin_read(&mut self, session: &str, pane: &str, now: Timestamp) -> ReadSlot {
         self.note_now(now);
         let slot = self.session_index(session, now);
         if let Some(i) = slot {
@@ -1033,7 +1033,7 @@ impl SessionStore {
     }
 
     /// [`SessionStore::append`] for a line of the read last begun.
-    pub fn append_read(&mut self, read: ReadSlot, session: &str, line: LineRecord<'_>) {
+    pub(crate) fn append_read(&mut self, read: ReadSlot, session: &str, line: LineRecord<'_>) {
         debug_assert_eq!(read.read, self.reads, "a line of a read already ended");
         let Some(i) = read.session else {
             let len = match line {
