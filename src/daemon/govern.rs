@@ -55,11 +55,8 @@ impl Daemon {
 
     /// Keeps a taken facts buffer for the next read (`Pane::record_facts_in`),
     /// unless it grew past [`FACTS_SPARE_MAX`] (a read of many tiny lines).
-    fn keep_facts_buffer(&mut self, mut facts: Vec<LineFacts>) {
-        facts.clear();
-        if facts.capacity() <= FACTS_SPARE_MAX && facts.capacity() > self.facts_spare.capacity() {
-            self.facts_spare = facts;
-        }
+    fn keep_facts_buffer(&mut self, facts: Vec<LineFacts>) {
+        keep_spare(&mut self.facts_spare, facts);
     }
 
     /// A `Govern` deadline fired: resumes what the governor releases.
@@ -235,9 +232,40 @@ pub fn input_message(runtime: Option<Runtime>, text: &str) -> Vec<u8> {
     line.into_bytes()
 }
 
+/// `facts`, emptied, becomes the spare if it holds more than the spare
+/// and no more than [`FACTS_SPARE_MAX`]; otherwise it is dropped.
+fn keep_spare(spare: &mut Vec<LineFacts>, mut facts: Vec<LineFacts>) {
+    facts.clear();
+    if facts.capacity() <= FACTS_SPARE_MAX && facts.capacity() > spare.capacity() {
+        *spare = facts;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_facts_spare_is_the_larger_buffer_emptied_up_to_its_cap() {
+        let mut spare = Vec::new();
+        let mut facts = Vec::with_capacity(100);
+        facts.push(LineFacts::default());
+        keep_spare(&mut spare, facts);
+        assert!(
+            spare.is_empty() && spare.capacity() >= 100,
+            "emptied and kept"
+        );
+        keep_spare(&mut spare, Vec::with_capacity(10));
+        assert!(
+            spare.capacity() >= 100,
+            "a smaller one does not displace it"
+        );
+        keep_spare(&mut spare, Vec::with_capacity(FACTS_SPARE_MAX + 1));
+        assert!(
+            spare.capacity() <= FACTS_SPARE_MAX,
+            "one past the cap is dropped"
+        );
+    }
 
     #[test]
     fn the_message_is_the_harness_prompt_where_it_reads_json() {
