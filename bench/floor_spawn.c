@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -24,12 +23,6 @@ static int exec_done(pid_t pid, const char *comm) {
     return r > 0 && strncmp(got, comm, 15) == 0;
 }
 
-static double cpu_ms(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_utime.tv_sec * 1e3 + ru.ru_utime.tv_usec / 1e3 + ru.ru_stime.tv_sec * 1e3 + ru.ru_stime.tv_usec / 1e3;
-}
-
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: floor_spawn N AGENT\n");
@@ -42,7 +35,7 @@ int main(int argc, char **argv) {
     pid_t *pids = calloc((size_t)n, sizeof *pids);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     char *cargv[] = {agent, NULL};
-    double cpu0 = cpu_ms();
+    double cpu0 = self_cpu_ms();
     uint64_t t0 = mono_ns();
     for (int i = 0; i < n; i++) {
         int m;
@@ -53,7 +46,7 @@ int main(int argc, char **argv) {
         if (epoll_ctl(ep, EPOLL_CTL_ADD, m, &ev) < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, pfd, &ev) < 0) die("epoll_ctl");
     }
     uint64_t t_forked = mono_ns();
-    double cpu1 = cpu_ms();
+    double cpu1 = self_cpu_ms();
     int left = n;
     char *done = calloc((size_t)n, 1);
     while (left > 0) {
