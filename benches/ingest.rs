@@ -121,9 +121,9 @@ fn fold_and_log(runtime: Runtime, bytes: &[u8], dir: &std::path::Path) -> u64 {
         // The daemon's path: the pane's single ingest entry, logging each line.
         pane.ingest_with(chunk, t, &mut out, |frame, kind| {
             let rec = match (kind, frame) {
-                (LineKind::Event, Frame::Line(l)) => LineRecord::Parsed(l),
-                (LineKind::Held, Frame::Line(l)) => LineRecord::Event(l),
-                (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),
+                (LineKind::Event, Frame::Line(l)) => LineRecord::Parsed(l.bytes()),
+                (LineKind::Held, Frame::Line(l)) => LineRecord::Event(l.bytes()),
+                (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l.bytes()),
                 (LineKind::Blank, _) => return,
                 _ => LineRecord::Oversize(0),
             };

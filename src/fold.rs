@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::core::approval::{ApprovalEvent, Decision};
+use crate::core::approval::{ApprovalEvent, LoggedAnswer};
 use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
 use crate::core::policy::{Governor, PaneInfo, Policies, Verdict};
 use crate::core::state::AgentState;
@@ -16,19 +16,17 @@ use crate::protocol::{
     fold_approvals, FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage, WireVerdict,
 };
 
-/// An answer a session log recorded (a `colibri` `answer` record): after
-/// `offset` bytes of the stream, `approval` was answered with `decision`.
+/// An answer a session log recorded (a `colibri` `answer` record), after
+/// `offset` bytes of the stream.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordedAnswer {
     pub offset: usize,
-    pub approval: String,
-    pub decision: Decision,
+    pub answer: LoggedAnswer,
 }
 
 /// Folds `bytes` with the answers the daemon recorded, each replayed where
-/// it happened, so the approvals it closed close in the fold too. The
-/// fold's pane has its own id: an approval is matched by its per-pane
-/// count (`3f2a9c1d-2` is the fold's `fold-2`).
+/// it happened (`Pane::replay_answer`, as the daemon's recovery does), so
+/// the approvals it closed close in the fold too.
 pub fn fold_answered(
     runtime: Option<Runtime>,
     max_line: usize,
@@ -49,8 +47,7 @@ pub fn fold_answered(
         pane.ingest(&bytes[at..end], t0, &mut transitions);
         govern(&mut pane, &mut governor, t0, &mut verdicts);
         at = end;
-        let count = a.approval.rsplit('-').next().unwrap_or_default();
-        pane.answered(&format!("fold-{count}"), &a.decision, t0);
+        pane.replay_answer(&a.answer, t0);
         approvals.extend(pane.take_approval_events());
     }
     pane.ingest(&bytes[at..], t0, &mut transitions);

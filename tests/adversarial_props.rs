@@ -172,13 +172,13 @@ proptest! {
         let mut got: Vec<Option<Vec<u8>>> = Vec::new();
         for chunk in cut(&stream, &points) {
             framer.feed(chunk, |f| got.push(match f {
-                Frame::Line(l) => Some(l.to_vec()),
+                Frame::Line(l) => Some(l.bytes().to_vec()),
                 Frame::Oversize => None,
             }));
             prop_assert!(framer.pending() <= max);
         }
         framer.finish(|f| got.push(match f {
-            Frame::Line(l) => Some(l.to_vec()),
+            Frame::Line(l) => Some(l.bytes().to_vec()),
             Frame::Oversize => None,
         }));
         prop_assert_eq!(got, reference_frames(&stream, max));

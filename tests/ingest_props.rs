@@ -204,10 +204,10 @@ proptest! {
         let mut framer = LineFramer::new(max);
         let mut longest = 0;
         for chunk in &chunks {
-            framer.feed(chunk, |f| if let Frame::Line(l) = f { longest = longest.max(l.len()) });
+            framer.feed(chunk, |f| if let Frame::Line(l) = f { longest = longest.max(l.bytes().len()) });
             prop_assert!(framer.pending() <= max, "pending {} > max {}", framer.pending(), max);
         }
-        framer.finish(|f| if let Frame::Line(l) = f { longest = longest.max(l.len()) });
+        framer.finish(|f| if let Frame::Line(l) = f { longest = longest.max(l.bytes().len()) });
         prop_assert!(longest <= max);
         prop_assert_eq!(framer.pending(), 0);
     }

@@ -1,11 +1,14 @@
 //! Repository invariants that code review would otherwise have to catch:
-//! every socket command and watch event is documented in docs/PROTOCOL.md,
+//! every socket command and watch event is documented in docs/PROTOCOL.md
+//! (and the jail sockets' list is the agent scope's),
 //! `cfg(target_os)` appears only under src/platform/, the core stays pure,
 //! the top-level modules import each other without a circle, and
 //! colibri.toml(5) marks exactly the keys SIGHUP reloads.
 
 use colibri::core::state::AgentState;
-use colibri::protocol::{ErrorCode, WatchKind, WireApproval, COMMAND_NAMES};
+use colibri::protocol::{
+    CommandScope, ErrorCode, WatchKind, WireApproval, COMMANDS, COMMAND_NAMES,
+};
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + path)
@@ -24,6 +27,34 @@ fn every_command_has_a_section_in_protocol_md() {
             doc.contains(&format!("\"cmd\":\"{cmd}\"")),
             "docs/PROTOCOL.md has no example request for `{cmd}`"
         );
+    }
+}
+
+/// The "Jail sockets" section lists exactly the commands an agent socket
+/// serves: what the daemon's scope check lets through, and nothing else.
+#[test]
+fn the_jail_socket_section_lists_exactly_the_agent_commands() {
+    let doc = read("docs/PROTOCOL.md");
+    let start = doc
+        .find("## Jail sockets")
+        .expect("docs/PROTOCOL.md has a Jail sockets section");
+    let section = &doc[start..];
+    let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+    let section = &section[..end];
+    for info in COMMANDS {
+        let named = section.contains(&format!("`{}`", info.name));
+        match info.scope {
+            CommandScope::Agent => assert!(
+                named,
+                "docs/PROTOCOL.md, Jail sockets: `{}` is served there but not listed",
+                info.name
+            ),
+            CommandScope::Operator => assert!(
+                !named,
+                "docs/PROTOCOL.md, Jail sockets: `{}` is listed but refused there",
+                info.name
+            ),
+        }
     }
 }
 

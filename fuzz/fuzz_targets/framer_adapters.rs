@@ -3,8 +3,10 @@
 //! The input's first byte picks the adapter (or runtime detection) and the
 //! line cap; the next eight bytes pick where the stream is cut. Properties:
 //! nothing panics; the framer never holds more than its cap (bounded memory
-//! whatever the agent prints); every cut of the stream gives the report of
-//! the whole stream; every byte is counted. Run:
+//! whatever the agent prints); a line's text, when the framer gives it, is
+//! its bytes; every cut of the stream gives the report of the whole stream
+//! (which also holds lines read as text to the same lines read as bytes,
+//! as a cut takes a line's text away); every byte is counted. Run:
 //! `cargo +nightly fuzz run framer_adapters`.
 
 #![no_main]
@@ -28,7 +30,10 @@ fuzz_target!(|data: &[u8]| {
     for chunk in chunks(stream, cuts) {
         framer.feed(chunk, |f| {
             if let Frame::Line(l) = f {
-                assert!(l.len() <= cap, "a line over the cap");
+                assert!(l.bytes().len() <= cap, "a line over the cap");
+                if let Some(t) = l.text() {
+                    assert_eq!(t.as_bytes(), l.bytes(), "a line's text is its bytes");
+                }
             }
         });
         assert!(framer.pending() <= cap, "the framer holds more than its cap");

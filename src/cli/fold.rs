@@ -8,7 +8,7 @@
 
 use crate::cli::recording::{self, Action, Clock};
 use crate::cli::CliError;
-use crate::core::approval::Decision;
+use crate::core::approval::LoggedAnswer;
 use crate::core::ingest::is_blank;
 use crate::core::pane::ExitStatus;
 use crate::core::taxonomy::Runtime;
@@ -28,36 +28,11 @@ pub struct Unwrapped {
     pub answers: Vec<RecordedAnswer>,
 }
 
-/// A session log's `colibri` `answer` record.
-#[derive(serde::Deserialize)]
-struct AnswerLine {
-    colibri: String,
-    approval: String,
-    decision: String,
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
-}
-
+/// A session log's `colibri` `answer` record at `offset` of the stream.
+/// One that cannot be read is skipped: the fold shows its approval pending.
 fn recorded_answer(line: &[u8], offset: usize) -> Option<RecordedAnswer> {
-    let a: AnswerLine = serde_json::from_slice(line).ok()?;
-    if a.colibri != "answer" {
-        return None;
-    }
-    let decision = match a.decision.as_str() {
-        "approve" => Decision::Approve,
-        "deny" => Decision::Deny { message: a.message },
-        "answer" => Decision::Answer {
-            text: a.text.unwrap_or_default(),
-        },
-        _ => return None,
-    };
-    Some(RecordedAnswer {
-        offset,
-        approval: a.approval,
-        decision,
-    })
+    let answer = LoggedAnswer::from_record(line).ok()??;
+    Some(RecordedAnswer { offset, answer })
 }
 
 /// Unwraps a recording; returns plain input unchanged.
@@ -202,6 +177,22 @@ mod tests {
         assert_eq!(closed.event, "answered");
         assert_eq!(closed.decision.as_deref(), Some("deny"));
         assert_eq!(closed.message.as_deref(), Some("no"));
+    }
+
+    #[test]
+    fn a_guard_deny_of_a_pre_tool_use_closes_no_approval_in_the_fold() {
+        // Even one whose tool call id reads like the approval's: the
+        // `hook` mark, not the id's shape, says it answered no approval.
+        let log = concat!(
+            "{\"ts\":\"2026-11-21T10:00:00.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"attach\",\"agent\":\"pi\",\"runtime\":\"pi\",\"name\":null,\"cwd\":null,\"argv\":[\"pi\"],\"generation\":0}\n",
+            "{\"ts\":\"2026-11-21T10:00:01.000Z\",\"pane\":\"3f2a9c1d-0000\",\"ev\":{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Go?\"}}\n",
+            "{\"ts\":\"2026-11-21T10:00:02.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"answer\",\"approval\":\"3f2a9c1d-1\",\"hook\":\"PreToolUse\",\"decision\":\"deny\",\"message\":\"colibri's command guard refused this (rm_outside_cwd): rm -rf /\",\"by\":\"policy\"}\n",
+        );
+        let u = unwrap_input(log.as_bytes().to_vec()).expect("unwrap");
+        assert!(u.answers.is_empty(), "{:?}", u.answers);
+        let report = fold_input(log.as_bytes().to_vec(), None, 1 << 20).expect("fold");
+        assert_eq!(report.approvals.len(), 1);
+        assert_eq!(report.approvals[0].outcome, None, "q1 is still pending");
     }
 
     #[test]

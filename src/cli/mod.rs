@@ -216,7 +216,8 @@ pub enum Command {
     },
     /// Claude Code hook forwarder: reads the hook input on stdin and emits
     /// it to the pane in COLIBRI_PANE_ID. Always exits 0 (problems go to
-    /// stderr), even on a usage error, so it never blocks a tool call.
+    /// stderr), even on a usage error, so it never blocks a tool call by
+    /// failing; a `PreToolUse` the command guard flags is denied on stdout.
     Hook {
         /// The hook's event name (informational; defaults to the input's
         /// hook_event_name).

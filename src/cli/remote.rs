@@ -228,8 +228,9 @@ pub struct HookOptions<'a> {
 /// Time on top of the wait for the daemon's own timeout reply to arrive.
 const HOOK_REPLY_GRACE: Duration = Duration::from_secs(3);
 
-/// `colibri hook EVENT`: forwards Claude Code hook input to the pane, and
-/// for a `PermissionRequest` waits for the operator's decision.
+/// `colibri hook EVENT`: forwards Claude Code hook input to the pane, for
+/// a `PermissionRequest` waits for the operator's decision, and for a
+/// `PreToolUse` prints the command guard's deny when it has one.
 ///
 /// Always returns 0. Claude Code runs hooks synchronously and reads their
 /// exit status: exit 2 blocks the tool call or the prompt and feeds stderr
@@ -237,8 +238,9 @@ const HOOK_REPLY_GRACE: Duration = Duration::from_secs(3);
 /// down or busy must never change what the agent does, so every problem is
 /// reported on stderr only and the exit status stays 0. Stdout carries only
 /// a decision (Claude Code parses a hook's stdout as instructions): the
-/// operator's, or the default when the wait ran out. With the daemon
-/// absent nothing is printed and Claude Code asks in its terminal.
+/// operator's, the guard's, or the default when the wait ran out. With the
+/// daemon absent nothing is printed and Claude Code asks in its terminal
+/// (or, for a `PreToolUse`, runs the tool).
 pub fn hook(
     socket: Option<&Path>,
     opts: &HookOptions<'_>,
@@ -285,7 +287,17 @@ fn forward_hook(
         m.entry("hook_event_name")
             .or_insert_with(|| Value::from(event));
     }
-    let asks = ev.get("hook_event_name").and_then(Value::as_str) == Some("PermissionRequest");
+    let event = ev.get("hook_event_name").and_then(Value::as_str);
+    if event == Some("PreToolUse") {
+        // The guard's verdict comes back at once and nobody is waited for:
+        // a deny line, or nothing. A daemon that is down or slower than
+        // the short timeout fails open, like every forward: the call goes
+        // on (and the stream guard still sees it in the pane).
+        let reply = connect(socket, SHORT_TIMEOUT)?.call(&request::hook(&pane, ev, 0))?;
+        let reply: HookReply = decode("hook", reply)?;
+        return Ok(reply.output);
+    }
+    let asks = event == Some("PermissionRequest");
     if !asks || opts.wait.is_zero() {
         connect(socket, SHORT_TIMEOUT)?.call(&request::emit(&pane, ev))?;
         return Ok(None);

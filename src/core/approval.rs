@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use crate::core::policy::GuardSettings;
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::core::tool;
@@ -240,6 +241,101 @@ impl Decision {
             Decision::Deny { .. } => "deny",
             Decision::Answer { .. } => "answer",
         }
+    }
+}
+
+/// An answer as a session log keeps it: the daemon's `colibri` `answer`
+/// record (`daemon::store::record::encode_answer`), read back. `colibri
+/// fold` and the daemon's recovery both read it here and replay it with
+/// [`crate::core::pane::Pane::replay_answer`], so for one pane's run they
+/// close the same approvals the same way. (Recovery replays each pane's
+/// answers since its last attach; `fold` reads a whole log as one
+/// stream, so in a log of several panes it numbers their approvals
+/// together and an answer may close another pane's.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedAnswer {
+    /// colibri's id of the approval answered (`3f2a9c1d-2`).
+    pub approval: String,
+    pub decision: Decision,
+}
+
+/// Why a `colibri` `answer` record cannot be replayed. The record stays in
+/// its log as it is; only its replay is skipped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BadAnswer {
+    /// Not a JSON object with string fields where the record has them.
+    Unreadable,
+    /// No `approval`, or one without the `-N` count that names it in its pane.
+    NoApproval,
+    /// A `decision` other than `approve`, `deny` or `answer`.
+    UnknownDecision(String),
+}
+
+impl std::fmt::Display for BadAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadAnswer::Unreadable => write!(f, "not a readable answer record"),
+            BadAnswer::NoApproval => write!(f, "it names no approval"),
+            BadAnswer::UnknownDecision(d) => write!(f, "unknown decision {d:?}"),
+        }
+    }
+}
+
+impl std::error::Error for BadAnswer {}
+
+/// The fields of an answer record that its replay reads.
+#[derive(serde::Deserialize)]
+struct AnswerFields<'a> {
+    #[serde(borrow, default)]
+    colibri: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    approval: Option<Cow<'a, str>>,
+    /// Set on an answer the daemon gave a hook call itself.
+    #[serde(borrow, default)]
+    hook: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    decision: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    message: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+impl LoggedAnswer {
+    /// Reads one session-log record: `Ok(None)` when it is a record of
+    /// another kind, or an answer the daemon gave a hook call itself (a
+    /// `hook` field: the command guard's deny of a Claude Code
+    /// `PreToolUse`, which opened no approval, so there is nothing to
+    /// replay); an error when it cannot be read as an answer.
+    pub fn from_record(line: &[u8]) -> Result<Option<LoggedAnswer>, BadAnswer> {
+        let f: AnswerFields<'_> =
+            serde_json::from_slice(line).map_err(|_| BadAnswer::Unreadable)?;
+        if f.colibri.as_deref() != Some("answer") || f.hook.is_some() {
+            return Ok(None);
+        }
+        let approval = f
+            .approval
+            .filter(|a| a.rsplit_once('-').is_some_and(|(_, n)| !n.is_empty()))
+            .ok_or(BadAnswer::NoApproval)?;
+        let decision = match f.decision.as_deref() {
+            Some("approve") => Decision::Approve,
+            Some("deny") => Decision::Deny {
+                message: f.message.map(Cow::into_owned),
+            },
+            Some("answer") => Decision::Answer {
+                text: f.text.map(Cow::into_owned).unwrap_or_default(),
+            },
+            other => return Err(BadAnswer::UnknownDecision(other.unwrap_or("").to_string())),
+        };
+        Ok(Some(LoggedAnswer {
+            approval: approval.into_owned(),
+            decision,
+        }))
+    }
+
+    /// The approval's per-pane count: what a replay matches on.
+    pub fn count(&self) -> &str {
+        self.approval.rsplit_once('-').map_or("", |(_, n)| n)
     }
 }
 
@@ -573,6 +669,70 @@ fn claude_hook_decision(approval: &Approval, decision: &Decision) -> Result<Vec<
     }))
 }
 
+/// A Claude Code `PreToolUse` the command guard denies before the tool
+/// runs. No approval opens: the verdict is the guard's alone, at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreToolUseDenial {
+    /// The hook input's `tool_use_id` (empty without one): what the
+    /// session log's answer record names in place of an approval.
+    pub tool_use_id: String,
+    /// The deny message: the rule and the command.
+    pub message: String,
+    /// The exact line `colibri hook` prints, without its newline.
+    pub output: String,
+}
+
+#[derive(Serialize)]
+struct PreToolUseOutput<'a> {
+    #[serde(rename = "hookSpecificOutput")]
+    hook_specific_output: PreToolUseDecision<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PreToolUseDecision<'a> {
+    hook_event_name: &'static str,
+    permission_decision: &'static str,
+    permission_decision_reason: &'a str,
+}
+
+/// The command guard on a Claude Code hook input: for a `PreToolUse` whose
+/// `tool_input` the guard flags (in the agent's `cwd`), the deny Claude
+/// Code reads on the hook's output (`permissionDecision: "deny"`, which
+/// blocks the call even where no permission is asked). `None` for any
+/// other event, a harmless call, or a guard (or rule) turned off: the
+/// hook prints nothing and the call goes on.
+pub fn guard_pre_tool_use(
+    guard: &GuardSettings,
+    event: &serde_json::Value,
+    cwd: Option<&str>,
+) -> Option<PreToolUseDenial> {
+    if event.get("hook_event_name")?.as_str()? != "PreToolUse" {
+        return None;
+    }
+    let tool = event.get("tool_name")?.as_str()?;
+    let args = event.get("tool_input")?.to_string();
+    let message = guard.check(tool, &args, cwd)?.refusal();
+    let output = PreToolUseOutput {
+        hook_specific_output: PreToolUseDecision {
+            hook_event_name: "PreToolUse",
+            permission_decision: "deny",
+            permission_decision_reason: &message,
+        },
+    };
+    let output = String::from_utf8_lossy(&to_line(&output)).into_owned();
+    let tool_use_id = event
+        .get("tool_use_id")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    Some(PreToolUseDenial {
+        tool_use_id,
+        message,
+        output,
+    })
+}
+
 /// How an approval stopped being pending.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ApprovalOutcome {
@@ -756,6 +916,51 @@ mod tests {
     }
 
     #[test]
+    fn the_guard_denies_a_destructive_pre_tool_use_on_the_hooks_output() {
+        let guard = GuardSettings::default();
+        let ev = serde_json::json!({"hook_event_name":"PreToolUse","tool_name":"Bash",
+            "tool_input":{"command":"rm -rf /"},"tool_use_id":"toolu_g1"});
+        let denial = guard_pre_tool_use(&guard, &ev, Some("/srv/app")).expect("denied");
+        assert_eq!(denial.tool_use_id, "toolu_g1");
+        assert_eq!(
+            denial.message,
+            "colibri's command guard refused this (rm_outside_cwd): rm -rf /"
+        );
+        assert_eq!(
+            denial.output,
+            "{\"hookSpecificOutput\":{\"hookEventName\":\"PreToolUse\",\"permissionDecision\":\"deny\",\"permissionDecisionReason\":\"colibri's command guard refused this (rm_outside_cwd): rm -rf /\"}}"
+        );
+        // A harmless call, a call below the working directory: nothing.
+        let harmless = |command: &str| {
+            serde_json::json!({"hook_event_name":"PreToolUse","tool_name":"Bash",
+                "tool_input":{"command":command}})
+        };
+        assert_eq!(
+            guard_pre_tool_use(&guard, &harmless("ls -la"), Some("/srv/app")),
+            None
+        );
+        assert_eq!(
+            guard_pre_tool_use(&guard, &harmless("rm -rf ./build"), Some("/srv/app")),
+            None
+        );
+        // Another event with the same input is not this path's to answer.
+        let mut asked = ev.clone();
+        asked["hook_event_name"] = serde_json::json!("PermissionRequest");
+        assert_eq!(guard_pre_tool_use(&guard, &asked, Some("/srv/app")), None);
+        // The guard off, or the rule off: never denied.
+        let off = GuardSettings {
+            enabled: false,
+            ..GuardSettings::default()
+        };
+        assert_eq!(guard_pre_tool_use(&off, &ev, Some("/srv/app")), None);
+        let rule_off = GuardSettings {
+            disabled: vec![crate::core::policy::GuardRule::RmOutsideCwd],
+            ..GuardSettings::default()
+        };
+        assert_eq!(guard_pre_tool_use(&rule_off, &ev, Some("/srv/app")), None);
+    }
+
+    #[test]
     fn an_input_too_big_to_keep_cannot_be_approved() {
         let big = format!("{{\"content\":\"{}\"}}", "x".repeat(MAX_INPUT_BYTES));
         let mut req = ApprovalRequest::new(ApprovalKind::ToolPermission, Cow::Borrowed("r"));
@@ -808,5 +1013,48 @@ mod tests {
         assert_eq!(a.question(), "All messages will be lost.");
         let a = approval(ApprovalKind::Input, "v");
         assert_eq!(a.question(), "input");
+    }
+
+    #[test]
+    fn an_answer_record_reads_back_or_says_why_not() {
+        let read = |line: &str| LoggedAnswer::from_record(line.as_bytes());
+        assert_eq!(
+            read(
+                r#"{"ts":"t","pane":"p","colibri":"answer","approval":"3f2a9c1d-2","decision":"answer","text":"beta","by":"operator"}"#
+            ),
+            Ok(Some(LoggedAnswer {
+                approval: "3f2a9c1d-2".into(),
+                decision: Decision::Answer {
+                    text: "beta".into()
+                },
+            }))
+        );
+        assert_eq!(
+            read(r#"{"pane":"p","colibri":"exit","state":"done"}"#),
+            Ok(None)
+        );
+        // The guard's deny of a PreToolUse: an answer no approval holds.
+        assert_eq!(
+            read(
+                r#"{"pane":"p","colibri":"answer","approval":"toolu_01","hook":"PreToolUse","decision":"deny","message":"m","by":"policy"}"#
+            ),
+            Ok(None)
+        );
+        assert_eq!(
+            read(r#"{"colibri":"answer","decision":"approve"}"#),
+            Err(BadAnswer::NoApproval)
+        );
+        assert_eq!(
+            read(r#"{"colibri":"answer","approval":"nocount","decision":"approve"}"#),
+            Err(BadAnswer::NoApproval)
+        );
+        assert_eq!(
+            read(r#"{"colibri":"answer","approval":"a-1","decision":"maybe"}"#),
+            Err(BadAnswer::UnknownDecision("maybe".into()))
+        );
+        assert_eq!(
+            read(r#"{"colibri":"answer","approval":7,"decision":"approve"}"#),
+            Err(BadAnswer::Unreadable)
+        );
     }
 }

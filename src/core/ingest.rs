@@ -15,9 +15,44 @@ pub const DEFAULT_MAX_LINE: usize = 1 << 20;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     /// A complete line without its `\n` (and without a trailing `\r`).
-    Line(&'a [u8]),
+    Line(FramedLine<'a>),
     /// A line longer than the cap; reported once, when the cap is passed.
     Oversize,
+}
+
+/// A complete line's bytes, and the same bytes as text when they are
+/// known to be UTF-8: the framer checks each chunk whole, once, so a
+/// parser that wants text need not check every line again (on a stream of
+/// short lines that per-line check cost more than the chunk's).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FramedLine<'a> {
+    bytes: &'a [u8],
+    text: Option<&'a str>,
+}
+
+impl<'a> FramedLine<'a> {
+    /// A line not yet known to be UTF-8.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        FramedLine { bytes, text: None }
+    }
+
+    /// A line already checked as UTF-8.
+    pub fn from_text(text: &'a str) -> Self {
+        FramedLine {
+            bytes: text.as_bytes(),
+            text: Some(text),
+        }
+    }
+
+    pub fn bytes(self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The line as text if it was checked whole; `None` says nothing
+    /// about whether it is UTF-8.
+    pub fn text(self) -> Option<&'a str> {
+        self.text
+    }
 }
 
 #[derive(Debug)]
@@ -48,11 +83,18 @@ impl LineFramer {
 
     /// Splits `chunk` into frames. Lines that lie wholly inside `chunk` are
     /// passed as slices of it; only a line spanning chunks is copied.
+    ///
+    /// The chunk is checked as UTF-8 once: a line wholly inside its valid
+    /// part is passed with its text ([`FramedLine::text`]).
     pub fn feed(&mut self, chunk: &[u8], mut on_frame: impl FnMut(Frame<'_>)) {
+        let text = utf8_prefix(chunk);
         let mut rest = chunk;
+        let mut start = 0;
         while let Some(pos) = memchr(b'\n', rest) {
             let head = &rest[..pos];
             rest = &rest[pos + 1..];
+            let at = start;
+            start += pos + 1;
             if self.discarding {
                 self.discarding = false;
                 continue;
@@ -60,9 +102,15 @@ impl LineFramer {
             if self.partial.is_empty() {
                 if head.len() > self.max {
                     on_frame(Frame::Oversize);
-                } else {
-                    on_frame(Frame::Line(strip_cr(head)));
+                    continue;
                 }
+                let line = strip_cr(head);
+                // `\n` and `\r` are ASCII: the ends are char boundaries.
+                let line = match text.get(at..at + line.len()) {
+                    Some(t) => FramedLine::from_text(t),
+                    None => FramedLine::new(line),
+                };
+                on_frame(Frame::Line(line));
                 continue;
             }
             if self.partial.len() + head.len() > self.max {
@@ -71,7 +119,7 @@ impl LineFramer {
                 continue;
             }
             self.partial.extend_from_slice(head);
-            on_frame(Frame::Line(strip_cr(&self.partial)));
+            on_frame(Frame::Line(FramedLine::new(strip_cr(&self.partial))));
             self.partial.clear();
         }
         if rest.is_empty() || self.discarding {
@@ -93,7 +141,17 @@ impl LineFramer {
             return;
         }
         let line = std::mem::take(&mut self.partial);
-        on_frame(Frame::Line(strip_cr(&line)));
+        on_frame(Frame::Line(FramedLine::new(strip_cr(&line))));
+    }
+}
+
+/// The longest prefix of `chunk` that is UTF-8, as text. A read may end
+/// inside a character, or an agent may print bytes that are not UTF-8:
+/// lines before that point keep their text.
+fn utf8_prefix(chunk: &[u8]) -> &str {
+    match std::str::from_utf8(chunk) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&chunk[..e.valid_up_to()]).unwrap_or_default(),
     }
 }
 
@@ -118,14 +176,14 @@ mod tests {
         for c in chunks {
             framer.feed(c, |f| {
                 out.push(match f {
-                    Frame::Line(l) => Some(l.to_vec()),
+                    Frame::Line(l) => Some(l.bytes().to_vec()),
                     Frame::Oversize => None,
                 })
             });
         }
         framer.finish(|f| {
             out.push(match f {
-                Frame::Line(l) => Some(l.to_vec()),
+                Frame::Line(l) => Some(l.bytes().to_vec()),
                 Frame::Oversize => None,
             })
         });
@@ -160,6 +218,63 @@ mod tests {
         );
         let mut f = LineFramer::new(4);
         assert_eq!(frames(&mut f, &[b"12", b"3456\n"]), vec![None]);
+    }
+
+    /// Each complete line with its text (`None`: not checked whole).
+    fn texts(framer: &mut LineFramer, chunk: &[u8]) -> Vec<(Vec<u8>, Option<String>)> {
+        let mut out = Vec::new();
+        framer.feed(chunk, |f| {
+            if let Frame::Line(l) = f {
+                if let Some(t) = l.text() {
+                    assert_eq!(t.as_bytes(), l.bytes(), "text is the line's bytes");
+                }
+                out.push((l.bytes().to_vec(), l.text().map(str::to_string)));
+            }
+        });
+        out
+    }
+
+    #[test]
+    fn lines_of_a_utf8_chunk_carry_their_text() {
+        let mut f = LineFramer::new(64);
+        let some = |s: &str| (s.as_bytes().to_vec(), Some(s.to_string()));
+        assert_eq!(
+            texts(&mut f, "{\"a\":1}\r\nΩ é\n\n".as_bytes()),
+            vec![some("{\"a\":1}"), some("Ω é"), some("")]
+        );
+        // A line that spans chunks is joined from the held part: bytes only.
+        assert_eq!(texts(&mut f, b"ab"), vec![]);
+        assert_eq!(
+            texts(&mut f, b"cd\nef\n"),
+            vec![(b"abcd".to_vec(), None), some("ef")]
+        );
+    }
+
+    #[test]
+    fn lines_past_a_bad_byte_or_a_cut_character_are_bytes_only() {
+        let mut f = LineFramer::new(64);
+        let got = texts(&mut f, b"ok\nbad\xff\nlater\n");
+        assert_eq!(
+            got,
+            vec![
+                (b"ok".to_vec(), Some("ok".to_string())),
+                (b"bad\xff".to_vec(), None),
+                (b"later".to_vec(), None),
+            ]
+        );
+        // A read that ends inside a character: the lines before it keep
+        // their text, and the character is whole in the joined line.
+        let omega = "Ω".as_bytes();
+        let mut chunk = b"x\n".to_vec();
+        chunk.push(omega[0]);
+        assert_eq!(
+            texts(&mut f, &chunk),
+            vec![(b"x".to_vec(), Some("x".to_string()))]
+        );
+        assert_eq!(
+            texts(&mut f, &[omega[1], b'\n']),
+            vec![("Ω".as_bytes().to_vec(), None)]
+        );
     }
 
     #[test]

@@ -9,9 +9,10 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::core::approval::{
-    Approval, ApprovalEvent, ApprovalOutcome, ApprovalRequest, Decision, ExpiryReason, Resolves,
+    Approval, ApprovalEvent, ApprovalOutcome, ApprovalRequest, Decision, ExpiryReason,
+    LoggedAnswer, Resolves,
 };
-use crate::core::ingest::{is_blank, Frame, LineFramer};
+use crate::core::ingest::{is_blank, Frame, FramedLine, LineFramer};
 use crate::core::policy::{LineFacts, ToolFacts};
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::state::{self, AgentState};
@@ -319,6 +320,25 @@ impl Pane {
         closed.into_iter().next()
     }
 
+    /// Replays an answer its session log recorded (`colibri fold`, the
+    /// daemon's recovery): closes the pending approval it names as
+    /// answered, as [`Pane::answered`] did when it was given, and writes
+    /// nothing anywhere. Matched by the per-pane count, not the whole id:
+    /// the id's prefix is the logging pane's, which a fold's pane is not.
+    /// `None` when no pending approval has that count (the request never
+    /// reached this pane, or the harness settled it first).
+    pub fn replay_answer(&mut self, answer: &LoggedAnswer, now: Timestamp) -> Option<Approval> {
+        let count = answer.count();
+        let id = self
+            .approvals
+            .pending
+            .iter()
+            .find(|a| a.id.rsplit_once('-').is_some_and(|(_, n)| n == count))?
+            .id
+            .clone();
+        self.answered(&id, &answer.decision, now)
+    }
+
     /// Sets when a pending approval gives up by itself (a waiting hook's
     /// timeout); false if `id` is not pending.
     pub fn set_approval_expiry(&mut self, id: &str, at: Timestamp) -> bool {
@@ -426,7 +446,7 @@ impl Pane {
         let frame = if line.len() > self.framer.max_line() {
             Frame::Oversize
         } else {
-            Frame::Line(line)
+            Frame::Line(FramedLine::new(line))
         };
         let kind = self.on_frame(frame, now, out);
         on_line(frame, kind);
@@ -507,14 +527,14 @@ impl Pane {
             }
             Frame::Line(l) => l,
         };
-        if is_blank(line) {
+        if is_blank(line.bytes()) {
             return LineKind::Blank;
         }
         self.lines += 1;
         self.quiet_since = self.quiet_since.max(now);
         match &mut self.dialect {
             Dialect::Known(_) => self.observe_known(line, now, out),
-            Dialect::Detecting { held, bytes } => match detect(line) {
+            Dialect::Detecting { held, bytes } => match detect(line.bytes()) {
                 Detection::Malformed => {
                     self.counters.malformed += 1;
                     LineKind::Malformed
@@ -524,8 +544,8 @@ impl Pane {
                     self.observe_known(line, now, out)
                 }
                 Detection::Undecided => {
-                    held.push((line.to_vec(), now));
-                    *bytes += line.len();
+                    held.push((line.bytes().to_vec(), now));
+                    *bytes += line.bytes().len();
                     if held.len() >= DETECT_MAX_LINES || *bytes >= DETECT_MAX_BYTES {
                         // The seed contract's taxonomy is Pi's.
                         self.settle_dialect(Runtime::Pi, out);
@@ -538,16 +558,18 @@ impl Pane {
 
     fn observe_known(
         &mut self,
-        line: &[u8],
+        line: FramedLine<'_>,
         now: Timestamp,
         out: &mut Vec<Transition>,
     ) -> LineKind {
         let Dialect::Known(adapter) = &mut self.dialect else {
             return LineKind::Held;
         };
-        match adapter.observe(line) {
+        // By reference: binding the observation out of the result copied
+        // its 264 bytes on every line.
+        match &adapter.observe_line(line) {
             Ok(obs) => {
-                self.apply(&obs, now, out);
+                self.apply(obs, now, out);
                 LineKind::Event
             }
             Err(_) => {
@@ -569,7 +591,7 @@ impl Pane {
         let lines_now = self.lines;
         for (i, (line, at)) in held.iter().enumerate() {
             self.lines = lines_now - (held.len() as u64) + i as u64;
-            let _ = self.observe_known(line, *at, out);
+            let _ = self.observe_known(FramedLine::new(line), *at, out);
         }
         self.lines = lines_now;
     }
@@ -586,12 +608,10 @@ impl Pane {
         let before = self.usage;
         obs.usage.apply_to(&mut self.usage);
         if let Some(facts) = &mut self.facts {
-            let mut f = line_facts(obs, &before, &self.usage, self.lines);
-            if f.tool.is_some() {
-                f.cwd = self.cwd.clone();
-            }
-            // Most lines (streamed deltas) matter to no policy.
-            if !f.is_inert() {
+            if let Some(mut f) = line_facts(obs, &before, &self.usage, self.lines) {
+                if f.tool.is_some() {
+                    f.cwd = self.cwd.clone();
+                }
                 facts.push(f);
             }
         }
@@ -743,7 +763,16 @@ impl Pane {
 
 /// One line's facts: the usage it added (a replaced running total counts
 /// as its increase), its tool call and error.
-fn line_facts(obs: &Observation<'_>, before: &Usage, after: &Usage, line: u64) -> LineFacts {
+/// The line's facts for the policies, or `None` for a line that can move
+/// none of them ([`LineFacts::is_inert`]). Most lines of a stream (the
+/// streamed deltas) are such lines, and are judged before anything is
+/// built for them.
+fn line_facts(
+    obs: &Observation<'_>,
+    before: &Usage,
+    after: &Usage,
+    line: u64,
+) -> Option<LineFacts> {
     let usage = Usage {
         input_tokens: after.input_tokens.saturating_sub(before.input_tokens),
         output_tokens: after.output_tokens.saturating_sub(before.output_tokens),
@@ -755,21 +784,27 @@ fn line_facts(obs: &Observation<'_>, before: &Usage, after: &Usage, line: u64) -
             .saturating_sub(before.cache_write_tokens),
         cost_usd: (after.cost_usd - before.cost_usd).max(0.0),
     };
+    let finished = !obs.subagent && obs.signal == Signal::Finished;
+    if usage.is_zero() && obs.tool.is_none() && obs.error.is_none() && !obs.turn && !finished {
+        return None;
+    }
     let tool = obs.tool.as_ref().map(|t| match (&t.command, t.args) {
         (Some(cmd), _) => ToolFacts::new(&t.name, cmd),
         (None, Some(args)) => ToolFacts::new(&t.name, args.get()),
         (None, None) => ToolFacts::new(&t.name, ""),
     });
-    LineFacts {
+    let facts = LineFacts {
         line,
         usage,
         cost_reported: after.cost_usd > 0.0,
         tool,
         error: obs.error.as_ref().map(|e| e.to_string()),
         turn: obs.turn,
-        finished: !obs.subagent && obs.signal == Signal::Finished,
+        finished,
         cwd: None,
-    }
+    };
+    debug_assert!(!facts.is_inert(), "an inert line passed the early test");
+    Some(facts)
 }
 
 fn tool_record(t: &ToolCall<'_>, now: Timestamp) -> ToolRecord {
@@ -826,6 +861,48 @@ mod approval_tests {
         let again = p.take_facts();
         assert_eq!(again.len(), 1, "the lent buffer comes emptied");
         assert!(again.capacity() >= 1000);
+    }
+
+    /// Facts are made for the lines that can move a policy (a tool call,
+    /// spend, a message start, an error, a finish) and for no other.
+    #[test]
+    fn only_lines_that_can_move_a_policy_leave_facts() {
+        let mut p = pane(Runtime::Pi);
+        p.record_facts();
+        let lines = [
+            r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"ok"}}"#,
+            r#"{"type":"tool_execution_start","toolCallId":"t1","toolName":"bash","args":{"command":"ls"}}"#,
+            r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"ok"}}"#,
+            r#"{"type":"message_end","message":{"role":"assistant","usage":{"input":5,"output":7},"stopReason":"toolUse"}}"#,
+            r#"{"type":"turn_start"}"#,
+            r#"{"type":"message_end","message":{"role":"assistant","stopReason":"error","errorMessage":"overloaded"}}"#,
+            r#"{"type":"tool_execution_end","toolCallId":"t1","toolName":"bash"}"#,
+        ];
+        for (i, line) in lines.iter().enumerate() {
+            feed(&mut p, line, 2_000 + i as u64);
+        }
+        let facts = p.take_facts();
+        let got: Vec<(u64, bool, bool, bool, bool)> = facts
+            .iter()
+            .map(|f| {
+                (
+                    f.line,
+                    f.tool.is_some(),
+                    !f.usage.is_zero(),
+                    f.turn,
+                    f.error.is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (2, true, false, false, false),
+                (4, false, true, false, false),
+                (5, false, false, true, false),
+                (6, false, false, false, true),
+            ]
+        );
     }
 
     const PI_CONFIRM: &str = r#"{"type":"extension_ui_request","id":"ui-1","method":"confirm","title":"Push?","message":"to main","timeout":5000}"#;

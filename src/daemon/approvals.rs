@@ -10,6 +10,9 @@
 //!
 //! [`guard_decision`] is the command guard before a tool runs: an approval it
 //! decides is answered at once, by `policy`, before the operator sees it.
+//! `Daemon::guard_pre_tool_use` is the same guard on a Claude Code
+//! `PreToolUse`, which opens no approval: its deny goes straight back to
+//! the hook.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -18,9 +21,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::core::approval::{
-    encode_answer, AnswerChannel, Approval, ApprovalEvent, ApprovalOutcome, Decision,
+    encode_answer, guard_pre_tool_use, AnswerChannel, Approval, ApprovalEvent, ApprovalOutcome,
+    Decision,
 };
-use crate::core::policy::{guard, GuardSettings};
+use crate::core::policy::GuardSettings;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::INPUT_QUEUE_LIMIT;
 use crate::daemon::conn::Scope;
@@ -109,21 +113,11 @@ pub fn guard_decision(
     approval: &Approval,
     cwd: Option<&str>,
 ) -> Option<Decision> {
-    if !guard.enabled {
-        return None;
-    }
     let tool = approval.tool.as_deref()?;
     let args = approval.input_json().or(approval.summary.as_deref())?;
-    let hit = guard::check(tool, args, cwd)?;
-    if guard.disabled.contains(&hit.rule) {
-        return None;
-    }
+    let hit = guard.check(tool, args, cwd)?;
     Some(Decision::Deny {
-        message: Some(format!(
-            "colibri's command guard refused this ({}): {}",
-            hit.rule.as_str(),
-            hit.command
-        )),
+        message: Some(hit.refusal()),
     })
 }
 
@@ -172,7 +166,7 @@ impl Daemon {
         self.refresh_approval_deadlines(key, t);
     }
 
-    fn approval_closed(
+    pub(crate) fn approval_closed(
         &mut self,
         pane_id: &str,
         a: &Approval,
@@ -357,7 +351,7 @@ impl Daemon {
                 self.reply_later(&w, &Reply::Hook(reply), t);
             }
         }
-        self.log_answer(key, id, &decision, &who, t);
+        self.log_answer(key, id, None, &decision, &who, t);
         self.approvals.answering = Some(who);
         if let Some(p) = self.panes.pane_mut(key) {
             p.answered(id, &decision, t);
@@ -373,10 +367,13 @@ impl Daemon {
         })
     }
 
+    /// Logs an answer to approval `id`, or, with `hook`, the daemon's own
+    /// answer to that hook call (`id` is then the tool call's).
     fn log_answer(
         &mut self,
         key: PaneKey,
         id: &str,
+        hook: Option<&str>,
         decision: &Decision,
         who: &Answerer,
         t: Timestamp,
@@ -397,8 +394,41 @@ impl Daemon {
             text,
             by: &who.by,
             uid: who.uid,
+            hook,
         };
         self.store.answer(&agent.session, &rec, t);
+    }
+
+    /// The command guard on a Claude Code `PreToolUse` that `colibri hook`
+    /// forwarded (already ingested): on a hit, the deny is logged as an
+    /// answer `by: policy` (named by the call's `tool_use_id`, as no
+    /// approval opens) and returned for the hook to print at once. `None`:
+    /// the call goes on, and nobody is asked.
+    pub(crate) fn guard_pre_tool_use(
+        &mut self,
+        key: PaneKey,
+        event: &Value,
+        t: Timestamp,
+    ) -> Option<HookReply> {
+        let cwd = self.panes.pane(key).and_then(|p| p.cwd());
+        let denial = guard_pre_tool_use(&self.settings.governance.guard, event, cwd)?;
+        let decision = Decision::Deny {
+            message: Some(denial.message),
+        };
+        self.log_answer(
+            key,
+            &denial.tool_use_id,
+            Some("PreToolUse"),
+            &decision,
+            &Answerer::policy(),
+            t,
+        );
+        Some(HookReply {
+            approval: None,
+            decision: Some(decision.as_str().into()),
+            output: Some(denial.output),
+            reason: None,
+        })
     }
 
     /// Registers the `hook` request `rid` on `conn` as waiting for approval

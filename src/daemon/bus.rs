@@ -73,6 +73,10 @@ impl Bus {
         }
     }
 
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
     pub fn journal_mut(&mut self) -> &mut Journal {
         &mut self.journal
     }

@@ -326,7 +326,7 @@ impl Conn {
             let oversize = &mut got.oversize;
             let requests = &mut self.requests;
             self.framer.feed(&buf[..n], |frame| match frame {
-                Frame::Line(l) => requests.push_back(l.to_vec()),
+                Frame::Line(l) => requests.push_back(l.bytes().to_vec()),
                 Frame::Oversize => *oversize = true,
             });
             if got.oversize || !self.requests.is_empty() {

@@ -45,10 +45,7 @@ impl Daemon {
             model: None,
             cwd: slot.pane.cwd().map(str::to_string),
         };
-        let mut verdicts = Vec::new();
-        for f in &facts {
-            verdicts.extend(self.governor.observe(&info, f, t));
-        }
+        let verdicts = self.governor.observe_lines(&info, &facts, t);
         self.keep_facts_buffer(facts);
         self.carry_out(verdicts, t);
     }

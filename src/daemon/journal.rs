@@ -18,7 +18,8 @@
 //! A line is `{"t":<ms>,"jail":<name or absent>,"ev":<the watch line>}`.
 //! A torn last line (a crash mid-write) is cut off at start.
 
-use std::collections::VecDeque;
+use std::borrow::Cow;
+use std::collections::{HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -363,6 +364,61 @@ impl Journal {
     pub fn get(&self, index: usize) -> Option<&Entry> {
         self.ring.get(index)
     }
+
+    /// The approvals (pane id, approval id) whose last event the journal
+    /// holds opened or escalated them: what its watchers last heard of
+    /// them is that they wait for an answer.
+    pub fn open_approvals(&self) -> HashSet<(String, String)> {
+        let mut open = HashSet::new();
+        for e in &self.ring {
+            if memchr::memmem::find(&e.frame, b"\"approval_").is_none() {
+                continue;
+            }
+            let Ok(ev) = serde_json::from_slice::<ApprovalFrame<'_>>(&e.frame) else {
+                continue;
+            };
+            let Some(pane) = ev.pane else { continue };
+            let id = match ev.approval {
+                Some(ApprovalField::Id(id)) => id,
+                Some(ApprovalField::Object { id }) => id,
+                None => continue,
+            };
+            let key = (pane.into_owned(), id.into_owned());
+            match ev.event.as_ref() {
+                "approval_opened" | "approval_escalated" => {
+                    open.insert(key);
+                }
+                "approval_answered" | "approval_expired" => {
+                    open.remove(&key);
+                }
+                _ => {}
+            }
+        }
+        open
+    }
+}
+
+/// The fields of an approval watch line that [`Journal::open_approvals`]
+/// reads.
+#[derive(Deserialize)]
+struct ApprovalFrame<'a> {
+    #[serde(borrow)]
+    event: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pane: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    approval: Option<ApprovalField<'a>>,
+}
+
+/// `approval`: the approval itself (`approval_opened`), or its id.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ApprovalField<'a> {
+    Id(#[serde(borrow)] Cow<'a, str>),
+    Object {
+        #[serde(borrow)]
+        id: Cow<'a, str>,
+    },
 }
 
 impl Drop for Journal {

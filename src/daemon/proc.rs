@@ -532,9 +532,9 @@ impl<'a> LogSink<'a> {
 
     fn line(&mut self, frame: Frame<'_>, kind: LineKind) {
         let rec = match (kind, frame) {
-            (LineKind::Event, Frame::Line(l)) => LineRecord::Parsed(l),
-            (LineKind::Held, Frame::Line(l)) => LineRecord::Event(l),
-            (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l),
+            (LineKind::Event, Frame::Line(l)) => LineRecord::Parsed(l.bytes()),
+            (LineKind::Held, Frame::Line(l)) => LineRecord::Event(l.bytes()),
+            (LineKind::Malformed, Frame::Line(l)) => LineRecord::Raw(l.bytes()),
             (LineKind::Oversize, _) | (_, Frame::Oversize) => LineRecord::Oversize(self.max_line),
             (LineKind::Blank, _) => return,
         };

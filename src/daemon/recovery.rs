@@ -1,12 +1,16 @@
 //! Recovery: rebuilds the pane table from the session logs a previous
 //! daemon left (`store::Recovery`).
 
-use crate::core::pane::{ExitStatus, Pane, PaneId};
+use std::collections::HashSet;
+
+use crate::core::approval::{Approval, ApprovalEvent, ApprovalOutcome};
+use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Agent, RestartPolicy, RestartState};
+use crate::daemon::diag::log_warn;
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::store::{ExitRecord, Recovery};
+use crate::daemon::store::{ExitRecord, RecoveredPane, Recovery};
 
 impl Daemon {
     /// Rebuilds panes from the logs a previous daemon left. Agents that were
@@ -14,6 +18,15 @@ impl Daemon {
     pub(crate) fn recover(&mut self, rec: Recovery, t: Timestamp) {
         let mut out = Vec::new();
         let n = rec.panes.len();
+        let mut unmatched = 0;
+        // What the watchers last heard is waiting; a lost agent's approvals
+        // among them are announced as ended below.
+        let open = if n > 0 {
+            self.bus.journal().open_approvals()
+        } else {
+            Default::default()
+        };
+        let mut unannounced = Vec::new();
         for rp in rec.panes {
             let runtime = rp.runtime.as_deref().and_then(Runtime::parse);
             let max_line = self.settings.daemon.max_line;
@@ -55,9 +68,7 @@ impl Daemon {
             };
             pane.name = rp.name.clone();
             pane.set_cwd(rp.cwd.clone());
-            for (ts, line) in &rp.events {
-                let _ = pane.ingest_line(line, *ts, &mut out);
-            }
+            unmatched += replay(pane, &rp, &mut out);
             match rp.exit {
                 Some((_, code, signal)) => {
                     let status = match (code, signal) {
@@ -75,7 +86,11 @@ impl Daemon {
                 None => {
                     let reason =
                         "colibrid stopped while this agent ran; the agent was lost".to_string();
+                    // The refold's own approval events were published by
+                    // the daemon that lived them (see below).
+                    drop(pane.take_approval_events());
                     pane.fail(reason.clone(), t, &mut out);
+                    unannounced.extend(ended_unheard(pane, &open));
                     self.store.exit(
                         &rp.session,
                         &ExitRecord {
@@ -89,10 +104,183 @@ impl Daemon {
                     );
                 }
             }
+            // The daemon that lived these approvals published them (the
+            // journal holds them), and recovery publishes nothing, as for
+            // the lost agent's state; left here, the pane's next line would
+            // announce each approval as opened once more.
+            drop(pane.take_approval_events());
             out.clear();
+        }
+        // The daemon that opened these died before it could say they
+        // ended (a crash): said once, now. After an orderly stop it said
+        // so itself, and the journal shows them closed.
+        for (pane_id, approval, outcome) in unannounced {
+            self.approval_closed(&pane_id, &approval, &outcome, t);
         }
         if n > 0 {
             crate::daemon::diag::log_info!("recovered {n} pane(s) from the session logs");
         }
+        if unmatched > 0 {
+            log_warn!(
+                "recovery: {unmatched} logged answer(s) named no approval pending at their place in the log; skipped"
+            );
+        }
+    }
+}
+
+/// The approvals the pane's end closed that the journal still shows
+/// waiting (pane id, approval, outcome).
+fn ended_unheard(
+    pane: &mut Pane,
+    open: &HashSet<(String, String)>,
+) -> Vec<(String, Approval, ApprovalOutcome)> {
+    let pane_id = pane.id.0.clone();
+    pane.take_approval_events()
+        .into_iter()
+        .filter_map(|e| match e {
+            ApprovalEvent::Closed {
+                approval, outcome, ..
+            } if open.contains(&(pane_id.clone(), approval.id.clone())) => {
+                Some((pane_id.clone(), approval, outcome))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Refolds a recovered pane's events with the answers its log recorded,
+/// each replayed where it was given (`Pane::replay_answer`, as `colibri
+/// fold` does), so an approval answered before the restart is closed as
+/// answered, not pending. Nothing is written to any agent. Returns how
+/// many answers matched no pending approval (not counted when the cap
+/// dropped some of the pane's events: their approvals are not there).
+fn replay(pane: &mut Pane, rp: &RecoveredPane, out: &mut Vec<Transition>) -> usize {
+    let mut answers = rp.answers.iter().peekable();
+    let mut unmatched = 0;
+    let mut answer_due = |pane: &mut Pane, before: usize| {
+        while let Some(a) = answers.next_if(|a| a.after_events <= before) {
+            if pane.replay_answer(&a.answer, a.ts).is_none() {
+                unmatched += 1;
+            }
+        }
+    };
+    for (i, (ts, line)) in rp.events.iter().enumerate() {
+        answer_due(pane, i);
+        let _ = pane.ingest_line(line, *ts, out);
+    }
+    answer_due(pane, usize::MAX);
+    if rp.events_truncated {
+        0
+    } else {
+        unmatched
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::approval::{ApprovalEvent, ApprovalOutcome, Decision, LoggedAnswer};
+    use crate::daemon::store::RecoveredAnswer;
+
+    const ASK_Q1: &[u8] =
+        br#"{"type":"extension_ui_request","id":"q1","method":"confirm","title":"Go?"}"#;
+
+    fn answer(after_events: usize, approval: &str, decision: Decision) -> RecoveredAnswer {
+        RecoveredAnswer {
+            after_events,
+            ts: Timestamp::from_millis(after_events as u64 * 10 + 5),
+            answer: LoggedAnswer {
+                approval: approval.into(),
+                decision,
+            },
+        }
+    }
+
+    fn recovered(events: &[&[u8]], answers: Vec<RecoveredAnswer>) -> RecoveredPane {
+        RecoveredPane {
+            session: "s".into(),
+            pane: "3f2a9c1d-0000".into(),
+            agent: "pi".into(),
+            runtime: Some("pi".into()),
+            name: None,
+            cwd: None,
+            generation: 0,
+            jail: None,
+            attached_at: Timestamp::from_millis(0),
+            exit: None,
+            events: events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (Timestamp::from_millis(i as u64 * 10), e.to_vec()))
+                .collect(),
+            events_truncated: false,
+            answers,
+        }
+    }
+
+    fn pane_of(rp: &RecoveredPane) -> Pane {
+        Pane::new(
+            PaneId(rp.pane.clone()),
+            "pi".into(),
+            Some(Runtime::Pi),
+            1 << 20,
+            rp.attached_at,
+        )
+    }
+
+    fn outcomes(pane: &mut Pane) -> Vec<(String, Option<ApprovalOutcome>)> {
+        pane.take_approval_events()
+            .into_iter()
+            .map(|e| match e {
+                ApprovalEvent::Opened(a) => (a.id, None),
+                ApprovalEvent::Closed {
+                    approval, outcome, ..
+                } => (approval.id, Some(outcome)),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn answers_close_their_approvals_where_they_were_given_and_strays_are_counted() {
+        // Asked, answered, asked again with the same harness id: live, the
+        // second ask is a new approval because the first was answered.
+        let rp = recovered(
+            &[ASK_Q1, ASK_Q1],
+            vec![
+                answer(0, "3f2a9c1d-2", Decision::Approve),
+                answer(1, "3f2a9c1d-1", Decision::Deny { message: None }),
+                answer(2, "3f2a9c1d-9", Decision::Approve),
+            ],
+        );
+        let mut pane = pane_of(&rp);
+        let mut out = Vec::new();
+        // The first names an approval not asked yet at its place, the last
+        // one never asked: both skipped, counted.
+        assert_eq!(replay(&mut pane, &rp, &mut out), 2);
+        let denied = ApprovalOutcome::Answered {
+            decision: Decision::Deny { message: None },
+        };
+        assert_eq!(
+            outcomes(&mut pane),
+            vec![
+                ("3f2a9c1d-1".to_string(), None),
+                ("3f2a9c1d-1".to_string(), Some(denied)),
+                ("3f2a9c1d-2".to_string(), None),
+            ]
+        );
+        let pending: Vec<&str> = pane
+            .pending_approvals()
+            .iter()
+            .map(|a| a.id.as_str())
+            .collect();
+        assert_eq!(pending, ["3f2a9c1d-2"]);
+    }
+
+    #[test]
+    fn strays_are_not_counted_when_the_cap_dropped_events() {
+        let mut rp = recovered(&[], vec![answer(0, "3f2a9c1d-1", Decision::Approve)]);
+        rp.events_truncated = true;
+        let mut pane = pane_of(&rp);
+        assert_eq!(replay(&mut pane, &rp, &mut Vec::new()), 0);
     }
 }

@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use crate::core::approval::LoggedAnswer;
 use crate::core::time::Timestamp;
 
 use self::index::{IndexDraft, IndexEntry, IndexEntryView};
@@ -212,6 +213,9 @@ pub struct AnswerRecord<'a> {
     pub text: Option<&'a str>,
     /// `operator`, `jail:NAME` or `policy`.
     pub by: &'a str,
+    /// The hook event the daemon answered itself, with no approval
+    /// (`PreToolUse`); `approval` then holds the tool call's id.
+    pub hook: Option<&'a str>,
     /// The peer's effective uid (absent for the policy).
     pub uid: Option<u32>,
 }
@@ -415,6 +419,18 @@ pub struct RecoveredPane {
     pub events: Vec<(Timestamp, Vec<u8>)>,
     /// Some events were not kept because of [`RECOVERY_EVENT_CAP`].
     pub events_truncated: bool,
+    /// The answer records since the last attach, each at its place among
+    /// `events` (dropped with them when the cap releases them).
+    pub answers: Vec<RecoveredAnswer>,
+}
+
+/// An answer to one of a recovered pane's approvals, as its log recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveredAnswer {
+    /// How many of the pane's `events` came before it.
+    pub after_events: usize,
+    pub ts: Timestamp,
+    pub answer: LoggedAnswer,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -849,6 +865,12 @@ impl SessionStore {
                 }
             };
             recovery.corrupt_lines += sum.corrupt_lines;
+            if let Some(why) = &sum.bad_answer {
+                recovery.problems.push(format!(
+                    "session {id}: {} answer record(s) not replayed (the first: {why}); the log keeps them",
+                    sum.bad_answers
+                ));
+            }
             let from_index = cached.remove(&id);
             let created_at = match (&from_index, sum.first_ts) {
                 (Some(e), Some(first)) if e.created_at_ms > 0 => {
@@ -1052,12 +1074,16 @@ impl SessionStore {
             LineRecord::Event(l) | LineRecord::Parsed(l) => {
                 let parsed = matches!(line, LineRecord::Parsed(_));
                 let l = record::trim_json_ws(l);
-                let reads_back = if parsed {
-                    scan::parsed_reads_back(l)
-                } else {
-                    scan::reads_back(l)
-                };
-                if record::embeddable_event(l) && reads_back {
+                // Most parsed lines pass in one scan; the rest take the
+                // full checks.
+                let embed = (parsed && record::plain_object(l))
+                    || (record::embeddable_event(l)
+                        && if parsed {
+                            scan::parsed_reads_back(l)
+                        } else {
+                            scan::reads_back(l)
+                        });
+                if embed {
                     record::event_tail(out, l);
                 } else {
                     record::raw_tail(out, l);
@@ -2199,7 +2225,8 @@ impl SessionStore {
 /// must read back as the log reader returns it: an `Event` that is a JSON
 /// object byte for byte (without surrounding JSON whitespace), anything
 /// else as its lossy UTF-8 text. A line one of the runtime adapters
-/// accepts is logged as `Parsed` too, whose cheaper check must then agree.
+/// accepts is logged as `Parsed` too, whose cheaper checks (the control
+/// byte scan, and the one-scan `record::plain_object`) must then agree.
 /// Panics on a mismatch.
 #[doc(hidden)]
 pub fn check_log_roundtrip(line: &[u8]) {
@@ -2217,6 +2244,13 @@ pub fn check_log_roundtrip(line: &[u8]) {
             scan::parsed_reads_back(trimmed),
             as_event,
             "the parsed line's check disagrees: {:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    if parsed && record::plain_object(trimmed) {
+        assert!(
+            as_event,
+            "a plain parsed line that does not read back: {:?}",
             String::from_utf8_lossy(line)
         );
     }

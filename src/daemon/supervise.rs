@@ -457,6 +457,7 @@ impl Daemon {
         if let Some(key) = pane_id.as_deref().and_then(|id| self.panes.key(id)) {
             if let Some(pane) = self.panes.pane_mut(key) {
                 pane.name = Some(spec.name.clone());
+                pane.stall_after = spec.stall_after;
             }
             return key;
         }
@@ -537,11 +538,17 @@ impl Daemon {
         }
     }
 
-    /// A new pane's first process: `attached`, as for `spawn-agent`.
+    /// A pane's first process in this daemon: `attached`, as for
+    /// `spawn-agent`. The pane may be one recovered from the logs, which
+    /// still shows how its last run ended: it starts afresh, as a restart
+    /// does, so the running agent is not shown with the old run's exit and
+    /// error.
     fn first_start(&mut self, key: PaneKey, t: Timestamp) {
         let Some(recipe) = self.panes.agent(key).and_then(|a| a.recipe.clone()) else {
             return;
         };
+        self.panes
+            .reattach(key, recipe.runtime, self.settings.daemon.max_line, t);
         self.log_attach(key, &recipe, t);
         match self.start_process(key, &recipe, t) {
             Ok(pid) => {

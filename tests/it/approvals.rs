@@ -2,6 +2,7 @@
 //! protocol ask, the operator answers through the CLI or the socket, and
 //! the agent reads the exact reply on its input.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -49,6 +50,23 @@ fn wait_pending(d: &Colibrid, id: &str) -> Value {
     wait_for(Duration::from_secs(30), "an approval to open", || {
         pending(d, id).into_iter().next()
     })
+}
+
+/// `colibri fold --json` of the session log holding an answer record.
+fn fold_the_answered_log(d: &Colibrid) -> Value {
+    let log = std::fs::read_dir(d.state.join("sessions"))
+        .expect("sessions dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"colibri\":\"answer\"")))
+        .expect("the log with the answer");
+    let o = Command::new(COLIBRI)
+        .args(["fold", "--json"])
+        .arg(&log)
+        .output()
+        .expect("fold");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("fold report")
 }
 
 /// The session log's `colibri` records of kind `answer`.
@@ -128,19 +146,7 @@ fn a_pi_confirm_is_approved_through_the_cli_and_the_agent_goes_on() {
     assert_eq!(recs[0]["uid"], json!(nix::unistd::geteuid().as_raw()));
 
     // `colibri fold` replays the record: the approval closes as answered.
-    let log = std::fs::read_dir(d.state.join("sessions"))
-        .expect("sessions dir")
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"colibri\":\"answer\"")))
-        .expect("the log with the answer");
-    let o = Command::new(COLIBRI)
-        .args(["fold", "--json"])
-        .arg(&log)
-        .output()
-        .expect("fold");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let report: Value = serde_json::from_slice(&o.stdout).expect("fold report");
+    let report = fold_the_answered_log(&d);
     assert_eq!(report["approvals"][0]["request_id"], json!("q1"));
     assert_eq!(
         report["approvals"][0]["outcome"],
@@ -248,6 +254,25 @@ fn bash_permission_hook(
     extra: &[&str],
     command: &str,
 ) -> std::process::Child {
+    let input = json!({"session_id":"s1","hook_event_name":"PermissionRequest",
+        "tool_name":"Bash","tool_input":{"command":command}});
+    hook_with(d, pane, extra, &input)
+}
+
+/// `colibri hook` on a Claude Code `PreToolUse` for `Bash command`.
+fn bash_pre_tool_use_hook(
+    d: &Colibrid,
+    pane: &str,
+    extra: &[&str],
+    command: &str,
+) -> std::process::Child {
+    let input = json!({"session_id":"s1","hook_event_name":"PreToolUse","permission_mode":"bypassPermissions",
+        "tool_name":"Bash","tool_input":{"command":command},"tool_use_id":"toolu_g1"});
+    hook_with(d, pane, extra, &input)
+}
+
+/// `colibri hook` reading `input` on its stdin.
+fn hook_with(d: &Colibrid, pane: &str, extra: &[&str], input: &Value) -> std::process::Child {
     let mut hook = Command::new(COLIBRI)
         .arg("hook")
         .args(extra)
@@ -259,12 +284,121 @@ fn bash_permission_hook(
         .spawn()
         .expect("hook");
     let mut stdin = hook.stdin.take().expect("stdin");
-    let input = json!({"session_id":"s1","hook_event_name":"PermissionRequest",
-        "tool_name":"Bash","tool_input":{"command":command}});
     stdin
         .write_all(input.to_string().as_bytes())
         .expect("write");
     hook
+}
+
+/// What `colibri hook` prints for a `PreToolUse` the guard refuses.
+const PRE_TOOL_USE_DENY: &str = r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"colibri's command guard refused this (rm_outside_cwd): rm -rf /"}}"#;
+
+/// Runs a `PreToolUse` hook for `command` to its end: what it printed, and
+/// how long it took.
+fn run_pre_tool_use(d: &Colibrid, pane: &str, command: &str) -> (Output, Duration) {
+    let started = std::time::Instant::now();
+    let hook = bash_pre_tool_use_hook(d, pane, &["--wait", "60s"], command);
+    let out = hook.wait_with_output().expect("hook exits");
+    (out, started.elapsed())
+}
+
+// In bypassPermissions mode Claude Code sends no `PermissionRequest`, but
+// it still runs `PreToolUse` hooks and obeys their deny.
+#[test]
+fn the_command_guard_denies_a_destructive_pre_tool_use_before_it_runs() {
+    let d = Colibrid::start(&[]);
+    let work = tempfile::tempdir().expect("cwd");
+    let cwd = work.path().display().to_string();
+    let id = d.spawn(
+        &["/bin/sh", "-c", "exec sleep 60"],
+        json!({"runtime":"claude","cwd":cwd}),
+    );
+    let (out, took) = run_pre_tool_use(&d, &id, "rm -rf /");
+    assert!(out.status.success());
+    assert!(
+        took < Duration::from_secs(30),
+        "the guard answers at once: {took:?}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        PRE_TOOL_USE_DENY,
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nobody is asked: no approval opens.
+    assert!(pending(&d, &id).is_empty());
+    // Logged as the guard's answer, named by the tool call.
+    let recs = wait_for(Duration::from_secs(30), "the guard's answer record", || {
+        let r = answer_records(&d);
+        (!r.is_empty()).then_some(r)
+    });
+    assert_eq!(recs[0]["approval"], json!("toolu_g1"));
+    assert_eq!(recs[0]["decision"], json!("deny"));
+    assert_eq!(recs[0]["by"], json!("policy"));
+    assert_eq!(
+        recs[0]["message"],
+        json!("colibri's command guard refused this (rm_outside_cwd): rm -rf /")
+    );
+    assert!(recs[0].get("uid").is_none());
+    // `colibri fold` reads the log: the answer closes no approval.
+    let report = fold_the_answered_log(&d);
+    assert!(
+        report["approvals"].as_array().is_none_or(Vec::is_empty),
+        "{report}"
+    );
+
+    // Harmless, or below the working directory: nothing printed, at once.
+    for command in ["ls -la", "rm -rf ./build"] {
+        let (out, took) = run_pre_tool_use(&d, &id, command);
+        assert!(out.status.success());
+        assert!(out.stdout.is_empty(), "{command}: {:?}", out.stdout);
+        assert!(
+            took < Duration::from_secs(10),
+            "{command}: the hook waited {took:?}"
+        );
+    }
+    assert!(pending(&d, &id).is_empty());
+    assert_eq!(answer_records(&d).len(), 1);
+}
+
+#[test]
+fn a_pre_tool_use_is_denied_only_while_the_guard_is_on() {
+    let mut d = Colibrid::start(&[]);
+    let cfg = d.path("guard.toml");
+    std::fs::write(&cfg, "[guard]\nenabled = false\n").expect("cfg");
+    d.terminate();
+    d.args = vec!["--config".into(), cfg.display().to_string()];
+    d.launch();
+    let id = d.spawn(
+        &["/bin/sh", "-c", "exec sleep 60"],
+        json!({"runtime":"claude"}),
+    );
+    let (out, _) = run_pre_tool_use(&d, &id, "rm -rf /");
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "the guard is off: {:?}", out.stdout);
+
+    std::fs::write(&cfg, "[guard]\nenabled = true\n").expect("cfg");
+    let before = d.ok(json!({"cmd":"status"}))["reloads"]
+        .as_u64()
+        .expect("reloads");
+    let pid = nix::unistd::Pid::from_raw(d.pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
+    wait_for(Duration::from_secs(20), "the reload", || {
+        (d.ok(json!({"cmd":"status"}))["reloads"].as_u64() == Some(before + 1)).then_some(())
+    });
+    let (out, _) = run_pre_tool_use(&d, &id, "rm -rf /");
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        PRE_TOOL_USE_DENY
+    );
+
+    // No daemon: fail open, as every forward does. Nothing printed, exit 0.
+    d.terminate();
+    let (out, took) = run_pre_tool_use(&d, &id, "rm -rf /");
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(took < Duration::from_secs(10), "{took:?}");
 }
 
 // See: issue 15 ("a tool call denied before it runs through a Claude hook").
@@ -479,4 +613,260 @@ fn an_unanswered_approval_escalates_then_is_denied_by_default() {
     );
     assert_eq!(recs[0]["by"], json!("policy"));
     assert!(recs[0].get("uid").is_none());
+}
+
+/// Every approval's story as the watch journal tells it, across restarts:
+/// for each (pane, approval), its events in order. Read from the start of
+/// the journal up to the `attached` event of a pane spawned now, so it
+/// holds everything published before.
+fn approval_stories(d: &Colibrid) -> BTreeMap<(String, String), Vec<String>> {
+    let mut w = d.client();
+    w.request(&json!({"cmd":"watch","since":0}));
+    let sentinel = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
+    let mut stories: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    loop {
+        let ev = w.read_line().expect("watch event");
+        let kind = ev["event"].as_str().unwrap_or_default().to_string();
+        if kind == "attached" && ev["pane"] == json!(sentinel) {
+            return stories;
+        }
+        if kind.starts_with("approval_") {
+            let approval = match &ev["approval"] {
+                Value::String(id) => id.clone(),
+                a => a["id"].as_str().unwrap_or_default().to_string(),
+            };
+            let pane = ev["pane"].as_str().unwrap_or_default().to_string();
+            stories.entry((pane, approval)).or_default().push(kind);
+        }
+    }
+}
+
+/// The pane's fields a restart must not change (its process, its state and
+/// the lines emitted between restarts aside).
+fn kept_fields(p: &Value) -> Value {
+    json!([
+        p["name"],
+        p["runtime"],
+        p["started_at"],
+        p["counters"]["malformed"],
+        p["approvals"]
+    ])
+}
+
+#[test]
+fn an_answered_approval_stays_answered_after_a_stop_and_after_a_crash() {
+    let mut d = Colibrid::start(&[]);
+    // It prints nothing after the reply: the answer is the pane's last record.
+    let got_path = d.path("asker.got").display().to_string();
+    let asker = d.script(
+        "asker",
+        &format!(
+            "printf '%s\\n' '{{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Delete x?\"}}'\nIFS= read -r line\nprintf '%s\\n' \"$line\" >> {got_path}\nexec sleep 600"
+        ),
+    );
+    let id = d.spawn(&[&asker], json!({"runtime":"pi","name":"asker"}));
+    // An agent that comes back in its own pane after each restart (asking
+    // only the first time): recovery must write it no second reply.
+    let keeper_got = d.path("keeper.got").display().to_string();
+    let marker = d.path("keeper.asked").display().to_string();
+    let keeper = d.script(
+        "keeper",
+        &format!(
+            "if [ -e {marker} ]; then echo '{{\"type\":\"agent_start\"}}'; else touch {marker}\nprintf '%s\\n' '{{\"type\":\"extension_ui_request\",\"id\":\"k1\",\"method\":\"confirm\",\"title\":\"Push?\"}}'; fi\nwhile IFS= read -r line; do printf '%s\\n' \"$line\" >> {keeper_got}; done\nexec sleep 600"
+        ),
+    );
+    let kid = d.spawn(
+        &[&keeper],
+        json!({"runtime":"pi","name":"keeper","restart":"always"}),
+    );
+    wait_pending(&d, &id);
+    wait_pending(&d, &kid);
+    let o = colibri(&d, &["approve", "asker"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = colibri(&d, &["deny", "keeper", "-m", "not now"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let replies = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    wait_for(Duration::from_secs(30), "both replies", || {
+        (!replies(&got_path).is_empty() && !replies(&keeper_got).is_empty()).then_some(())
+    });
+    wait_for(Duration::from_secs(30), "both answer records", || {
+        (answer_records(&d).len() == 2).then_some(())
+    });
+    let before = d.pane(&id);
+    assert_eq!(
+        before["state"],
+        json!("blocked"),
+        "answered, no line since: {before}"
+    );
+    assert!(pending(&d, &id).is_empty());
+    let told_once = |pane: &str| {
+        let a = format!("{}-1", &pane[..8]);
+        (
+            (pane.to_string(), a),
+            vec![
+                "approval_opened".to_string(),
+                "approval_answered".to_string(),
+            ],
+        )
+    };
+    let expected: BTreeMap<_, _> = [told_once(&id), told_once(&kid)].into_iter().collect();
+    assert_eq!(approval_stories(&d), expected);
+
+    // The keeper's process and last line: both new once it is back.
+    let k = d.pane(&kid);
+    let mut keeper_run = [k["pid"].clone(), k["last_event_at"].clone()];
+    for (round, how) in ["an orderly stop", "a crash"].into_iter().enumerate() {
+        if round == 0 {
+            assert!(d.terminate().success(), "colibrid stops cleanly");
+        } else {
+            d.crash();
+        }
+        d.launch();
+        let all = d.ok(json!({"cmd":"approvals"}));
+        assert_eq!(all["approvals"], json!([]), "after {how}: nothing pending");
+        let p = d.pane(&id);
+        assert_eq!(kept_fields(&p), kept_fields(&before), "after {how}: {p}");
+        if round == 0 {
+            assert_eq!(p["last_event_at"], before["last_event_at"], "{p}");
+        }
+        // One event logged, plus the line emitted after each earlier round.
+        assert_eq!(
+            p["counters"]["events"],
+            json!(1 + round),
+            "after {how}: {p}"
+        );
+        assert_eq!(
+            p["state"],
+            json!("error"),
+            "the agent died with colibrid: {p}"
+        );
+        let k = d.wait_pane(&kid, &format!("keeper back after {how}"), |k| {
+            k["pid"] != keeper_run[0] && k["last_event_at"] != keeper_run[1]
+        });
+        keeper_run = [k["pid"].clone(), k["last_event_at"].clone()];
+
+        // Each pane's next line (the keeper's own, an emit for the asker):
+        // before the fix it published the answered approval as opened
+        // again, then expired, for `colibri notify` to ask once more.
+        d.ok(json!({"cmd":"emit","agent_id": id, "event": {"type":"agent_start"}}));
+        assert_eq!(approval_stories(&d), expected, "after {how}");
+        assert!(pending(&d, &id).is_empty() && pending(&d, &kid).is_empty());
+    }
+    // No second reply reached either agent, and no second answer was logged.
+    assert_eq!(
+        replies(&got_path).lines().count(),
+        1,
+        "{}",
+        replies(&got_path)
+    );
+    assert_eq!(
+        replies(&keeper_got).lines().count(),
+        1,
+        "{}",
+        replies(&keeper_got)
+    );
+    assert_eq!(answer_records(&d).len(), 2);
+}
+
+const LOGGED_PANE: &str = "22222222-3333-4444-8555-666666666666";
+
+#[test]
+fn answer_records_that_are_malformed_or_name_no_approval_do_not_break_recovery() {
+    let mut d = Colibrid::start(&[]);
+    assert!(d.terminate().success());
+    let rec = |ts: &str, body: &str| {
+        format!(r#"{{"ts":"2026-11-21T10:00:0{ts}.000Z","pane":"{LOGGED_PANE}",{body}}}"#)
+    };
+    let lines = [
+        rec(
+            "0",
+            r#""colibri":"attach","agent":"pi","runtime":"pi","name":"logged","cwd":"/w","argv":["pi"],"generation":0"#,
+        ),
+        rec(
+            "1",
+            r#""ev":{"type":"extension_ui_request","id":"q1","method":"confirm","title":"Go?"}"#,
+        ),
+        rec(
+            "2",
+            r#""colibri":"answer","approval":"22222222-1","decision":"maybe","by":"operator""#,
+        ),
+        rec(
+            "3",
+            r#""colibri":"answer","decision":"approve","by":"operator""#,
+        ),
+        rec(
+            "4",
+            r#""colibri":"answer","approval":"22222222-7","decision":"approve","by":"operator""#,
+        ),
+        rec(
+            "5",
+            r#""colibri":"answer","approval":42,"decision":"approve","by":"operator""#,
+        ),
+        rec(
+            "6",
+            r#""colibri":"answer","approval":"22222222-1","decision":"deny","message":"no","by":"operator""#,
+        ),
+        rec("7", r#""colibri":"exit","state":"error","signal":15"#),
+    ];
+    let sessions = d.state.join("sessions");
+    std::fs::create_dir_all(&sessions).expect("sessions dir");
+    std::fs::write(sessions.join("logged.jsonl"), lines.join("\n") + "\n").expect("log");
+    d.launch();
+
+    let p = d.pane(LOGGED_PANE);
+    assert_eq!(p["counters"]["events"], json!(1), "{p}");
+    assert_eq!(p["state"], json!("error"), "{p}");
+    assert_eq!(d.ok(json!({"cmd":"approvals"}))["approvals"], json!([]));
+    d.ok(json!({"cmd":"emit","agent_id": LOGGED_PANE, "event": {"type":"agent_start"}}));
+    assert_eq!(approval_stories(&d), BTreeMap::new());
+    // Nothing is lost: the log still holds every record as written.
+    let dump = d.ok(json!({"cmd":"get-session","session_id":"logged"}));
+    let records = dump["records"].as_array().expect("records");
+    for l in &lines {
+        let v: Value = serde_json::from_str(l).expect("json");
+        assert!(records.contains(&v), "{l} kept");
+    }
+    assert_eq!(dump["corrupt_lines"], json!(0));
+}
+
+/// An approval still pending when colibrid stops ends once on the watch
+/// stream: after a crash, recovery announces its end (the daemon that
+/// opened it could not); after an orderly stop, what the stopping daemon
+/// said is not said again.
+#[test]
+fn a_pending_approval_s_end_is_announced_once_after_a_stop_and_after_a_crash() {
+    for how in ["an orderly stop", "a crash"] {
+        let mut d = Colibrid::start(&[]);
+        let asker = d.script(
+            "asker",
+            "printf '%s\\n' '{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Go?\"}'\nexec sleep 600",
+        );
+        let id = d.spawn(&[&asker], json!({"runtime":"pi","name":"asker"}));
+        wait_pending(&d, &id);
+        if how == "a crash" {
+            // The journal is written off the loop: wait until it holds the
+            // opening, as a client that saw it would.
+            wait_for(Duration::from_secs(30), "the opening journaled", || {
+                approval_stories(&d)
+                    .values()
+                    .any(|s| s == &["approval_opened".to_string()])
+                    .then_some(())
+            });
+            d.crash();
+        } else {
+            assert!(d.terminate().success());
+        }
+        d.launch();
+        let stories = approval_stories(&d);
+        let story = stories
+            .get(&(id.clone(), format!("{}-1", &id[..8])))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            story,
+            ["approval_opened", "approval_expired"],
+            "after {how}: {stories:?}"
+        );
+        assert_eq!(d.ok(json!({"cmd":"approvals"}))["approvals"], json!([]));
+    }
 }

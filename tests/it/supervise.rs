@@ -129,7 +129,7 @@ fn an_always_agent_comes_back_resumed_after_sigterm_and_after_sigkill() {
     let config = agent_table(
         "keeper",
         &[&agent],
-        "runtime = \"pi\"\nrestart = \"always\"\nresume = [\"{argv}\", \"--session\", \"{session}\"]",
+        "runtime = \"pi\"\nrestart = \"always\"\nstall_after = \"7m\"\nresume = [\"{argv}\", \"--session\", \"{session}\"]",
     );
     std::fs::write(d.path("colibri.toml"), config).expect("config");
     d.launch();
@@ -143,6 +143,16 @@ fn an_always_agent_comes_back_resumed_after_sigterm_and_after_sigkill() {
     d.launch();
     let p = wait_named(&d, "keeper", "keeper back after SIGTERM", running);
     assert_eq!(p["id"], id, "the same pane");
+    assert!(
+        p["exit"].is_null(),
+        "the last run's end is not this run's: {p}"
+    );
+    assert_ne!(p["state"], json!("error"), "{p}");
+    assert_eq!(
+        p["stall_after_ms"],
+        json!(420_000),
+        "its declared stall_after: {p}"
+    );
     let runs = |n: usize| {
         wait_for(Duration::from_secs(30), "the agent's runs", || {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -351,6 +361,11 @@ fn a_named_spawned_agent_with_a_policy_comes_back_after_colibrid_restarts() {
     d.launch();
     let p = d.wait_pane(&kept, "kept back", running);
     assert_eq!(p["supervision"]["declared"], json!(false), "{p}");
+    // A new run in the old pane: nothing of the last run's end is shown
+    // as the running agent's.
+    assert!(p["exit"].is_null(), "{p}");
+    assert!(p["last_error"].is_null(), "{p}");
+    assert_ne!(p["state"], json!("error"), "{p}");
     // A `never` policy does not come back: its pane is history.
     let l = d.pane(&lost);
     assert!(l["pid"].is_null(), "{l}");

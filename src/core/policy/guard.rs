@@ -55,6 +55,18 @@ pub struct GuardHit {
     pub command: String,
 }
 
+impl GuardHit {
+    /// What the harness is told when the guard denies the call before it
+    /// runs: the rule and the command.
+    pub fn refusal(&self) -> String {
+        format!(
+            "colibri's command guard refused this ({}): {}",
+            self.rule.as_str(),
+            self.command
+        )
+    }
+}
+
 /// How deep `sh -c`, `eval` and `$(…)` nest before the guard gives up
 /// reading (and flags nothing more).
 const MAX_DEPTH: usize = 6;

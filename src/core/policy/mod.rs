@@ -248,6 +248,18 @@ pub struct GuardSettings {
     pub disabled: Vec<GuardRule>,
 }
 
+impl GuardSettings {
+    /// [`guard::check`] under these settings: the hit, unless the guard or
+    /// the rule it matched is turned off.
+    pub fn check(&self, tool: &str, args: &str, cwd: Option<&str>) -> Option<GuardHit> {
+        if !self.enabled {
+            return None;
+        }
+        let hit = guard::check(tool, args, cwd)?;
+        (!self.disabled.contains(&hit.rule)).then_some(hit)
+    }
+}
+
 impl Default for GuardSettings {
     fn default() -> Self {
         GuardSettings {
@@ -318,96 +330,34 @@ impl Governor {
 
     /// One line's verdicts.
     pub fn observe(&mut self, pane: &PaneInfo, facts: &LineFacts, now: Timestamp) -> Vec<Verdict> {
+        self.observe_lines(pane, std::slice::from_ref(facts), now)
+    }
+
+    /// The verdicts of one pane's lines, in order: those of [`Governor::observe`]
+    /// line by line, with the pane's state looked up once (a read of a
+    /// streaming agent brings hundreds of lines, and the search of the
+    /// pane map by its id was a twentieth of a short line's cost).
+    pub fn observe_lines(
+        &mut self,
+        pane: &PaneInfo,
+        lines: &[LineFacts],
+        now: Timestamp,
+    ) -> Vec<Verdict> {
         let mut out = Vec::new();
-        let cost = self.cost(pane, facts);
-        self.budgets.observe(pane, facts, cost, now, &mut out);
-        self.guard_line(pane, facts, now, &mut out);
-        let settings = &self.loops;
-        // One search of the map for a pane it holds, not two.
+        if lines.is_empty() {
+            return out;
+        }
         let state = match self.panes.get_mut(&pane.id) {
             Some(state) => state,
             None => self.panes.entry(pane.id.clone()).or_default(),
         };
-        if let Some(hit) = state.loops.observe(settings, facts) {
-            let until = now.plus(hit.backoff);
-            state.loop_resume_at = Some(until);
-            state.loop_line = facts.line;
-            let verdict = |action: Action| Verdict {
-                pane: pane.id.clone(),
-                line: facts.line,
-                at: now,
-                policy: PolicyKind::Loop,
-                rule: hit.kind.as_str().to_string(),
-                target: Target::Pane(pane.id.clone()),
-                action,
-                reason: format!(
-                    "{} (loop {} in a row; paused {}s): {}",
-                    hit.kind.as_str(),
-                    hit.consecutive,
-                    hit.backoff.as_secs(),
-                    hit.detail
-                ),
-            };
-            out.push(verdict(Action::Pause { until: Some(until) }));
-            out.push(verdict(Action::Message {
-                text: settings.message.clone(),
-            }));
+        for facts in lines {
+            let cost = line_cost(&self.prices, pane, facts);
+            self.budgets.observe(pane, facts, cost, now, &mut out);
+            guard_line(&self.guard, pane, facts, now, &mut out);
+            loop_line(&self.loops, state, pane, facts, now, &mut out);
         }
         out
-    }
-
-    fn guard_line(
-        &self,
-        pane: &PaneInfo,
-        facts: &LineFacts,
-        now: Timestamp,
-        out: &mut Vec<Verdict>,
-    ) {
-        if !self.guard.enabled {
-            return;
-        }
-        let Some(tool) = &facts.tool else { return };
-        // The directory at this line, not the pane's latest: a replay cut
-        // into other chunks must judge the line alike.
-        let Some(hit) = guard::check(&tool.name, &tool.args, facts.cwd.as_deref()) else {
-            return;
-        };
-        if self.guard.disabled.contains(&hit.rule) {
-            return;
-        }
-        let verdict = |action: Action| Verdict {
-            pane: pane.id.clone(),
-            line: facts.line,
-            at: now,
-            policy: PolicyKind::Guard,
-            rule: hit.rule.as_str().to_string(),
-            target: Target::Pane(pane.id.clone()),
-            action,
-            reason: format!("{}: {}", hit.rule.as_str(), clip(&hit.command)),
-        };
-        out.push(verdict(match self.guard.response {
-            GuardResponse::Pause => Action::Pause { until: None },
-            GuardResponse::Kill => Action::Kill,
-        }));
-        out.push(verdict(Action::Escalate));
-    }
-
-    /// The line's cost: the harness's figure, else the price table's.
-    fn cost(&self, pane: &PaneInfo, facts: &LineFacts) -> f64 {
-        if facts.cost_reported || facts.usage.cost_usd > 0.0 {
-            return facts.usage.cost_usd;
-        }
-        // Most lines spend nothing: no price to look up.
-        if facts.usage.is_zero() {
-            return 0.0;
-        }
-        let price = pane
-            .model
-            .as_deref()
-            .and_then(|m| self.prices.get(m))
-            .or_else(|| pane.runtime.as_deref().and_then(|r| self.prices.get(r)))
-            .or_else(|| self.prices.get("default"));
-        price.map(|p| p.cost(facts)).unwrap_or(0.0)
     }
 
     /// Timed resumes that are due.
@@ -468,6 +418,93 @@ impl Governor {
     pub fn forget(&mut self, pane: &str) {
         self.panes.remove(pane);
     }
+}
+
+/// The guard's verdicts on one line's tool call, if any.
+fn guard_line(
+    guard: &GuardSettings,
+    pane: &PaneInfo,
+    facts: &LineFacts,
+    now: Timestamp,
+    out: &mut Vec<Verdict>,
+) {
+    let Some(tool) = &facts.tool else { return };
+    // The directory at this line, not the pane's latest: a replay cut
+    // into other chunks must judge the line alike.
+    let Some(hit) = guard.check(&tool.name, &tool.args, facts.cwd.as_deref()) else {
+        return;
+    };
+    let verdict = |action: Action| Verdict {
+        pane: pane.id.clone(),
+        line: facts.line,
+        at: now,
+        policy: PolicyKind::Guard,
+        rule: hit.rule.as_str().to_string(),
+        target: Target::Pane(pane.id.clone()),
+        action,
+        reason: format!("{}: {}", hit.rule.as_str(), clip(&hit.command)),
+    };
+    out.push(verdict(match guard.response {
+        GuardResponse::Pause => Action::Pause { until: None },
+        GuardResponse::Kill => Action::Kill,
+    }));
+    out.push(verdict(Action::Escalate));
+}
+
+/// The loop detector's verdicts on one line: a pause with its backoff,
+/// and the message on the harness's input.
+fn loop_line(
+    settings: &LoopSettings,
+    state: &mut PaneGovernance,
+    pane: &PaneInfo,
+    facts: &LineFacts,
+    now: Timestamp,
+    out: &mut Vec<Verdict>,
+) {
+    let Some(hit) = state.loops.observe(settings, facts) else {
+        return;
+    };
+    let until = now.plus(hit.backoff);
+    state.loop_resume_at = Some(until);
+    state.loop_line = facts.line;
+    let verdict = |action: Action| Verdict {
+        pane: pane.id.clone(),
+        line: facts.line,
+        at: now,
+        policy: PolicyKind::Loop,
+        rule: hit.kind.as_str().to_string(),
+        target: Target::Pane(pane.id.clone()),
+        action,
+        reason: format!(
+            "{} (loop {} in a row; paused {}s): {}",
+            hit.kind.as_str(),
+            hit.consecutive,
+            hit.backoff.as_secs(),
+            hit.detail
+        ),
+    };
+    out.push(verdict(Action::Pause { until: Some(until) }));
+    out.push(verdict(Action::Message {
+        text: settings.message.clone(),
+    }));
+}
+
+/// The line's cost: the harness's figure, else the price table's.
+fn line_cost(prices: &BTreeMap<String, Price>, pane: &PaneInfo, facts: &LineFacts) -> f64 {
+    if facts.cost_reported || facts.usage.cost_usd > 0.0 {
+        return facts.usage.cost_usd;
+    }
+    // Most lines spend nothing: no price to look up.
+    if facts.usage.is_zero() {
+        return 0.0;
+    }
+    let price = pane
+        .model
+        .as_deref()
+        .and_then(|m| prices.get(m))
+        .or_else(|| pane.runtime.as_deref().and_then(|r| prices.get(r)))
+        .or_else(|| prices.get("default"));
+    price.map(|p| p.cost(facts)).unwrap_or(0.0)
 }
 
 #[cfg(test)]
@@ -602,6 +639,79 @@ mod tests {
         let v = g.observe(&pane, &f, Timestamp::default());
         assert_eq!(v[0].action.as_str(), "pause");
         assert_eq!(v[0].target, Target::All);
+    }
+
+    /// Two panes' lines: a loop of identical reads, a guarded command,
+    /// spend that passes a token budget, and plain lines between.
+    fn mixed_lines() -> Vec<(PaneInfo, LineFacts)> {
+        let other = PaneInfo {
+            id: "q".into(),
+            ..info()
+        };
+        let mut lines = Vec::new();
+        for n in 1..=36u64 {
+            let (pane, f) = match n % 12 {
+                0..=5 => (info(), tool_line(n, "read", r#"{"path":"a"}"#)),
+                6 => (info(), tool_line(n, "bash", r#"{"command":"rm -rf /"}"#)),
+                7 | 8 => (other.clone(), tool_line(n, "read", r#"{"path":"b"}"#)),
+                9 => {
+                    let mut f = LineFacts {
+                        line: n,
+                        turn: true,
+                        ..LineFacts::default()
+                    };
+                    f.usage.output_tokens = 20_000;
+                    (other.clone(), f)
+                }
+                _ => (
+                    info(),
+                    LineFacts {
+                        line: n,
+                        ..LineFacts::default()
+                    },
+                ),
+            };
+            lines.push((pane, f));
+        }
+        lines
+    }
+
+    fn policies() -> Policies {
+        let mut p = Policies::default();
+        p.budgets.push(budget::BudgetRule::token_throttle());
+        p
+    }
+
+    #[test]
+    fn one_pane_s_lines_together_get_the_verdicts_of_each_line_alone() {
+        let lines = mixed_lines();
+        let mut alone = Governor::new(policies());
+        let mut together = Governor::new(policies());
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        // Runs of one pane's lines, as reads bring them, at one time each.
+        let mut i = 0;
+        while i < lines.len() {
+            let pane = &lines[i].0;
+            let run = lines[i..]
+                .iter()
+                .take_while(|(p, _)| p.id == pane.id)
+                .count();
+            let facts: Vec<LineFacts> = lines[i..i + run].iter().map(|(_, f)| f.clone()).collect();
+            let at = Timestamp::from_millis(1_000 + lines[i].1.line * 10_000);
+            for f in &facts {
+                want.extend(alone.observe(pane, f, at));
+            }
+            got.extend(together.observe_lines(pane, &facts, at));
+            i += run;
+        }
+        for kind in [PolicyKind::Loop, PolicyKind::Guard, PolicyKind::Budget] {
+            assert!(
+                want.iter().any(|v| v.policy == kind),
+                "the lines trip {kind:?}: {want:?}"
+            );
+        }
+        assert_eq!(got, want);
+        assert_eq!(together.next_deadline(), alone.next_deadline());
     }
 
     #[test]

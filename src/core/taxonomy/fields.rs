@@ -14,6 +14,7 @@ use std::borrow::Cow;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 
+use crate::core::ingest::FramedLine;
 use crate::core::taxonomy::Malformed;
 
 /// A JSON string, borrowed from the line unless it has escapes.
@@ -39,20 +40,26 @@ pub(crate) trait ObjectFields<'a> {
 ///
 /// A line checked as UTF-8 once, whole, is read as text: serde_json then
 /// takes each key and string without checking it again (three checks on a
-/// short Pi line cost twice the one). A line that is not UTF-8 is read as
-/// bytes, as before, so its strings are checked and refused one by one.
+/// short Pi line cost twice the one). The framer's check of the chunk
+/// ([`FramedLine::text`]) is cheaper still, so a line with its text is not
+/// checked here. A line that is not UTF-8 is read as bytes, as before, so
+/// its strings are checked and refused one by one.
 pub(crate) fn read_object<'a, F: ObjectFields<'a>>(
-    line: &'a [u8],
+    line: FramedLine<'a>,
     fields: &mut F,
 ) -> Result<(), Malformed> {
-    let read = match std::str::from_utf8(line) {
+    let text = match line.text() {
+        Some(text) => Ok(text),
+        None => std::str::from_utf8(line.bytes()),
+    };
+    let read = match text {
         Ok(text) => {
             let mut de = serde_json::Deserializer::from_str(text);
             de.deserialize_map(FieldsVisitor(fields))
                 .and_then(|()| de.end())
         }
         Err(_) => {
-            let mut de = serde_json::Deserializer::from_slice(line);
+            let mut de = serde_json::Deserializer::from_slice(line.bytes());
             de.deserialize_map(FieldsVisitor(fields))
                 .and_then(|()| de.end())
         }

@@ -12,6 +12,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::core::ingest::FramedLine;
 use crate::core::signal::{Observation, Signal};
 
 pub mod claude;
@@ -108,8 +109,19 @@ impl Adapter {
     /// Interprets one complete, non-blank line.
     #[inline]
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
+        self.observe_line(FramedLine::new(line))
+    }
+
+    /// [`Adapter::observe`] for a framed line, whose text (when the framer
+    /// checked it) spares Pi's reader a UTF-8 check of its own.
+    #[inline]
+    pub fn observe_line<'a>(
+        &mut self,
+        framed: FramedLine<'a>,
+    ) -> Result<Observation<'a>, Malformed> {
+        let line = framed.bytes();
         match self {
-            Adapter::Pi(s) => s.observe(line),
+            Adapter::Pi(s) => s.observe_line(framed),
             Adapter::Zot(s) => s.observe(line),
             Adapter::Claude(s) => s.observe(line),
             Adapter::Codex(s) => s.observe(line),

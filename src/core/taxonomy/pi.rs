@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::approval::{ApprovalKind, ApprovalRequest, Resolves};
+use crate::core::ingest::FramedLine;
 use crate::core::signal::{Observation, Signal, ToolCall};
 use crate::core::taxonomy::fields::{
     opt_text, opt_text_lenient, read_object, set, skip, ObjectFields, Text,
@@ -153,6 +154,12 @@ impl PiState {
     }
 
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
+        self.observe_line(FramedLine::new(line))
+    }
+
+    /// [`PiState::observe`] for a framed line, read as its text if the
+    /// framer checked it.
+    pub fn observe_line<'a>(&mut self, line: FramedLine<'a>) -> Result<Observation<'a>, Malformed> {
         let mut l = Line::default();
         read_object(line, &mut l)?;
         let obs = match l.kind.as_ref() {
@@ -523,8 +530,11 @@ mod derived_oracle {
         c.as_ref().map(|c| c.to_string())
     }
 
+    /// Read as the framer's text, as the daemon reads a line.
     fn in_place(line: &str) -> Option<Fields> {
-        in_place_bytes(line.as_bytes())
+        let mut l = Line::default();
+        read_object(FramedLine::from_text(line), &mut l).ok()?;
+        Some(fields!(l))
     }
 
     fn derived(line: &str) -> Option<Fields> {
@@ -533,7 +543,7 @@ mod derived_oracle {
 
     fn in_place_bytes(line: &[u8]) -> Option<Fields> {
         let mut l = Line::default();
-        read_object(line, &mut l).ok()?;
+        read_object(FramedLine::new(line), &mut l).ok()?;
         Some(fields!(l))
     }
 

@@ -1,5 +1,6 @@
 //! `approvals`, `approve`, `deny`, `answer`, and `hook` (a Claude Code hook
-//! input that may wait for the operator's decision).
+//! input that may wait for the operator's decision, or, for a
+//! `PreToolUse`, gets the command guard's verdict at once).
 
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -86,6 +87,10 @@ pub(super) fn hook(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
         .map_err(|e| CommandError::new(ErrorCode::Internal, e.to_string()))?;
     let before: Vec<String> = pending_hook_ids(d, key);
     d.ingest_external(key, &line, call.t);
+    // A `PreToolUse` waits for nobody: the guard's deny, if any, at once.
+    if let Some(reply) = d.guard_pre_tool_use(key, &a.event, call.t) {
+        return Ok(Reply::Hook(reply));
+    }
     let opened = pending_hook_ids(d, key)
         .into_iter()
         .rev()

@@ -123,6 +123,21 @@ pub(super) fn embeddable_event(line: &[u8]) -> bool {
         && (line.is_ascii() || std::str::from_utf8(line).is_ok())
 }
 
+/// Whether a line an adapter parsed whole is embeddable and reads back,
+/// by one scan: `{…}` of printable ASCII only. With no byte below 0x20
+/// there is no newline ([`embeddable_event`]) and no raw control byte in
+/// a string (the one thing the typed parse lets through that the reader
+/// refuses, `scan::parsed_reads_back`); with none above 0x7F it is UTF-8.
+/// Most event lines are like this, and the three checks each scan the
+/// line. Any other line takes those checks.
+pub(super) fn plain_object(line: &[u8]) -> bool {
+    // A fold, not `all`: without an early exit the scan vectorises.
+    let plain = line
+        .iter()
+        .fold(true, |plain, &b| plain & (0x20..0x80).contains(&b));
+    plain && line.first() == Some(&b'{') && line.last() == Some(&b'}')
+}
+
 /// The head of the records of one read's lines, which share their time
 /// and pane: made once, copied into each record.
 #[derive(Debug, Default)]
@@ -254,6 +269,7 @@ pub(super) fn encode_answer(
     push_head(out, ts, now, rec.pane);
     out.extend_from_slice(b",\"colibri\":\"answer\",\"approval\":");
     push_str(out, rec.approval);
+    push_field_str(out, "hook", rec.hook);
     out.extend_from_slice(b",\"decision\":");
     push_str(out, rec.decision);
     push_field_str(out, "message", rec.message);

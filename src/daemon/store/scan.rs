@@ -16,9 +16,10 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::core::approval::LoggedAnswer;
 use crate::core::time::Timestamp;
 
-use super::{RecoveredPane, Recovery};
+use super::{RecoveredAnswer, RecoveredPane, Recovery};
 
 /// The recovered event bytes kept across all panes. Past it, the events of
 /// finished panes are released first (oldest exit first), then new events
@@ -230,6 +231,10 @@ pub(super) struct LogSummary {
     pub last_exit: Option<(String, Option<i32>, Option<i32>)>,
     pub corrupt_lines: u64,
     pub compacted: bool,
+    /// Answer records that cannot be replayed (kept in the log, skipped at
+    /// recovery), and why the first could not.
+    pub bad_answers: u64,
+    pub bad_answer: Option<String>,
 }
 
 impl LogSummary {
@@ -276,6 +281,8 @@ impl RecoveryBuilder {
             }
             let freed: u64 = p.events.iter().map(|(_, e)| e.len() as u64).sum();
             p.events = Vec::new();
+            // Their approvals went with the events.
+            p.answers = Vec::new();
             p.events_truncated = true;
             self.event_bytes -= freed;
             self.events_dropped += freed;
@@ -314,6 +321,7 @@ impl PaneSlots<'_> {
             exit: None,
             events: Vec::new(),
             events_truncated: false,
+            answers: Vec::new(),
         });
         let i = rb.panes.len() - 1;
         self.slots.insert(pane.to_string(), i);
@@ -380,7 +388,7 @@ pub(super) fn scan_log(
             sum.tail_is_record = parsed.is_some();
         }
         match parsed {
-            Some(rec) => apply_record(&rec, &mut sum, &mut slots, rb),
+            Some(rec) => apply_record(&rec, body, &mut sum, &mut slots, rb),
             None if complete && !body.is_empty() => sum.corrupt_lines += 1,
             None => {}
         }
@@ -391,6 +399,7 @@ pub(super) fn scan_log(
 
 fn apply_record(
     rec: &RecordFields<'_>,
+    line: &[u8],
     sum: &mut LogSummary,
     slots: &mut PaneSlots<'_>,
     rb: &mut RecoveryBuilder,
@@ -433,6 +442,7 @@ fn apply_record(
         p.exit = None;
         p.events = Vec::new();
         p.events_truncated = false;
+        p.answers = Vec::new();
     } else if rec.is("exit") {
         let state = rec.state.as_deref().unwrap_or("error").to_string();
         sum.live.retain(|p| p != pane);
@@ -445,8 +455,49 @@ fn apply_record(
         if !rb.panes[i].events.is_empty() {
             rb.finished.push_back(i);
         }
+    } else if rec.is("answer") {
+        // An answer can only close an approval its pane's events opened:
+        // one of a pane with no record before it makes no pane.
+        let i = slots.slots.get(pane).copied();
+        note_answer(line, ts, sum, i, rb);
     } else if let Some(ev) = rec.ev {
         let i = slots.slot(rb, pane, ts);
         rb.push_event(i, ts, ev.get().as_bytes());
+    }
+}
+
+/// Keeps an answer record for pane `i`'s replay, at its place among the
+/// pane's events (`None`: a pane not seen yet, whose answer has nothing to
+/// close); one that cannot be read is counted, not fatal.
+fn note_answer(
+    line: &[u8],
+    ts: Timestamp,
+    sum: &mut LogSummary,
+    i: Option<usize>,
+    rb: &mut RecoveryBuilder,
+) {
+    match LoggedAnswer::from_record(line) {
+        Ok(Some(answer)) => {
+            let Some(i) = i else { return };
+            let p = &mut rb.panes[i];
+            // Past a dropped event the approvals' numbers may have shifted
+            // (the dropped one may have opened one): a later answer could
+            // close the wrong approval, so none is kept. Its approvals end
+            // as the pane ends, unpublished.
+            if p.events_truncated {
+                return;
+            }
+            p.answers.push(RecoveredAnswer {
+                after_events: p.events.len(),
+                ts,
+                answer,
+            });
+        }
+        // `rec.is("answer")` said it was one.
+        Ok(None) => {}
+        Err(why) => {
+            sum.bad_answers += 1;
+            sum.bad_answer.get_or_insert_with(|| why.to_string());
+        }
     }
 }

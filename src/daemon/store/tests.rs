@@ -1303,10 +1303,17 @@ mod roundtrip {
             })
     }
 
-    /// A line Pi's adapter accepts, its lenient `title` holding any leaf.
+    /// A line Pi's adapter accepts, its lenient `title` holding any leaf,
+    /// or bytes that are not UTF-8 (a stray byte, a cut character).
     fn pi_line() -> impl Strategy<Value = Vec<u8>> {
-        (object_text(), leaf()).prop_map(|(rest, title)| {
-            let mut l = format!(r#"{{"type":"extension_ui_request","title":{title}"#).into_bytes();
+        let title = prop_oneof![
+            4 => leaf().prop_map(String::into_bytes),
+            1 => Just(b"\"a\xffb\"".to_vec()),
+            1 => Just(b"\"\xce\"".to_vec()),
+        ];
+        (object_text(), title).prop_map(|(rest, title)| {
+            let mut l = br#"{"type":"extension_ui_request","title":"#.to_vec();
+            l.extend_from_slice(&title);
             let rest = record::trim_json_ws(&rest);
             if rest.len() > 2 {
                 l.push(b',');
@@ -1577,6 +1584,21 @@ fn records_scanned_slice_by_slice_are_those_of_the_whole() {
     }
     assert_eq!(got, [r#"{"a":1}"#, r#"{"b":2}"#]);
     assert_eq!(scanner.corrupt_lines(), 1);
+}
+
+/// Pi reads `title` leniently, so its adapter accepts bytes that are not
+/// UTF-8 there; the log must not embed such a line as `ev`, and the one
+/// scan for plain lines must not let it through.
+#[test]
+fn a_parsed_line_with_bytes_that_are_not_utf8_reads_back() {
+    let mut pi = crate::core::taxonomy::Adapter::new(crate::core::taxonomy::Runtime::Pi);
+    for line in [
+        &b"{\"type\":\"extension_ui_request\",\"title\":\"a\xffb\"}"[..],
+        &b"{\"type\":\"extension_ui_request\",\"title\":\"\xce\"}"[..],
+    ] {
+        assert!(pi.observe(line).is_ok(), "Pi's adapter takes it");
+        check_log_roundtrip(line);
+    }
 }
 
 #[test]
@@ -1996,4 +2018,122 @@ fn the_index_of_many_sessions_is_encoded_a_step_at_a_time_and_written_whole() {
     }
     let s0 = read_index().into_iter().find(|e| e.id == "s0").expect("s0");
     assert_eq!(s0.turn_count, 2);
+}
+
+fn answer_rec<'a>(
+    approval: &'a str,
+    decision: &'a str,
+    message: Option<&'a str>,
+) -> AnswerRecord<'a> {
+    AnswerRecord {
+        pane: "p1",
+        approval,
+        decision,
+        message,
+        text: None,
+        by: "operator",
+        uid: Some(1001),
+        hook: None,
+    }
+}
+
+/// An answer of a pane no record named before it makes no pane; one past
+/// an event the recovery cap dropped is not kept (the dropped event may
+/// have opened an approval, so the numbers after it may not match).
+#[test]
+fn answers_of_an_unseen_pane_or_past_a_dropped_event_are_not_kept() {
+    let mut rb = scan::RecoveryBuilder::new(100);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    {
+        let (mut store, _) = open(&cfg);
+        store.attach("s1", &attach_rec("p1", &argv), at(0));
+        let stray = AnswerRecord {
+            pane: "p2",
+            ..answer_rec("p2abcdef-1", "approve", None)
+        };
+        store.answer("s1", &stray, at(1));
+        store.append("s1", "p1", LineRecord::Event(&ev("delta", 1)), at(2));
+        store.answer("s1", &answer_rec("p1abcdef-1", "approve", None), at(3));
+        // Over the cap: dropped, and the smaller ones after it are kept.
+        store.append(
+            "s1",
+            "p1",
+            LineRecord::Event(&ev("x".repeat(60).as_str(), 1)),
+            at(4),
+        );
+        store.append("s1", "p1", LineRecord::Event(&ev("delta", 2)), at(5));
+        store.answer("s1", &answer_rec("p1abcdef-2", "approve", None), at(6));
+        drain(&mut store);
+    }
+    scan::scan_log(&log_path(&cfg, "s1"), "s1", &mut rb).expect("scan");
+    let mut rec = Recovery::default();
+    rb.finish(&mut rec);
+    let panes: Vec<&str> = rec.panes.iter().map(|p| p.pane.as_str()).collect();
+    assert_eq!(panes, ["p1"], "no pane for p2's stray answer");
+    let p1 = &rec.panes[0];
+    assert!(p1.events_truncated, "{:?}", p1.events);
+    assert_eq!(p1.events.len(), 2);
+    let kept: Vec<&str> = p1
+        .answers
+        .iter()
+        .map(|a| a.answer.approval.as_str())
+        .collect();
+    assert_eq!(kept, ["p1abcdef-1"], "only the answer before the drop");
+}
+
+#[test]
+fn answers_come_back_at_their_place_and_unreadable_ones_are_counted_not_fatal() {
+    use crate::core::approval::{Decision, LoggedAnswer};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    {
+        let (mut store, _) = open(&cfg);
+        store.ensure_session("s1", Some("pi"), None, at(0));
+        store.attach("s1", &attach_rec("p1", &argv), at(1));
+        store.append("s1", "p1", LineRecord::Event(b"{\"type\":\"a\"}"), at(2));
+        store.answer("s1", &answer_rec("p1abcdef-1", "deny", Some("no")), at(3));
+        store.answer("s1", &answer_rec("p1abcdef-2", "shrug", None), at(4));
+        store.append("s1", "p1", LineRecord::Event(b"{\"type\":\"b\"}"), at(5));
+        store.answer("s1", &answer_rec("p1abcdef-3", "approve", None), at(6));
+        drain(&mut store);
+    }
+    let (_, rec) = open(&cfg);
+    let p1 = rec.panes.iter().find(|p| p.pane == "p1").expect("p1");
+    assert_eq!(p1.events.len(), 2, "every event is still there");
+    let got: Vec<(usize, Timestamp, LoggedAnswer)> = p1
+        .answers
+        .iter()
+        .map(|a| (a.after_events, a.ts, a.answer.clone()))
+        .collect();
+    let answer = |approval: &str, decision| LoggedAnswer {
+        approval: approval.into(),
+        decision,
+    };
+    assert_eq!(
+        got,
+        vec![
+            (
+                1,
+                at(3),
+                answer(
+                    "p1abcdef-1",
+                    Decision::Deny {
+                        message: Some("no".into())
+                    }
+                )
+            ),
+            (2, at(6), answer("p1abcdef-3", Decision::Approve)),
+        ]
+    );
+    assert_eq!(rec.corrupt_lines, 0, "an unreadable answer is a record");
+    assert!(
+        rec.problems
+            .iter()
+            .any(|p| p.contains("s1") && p.contains("1 answer record") && p.contains("\"shrug\"")),
+        "{:?}",
+        rec.problems
+    );
 }
