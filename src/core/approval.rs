@@ -697,11 +697,16 @@ struct PreToolUseDecision<'a> {
 }
 
 /// The command guard on a Claude Code hook input: for a `PreToolUse` whose
-/// `tool_input` the guard flags (in the agent's `cwd`), the deny Claude
+/// `tool_input` the guard flags, the deny Claude
 /// Code reads on the hook's output (`permissionDecision: "deny"`, which
 /// blocks the call even where no permission is asked). `None` for any
 /// other event, a harmless call, or a guard (or rule) turned off: the
 /// hook prints nothing and the call goes on.
+///
+/// `rm` targets are resolved from the input's own `cwd` (where Claude Code
+/// runs the call, which a `cd` in an earlier call may have moved) and must
+/// lie below the agent's `cwd` (either stands in for the other when only
+/// one is known).
 pub fn guard_pre_tool_use(
     guard: &GuardSettings,
     event: &serde_json::Value,
@@ -712,7 +717,12 @@ pub fn guard_pre_tool_use(
     }
     let tool = event.get("tool_name")?.as_str()?;
     let args = event.get("tool_input")?.to_string();
-    let message = guard.check(tool, &args, cwd)?.refusal();
+    let here = event.get("cwd").and_then(serde_json::Value::as_str);
+    let dirs = crate::core::policy::guard::Dirs {
+        root: cwd.or(here),
+        here: here.or(cwd),
+    };
+    let message = guard.check_in(tool, &args, dirs)?.refusal();
     let output = PreToolUseOutput {
         hook_specific_output: PreToolUseDecision {
             hook_event_name: "PreToolUse",
@@ -958,6 +968,33 @@ mod tests {
             ..GuardSettings::default()
         };
         assert_eq!(guard_pre_tool_use(&rule_off, &ev, Some("/srv/app")), None);
+    }
+
+    #[test]
+    fn a_pre_tool_use_is_judged_where_it_runs_within_the_agents_directory() {
+        let guard = GuardSettings::default();
+        let call = |command: &str, cwd: &str| {
+            serde_json::json!({"hook_event_name":"PreToolUse","tool_name":"Bash",
+                "tool_input":{"command":command},"cwd":cwd,"tool_use_id":"toolu_c"})
+        };
+        // The agent moved to /: `etc` is /etc.
+        let denial =
+            guard_pre_tool_use(&guard, &call("rm -rf etc", "/"), Some("/srv/app")).expect("denied");
+        assert!(denial.message.contains("rm -rf etc"), "{}", denial.message);
+        // In a subdirectory, `../build` is the project's own build dir.
+        assert_eq!(
+            guard_pre_tool_use(
+                &guard,
+                &call("rm -rf ../build", "/srv/app/src"),
+                Some("/srv/app")
+            ),
+            None
+        );
+        // The pane's directory unknown: the call's stands in.
+        assert_eq!(
+            guard_pre_tool_use(&guard, &call("rm -rf build", "/srv/app"), None),
+            None
+        );
     }
 
     #[test]

@@ -90,6 +90,33 @@ const SQL_CLIENTS: [&str; 8] = [
 /// without it only absolute, home and unresolvable `rm` targets count as
 /// outside.
 pub fn check(tool: &str, args: &str, cwd: Option<&str>) -> Option<GuardHit> {
+    check_in(tool, args, Dirs::same(cwd))
+}
+
+/// The directories an `rm` target is judged by: relative targets are
+/// resolved from `here`, and must lie strictly below `root`. They differ
+/// when the harness says where the call runs (a Claude Code hook's `cwd`)
+/// and the agent has left the directory it was started in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dirs<'a> {
+    /// The agent's working directory: what `rm` may empty.
+    pub root: Option<&'a str>,
+    /// Where the call runs.
+    pub here: Option<&'a str>,
+}
+
+impl<'a> Dirs<'a> {
+    /// One directory for both (the stream guard knows only the agent's).
+    pub fn same(cwd: Option<&'a str>) -> Self {
+        Dirs {
+            root: cwd,
+            here: cwd,
+        }
+    }
+}
+
+/// [`check`] with the call's own directory besides the agent's.
+pub fn check_in(tool: &str, args: &str, dirs: Dirs<'_>) -> Option<GuardHit> {
     let text = match serde_json::from_str::<serde_json::Value>(args) {
         Ok(value) => command_text(&value),
         // Not JSON: a bare command line.
@@ -100,7 +127,7 @@ pub fn check(tool: &str, args: &str, cwd: Option<&str>) -> Option<GuardHit> {
             return Some(hit);
         }
     }
-    check_script(text.as_deref()?, cwd, 0)
+    check_script(text.as_deref()?, dirs, 0)
 }
 
 /// The command string inside a tool's JSON arguments, if it has one.
@@ -137,19 +164,19 @@ fn is_sql_tool(tool: &str) -> bool {
     t.contains("sql") || t.contains("query") || t.contains("database")
 }
 
-fn check_script(script: &str, cwd: Option<&str>, depth: usize) -> Option<GuardHit> {
+fn check_script(script: &str, dirs: Dirs<'_>, depth: usize) -> Option<GuardHit> {
     if depth > MAX_DEPTH {
         return None;
     }
     let parsed = parse(script);
     for inner in &parsed.substitutions {
-        if let Some(hit) = check_script(inner, cwd, depth + 1) {
+        if let Some(hit) = check_script(inner, dirs, depth + 1) {
             return Some(hit);
         }
     }
     let mut vars: HashMap<String, String> = HashMap::new();
     for words in &parsed.commands {
-        if let Some(hit) = check_command(words, &mut vars, cwd, depth) {
+        if let Some(hit) = check_command(words, &mut vars, dirs, depth) {
             return Some(hit);
         }
     }
@@ -159,7 +186,7 @@ fn check_script(script: &str, cwd: Option<&str>, depth: usize) -> Option<GuardHi
 fn check_command(
     raw_words: &[String],
     vars: &mut HashMap<String, String>,
-    cwd: Option<&str>,
+    dirs: Dirs<'_>,
     depth: usize,
 ) -> Option<GuardHit> {
     // Leading `NAME=value` words assign (for this command, or for the rest
@@ -178,10 +205,10 @@ fn check_command(
     match program.as_str() {
         "sh" | "bash" | "zsh" | "dash" | "ksh" | "mksh" | "csh" | "tcsh" | "fish" => {
             let script = shell_script_arg(rest)?;
-            check_script(&script, cwd, depth + 1)
+            check_script(&script, dirs, depth + 1)
         }
-        "eval" => check_script(&rest.join(" "), cwd, depth + 1),
-        "rm" | "unlink" => rm(rest, cwd, &line),
+        "eval" => check_script(&rest.join(" "), dirs, depth + 1),
+        "rm" | "unlink" => rm(rest, dirs, &line),
         "git" => git_force_push(rest, &line),
         "dd" => dd_to_device(rest, &line),
         p if p.starts_with("mkfs") || p.starts_with("newfs") || p == "wipefs" => Some(GuardHit {
@@ -192,7 +219,7 @@ fn check_command(
         p if p.starts_with('$') || p.starts_with('`') => {
             // An unresolved program name: judge it by its arguments as if
             // it were `rm`, the usual reason to hide a program's name.
-            rm(rest, cwd, &line)
+            rm(rest, dirs, &line)
         }
         _ => None,
     }
@@ -317,7 +344,7 @@ fn shell_script_arg(args: &[String]) -> Option<String> {
     None
 }
 
-fn rm(args: &[String], cwd: Option<&str>, line: &str) -> Option<GuardHit> {
+fn rm(args: &[String], dirs: Dirs<'_>, line: &str) -> Option<GuardHit> {
     let mut recursive = false;
     let mut force = false;
     let mut targets: Vec<&str> = Vec::new();
@@ -347,17 +374,17 @@ fn rm(args: &[String], cwd: Option<&str>, line: &str) -> Option<GuardHit> {
     }
     targets
         .iter()
-        .any(|t| !inside_cwd(t, cwd))
+        .any(|t| !inside_cwd(t, dirs))
         .then(|| GuardHit {
             rule: GuardRule::RmOutsideCwd,
             command: line.to_string(),
         })
 }
 
-/// Whether `target` names something strictly below the working directory.
-/// Anything the guard cannot resolve (a variable, `~`, a substitution, a
-/// glob at the top) is not.
-fn inside_cwd(target: &str, cwd: Option<&str>) -> bool {
+/// Whether `target`, resolved from `dirs.here`, names something strictly
+/// below `dirs.root`. Anything the guard cannot resolve (a variable, `~`,
+/// a substitution, a glob at the top) is not.
+fn inside_cwd(target: &str, dirs: Dirs<'_>) -> bool {
     if target.is_empty()
         || target.contains('$')
         || target.contains('`')
@@ -366,48 +393,45 @@ fn inside_cwd(target: &str, cwd: Option<&str>) -> bool {
     {
         return false;
     }
-    let mut parts: Vec<&str> = Vec::new();
-    let base: Vec<&str> = if target.starts_with('/') {
-        Vec::new()
-    } else {
-        match cwd {
-            Some(c) => c
-                .split('/')
-                .filter(|p| !p.is_empty() && *p != ".")
-                .collect(),
-            None => Vec::new(),
-        }
+    let components = |dir: &'_ str| -> Vec<String> {
+        dir.split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+            .map(str::to_string)
+            .collect()
     };
-    parts.extend(base.iter().copied());
-    for p in target.split('/') {
-        match p {
+    let absolute = target.starts_with('/');
+    let mut parts: Vec<String> = match (absolute, dirs.here) {
+        (false, Some(here)) => components(here),
+        _ => Vec::new(),
+    };
+    // `..` in the call's own directory is resolved too.
+    let mut resolved: Vec<String> = Vec::new();
+    for p in parts.drain(..).chain(target.split('/').map(str::to_string)) {
+        match p.as_str() {
             "" | "." => {}
             ".." => {
-                if parts.pop().is_none() {
+                if resolved.pop().is_none() {
                     return false;
                 }
             }
-            other => parts.push(other),
+            _ => resolved.push(p),
         }
     }
-    let root: Vec<&str> = match (target.starts_with('/'), cwd) {
-        (true, Some(c)) => c
-            .split('/')
-            .filter(|p| !p.is_empty() && *p != ".")
-            .collect(),
-        (true, None) => return false,
-        (false, Some(_)) => base,
-        (false, None) => {
+    let root = match (absolute, dirs.root, dirs.here) {
+        (_, Some(root), _) => components(root),
+        (true, None, _) => return false,
+        (false, None, Some(here)) => components(here),
+        (false, None, None) => {
             // No working directory known: a relative path that never climbs
             // above its start is below it.
-            return !parts.is_empty();
+            return !resolved.is_empty();
         }
     };
     if root.is_empty() {
         // A working directory of `/`: nothing is safely inside it.
         return false;
     }
-    parts.len() > root.len() && parts[..root.len()] == root[..]
+    resolved.len() > root.len() && resolved[..root.len()] == root[..]
 }
 
 fn git_force_push(args: &[String], line: &str) -> Option<GuardHit> {
@@ -714,6 +738,38 @@ mod tests {
         ] {
             passes(cmd);
         }
+    }
+
+    #[test]
+    fn relative_targets_resolve_from_where_the_call_runs_and_stay_below_the_agents_directory() {
+        let rm = |cmd: &str, root: Option<&str>, here: Option<&str>| {
+            let args = serde_json::json!({ "command": cmd }).to_string();
+            check_in("bash", &args, Dirs { root, here }).map(|h| h.rule)
+        };
+        let root = Some("/home/dev/project");
+        let sub = Some("/home/dev/project/src");
+        // From a subdirectory, `..` still lands inside the project...
+        assert_eq!(rm("rm -rf ../build", root, sub), None);
+        assert_eq!(rm("rm -rf old", root, sub), None);
+        // ...and climbing out of it is caught.
+        assert_eq!(rm("rm -rf ../..", root, sub), Some(GuardRule::RmOutsideCwd));
+        // After a `cd /`, a relative target is outside, however harmless
+        // it reads.
+        assert_eq!(
+            rm("rm -rf etc", root, Some("/")),
+            Some(GuardRule::RmOutsideCwd)
+        );
+        assert_eq!(
+            rm("rm -rf build", root, Some("/tmp")),
+            Some(GuardRule::RmOutsideCwd)
+        );
+        // One directory known: it is both.
+        assert_eq!(rm("rm -rf build", None, root), None);
+        assert_eq!(rm("rm -rf ../x", None, root), Some(GuardRule::RmOutsideCwd));
+        assert_eq!(
+            check_in("bash", "rm -rf ../x", Dirs::same(root)),
+            check("bash", "rm -rf ../x", root)
+        );
     }
 
     #[test]

@@ -252,10 +252,16 @@ impl GuardSettings {
     /// [`guard::check`] under these settings: the hit, unless the guard or
     /// the rule it matched is turned off.
     pub fn check(&self, tool: &str, args: &str, cwd: Option<&str>) -> Option<GuardHit> {
+        self.check_in(tool, args, guard::Dirs::same(cwd))
+    }
+
+    /// [`GuardSettings::check`] with the call's own directory
+    /// ([`guard::check_in`]).
+    pub fn check_in(&self, tool: &str, args: &str, dirs: guard::Dirs<'_>) -> Option<GuardHit> {
         if !self.enabled {
             return None;
         }
-        let hit = guard::check(tool, args, cwd)?;
+        let hit = guard::check_in(tool, args, dirs)?;
         (!self.disabled.contains(&hit.rule)).then_some(hit)
     }
 }
