@@ -705,8 +705,9 @@ struct PreToolUseDecision<'a> {
 ///
 /// `rm` targets are resolved from the input's own `cwd` (where Claude Code
 /// runs the call, which a `cd` in an earlier call may have moved) and must
-/// lie below the agent's `cwd` (either stands in for the other when only
-/// one is known).
+/// lie below the agent's `cwd` (which stands in for the input's when that
+/// has none; without the agent's, only relative targets that stay below
+/// the input's `cwd` pass).
 pub fn guard_pre_tool_use(
     guard: &GuardSettings,
     event: &serde_json::Value,
@@ -718,8 +719,10 @@ pub fn guard_pre_tool_use(
     let tool = event.get("tool_name")?.as_str()?;
     let args = event.get("tool_input")?.to_string();
     let here = event.get("cwd").and_then(serde_json::Value::as_str);
+    // The hook's `cwd` moves with `cd`: it never stands in as the bound, so
+    // without the pane's directory an absolute target is still outside.
     let dirs = crate::core::policy::guard::Dirs {
-        root: cwd.or(here),
+        root: cwd,
         here: here.or(cwd),
     };
     let message = guard.check_in(tool, &args, dirs)?.refusal();

@@ -393,15 +393,27 @@ fn inside_cwd(target: &str, dirs: Dirs<'_>) -> bool {
     {
         return false;
     }
-    let components = |dir: &'_ str| -> Vec<String> {
-        dir.split('/')
-            .filter(|p| !p.is_empty() && *p != ".")
-            .map(str::to_string)
-            .collect()
+    // A directory's components with its `.` and `..` resolved (a cwd given
+    // as `/home/u/x/../proj` is `/home/u/proj`); `None` if it climbs above `/`.
+    let components = |dir: &'_ str| -> Option<Vec<String>> {
+        let mut out: Vec<String> = Vec::new();
+        for p in dir.split('/') {
+            match p {
+                "" | "." => {}
+                ".." => {
+                    out.pop()?;
+                }
+                _ => out.push(p.to_string()),
+            }
+        }
+        Some(out)
     };
     let absolute = target.starts_with('/');
     let mut parts: Vec<String> = match (absolute, dirs.here) {
-        (false, Some(here)) => components(here),
+        (false, Some(here)) => match components(here) {
+            Some(c) => c,
+            None => return false,
+        },
         _ => Vec::new(),
     };
     // `..` in the call's own directory is resolved too.
@@ -427,6 +439,7 @@ fn inside_cwd(target: &str, dirs: Dirs<'_>) -> bool {
             return !resolved.is_empty();
         }
     };
+    let Some(root) = root else { return false };
     if root.is_empty() {
         // A working directory of `/`: nothing is safely inside it.
         return false;
@@ -766,9 +779,12 @@ mod tests {
         // One directory known: it is both.
         assert_eq!(rm("rm -rf build", None, root), None);
         assert_eq!(rm("rm -rf ../x", None, root), Some(GuardRule::RmOutsideCwd));
+        // A working directory spelled with `..` is the one it names.
+        let dotted = Some("/home/dev/x/../project");
+        assert_eq!(rm("rm -rf build", dotted, dotted), None);
         assert_eq!(
-            check_in("bash", "rm -rf ../x", Dirs::same(root)),
-            check("bash", "rm -rf ../x", root)
+            rm("rm -rf ../x", dotted, dotted),
+            Some(GuardRule::RmOutsideCwd)
         );
     }
 
