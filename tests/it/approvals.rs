@@ -302,17 +302,24 @@ fn run_pre_tool_use(d: &Colibrid, pane: &str, command: &str) -> (Output, Duratio
     (out, started.elapsed())
 }
 
-// In bypassPermissions mode Claude Code sends no `PermissionRequest`, but
-// it still runs `PreToolUse` hooks and obeys their deny.
-#[test]
-fn the_command_guard_denies_a_destructive_pre_tool_use_before_it_runs() {
-    let d = Colibrid::start(&[]);
+/// A Claude pane (a sleeping stand-in) whose working directory is a fresh
+/// temporary one, kept alive by the returned guard.
+fn claude_pane_in_a_temp_dir(d: &Colibrid) -> (tempfile::TempDir, String) {
     let work = tempfile::tempdir().expect("cwd");
     let cwd = work.path().display().to_string();
     let id = d.spawn(
         &["/bin/sh", "-c", "exec sleep 60"],
         json!({"runtime":"claude","cwd":cwd}),
     );
+    (work, id)
+}
+
+// In bypassPermissions mode Claude Code sends no `PermissionRequest`, but
+// it still runs `PreToolUse` hooks and obeys their deny.
+#[test]
+fn the_command_guard_denies_a_destructive_pre_tool_use_before_it_runs() {
+    let d = Colibrid::start(&[]);
+    let (_work, id) = claude_pane_in_a_temp_dir(&d);
     let (out, took) = run_pre_tool_use(&d, &id, "rm -rf /");
     assert!(out.status.success());
     assert!(
@@ -364,11 +371,7 @@ fn the_command_guard_denies_a_destructive_pre_tool_use_before_it_runs() {
 #[test]
 fn a_pre_tool_use_is_denied_only_while_the_guard_is_on() {
     let mut d = Colibrid::start(&[]);
-    let cfg = d.path("guard.toml");
-    std::fs::write(&cfg, "[guard]\nenabled = false\n").expect("cfg");
-    d.terminate();
-    d.args = vec!["--config".into(), cfg.display().to_string()];
-    d.launch();
+    let cfg = d.relaunch_with_config("guard.toml", "[guard]\nenabled = false\n");
     let id = d.spawn(
         &["/bin/sh", "-c", "exec sleep 60"],
         json!({"runtime":"claude"}),
@@ -378,14 +381,7 @@ fn a_pre_tool_use_is_denied_only_while_the_guard_is_on() {
     assert!(out.stdout.is_empty(), "the guard is off: {:?}", out.stdout);
 
     std::fs::write(&cfg, "[guard]\nenabled = true\n").expect("cfg");
-    let before = d.ok(json!({"cmd":"status"}))["reloads"]
-        .as_u64()
-        .expect("reloads");
-    let pid = nix::unistd::Pid::from_raw(d.pid());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
-    wait_for(Duration::from_secs(20), "the reload", || {
-        (d.ok(json!({"cmd":"status"}))["reloads"].as_u64() == Some(before + 1)).then_some(())
-    });
+    d.hup_and_wait("reloads", Duration::from_secs(20));
     let (out, _) = run_pre_tool_use(&d, &id, "rm -rf /");
     assert!(out.status.success());
     assert_eq!(
@@ -405,12 +401,7 @@ fn a_pre_tool_use_is_denied_only_while_the_guard_is_on() {
 #[test]
 fn the_command_guard_denies_a_destructive_tool_call_before_it_runs() {
     let d = Colibrid::start(&[]);
-    let work = tempfile::tempdir().expect("cwd");
-    let cwd = work.path().display().to_string();
-    let id = d.spawn(
-        &["/bin/sh", "-c", "exec sleep 60"],
-        json!({"runtime":"claude","cwd":cwd}),
-    );
+    let (_work, id) = claude_pane_in_a_temp_dir(&d);
     // Outside the working directory: denied at once, without an operator.
     let started = std::time::Instant::now();
     let hook = bash_permission_hook(&d, &id, &["--wait", "60s"], "sudo rm -r -f /srv/data");

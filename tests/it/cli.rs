@@ -145,35 +145,10 @@ fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
     }
 }
 
-/// Restarts `d` with a config file (`reload.toml` in its temp dir) holding
-/// `toml`; returns the file's path, to rewrite before a SIGHUP.
-fn run_with_config(d: &mut Colibrid, toml: &str) -> std::path::PathBuf {
-    let cfg = d.path("reload.toml");
-    std::fs::write(&cfg, toml).expect("cfg");
-    d.terminate();
-    d.args = vec!["--config".into(), cfg.display().to_string()];
-    d.launch();
-    cfg
-}
-
-/// Sends SIGHUP and waits until `status` counts the outcome in `counter`
-/// (`reloads` or `reload_errors`); returns that status.
-fn hup_and_wait(d: &Colibrid, counter: &str) -> Value {
-    let before = d.ok(json!({"cmd":"status"}))[counter]
-        .as_u64()
-        .expect("status counts reloads");
-    let pid = nix::unistd::Pid::from_raw(d.pid());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
-    wait_for(Duration::from_secs(10), counter, || {
-        let st = d.ok(json!({"cmd":"status"}));
-        (st[counter].as_u64() == Some(before + 1)).then_some(st)
-    })
-}
-
 #[test]
 fn sighup_reloads_the_configuration() {
     let mut d = Colibrid::start(&[]);
-    let cfg = run_with_config(&mut d, "[daemon]\nstall_after = \"10m\"\n");
+    let cfg = d.relaunch_with_config("reload.toml", "[daemon]\nstall_after = \"10m\"\n");
     let st = d.ok(json!({"cmd":"status"}));
     assert_eq!(st["stall_after_ms"], json!(600_000));
     assert_eq!(
@@ -184,21 +159,21 @@ fn sighup_reloads_the_configuration() {
 
     // A reloadable key is applied; a key only a restart can apply is named.
     std::fs::write(&cfg, "[daemon]\nstall_after = \"90s\"\nmax_line = 4096\n").expect("cfg");
-    let st = hup_and_wait(&d, "reloads");
+    let st = d.hup_and_wait("reloads", Duration::from_secs(10));
     assert_eq!(st["stall_after_ms"], json!(90_000));
     assert_eq!(st["reload_errors"], json!(0));
     assert_eq!(st["restart_needed"], json!(["daemon.max_line"]));
 
     // A broken file keeps the running configuration, and is counted.
     std::fs::write(&cfg, "[daemon]\nstall_after = \"soon\"\n").expect("cfg");
-    let st = hup_and_wait(&d, "reload_errors");
+    let st = d.hup_and_wait("reload_errors", Duration::from_secs(10));
     assert_eq!(st["reloads"], json!(1));
     assert_eq!(st["stall_after_ms"], json!(90_000));
     assert_eq!(st["restart_needed"], json!(["daemon.max_line"]));
 
     // Back to the file colibrid started with: nothing waits for a restart.
     std::fs::write(&cfg, "[daemon]\nstall_after = \"10m\"\n").expect("cfg");
-    let st = hup_and_wait(&d, "reloads");
+    let st = d.hup_and_wait("reloads", Duration::from_secs(10));
     assert_eq!(st["stall_after_ms"], json!(600_000));
     assert!(st.get("restart_needed").is_none(), "{st}");
 }
@@ -476,7 +451,7 @@ fn colibri_hook_forwards_claude_hook_input_for_its_pane() {
 #[test]
 fn kept_snapshot_texts_follow_the_clock_and_a_reloaded_stall_threshold() {
     let mut d = Colibrid::start(&[]);
-    let cfg = run_with_config(&mut d, "[daemon]\nstall_after = \"10m\"\n");
+    let cfg = d.relaunch_with_config("reload.toml", "[daemon]\nstall_after = \"10m\"\n");
     let body = r#"printf '%s\n' '{"type":"agent_start"}'; sleep 60"#;
     let a = d.spawn(&["/bin/sh", "-c", body], json!({"runtime":"pi"}));
     let b = d.spawn(
@@ -496,13 +471,13 @@ fn kept_snapshot_texts_follow_the_clock_and_a_reloaded_stall_threshold() {
     snapshots_for_a_while(&d);
     assert_eq!(d.pane(&b)["stalled"], json!(true));
     std::fs::write(&cfg, "[daemon]\nstall_after = \"1s\"\n").expect("cfg");
-    hup_and_wait(&d, "reloads");
+    d.hup_and_wait("reloads", Duration::from_secs(10));
     let pa = d.pane(&a);
     assert_eq!(pa["stall_after_ms"], json!(1000), "{pa}");
     snapshots_for_a_while(&d);
     assert_eq!(d.pane(&a)["stalled"], json!(true));
     std::fs::write(&cfg, "[daemon]\nstall_after = \"10m\"\n").expect("cfg");
-    hup_and_wait(&d, "reloads");
+    d.hup_and_wait("reloads", Duration::from_secs(10));
     let pa = d.pane(&a);
     assert_eq!(pa["stalled"], json!(false), "{pa}");
     assert_eq!(d.ok(json!({"cmd":"status"}))["reloads"], json!(2));

@@ -226,11 +226,7 @@ fn an_operator_raises_the_cap_and_the_paused_agent_resumes() {
 #[test]
 fn a_reload_turns_the_guard_on() {
     let mut d = Colibrid::start(&[]);
-    let cfg = d.path("govern.toml");
-    std::fs::write(&cfg, "[guard]\nenabled = false\n").expect("cfg");
-    d.terminate();
-    d.args = vec!["--config".into(), cfg.display().to_string()];
-    d.launch();
+    let cfg = d.relaunch_with_config("govern.toml", "[guard]\nenabled = false\n");
     let rm = r#"{"type":"tool_execution_start","toolCallId":"t","toolName":"bash","args":{"command":"rm -rf /"}}"#;
     let (off, gate) = agent(
         &d,
@@ -246,14 +242,7 @@ fn a_reload_turns_the_guard_on() {
     assert_eq!(d.pane(&off)["paused"], json!(false));
 
     std::fs::write(&cfg, "[guard]\nenabled = true\n").expect("cfg");
-    let before = d.ok(json!({"cmd":"status"}))["reloads"]
-        .as_u64()
-        .expect("reloads");
-    let pid = nix::unistd::Pid::from_raw(d.pid());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
-    wait_for(Duration::from_secs(20), "the reload", || {
-        (d.ok(json!({"cmd":"status"}))["reloads"].as_u64() == Some(before + 1)).then_some(())
-    });
+    d.hup_and_wait("reloads", Duration::from_secs(20));
     let (on, gate) = agent(&d, "on", &[r#"{"type":"agent_start"}"#, rm], "");
     go(&gate);
     d.wait_pane(&on, "the guard to pause the agent", |p| {

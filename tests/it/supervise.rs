@@ -44,15 +44,7 @@ fn with_config(config: &str, extra: &[&str]) -> Colibrid {
 }
 
 fn hup(d: &Colibrid) {
-    let before = d.ok(json!({"cmd":"status"}))["reloads"]
-        .as_u64()
-        .expect("reloads");
-    let pid = nix::unistd::Pid::from_raw(d.pid());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
-    wait_for(Duration::from_secs(10), "the reload", || {
-        let st = d.ok(json!({"cmd":"status"}));
-        (st["reloads"].as_u64() == Some(before + 1)).then_some(())
-    });
+    d.hup_and_wait("reloads", Duration::from_secs(10));
 }
 
 fn agent_table(name: &str, argv: &[&str], rest: &str) -> String {

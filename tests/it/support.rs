@@ -112,6 +112,32 @@ impl Colibrid {
         self.dir.path().join(name)
     }
 
+    /// Restarts colibrid with a config file `name` in its temp dir holding
+    /// `toml`; returns the file's path, to rewrite before a reload.
+    pub fn relaunch_with_config(&mut self, name: &str, toml: &str) -> PathBuf {
+        let cfg = self.path(name);
+        std::fs::write(&cfg, toml).expect("cfg");
+        self.terminate();
+        self.args = vec!["--config".into(), cfg.display().to_string()];
+        self.launch();
+        cfg
+    }
+
+    /// Sends SIGHUP and waits up to `limit` until `status` counts the
+    /// outcome in `counter` (`reloads` or `reload_errors`); returns that
+    /// status.
+    pub fn hup_and_wait(&self, counter: &str, limit: Duration) -> Value {
+        let before = self.ok(json!({"cmd":"status"}))[counter]
+            .as_u64()
+            .expect("status counts reloads");
+        let pid = nix::unistd::Pid::from_raw(self.pid());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("hup");
+        wait_for(limit, counter, || {
+            let st = self.ok(json!({"cmd":"status"}));
+            (st[counter].as_u64() == Some(before + 1)).then_some(st)
+        })
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");

@@ -426,6 +426,28 @@ impl Governor {
     }
 }
 
+/// Makes the verdicts `policy` gives at `facts`' line on its pane, one
+/// per action, with the same rule and reason.
+fn line_verdict<'a>(
+    pane: &'a PaneInfo,
+    facts: &'a LineFacts,
+    now: Timestamp,
+    policy: PolicyKind,
+    rule: &'a str,
+    reason: String,
+) -> impl Fn(Action) -> Verdict + 'a {
+    move |action| Verdict {
+        pane: pane.id.clone(),
+        line: facts.line,
+        at: now,
+        policy,
+        rule: rule.to_string(),
+        target: Target::Pane(pane.id.clone()),
+        action,
+        reason: reason.clone(),
+    }
+}
+
 /// The guard's verdicts on one line's tool call, if any.
 fn guard_line(
     guard: &GuardSettings,
@@ -440,16 +462,14 @@ fn guard_line(
     let Some(hit) = guard.check(&tool.name, &tool.args, facts.cwd.as_deref()) else {
         return;
     };
-    let verdict = |action: Action| Verdict {
-        pane: pane.id.clone(),
-        line: facts.line,
-        at: now,
-        policy: PolicyKind::Guard,
-        rule: hit.rule.as_str().to_string(),
-        target: Target::Pane(pane.id.clone()),
-        action,
-        reason: format!("{}: {}", hit.rule.as_str(), clip(&hit.command)),
-    };
+    let verdict = line_verdict(
+        pane,
+        facts,
+        now,
+        PolicyKind::Guard,
+        hit.rule.as_str(),
+        format!("{}: {}", hit.rule.as_str(), clip(&hit.command)),
+    );
     out.push(verdict(match guard.response {
         GuardResponse::Pause => Action::Pause { until: None },
         GuardResponse::Kill => Action::Kill,
@@ -473,22 +493,20 @@ fn loop_line(
     let until = now.plus(hit.backoff);
     state.loop_resume_at = Some(until);
     state.loop_line = facts.line;
-    let verdict = |action: Action| Verdict {
-        pane: pane.id.clone(),
-        line: facts.line,
-        at: now,
-        policy: PolicyKind::Loop,
-        rule: hit.kind.as_str().to_string(),
-        target: Target::Pane(pane.id.clone()),
-        action,
-        reason: format!(
+    let verdict = line_verdict(
+        pane,
+        facts,
+        now,
+        PolicyKind::Loop,
+        hit.kind.as_str(),
+        format!(
             "{} (loop {} in a row; paused {}s): {}",
             hit.kind.as_str(),
             hit.consecutive,
             hit.backoff.as_secs(),
             hit.detail
         ),
-    };
+    );
     out.push(verdict(Action::Pause { until: Some(until) }));
     out.push(verdict(Action::Message {
         text: settings.message.clone(),
