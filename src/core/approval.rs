@@ -257,6 +257,10 @@ pub struct LoggedAnswer {
     /// colibri's id of the approval answered (`3f2a9c1d-2`).
     pub approval: String,
     pub decision: Decision,
+    /// Who gave it (`operator`, `jail:NAME`, `policy`), when recorded.
+    pub by: Option<String>,
+    /// The answering peer's effective uid, when recorded.
+    pub uid: Option<u32>,
 }
 
 /// Why a `colibri` `answer` record cannot be replayed. The record stays in
@@ -299,6 +303,10 @@ struct AnswerFields<'a> {
     message: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    by: Option<Cow<'a, str>>,
+    #[serde(default)]
+    uid: Option<u32>,
 }
 
 impl LoggedAnswer {
@@ -330,6 +338,8 @@ impl LoggedAnswer {
         Ok(Some(LoggedAnswer {
             approval: approval.into_owned(),
             decision,
+            by: f.by.map(Cow::into_owned),
+            uid: f.uid,
         }))
     }
 
@@ -1067,6 +1077,8 @@ mod tests {
                 decision: Decision::Answer {
                     text: "beta".into()
                 },
+                by: Some("operator".into()),
+                uid: None,
             }))
         );
         assert_eq!(

@@ -98,6 +98,11 @@ impl ApprovalDesk {
         self.escalated.contains(id)
     }
 
+    /// Says who answers the approval closed next (its event names them).
+    pub fn answered_by(&mut self, who: Answerer) {
+        self.answering = Some(who);
+    }
+
     /// A closed connection waits for nothing: its slot may be reused.
     pub fn forget_conn(&mut self, conn: ConnId) {
         self.waiters.retain(|_, w| w.conn != conn);

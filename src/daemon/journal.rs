@@ -536,6 +536,7 @@ impl SegmentWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn cfg(dir: &Path, max_bytes: u64) -> JournalConfig {
         JournalConfig {
@@ -572,6 +573,45 @@ mod tests {
         assert_eq!(third.jail.as_deref(), Some("j1"));
         assert_eq!(third.pane.as_deref(), Some("p3"));
         assert_eq!(&*third.frame, &*frame(3));
+    }
+
+    #[test]
+    fn open_approvals_are_those_last_opened_or_escalated_after_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = Timestamp::from_millis(1_000_000);
+        let lines = [
+            r#"{"seq":1,"at":"x","event":"approval_opened","pane":"p1","approval":{"id":"p1-1","kind":"confirm"}}"#,
+            r#"{"seq":2,"at":"x","event":"approval_opened","pane":"p1","approval":{"id":"p1-2","kind":"confirm"}}"#,
+            r#"{"seq":3,"at":"x","event":"approval_opened","pane":"p2","approval":{"id":"p2-1","kind":"confirm"}}"#,
+            r#"{"seq":4,"at":"x","event":"approval_answered","pane":"p1","approval":"p1-1","decision":"approve","by":"operator"}"#,
+            r#"{"seq":5,"at":"x","event":"approval_escalated","pane":"p1","approval":"p1-2","pending_ms":60000}"#,
+            r#"{"seq":6,"at":"x","event":"approval_expired","pane":"p2","approval":"p2-1","reason":"exited"}"#,
+            r#"{"seq":7,"at":"x","event":"approval_opened","pane":"p3","approval":{"id":"p3-1","kind":"input"}}"#,
+            r#"{"seq":8,"at":"x","event":"paused","pane":"p3","approval_count":1}"#,
+            r#"{"seq":9,"at":"x","event":"approval_answered","pane":"p9","approval":"p3-1","decision":"approve","by":"operator"}"#,
+        ];
+        {
+            let mut j = Journal::open(cfg(dir.path(), 1 << 20), t);
+            for (i, l) in lines.iter().enumerate() {
+                j.append(
+                    i as u64 + 1,
+                    t,
+                    None,
+                    Rc::from(format!("{l}\n").into_bytes()),
+                );
+            }
+            j.submit();
+        }
+        let j = Journal::open(cfg(dir.path(), 1 << 20), t);
+        let open: BTreeSet<(String, String)> = j.open_approvals().into_iter().collect();
+        // p1-1 answered and p2-1 expired are closed; p1-2 is open (its
+        // escalation says it still waits); another pane's answer with the
+        // same id does not close p3-1.
+        let want: BTreeSet<(String, String)> = [("p1", "p1-2"), ("p3", "p3-1")]
+            .iter()
+            .map(|(p, a)| (p.to_string(), a.to_string()))
+            .collect();
+        assert_eq!(open, want);
     }
 
     #[test]

@@ -1,16 +1,18 @@
 //! Recovery: rebuilds the pane table from the session logs a previous
 //! daemon left (`store::Recovery`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use crate::core::approval::{Approval, ApprovalEvent, ApprovalOutcome};
+use crate::core::approval::{Approval, ApprovalEvent, ApprovalOutcome, ExpiryReason};
 use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Agent, RestartPolicy, RestartState};
+use crate::daemon::approvals::Answerer;
 use crate::daemon::diag::log_warn;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::store::{ExitRecord, RecoveredPane, Recovery};
+use crate::protocol::WatchKind;
 
 impl Daemon {
     /// Rebuilds panes from the logs a previous daemon left. Agents that were
@@ -19,13 +21,9 @@ impl Daemon {
         let mut out = Vec::new();
         let n = rec.panes.len();
         let mut unmatched = 0;
-        // What the watchers last heard is waiting; a lost agent's approvals
-        // among them are announced as ended below.
-        let open = if n > 0 {
-            self.bus.journal().open_approvals()
-        } else {
-            Default::default()
-        };
+        // What the watchers last heard is waiting; whatever of it recovery
+        // finds ended is announced as ended below, and the rest expired.
+        let open = self.bus.journal().open_approvals();
         let mut unannounced = Vec::new();
         for rp in rec.panes {
             let runtime = rp.runtime.as_deref().and_then(Runtime::parse);
@@ -68,7 +66,8 @@ impl Daemon {
             };
             pane.name = rp.name.clone();
             pane.set_cwd(rp.cwd.clone());
-            unmatched += replay(pane, &rp, &mut out);
+            let mut answerers = HashMap::new();
+            unmatched += replay(pane, &rp, &mut out, &mut answerers);
             match rp.exit {
                 Some((_, code, signal)) => {
                     let status = match (code, signal) {
@@ -86,11 +85,7 @@ impl Daemon {
                 None => {
                     let reason =
                         "colibrid stopped while this agent ran; the agent was lost".to_string();
-                    // The refold's own approval events were published by
-                    // the daemon that lived them (see below).
-                    drop(pane.take_approval_events());
                     pane.fail(reason.clone(), t, &mut out);
-                    unannounced.extend(ended_unheard(pane, &open));
                     self.store.exit(
                         &rp.session,
                         &ExitRecord {
@@ -106,17 +101,25 @@ impl Daemon {
             }
             // The daemon that lived these approvals published them (the
             // journal holds them), and recovery publishes nothing, as for
-            // the lost agent's state; left here, the pane's next line would
-            // announce each approval as opened once more.
-            drop(pane.take_approval_events());
+            // the lost agent's state, but the ends its watchers never
+            // heard; left here, the pane's next line would announce each
+            // approval as opened once more.
+            unannounced.extend(ended_unheard(pane, &open, &mut answerers));
             out.clear();
         }
         // The daemon that opened these died before it could say they
-        // ended (a crash): said once, now. After an orderly stop it said
-        // so itself, and the journal shows them closed.
-        for (pane_id, approval, outcome) in unannounced {
+        // ended (a crash, even between writing the session log and the
+        // journal): said once, now. After an orderly stop it said so
+        // itself, and the journal shows them closed.
+        let mut heard = HashSet::new();
+        for (pane_id, approval, outcome, by) in unannounced {
+            if let Some(by) = by {
+                self.approvals.answered_by(by);
+            }
             self.approval_closed(&pane_id, &approval, &outcome, t);
+            heard.insert((pane_id, approval.id));
         }
+        self.expire_unfound(open, &heard, t);
         if n > 0 {
             crate::daemon::diag::log_info!("recovered {n} pane(s) from the session logs");
         }
@@ -126,14 +129,51 @@ impl Daemon {
             );
         }
     }
+
+    /// Ends, as expired with their agent, the approvals the journal shows
+    /// waiting that recovery found in no pane (its log deleted, or the
+    /// events that opened them beyond the recovery cap) and that no pane
+    /// holds pending: no agent is left to take an answer, and its
+    /// watchers would wait for one forever.
+    fn expire_unfound(
+        &mut self,
+        open: HashSet<(String, String)>,
+        heard: &HashSet<(String, String)>,
+        t: Timestamp,
+    ) {
+        let mut unfound: Vec<(String, String)> = open
+            .into_iter()
+            .filter(|k| !heard.contains(k) && !self.pending_in(&k.0, &k.1))
+            .collect();
+        unfound.sort();
+        for (pane, approval) in unfound {
+            let kind = WatchKind::ApprovalExpired {
+                pane,
+                approval,
+                reason: ExpiryReason::Exited.as_str().into(),
+            };
+            self.publish(kind, t);
+        }
+    }
+
+    fn pending_in(&self, pane_id: &str, approval: &str) -> bool {
+        self.panes
+            .iter()
+            .any(|(_, s)| s.pane.id.as_str() == pane_id && s.pane.approval(approval).is_some())
+    }
 }
 
-/// The approvals the pane's end closed that the journal still shows
-/// waiting (pane id, approval, outcome).
+/// An approval's end to announce: pane id, approval, outcome, and who
+/// answered it, when the log says.
+type Unheard = (String, Approval, ApprovalOutcome, Option<Answerer>);
+
+/// The approvals the refold and the pane's end closed (a logged answer,
+/// the agent's exit, its loss) that the journal still shows waiting.
 fn ended_unheard(
     pane: &mut Pane,
     open: &HashSet<(String, String)>,
-) -> Vec<(String, Approval, ApprovalOutcome)> {
+    answerers: &mut HashMap<String, Answerer>,
+) -> Vec<Unheard> {
     let pane_id = pane.id.0.clone();
     pane.take_approval_events()
         .into_iter()
@@ -141,7 +181,8 @@ fn ended_unheard(
             ApprovalEvent::Closed {
                 approval, outcome, ..
             } if open.contains(&(pane_id.clone(), approval.id.clone())) => {
-                Some((pane_id.clone(), approval, outcome))
+                let by = answerers.remove(&approval.id);
+                Some((pane_id.clone(), approval, outcome, by))
             }
             _ => None,
         })
@@ -154,13 +195,27 @@ fn ended_unheard(
 /// answered, not pending. Nothing is written to any agent. Returns how
 /// many answers matched no pending approval (not counted when the cap
 /// dropped some of the pane's events: their approvals are not there).
-fn replay(pane: &mut Pane, rp: &RecoveredPane, out: &mut Vec<Transition>) -> usize {
+fn replay(
+    pane: &mut Pane,
+    rp: &RecoveredPane,
+    out: &mut Vec<Transition>,
+    answerers: &mut HashMap<String, Answerer>,
+) -> usize {
     let mut answers = rp.answers.iter().peekable();
     let mut unmatched = 0;
     let mut answer_due = |pane: &mut Pane, before: usize| {
         while let Some(a) = answers.next_if(|a| a.after_events <= before) {
-            if pane.replay_answer(&a.answer, a.ts).is_none() {
-                unmatched += 1;
+            match pane.replay_answer(&a.answer, a.ts) {
+                Some(closed) => {
+                    if let Some(by) = &a.answer.by {
+                        let who = Answerer {
+                            by: by.clone(),
+                            uid: a.answer.uid,
+                        };
+                        answerers.insert(closed.id, who);
+                    }
+                }
+                None => unmatched += 1,
             }
         }
     };
@@ -192,6 +247,8 @@ mod tests {
             answer: LoggedAnswer {
                 approval: approval.into(),
                 decision,
+                by: Some("operator".into()),
+                uid: None,
             },
         }
     }
@@ -256,7 +313,7 @@ mod tests {
         let mut out = Vec::new();
         // The first names an approval not asked yet at its place, the last
         // one never asked: both skipped, counted.
-        assert_eq!(replay(&mut pane, &rp, &mut out), 2);
+        assert_eq!(replay(&mut pane, &rp, &mut out, &mut HashMap::new()), 2);
         let denied = ApprovalOutcome::Answered {
             decision: Decision::Deny { message: None },
         };
@@ -281,6 +338,9 @@ mod tests {
         let mut rp = recovered(&[], vec![answer(0, "3f2a9c1d-1", Decision::Approve)]);
         rp.events_truncated = true;
         let mut pane = pane_of(&rp);
-        assert_eq!(replay(&mut pane, &rp, &mut Vec::new()), 0);
+        assert_eq!(
+            replay(&mut pane, &rp, &mut Vec::new(), &mut HashMap::new()),
+            0
+        );
     }
 }

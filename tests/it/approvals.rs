@@ -611,23 +611,34 @@ fn an_unanswered_approval_escalates_then_is_denied_by_default() {
 /// the journal up to the `attached` event of a pane spawned now, so it
 /// holds everything published before.
 fn approval_stories(d: &Colibrid) -> BTreeMap<(String, String), Vec<String>> {
+    let mut stories: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for ev in approval_events(d) {
+        let approval = match &ev["approval"] {
+            Value::String(id) => id.clone(),
+            a => a["id"].as_str().unwrap_or_default().to_string(),
+        };
+        let pane = ev["pane"].as_str().unwrap_or_default().to_string();
+        let kind = ev["event"].as_str().unwrap_or_default().to_string();
+        stories.entry((pane, approval)).or_default().push(kind);
+    }
+    stories
+}
+
+/// Every `approval_*` event the journal holds, in order: read from seq 0
+/// up to a sentinel pane's attach.
+fn approval_events(d: &Colibrid) -> Vec<Value> {
     let mut w = d.client();
     w.request(&json!({"cmd":"watch","since":0}));
     let sentinel = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
-    let mut stories: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut events = Vec::new();
     loop {
         let ev = w.read_line().expect("watch event");
-        let kind = ev["event"].as_str().unwrap_or_default().to_string();
+        let kind = ev["event"].as_str().unwrap_or_default();
         if kind == "attached" && ev["pane"] == json!(sentinel) {
-            return stories;
+            return events;
         }
         if kind.starts_with("approval_") {
-            let approval = match &ev["approval"] {
-                Value::String(id) => id.clone(),
-                a => a["id"].as_str().unwrap_or_default().to_string(),
-            };
-            let pane = ev["pane"].as_str().unwrap_or_default().to_string();
-            stories.entry((pane, approval)).or_default().push(kind);
+            events.push(ev);
         }
     }
 }
@@ -824,6 +835,86 @@ fn answer_records_that_are_malformed_or_name_no_approval_do_not_break_recovery()
 /// stream: after a crash, recovery announces its end (the daemon that
 /// opened it could not); after an orderly stop, what the stopping daemon
 /// said is not said again.
+#[test]
+fn after_a_crash_an_end_the_journal_missed_is_announced_from_the_log_or_as_expired() {
+    // The session log and the watch journal are written apart: a crash
+    // can leave the log holding an approval's answer the journal never
+    // got, or take the log that held the approval away.
+    for how in ["its answer logged", "its log deleted"] {
+        let mut d = Colibrid::start(&[]);
+        let asker = d.script(
+            "asker",
+            "printf '%s\\n' '{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Go?\"}'\nexec sleep 600",
+        );
+        let id = d.spawn(&[&asker], json!({"runtime":"pi","name":"asker"}));
+        wait_pending(&d, &id);
+        let approval = format!("{}-1", &id[..8]);
+        wait_for(Duration::from_secs(30), "the opening journaled", || {
+            approval_stories(&d)
+                .values()
+                .any(|s| s == &["approval_opened".to_string()])
+                .then_some(())
+        });
+        d.crash();
+        let log = log_holding(&d, &id);
+        if how == "its log deleted" {
+            std::fs::remove_file(&log).expect("remove the log");
+        } else {
+            let text = std::fs::read_to_string(&log).expect("read the log");
+            let last: Value = text
+                .lines()
+                .last()
+                .and_then(|l| serde_json::from_str(l).ok())
+                .expect("a last record");
+            let answer = json!({"ts": last["ts"], "pane": id, "colibri": "answer",
+                "approval": approval, "decision": "deny", "message": "not now",
+                "by": "operator", "uid": 1001});
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&log)
+                .expect("open the log");
+            writeln!(f, "{answer}").expect("append the answer");
+        }
+        d.launch();
+        let ends: Vec<Value> = approval_events(&d)
+            .into_iter()
+            .filter(|e| e["pane"] == json!(id) && e["event"] != "approval_opened")
+            .collect();
+        let want = if how == "its log deleted" {
+            json!([{"event": "approval_expired", "approval": approval, "reason": "exited"}])
+        } else {
+            json!([{"event": "approval_answered", "approval": approval, "decision": "deny",
+                "message": "not now", "by": "operator"}])
+        };
+        let got: Vec<Value> = ends
+            .iter()
+            .map(|e| {
+                let mut e = e.clone();
+                for k in ["seq", "at", "epoch", "pane", "uid"] {
+                    e.as_object_mut().map(|o| o.remove(k));
+                }
+                e
+            })
+            .collect();
+        assert_eq!(json!(got), want, "after a crash, {how}");
+        assert_eq!(d.ok(json!({"cmd":"approvals"}))["approvals"], json!([]));
+    }
+}
+
+/// The session log that holds pane `id`'s records.
+fn log_holding(d: &Colibrid, id: &str) -> std::path::PathBuf {
+    let dir = d.state.join("sessions");
+    std::fs::read_dir(&dir)
+        .expect("sessions dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.extension().is_some_and(|x| x == "jsonl")
+                && std::fs::read_to_string(p).is_ok_and(|t| t.contains(id))
+        })
+        .expect("a log holds the pane")
+}
+
 #[test]
 fn a_pending_approval_s_end_is_announced_once_after_a_stop_and_after_a_crash() {
     for how in ["an orderly stop", "a crash"] {

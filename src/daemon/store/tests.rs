@@ -2111,6 +2111,8 @@ fn answers_come_back_at_their_place_and_unreadable_ones_are_counted_not_fatal() 
     let answer = |approval: &str, decision| LoggedAnswer {
         approval: approval.into(),
         decision,
+        by: Some("operator".into()),
+        uid: Some(1001),
     };
     assert_eq!(
         got,
