@@ -141,6 +141,8 @@ fn report(pane: &Pane, transitions: &[Transition], approvals: &[ApprovalEvent]) 
         state: t.to,
     }));
     FoldReport {
+        pane: None,
+        other_panes: Vec::new(),
         state: pane.state(),
         // Stall is silence on a live stream; a recording is never stalled.
         stalled: pane.is_stalled(Timestamp::from_millis(0), Duration::MAX),

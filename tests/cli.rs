@@ -121,6 +121,60 @@ fn fold_shows_the_dialog_sample_blocking_with_recording_line_numbers() {
 }
 
 #[test]
+fn fold_of_a_session_log_takes_one_pane_and_names_the_others() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let log = tmp.path().join("s.jsonl");
+    let line = |pane: &str, ms: u32, rest: &str| {
+        format!(
+            "{{\"ts\":\"2026-11-21T10:00:0{}.{:03}Z\",\"pane\":\"{pane}\",{rest}}}\n",
+            ms / 1000,
+            ms % 1000
+        )
+    };
+    let (a, b) = ("aaaa1111-0000", "bbbb2222-0000");
+    let ask = r#""ev":{"type":"extension_ui_request","id":"q1","method":"confirm","title":"Go?"}"#;
+    let records = [
+        line(a, 0, r#""colibri":"attach","agent":"pi","runtime":"pi","argv":["pi"],"generation":0"#),
+        line(b, 100, r#""colibri":"attach","agent":"pi","runtime":"pi","argv":["pi"],"generation":0"#),
+        line(a, 1000, ask),
+        line(b, 1500, ask),
+        line(b, 2000, r#""colibri":"answer","approval":"bbbb2222-1","decision":"deny","message":"no","by":"operator""#),
+        line(b, 3000, r#""colibri":"exit","state":"error","signal":9"#),
+    ]
+    .concat();
+    std::fs::write(&log, records).expect("write log");
+    let path = log.to_str().expect("utf-8 path");
+    let out = output(colibri(&["fold", "--json", "--pane", "bbbb", path]));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let r = json_of(&out);
+    assert_eq!(r["pane"], b);
+    assert_eq!(r["other_panes"], json!([a]));
+    assert_eq!(r["approvals"].as_array().map(Vec::len), Some(1));
+    assert_eq!(r["approvals"][0]["line"], 4);
+    assert_eq!(r["approvals"][0]["outcome"]["decision"], "deny");
+    assert_eq!(r["exit"]["signal"], 9);
+    // Without --pane the first pane: its approval still waits (the log
+    // ends before it does), and the text says which pane it folded.
+    let out = output(colibri(&["fold", path]));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "pane:     {a} (the log's other panes, left out; fold one with --pane: {b})\n"
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("state:    blocked\n"), "{stdout}");
+    let out = output(colibri(&["fold", "--pane", "cccc", path]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("no pane \"cccc\""),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn fold_of_garbage_only_input_counts_it_and_stays_idle() {
     let out = run_with_stdin(
         colibri(&["fold", "--json", "-"]),

@@ -25,7 +25,7 @@ fn no_shipped_sample_fixture_or_real_stream_trips_the_default_policies() {
     let mut tripped = Vec::new();
     for path in &files {
         let input = std::fs::read(path).expect("readable stream");
-        let report = fold_input(input, None, DEFAULT_MAX_LINE)
+        let report = fold_input(input, None, DEFAULT_MAX_LINE, None)
             .unwrap_or_else(|e| panic!("{} does not fold: {e}", path.display()));
         for v in &report.verdicts {
             tripped.push(format!(
@@ -72,7 +72,7 @@ fn a_destructive_command_and_a_loop_show_in_the_fold_at_their_lines() {
         lines.push(tool(10 + i, "Read", r#"{"file_path":"/home/dev/p/a.rs"}"#));
     }
     let stream = lines.join("\n") + "\n";
-    let report = fold_input(stream.into_bytes(), None, DEFAULT_MAX_LINE).expect("folds");
+    let report = fold_input(stream.into_bytes(), None, DEFAULT_MAX_LINE, None).expect("folds");
     let got: Vec<(u64, &str, &str)> = report
         .verdicts
         .iter()

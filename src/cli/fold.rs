@@ -26,6 +26,12 @@ pub struct Unwrapped {
     pub exit: Option<ExitStatus>,
     /// The answers a session log recorded, at their place in `stream`.
     pub answers: Vec<RecordedAnswer>,
+    /// The pane of a session log folded: the one asked for, or the first.
+    pub pane: Option<String>,
+    /// The log's other panes, in the order they first appear: each is an
+    /// agent of its own, with its own approvals and exit, so their lines
+    /// are left out (folded together they would be one made-up agent).
+    pub other_panes: Vec<String>,
 }
 
 /// A session log's `colibri` `answer` record at `offset` of the stream.
@@ -35,37 +41,114 @@ fn recorded_answer(line: &[u8], offset: usize) -> Option<RecordedAnswer> {
     Some(RecordedAnswer { offset, answer })
 }
 
-/// Unwraps a recording; returns plain input unchanged.
-pub fn unwrap_input(input: Vec<u8>) -> Result<Unwrapped, CliError> {
+/// Which pane's lines of a session log a fold takes.
+struct PanePick<'w> {
+    /// `--pane`: a pane id or the start of one.
+    want: Option<&'w str>,
+    chosen: Option<String>,
+    others: Vec<String>,
+}
+
+impl PanePick<'_> {
+    /// Whether a line of `pane` (`None`: of no pane) is folded.
+    fn takes(&mut self, pane: Option<&str>) -> bool {
+        let Some(p) = pane else { return true };
+        match &self.chosen {
+            Some(c) if c == p => return true,
+            None if self.want.is_none_or(|w| p.starts_with(w)) => {
+                self.chosen = Some(p.to_string());
+                return true;
+            }
+            _ => {}
+        }
+        if !self.others.iter().any(|o| o == p) {
+            self.others.push(p.to_string());
+        }
+        false
+    }
+
+    fn finish(self, out: &mut Unwrapped) -> Result<(), CliError> {
+        if let Some(w) = self.want {
+            let Some(chosen) = &self.chosen else {
+                let seen = if self.others.is_empty() {
+                    "no pane".to_string()
+                } else {
+                    self.others.join(", ")
+                };
+                return Err(CliError::Runtime(format!(
+                    "fold: no pane {w:?} in this log (it holds {seen})"
+                )));
+            };
+            let alike: Vec<&str> = self
+                .others
+                .iter()
+                .filter(|o| o.starts_with(w))
+                .map(String::as_str)
+                .collect();
+            if !alike.is_empty() {
+                return Err(CliError::Runtime(format!(
+                    "fold: --pane {w:?} names more than one pane ({chosen}, {}); give more of the id",
+                    alike.join(", ")
+                )));
+            }
+        }
+        out.pane = self.chosen;
+        out.other_panes = self.others;
+        Ok(())
+    }
+}
+
+/// Unwraps a recording; returns plain input unchanged. Of a session log
+/// with several panes, only the lines of `pane` (a pane id or its start),
+/// or of the first pane, are taken.
+pub fn unwrap_input(input: Vec<u8>, pane: Option<&str>) -> Result<Unwrapped, CliError> {
     let first = input.split(|&b| b == b'\n').find(|l| !is_blank(l));
     if !first.is_some_and(recording::is_recording_line) {
+        if let Some(w) = pane {
+            return Err(CliError::Runtime(format!(
+                "fold: --pane {w:?} needs a session log; this is a plain stream"
+            )));
+        }
         return Ok(Unwrapped {
             stream: input,
-            line_map: Vec::new(),
-            exit: None,
-            answers: Vec::new(),
+            ..Unwrapped::default()
         });
     }
     let mut out = Unwrapped::default();
     let mut clock = Clock::default();
+    let mut pick = PanePick {
+        want: pane,
+        chosen: None,
+        others: Vec::new(),
+    };
+    // After the folded pane's exit the rest is read only for the panes it
+    // names.
+    let mut ended = false;
     for (i, line) in input.split(|&b| b == b'\n').enumerate() {
         let line_no = i as u64 + 1;
         if is_blank(line) {
             continue;
         }
-        let entry = clock
-            .parse(line)
-            .map_err(|e| CliError::Runtime(format!("fold: line {line_no}: {e}")))?;
+        let entry = match clock.parse(line) {
+            Ok(entry) => entry,
+            Err(_) if ended => continue,
+            Err(e) => return Err(CliError::Runtime(format!("fold: line {line_no}: {e}"))),
+        };
+        if !pick.takes(entry.pane.as_deref()) || ended {
+            continue;
+        }
         let text: &[u8] = match &entry.action {
             Action::Event(json) => json.as_bytes(),
             Action::Raw(text) => text.as_bytes(),
             Action::Exit(code) => {
                 out.exit = Some(ExitStatus::Code(i32::try_from(*code).unwrap_or(i32::MAX)));
-                break;
+                ended = true;
+                continue;
             }
             Action::Killed(sig) => {
                 out.exit = Some(ExitStatus::Signal(i32::try_from(*sig).unwrap_or(i32::MAX)));
-                break;
+                ended = true;
+                continue;
             }
             Action::Skip => {
                 out.answers.extend(recorded_answer(line, out.stream.len()));
@@ -83,6 +166,7 @@ pub fn unwrap_input(input: Vec<u8>) -> Result<Unwrapped, CliError> {
         out.stream.extend_from_slice(text);
         out.stream.push(b'\n');
     }
+    pick.finish(&mut out)?;
     Ok(out)
 }
 
@@ -91,9 +175,12 @@ pub fn fold_input(
     input: Vec<u8>,
     runtime: Option<Runtime>,
     max_line: usize,
+    pane: Option<&str>,
 ) -> Result<FoldReport, CliError> {
-    let u = unwrap_input(input)?;
+    let u = unwrap_input(input, pane)?;
     let mut report = fold_answered(runtime, max_line, &u.stream, &u.answers, u.exit);
+    report.pane = u.pane.clone();
+    report.other_panes = u.other_panes.clone();
     if !u.line_map.is_empty() {
         let to_file_line = |line: u64| {
             if line == 0 {
@@ -129,7 +216,7 @@ mod tests {
             "{\"ts\":\"2026-11-21T10:00:01.500Z\",\"pane\":\"p\",\"raw\":\"warning: something\"}\n",
             "{\"ts\":\"2026-11-21T10:00:02.000Z\",\"pane\":\"p\",\"colibri\":\"exit\",\"state\":\"error\",\"signal\":9}\n",
         );
-        let r = fold_input(log.as_bytes().to_vec(), None, 1 << 20).expect("folds");
+        let r = fold_input(log.as_bytes().to_vec(), None, 1 << 20, None).expect("folds");
         assert_eq!(r.state, AgentState::Error);
         assert_eq!(r.exit.and_then(|e| e.signal), Some(9));
         assert_eq!(r.counters.events, 1);
@@ -146,7 +233,7 @@ mod tests {
             "{\"t\":30,\"ev\":{\"type\":\"agent_settled\"}}\n",
             "{\"t\":40,\"exit\":0}\n",
         );
-        let r = fold_input(rec.as_bytes().to_vec(), None, 1 << 20).expect("folds");
+        let r = fold_input(rec.as_bytes().to_vec(), None, 1 << 20, None).expect("folds");
         assert_eq!(r.state, AgentState::Done);
         assert_eq!(r.runtime, Some(Runtime::Pi));
         assert_eq!(r.session_id.as_deref(), Some("s1"));
@@ -170,7 +257,7 @@ mod tests {
             "{\"ts\":\"2026-11-21T10:00:02.000Z\",\"pane\":\"3f2a9c1d-0000\",\"ev\":{\"type\":\"extension_ui_request\",\"id\":\"q2\",\"method\":\"confirm\",\"title\":\"Really?\"}}\n",
             "{\"ts\":\"2026-11-21T10:00:03.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"answer\",\"approval\":\"3f2a9c1d-2\",\"decision\":\"deny\",\"message\":\"no\",\"by\":\"operator\",\"uid\":1001}\n",
         );
-        let report = fold_input(log.as_bytes().to_vec(), None, 1 << 20).expect("fold");
+        let report = fold_input(log.as_bytes().to_vec(), None, 1 << 20, None).expect("fold");
         assert_eq!(report.approvals.len(), 2);
         assert_eq!(report.approvals[0].outcome, None, "q1 is still pending");
         let closed = report.approvals[1].outcome.as_ref().expect("q2 answered");
@@ -188,23 +275,87 @@ mod tests {
             "{\"ts\":\"2026-11-21T10:00:01.000Z\",\"pane\":\"3f2a9c1d-0000\",\"ev\":{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Go?\"}}\n",
             "{\"ts\":\"2026-11-21T10:00:02.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"answer\",\"approval\":\"3f2a9c1d-1\",\"hook\":\"PreToolUse\",\"decision\":\"deny\",\"message\":\"colibri's command guard refused this (rm_outside_cwd): rm -rf /\",\"by\":\"policy\"}\n",
         );
-        let u = unwrap_input(log.as_bytes().to_vec()).expect("unwrap");
+        let u = unwrap_input(log.as_bytes().to_vec(), None).expect("unwrap");
         assert!(u.answers.is_empty(), "{:?}", u.answers);
-        let report = fold_input(log.as_bytes().to_vec(), None, 1 << 20).expect("fold");
+        let report = fold_input(log.as_bytes().to_vec(), None, 1 << 20, None).expect("fold");
         assert_eq!(report.approvals.len(), 1);
         assert_eq!(report.approvals[0].outcome, None, "q1 is still pending");
     }
 
+    /// Two panes of one session, interleaved: each asks one approval and
+    /// exits its own way.
+    const TWO_PANES: &str = concat!(
+        "{\"ts\":\"2026-11-21T10:00:00.000Z\",\"pane\":\"aaaa1111-0000\",\"colibri\":\"attach\",\"agent\":\"pi\",\"runtime\":\"pi\",\"argv\":[\"pi\"],\"generation\":0}\n",
+        "{\"ts\":\"2026-11-21T10:00:00.100Z\",\"pane\":\"bbbb2222-0000\",\"colibri\":\"attach\",\"agent\":\"pi\",\"runtime\":\"pi\",\"argv\":[\"pi\"],\"generation\":0}\n",
+        "{\"ts\":\"2026-11-21T10:00:01.000Z\",\"pane\":\"aaaa1111-0000\",\"ev\":{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"A?\"}}\n",
+        "{\"ts\":\"2026-11-21T10:00:01.500Z\",\"pane\":\"bbbb2222-0000\",\"ev\":{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"B?\"}}\n",
+        "{\"ts\":\"2026-11-21T10:00:02.000Z\",\"pane\":\"bbbb2222-0000\",\"colibri\":\"answer\",\"approval\":\"bbbb2222-1\",\"decision\":\"approve\",\"by\":\"operator\"}\n",
+        "{\"ts\":\"2026-11-21T10:00:03.000Z\",\"pane\":\"bbbb2222-0000\",\"colibri\":\"exit\",\"state\":\"error\",\"signal\":9}\n",
+        "{\"ts\":\"2026-11-21T10:00:04.000Z\",\"pane\":\"aaaa1111-0000\",\"ev\":{\"type\":\"agent_start\"}}\n",
+        "{\"ts\":\"2026-11-21T10:00:05.000Z\",\"pane\":\"aaaa1111-0000\",\"colibri\":\"exit\",\"state\":\"done\",\"code\":0}\n",
+    );
+
+    #[test]
+    fn a_log_of_several_panes_folds_one_pane_and_names_the_others() {
+        let first = fold_input(TWO_PANES.as_bytes().to_vec(), None, 1 << 20, None).expect("fold");
+        assert_eq!(first.pane.as_deref(), Some("aaaa1111-0000"));
+        assert_eq!(first.other_panes, ["bbbb2222-0000"]);
+        // Its own approval, ended by its own exit: the other pane's answer
+        // is not its, nor the other pane's kill its exit.
+        assert_eq!(first.approvals.len(), 1);
+        assert_eq!(first.approvals[0].line, 3);
+        let ended = first.approvals[0].outcome.as_ref().expect("ended");
+        assert_eq!(
+            (ended.event.as_str(), ended.reason.as_deref()),
+            ("expired", Some("exited"))
+        );
+        assert_eq!(first.exit.as_ref().and_then(|e| e.code), Some(0));
+        let lines: Vec<u64> = first.timeline.iter().map(|s| s.line).collect();
+        // Its own events' file lines; the exit comes from no line (0).
+        assert_eq!(lines, [0, 3, 7, 0]);
+        assert_eq!(first.state, crate::core::state::AgentState::Done);
+
+        let second = fold_input(TWO_PANES.as_bytes().to_vec(), None, 1 << 20, Some("bbbb"))
+            .expect("fold the second");
+        assert_eq!(second.pane.as_deref(), Some("bbbb2222-0000"));
+        assert_eq!(second.other_panes, ["aaaa1111-0000"]);
+        assert_eq!(second.approvals.len(), 1);
+        assert_eq!(second.approvals[0].line, 4);
+        let answered = second.approvals[0].outcome.as_ref().expect("answered");
+        assert_eq!(answered.event, "answered");
+        assert_eq!(second.exit.as_ref().and_then(|e| e.signal), Some(9));
+    }
+
+    #[test]
+    fn a_pane_not_in_the_log_or_named_ambiguously_is_an_error() {
+        let fold = |pane| fold_input(TWO_PANES.as_bytes().to_vec(), None, 1 << 20, Some(pane));
+        let missing = fold("cccc").expect_err("no such pane").to_string();
+        assert!(missing.contains("no pane \"cccc\""), "{missing}");
+        assert!(
+            missing.contains("aaaa1111-0000, bbbb2222-0000"),
+            "{missing}"
+        );
+        let twice = fold("").expect_err("ambiguous").to_string();
+        assert!(twice.contains("more than one pane"), "{twice}");
+        let plain = fold_input(
+            b"{\"type\":\"agent_start\"}\n".to_vec(),
+            None,
+            1 << 20,
+            Some("a"),
+        )
+        .expect_err("a plain stream has no panes")
+        .to_string();
+        assert!(plain.contains("plain stream"), "{plain}");
+    }
+
     #[test]
     fn plain_input_is_not_touched() {
-        let u = unwrap_input(b"{\"type\":\"agent_start\"}\n".to_vec()).expect("plain");
+        let u = unwrap_input(b"{\"type\":\"agent_start\"}\n".to_vec(), None).expect("plain");
         assert_eq!(
             u,
             Unwrapped {
                 stream: b"{\"type\":\"agent_start\"}\n".to_vec(),
-                line_map: vec![],
-                exit: None,
-                answers: vec![],
+                ..Unwrapped::default()
             }
         );
     }

@@ -401,6 +401,10 @@ pub struct FoldArgs {
     /// Longest agent line kept, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_LINE)]
     pub max_line: usize,
+    /// Of a session log with several panes, fold this one (its id or the
+    /// start of it; default: the first).
+    #[arg(long, value_name = "ID")]
+    pub pane: Option<String>,
     /// A JSONL stream or recording; - for stdin.
     pub file: PathBuf,
 }
@@ -636,7 +640,7 @@ fn read_input(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
 
 fn fold_cmd(args: FoldArgs, out: &mut impl Write) -> Result<u8, CliError> {
     let input = read_input(&args.file)?;
-    let report = fold::fold_input(input, args.runtime, args.max_line)?;
+    let report = fold::fold_input(input, args.runtime, args.max_line, args.pane.as_deref())?;
     let text = if args.json {
         let mut s = serde_json::to_string(&report)
             .map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;

@@ -21,6 +21,8 @@ struct Line<'a> {
     #[serde(borrow, default)]
     ts: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
+    pane: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
     ev: Option<&'a RawValue>,
     #[serde(borrow, default)]
     raw: Option<Cow<'a, str>>,
@@ -62,6 +64,9 @@ pub struct Entry<'a> {
     /// Milliseconds since the recording started.
     pub at_ms: f64,
     pub action: Action<'a>,
+    /// The pane a session-log line belongs to; `None` for a recording's
+    /// lines and the log's own records of no pane (`"pane":""`).
+    pub pane: Option<Cow<'a, str>>,
 }
 
 /// Turns the `ts` of session-log lines into offsets from the first one.
@@ -126,7 +131,12 @@ impl Clock {
                 "a recording line needs one of \"ev\", \"raw\", \"await_input\", \"exit\"".into(),
             );
         };
-        Ok(Entry { at_ms, action })
+        let pane = l.pane.filter(|p| !p.is_empty());
+        Ok(Entry {
+            at_ms,
+            action,
+            pane,
+        })
     }
 }
 
@@ -149,7 +159,8 @@ mod tests {
             e,
             Entry {
                 at_ms: 250.0,
-                action: Action::Event(r#"{"type":"turn_start","b":1,"a":2}"#)
+                action: Action::Event(r#"{"type":"turn_start","b":1,"a":2}"#),
+                pane: None,
             }
         );
     }
@@ -170,7 +181,8 @@ mod tests {
             b,
             Entry {
                 at_ms: 1500.0,
-                action: Action::Skip
+                action: Action::Skip,
+                pane: Some("p".into()),
             }
         );
     }

@@ -561,6 +561,18 @@ pub fn fold_text(r: &FoldReport) -> String {
         let _ = writeln!(out, "line {}: {}", step.line, step.state);
     }
     let _ = writeln!(out, "---");
+    if let Some(pane) = &r.pane {
+        let _ = write!(out, "pane:     {}", escape_controls(pane));
+        if !r.other_panes.is_empty() {
+            let others: Vec<_> = r.other_panes.iter().map(|p| escape_controls(p)).collect();
+            let _ = write!(
+                out,
+                " (the log's other panes, left out; fold one with --pane: {})",
+                others.join(", ")
+            );
+        }
+        let _ = writeln!(out);
+    }
     let stalled = if r.stalled { " (stalled)" } else { "" };
     let _ = writeln!(out, "state:    {}{stalled}", r.state);
     let _ = writeln!(

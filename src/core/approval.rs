@@ -249,9 +249,8 @@ impl Decision {
 /// fold` and the daemon's recovery both read it here and replay it with
 /// [`crate::core::pane::Pane::replay_answer`], so for one pane's run they
 /// close the same approvals the same way. (Recovery replays each pane's
-/// answers since its last attach; `fold` reads a whole log as one
-/// stream, so in a log of several panes it numbers their approvals
-/// together and an answer may close another pane's.)
+/// answers since its last attach; `fold` takes one pane of a log, its
+/// lines up to its first exit.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoggedAnswer {
     /// colibri's id of the approval answered (`3f2a9c1d-2`).

@@ -331,6 +331,12 @@ pub struct WireRestart {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FoldReport {
+    /// The pane of a session log folded (`--pane`, or its first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pane: Option<String>,
+    /// The log's other panes, left out of the fold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_panes: Vec<String>,
     pub state: AgentState,
     pub stalled: bool,
     #[serde(default)]
