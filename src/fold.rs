@@ -113,6 +113,7 @@ fn govern(pane: &mut Pane, governor: &mut Governor, now: Timestamp, out: &mut Ve
         id: pane.id.to_string(),
         name: pane.name.clone(),
         runtime: pane.runtime().map(|r| r.as_str().to_string()),
+        model: pane.model().map(str::to_string),
         cwd: pane.cwd().map(str::to_string),
         ..PaneInfo::default()
     };

@@ -14,7 +14,7 @@ use crate::core::approval::{
 };
 use crate::core::ingest::{is_blank, Frame, FramedLine, LineFramer};
 use crate::core::policy::{LineFacts, ToolFacts};
-use crate::core::signal::{Observation, Signal, ToolCall};
+use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
 use crate::core::state::{self, AgentState};
 use crate::core::taxonomy::detect::{detect, Detection};
 use crate::core::taxonomy::{Adapter, Runtime};
@@ -148,6 +148,8 @@ pub struct Pane {
     quiet_since: Timestamp,
     session_id: Option<String>,
     cwd: Option<String>,
+    /// The model the harness's header named, for pricing its tokens.
+    model: Option<String>,
     counters: Counters,
     lines: u64,
     turns: u64,
@@ -203,6 +205,7 @@ impl Pane {
             last_event_at: None,
             quiet_since: now,
             session_id: None,
+            model: None,
             cwd: None,
             counters: Counters::default(),
             lines: 0,
@@ -263,6 +266,9 @@ impl Pane {
     }
     pub fn cwd(&self) -> Option<&str> {
         self.cwd.as_deref()
+    }
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -627,10 +633,14 @@ impl Pane {
         if obs.subagent {
             return;
         }
-        if let Signal::Session { id, cwd, .. } = &obs.signal {
+        if let Signal::Session(h) = &obs.signal {
+            let SessionHeader { id, cwd, model, .. } = &**h;
             self.session_id = id.as_ref().map(|s| s.to_string());
             if let Some(c) = cwd {
                 self.cwd = Some(c.to_string());
+            }
+            if let Some(m) = model {
+                self.model = Some(m.to_string());
             }
             self.last_error = None;
             self.exit = None;
@@ -650,7 +660,7 @@ impl Pane {
         let resolved = ApprovalOutcome::Expired {
             reason: ExpiryReason::Resolved,
         };
-        let new_session = !obs.subagent && matches!(obs.signal, Signal::Session { .. });
+        let new_session = !obs.subagent && matches!(obs.signal, Signal::Session(_));
         match &obs.resolves {
             _ if new_session => self.close_all_approvals(ExpiryReason::Resolved, now, line),
             Resolves::Nothing => {}

@@ -15,13 +15,10 @@ use crate::core::usage::UsageUpdate;
 /// What one line means for the pane's state.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Signal<'a> {
-    /// A session header. `running` is true for harnesses whose header is
-    /// printed after a prompt is already in flight (Claude, Codex, Gemini).
-    Session {
-        id: Option<Cow<'a, str>>,
-        cwd: Option<Cow<'a, str>>,
-        running: bool,
-    },
+    /// A session header. Boxed: it comes once a session and is the
+    /// largest signal, and every line's signal is moved on its way to the
+    /// pane.
+    Session(Box<SessionHeader<'a>>),
     /// Active work: streaming, tools, compaction, retries.
     Working,
     /// A human must answer before the agent can go on.
@@ -38,6 +35,25 @@ pub enum Signal<'a> {
     Meta,
     /// A line whose type this adapter does not know. Never changes state.
     Unknown,
+}
+
+/// What a harness's session header says.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SessionHeader<'a> {
+    pub id: Option<Cow<'a, str>>,
+    pub cwd: Option<Cow<'a, str>>,
+    /// True for harnesses whose header is printed after a prompt is
+    /// already in flight (Claude, Codex, Gemini).
+    pub running: bool,
+    /// The model the harness names in its header (Claude, Gemini):
+    /// budgets price a harness's tokens by it.
+    pub model: Option<Cow<'a, str>>,
+}
+
+impl<'a> Signal<'a> {
+    pub fn session(header: SessionHeader<'a>) -> Signal<'a> {
+        Signal::Session(Box::new(header))
+    }
 }
 
 /// A tool invocation as the agent reported it.

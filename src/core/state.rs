@@ -69,8 +69,8 @@ pub fn apply(state: AgentState, signal: &Signal<'_>) -> AgentState {
     use AgentState::*;
     match signal {
         // A session header starts over, whatever came before.
-        Signal::Session { running: false, .. } => Idle,
-        Signal::Session { running: true, .. } => Working,
+        Signal::Session(h) if !h.running => Idle,
+        Signal::Session(_) => Working,
         Signal::Working => keep_final_or(state, Working),
         Signal::Blocked => keep_final_or(state, Blocked),
         Signal::Idle => keep_final_or(state, Idle),
@@ -102,14 +102,14 @@ fn keep_final_or(state: AgentState, next: AgentState) -> AgentState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::signal::SessionHeader;
     use AgentState::*;
 
     fn session(running: bool) -> Signal<'static> {
-        Signal::Session {
-            id: None,
-            cwd: None,
+        Signal::session(SessionHeader {
             running,
-        }
+            ..SessionHeader::default()
+        })
     }
 
     #[test]

@@ -42,7 +42,7 @@ impl Daemon {
             name: slot.pane.name.clone(),
             role: None,
             runtime: slot.pane.runtime().map(|r| r.as_str().to_string()),
-            model: None,
+            model: slot.pane.model().map(str::to_string),
             cwd: slot.pane.cwd().map(str::to_string),
         };
         let verdicts = self.governor.observe_lines(&info, &facts, t);

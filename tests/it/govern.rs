@@ -23,6 +23,17 @@ fn daemon_with(config: &str) -> Colibrid {
 /// A Pi agent that waits for the file GO, prints `lines`, then runs `tail`
 /// (shell) and waits for the file END.
 fn agent(d: &Colibrid, name: &str, lines: &[&str], tail: &str) -> (String, String) {
+    agent_of(d, "pi", name, lines, tail)
+}
+
+/// [`agent`] speaking `runtime`'s dialect.
+fn agent_of(
+    d: &Colibrid,
+    runtime: &str,
+    name: &str,
+    lines: &[&str],
+    tail: &str,
+) -> (String, String) {
     let go = d.path(&format!("{name}.go"));
     let end = d.path(&format!("{name}.end"));
     let mut body = format!("while [ ! -e '{}' ]; do sleep 0.05; done\n", go.display());
@@ -36,7 +47,7 @@ fn agent(d: &Colibrid, name: &str, lines: &[&str], tail: &str) -> (String, Strin
     ));
     let script = d.script(&format!("{name}.sh"), &body);
     let cwd = d.dir.path().display().to_string();
-    let id = d.spawn(&[&script], json!({"runtime": "pi", "cwd": cwd}));
+    let id = d.spawn(&[&script], json!({"runtime": runtime, "cwd": cwd}));
     (id, go.display().to_string())
 }
 
@@ -190,6 +201,35 @@ fn a_budget_pauses_the_agent_at_the_line_that_reaches_the_cap_and_resumes_when_t
     assert_eq!(resume["verdict"]["rule"], json!("burst"));
     next(&mut w, "resumed", None);
     assert_eq!(d.pane(&id)["paused"], json!(false));
+}
+
+#[test]
+fn tokens_of_a_harness_without_costs_are_priced_by_the_model_its_header_names() {
+    // Gemini prints tokens only; its `init` names the model. The model's
+    // price makes the line reach the cap; the runtime's would not.
+    let d = daemon_with(concat!(
+        "[budgets.dollars]\nusd = 1.0\nwindow = \"1h\"\n",
+        "[prices.gemini]\noutput = 1.0\n",
+        "[prices.\"gemini-2.5-pro\"]\noutput = 10.0\n",
+    ));
+    let (id, gate) = agent_of(
+        &d,
+        "gemini",
+        "priced",
+        &[
+            r#"{"type":"init","session_id":"c0ffee00-1234-4abc-9def-001122334455","model":"gemini-2.5-pro"}"#,
+            r#"{"type":"result","status":"success","stats":{"input_tokens":0,"output_tokens":100000}}"#,
+        ],
+        "",
+    );
+    let mut w = watch(&d, &id);
+    go(&gate);
+    let pause = next(&mut w, "verdict", Some("pause"));
+    assert_eq!(pause["verdict"]["rule"], json!("dollars"));
+    assert_eq!(pause["verdict"]["line"], json!(2));
+    let shown = d.ok(json!({"cmd":"budget"}));
+    let spent = shown["budgets"][0]["spent"].as_f64().expect("spent");
+    assert!((spent - 1.0).abs() < 1e-9, "{shown}");
 }
 
 #[test]

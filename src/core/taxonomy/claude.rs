@@ -20,8 +20,8 @@ use serde_json::value::RawValue;
 use crate::core::approval::{
     AnswerChannel, ApprovalKind, ApprovalRequest, Resolves, ASK_USER_QUESTION,
 };
-use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
+use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
+use crate::core::taxonomy::{de_count, from_object, raw_str, raw_str_lenient, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 /// How many recent `message.id`s are remembered for usage deduplication.
@@ -49,6 +49,11 @@ struct Line<'a> {
     session_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     cwd: Option<Cow<'a, str>>,
+    /// `system`/`init`'s and `SessionStart`'s model.
+    /// Any JSON value: a model that is not a string is not read, and does
+    /// not cost the line.
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
     /// An object on `assistant`/`user`, a string on hook `Notification`.
     #[serde(borrow, default)]
     message: Option<MessageField<'a>>,
@@ -543,11 +548,12 @@ fn user_observation(message: Option<MessageField<'_>>) -> Observation<'_> {
 
 fn system_observation<'a>(l: &Line<'a>) -> Observation<'a> {
     match l.subtype.as_deref() {
-        Some("init") => Observation::new(Signal::Session {
+        Some("init") => Observation::new(Signal::session(SessionHeader {
             id: l.session_id.clone(),
             cwd: l.cwd.clone(),
             running: true,
-        }),
+            model: l.model.and_then(raw_str_lenient),
+        })),
         // `thinking_tokens` is a heartbeat with an estimate of the thinking
         // in flight; the real count arrives in the message's usage.
         Some("compact_boundary" | "api_retry" | "thinking_tokens") => {
@@ -605,11 +611,12 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
         })
     };
     match hook {
-        "SessionStart" => Observation::new(Signal::Session {
+        "SessionStart" => Observation::new(Signal::session(SessionHeader {
             id: l.session_id.clone(),
             cwd: l.cwd.clone(),
             running: false,
-        }),
+            model: l.model.and_then(raw_str_lenient),
+        })),
         "UserPromptSubmit" => Observation::new(Signal::Working)
             .turn(true)
             .resolving(Resolves::All),

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::approval::{ApprovalKind, ApprovalRequest, Resolves};
-use crate::core::signal::{Observation, Signal, ToolCall};
+use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
 use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
@@ -162,11 +162,12 @@ impl CodexState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
         let l: Line<'a> = from_object(line)?;
         let obs = match l.kind.as_ref() {
-            "thread.started" => Observation::new(Signal::Session {
+            "thread.started" => Observation::new(Signal::session(SessionHeader {
                 id: l.thread_id,
                 cwd: None,
                 running: true,
-            }),
+                model: None,
+            })),
             "turn.started" => Observation::new(Signal::Working).turn(true),
             "item.started" | "item.completed" => {
                 let started = l.kind == "item.started";

@@ -13,8 +13,8 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::core::signal::{Observation, Signal, ToolCall};
-use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
+use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
+use crate::core::taxonomy::{de_count, from_object, raw_str, raw_str_lenient, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 #[derive(Debug, Default)]
@@ -26,6 +26,11 @@ struct Line<'a> {
     kind: Cow<'a, str>,
     #[serde(borrow, default)]
     session_id: Option<Cow<'a, str>>,
+    /// `init`'s model.
+    /// Any JSON value: a model that is not a string is not read, and does
+    /// not cost the line.
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
     #[serde(borrow, default)]
     role: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -66,11 +71,12 @@ impl GeminiState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
         let l: Line<'a> = from_object(line)?;
         let obs = match l.kind.as_ref() {
-            "init" => Observation::new(Signal::Session {
+            "init" => Observation::new(Signal::session(SessionHeader {
                 id: l.session_id,
                 cwd: None,
                 running: true,
-            }),
+                model: l.model.and_then(raw_str_lenient),
+            })),
             "message" => Observation::new(Signal::Working).turn(l.role.as_deref() == Some("user")),
             "tool_use" => {
                 let obs = Observation::new(Signal::Working);
@@ -135,6 +141,30 @@ fn stats_usage(raw: &RawValue) -> UsageUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn init_names_the_model_and_a_model_that_is_no_string_is_left_unread() {
+        let mut st = GeminiState::default();
+        let model =
+            |st: &mut GeminiState, line: &[u8]| match st.observe(line).expect("valid").signal {
+                Signal::Session(h) => h.model.map(|m| m.into_owned()),
+                other => panic!("not a session: {other:?}"),
+            };
+        assert_eq!(
+            model(
+                &mut st,
+                br#"{"type":"init","session_id":"s","model":"gemini-2.5-pro"}"#
+            ),
+            Some("gemini-2.5-pro".to_string())
+        );
+        assert_eq!(
+            model(
+                &mut st,
+                br#"{"type":"init","session_id":"s","model":{"id":"x"}}"#
+            ),
+            None
+        );
+    }
 
     #[test]
     fn result_status_and_stats() {

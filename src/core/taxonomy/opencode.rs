@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::core::signal::{Observation, Signal, ToolCall};
+use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
 use crate::core::taxonomy::{de_cost, de_count, from_object, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
@@ -127,11 +127,12 @@ impl OpenCodeState {
             None => {
                 self.session = Some(sid.as_ref().into());
                 Ok(Observation {
-                    signal: Signal::Session {
+                    signal: Signal::session(SessionHeader {
                         id: Some(sid),
                         cwd: None,
                         running: true,
-                    },
+                        model: None,
+                    }),
                     ..obs
                 })
             }
@@ -203,7 +204,7 @@ mod tests {
         let obs = st
             .observe(br#"{"type":"step_start","timestamp":1,"sessionID":"ses_a","part":{}}"#)
             .expect("valid");
-        assert!(matches!(obs.signal, Signal::Session { running: true, .. }));
+        assert!(matches!(&obs.signal, Signal::Session(h) if h.running));
         assert!(obs.turn);
         let obs = st
             .observe(br#"{"type":"text","timestamp":2,"sessionID":"ses_child","part":{}}"#)

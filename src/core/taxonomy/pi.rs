@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use crate::core::approval::{ApprovalKind, ApprovalRequest, Resolves};
 use crate::core::ingest::FramedLine;
-use crate::core::signal::{Observation, Signal, ToolCall};
+use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
 use crate::core::taxonomy::fields::{
     opt_text, opt_text_lenient, read_object, set, skip, ObjectFields, Text,
 };
@@ -166,11 +166,12 @@ impl PiState {
             "session" | "session_started" => {
                 self.mode = PiMode::Json;
                 self.last_stop = None;
-                Observation::new(Signal::Session {
+                Observation::new(Signal::session(SessionHeader {
                     id: l.id,
                     cwd: l.cwd,
                     running: false,
-                })
+                    model: None,
+                }))
             }
             "turn_start" => Observation::new(Signal::Working).turn(true),
             "agent_start"
@@ -347,11 +348,10 @@ mod tests {
 
     fn sig(st: &mut PiState, line: &str) -> Signal<'static> {
         match st.observe(line.as_bytes()).expect("valid line").signal {
-            Signal::Session { running, .. } => Signal::Session {
-                id: None,
-                cwd: None,
-                running,
-            },
+            Signal::Session(h) => Signal::session(SessionHeader {
+                running: h.running,
+                ..SessionHeader::default()
+            }),
             Signal::Working => Signal::Working,
             Signal::Blocked => Signal::Blocked,
             Signal::Idle => Signal::Idle,
