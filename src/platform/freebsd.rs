@@ -766,14 +766,160 @@ pub fn signal_trees(pids: &[Pid], sig: i32) -> io::Result<()> {
     first_err.map_or(Ok(()), Err)
 }
 
-/// Nothing to do on FreeBSD: a descendant re-parented to the reaper keeps
-/// its reaper subtree id (`p_reapsubtree`), so `signal_tree`'s
-/// REAPER_KILL_SUBTREE still reaches it through its agent.
-pub fn signal_orphans(_agents: &[Pid], _sig: i32) -> usize {
-    0
+/// Signals every live descendant of the reaper outside the running
+/// `agents`' subtrees: what a finished agent left behind (an orphan keeps
+/// its reaper subtree id, the finished agent's pid, once its own parent
+/// exits). `signal_tree` reaches only subtrees it is given, and a reaped
+/// agent's pid is given to no one. Only the daemon's shutdown may use this.
+/// Returns how many orphans (the reaper's direct children) were found.
+pub fn signal_orphans(agents: &[Pid], sig: i32) -> usize {
+    signal_orphans_where(agents, sig, |_| true)
 }
 
-/// Nothing to do on FreeBSD, as for [`signal_orphans`].
-pub fn signal_orphans_with_env(_agents: &[Pid], _key: &str, _value: &str, _sig: i32) -> usize {
-    0
+/// [`signal_orphans`] for one finished agent's leftovers: the subtrees
+/// whose members' environment at exec held `key=value` (every agent's
+/// environment names its pane, and its descendants inherit it), read with
+/// sysctl `kern.proc.env`; one member's match takes its whole subtree.
+pub fn signal_orphans_with_env(agents: &[Pid], key: &str, value: &str, sig: i32) -> usize {
+    let wanted = format!("{key}={value}");
+    signal_orphans_where(agents, sig, |members| {
+        members.iter().any(|&pid| {
+            process_env(pid)
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == wanted.as_bytes()))
+        })
+    })
+}
+
+fn signal_orphans_where(agents: &[Pid], sig: i32, pick: impl FnMut(&[Pid]) -> bool) -> usize {
+    if !we_are_reaper() {
+        return 0;
+    }
+    // As on Linux, where an unreadable /proc finds no orphan.
+    let Ok(all) = reaper_descendants() else {
+        return 0;
+    };
+    let (pids, orphans) = posix::orphans_to_signal(&all, agents, pick);
+    for pid in pids {
+        if pid > 1 {
+            // SAFETY: kill takes plain integers; pid > 1 names one process.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+    orphans
+}
+
+/// `struct procctl_reaper_pidinfo` from sys/sys/procctl.h.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ProcctlReaperPidinfo {
+    pi_pid: libc::pid_t,
+    pi_subtree: libc::pid_t,
+    pi_flags: libc::c_uint,
+    pi_pad0: [libc::c_uint; 15],
+}
+
+/// `struct procctl_reaper_pids` from sys/sys/procctl.h.
+#[repr(C)]
+struct ProcctlReaperPids {
+    rp_count: libc::c_uint,
+    rp_pad0: [libc::c_uint; 15],
+    rp_pids: *mut ProcctlReaperPidinfo,
+}
+
+const REAPER_PIDINFO_VALID: libc::c_uint = 0x1;
+const REAPER_PIDINFO_CHILD: libc::c_uint = 0x2;
+const REAPER_PIDINFO_ZOMBIE: libc::c_uint = 0x8;
+
+/// Every descendant of this reaper (PROC_REAP_GETPIDS). The count comes
+/// from PROC_REAP_STATUS first; descendants forked in between past the
+/// slack are not listed (the kernel fills at most `rp_count`).
+fn reaper_descendants() -> io::Result<Vec<posix::Descendant>> {
+    // SAFETY: plain-data struct; all-zero is valid.
+    let mut status: ProcctlReaperStatus = unsafe { mem::zeroed() };
+    // SAFETY: PROC_REAP_STATUS fills the struct the pointer refers to.
+    let rc = unsafe {
+        libc::procctl(
+            libc::P_PID,
+            own_pid_id(),
+            PROC_REAP_STATUS,
+            (&mut status as *mut ProcctlReaperStatus).cast(),
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let room = usize::try_from(status.rs_descendants).unwrap_or(0) + 64;
+    let empty = ProcctlReaperPidinfo {
+        pi_pid: 0,
+        pi_subtree: 0,
+        pi_flags: 0,
+        pi_pad0: [0; 15],
+    };
+    let mut infos = vec![empty; room];
+    let mut request = ProcctlReaperPids {
+        rp_count: libc::c_uint::try_from(room).unwrap_or(libc::c_uint::MAX),
+        rp_pad0: [0; 15],
+        rp_pids: infos.as_mut_ptr(),
+    };
+    // SAFETY: the kernel writes at most rp_count entries to rp_pids, which
+    // points to `room` (>= rp_count) initialised entries that outlive the call.
+    let rc = unsafe {
+        libc::procctl(
+            libc::P_PID,
+            own_pid_id(),
+            libc::PROC_REAP_GETPIDS,
+            (&mut request as *mut ProcctlReaperPids).cast(),
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(infos
+        .iter()
+        .filter(|i| i.pi_flags & REAPER_PIDINFO_VALID != 0)
+        .map(|i| posix::Descendant {
+            pid: i.pi_pid,
+            subtree: i.pi_subtree,
+            child: i.pi_flags & REAPER_PIDINFO_CHILD != 0,
+            zombie: i.pi_flags & REAPER_PIDINFO_ZOMBIE != 0,
+        })
+        .collect())
+}
+
+/// A process's environment, `KEY=VALUE` strings each ended by a NUL
+/// (sysctl {CTL_KERN, KERN_PROC, KERN_PROC_ENV, pid}; the kernel allows it
+/// to root and to the process's own user).
+fn process_env(pid: Pid) -> io::Result<Vec<u8>> {
+    let mib = [libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_ENV, pid];
+    for _ in 0..3 {
+        let mut len = 0usize;
+        // SAFETY: a null buffer asks only for the length, written to len.
+        let rc =
+            unsafe { libc::sysctl(mib.as_ptr(), 4, ptr::null_mut(), &mut len, ptr::null(), 0) };
+        if rc == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        // The environment may grow between the calls.
+        let mut buf = vec![0u8; len + 4096];
+        let mut got = buf.len();
+        // SAFETY: buf is writable for `got` bytes; the kernel writes at most that.
+        let rc = unsafe {
+            libc::sysctl(
+                mib.as_ptr(),
+                4,
+                buf.as_mut_ptr().cast(),
+                &mut got,
+                ptr::null(),
+                0,
+            )
+        };
+        if rc == 0 {
+            buf.truncate(got);
+            return Ok(buf);
+        }
+        if Errno::last() != Errno::ENOMEM {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::ENOMEM))
 }

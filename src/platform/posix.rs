@@ -250,6 +250,59 @@ pub(super) fn after_reaper_kill(failure: Option<io::Error>, killed: u32) -> Afte
     AfterReaperKill::SignalGroup { reaper_error }
 }
 
+/// One descendant of the reaper, as FreeBSD's PROC_REAP_GETPIDS reports
+/// it: `subtree` is the reaper's direct child it descends from, kept when
+/// its own parent exits (the kernel's `p_reapsubtree`), so an orphan still
+/// names the agent it came from, even after that agent was reaped.
+#[cfg_attr(not(target_os = "freebsd"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Descendant {
+    pub pid: Pid,
+    pub subtree: Pid,
+    /// A direct child of the reaper (an agent, or an orphan re-parented).
+    pub child: bool,
+    pub zombie: bool,
+}
+
+/// Which descendants an orphan signal reaches: every live one outside the
+/// subtrees of the running `agents` whose subtree `pick` accepts (asked
+/// once per subtree, with the subtree's members), and how many orphans
+/// (the reaper's direct children among them) that is. A subtree is one
+/// finished agent's leftovers: `pick` accepting one member takes them all,
+/// so a descendant that cleared its environment goes with its kin.
+#[cfg_attr(not(target_os = "freebsd"), allow(dead_code))]
+pub(super) fn orphans_to_signal(
+    all: &[Descendant],
+    agents: &[Pid],
+    mut pick: impl FnMut(&[Pid]) -> bool,
+) -> (Vec<Pid>, usize) {
+    let mut subtrees: Vec<Pid> = all
+        .iter()
+        .filter(|d| !d.zombie && !agents.contains(&d.subtree) && !agents.contains(&d.pid))
+        .map(|d| d.subtree)
+        .collect();
+    subtrees.sort_unstable();
+    subtrees.dedup();
+    let mut out = Vec::new();
+    let mut orphans = 0;
+    for subtree in subtrees {
+        let members: Vec<Pid> = all
+            .iter()
+            .filter(|d| d.subtree == subtree && !d.zombie && !agents.contains(&d.pid))
+            .map(|d| d.pid)
+            .collect();
+        if members.is_empty() || !pick(&members) {
+            continue;
+        }
+        orphans += all
+            .iter()
+            .filter(|d| d.child && members.contains(&d.pid))
+            .count();
+        out.extend(members);
+    }
+    (out, orphans)
+}
+
 /// Signals only the process group `pgid` (the group of an agent that has
 /// already been reaped: its pid may be reused, its group id may not while
 /// the group has members). ESRCH (an empty group) is not an error.

@@ -864,3 +864,39 @@ fn host_facts_are_available() {
     assert!(self_rss_bytes().expect("rss") > 0);
     assert!(pid_jail(std::process::id() as i32).expect("pid_jail") >= 0);
 }
+
+#[test]
+fn orphans_are_the_live_descendants_outside_the_running_agents_subtrees() {
+    use posix::Descendant;
+    let d = |pid, subtree, child, zombie| Descendant {
+        pid,
+        subtree,
+        child,
+        zombie,
+    };
+    let all = [
+        d(100, 100, true, false),  // a running agent
+        d(101, 100, false, false), // its child
+        d(102, 100, true, false),  // its orphan, re-parented to the reaper
+        d(200, 200, true, false),  // an orphan of finished agent 200
+        d(201, 200, false, false), // its child
+        d(202, 200, false, true),  // a zombie: nothing to signal
+        d(300, 300, true, false),  // an orphan of finished agent 300
+    ];
+    let (pids, orphans) = posix::orphans_to_signal(&all, &[100], |_| true);
+    assert_eq!(pids, [200, 201, 300]);
+    assert_eq!(orphans, 2);
+    // The choice is made per finished agent: one member's yes takes its
+    // kin (201 may have cleared its environment), and no one else.
+    let mut asked = Vec::new();
+    let (pids, orphans) = posix::orphans_to_signal(&all, &[100], |members| {
+        asked.push(members.to_vec());
+        members.contains(&200)
+    });
+    assert_eq!(pids, [200, 201]);
+    assert_eq!(orphans, 1);
+    assert_eq!(asked, [vec![200, 201], vec![300]]);
+    // No agent running: everything live goes.
+    let (pids, _) = posix::orphans_to_signal(&all, &[], |_| true);
+    assert_eq!(pids, [100, 101, 102, 200, 201, 300]);
+}
