@@ -37,6 +37,7 @@ use crate::daemon::panes::{PaneKey, PaneTable};
 use crate::daemon::settings::Settings;
 use crate::daemon::source::{ConnId, Source, Tokens};
 use crate::daemon::store::{CompactionProgress, SessionStore};
+use crate::daemon::timers::TimerQueue;
 use crate::platform::{self, KernelTimer, SignalSource};
 
 use crate::daemon::sched::{BulkPass, Sched, COMPACTION_STEP_BYTES, PTY_PASS_BUDGET, READ_BUF};
@@ -93,6 +94,8 @@ pub struct Daemon {
     pub(crate) alerter: Alerter,
     pub(crate) signals: SignalSource,
     pub(crate) heartbeat: KernelTimer,
+    /// Every pane's deadlines over one kernel timer.
+    pub(crate) timerq: TimerQueue,
     /// The timer, its token, and when it is due (monotonic): see
     /// `shutdown_timer_fired` for why the due time is kept.
     pub(crate) shutdown_timer: Option<(KernelTimer, Token, std::time::Instant)>,
@@ -178,6 +181,8 @@ impl Daemon {
         heartbeat
             .arm_periodic(poll.registry(), settings.daemon.heartbeat)
             .map_err(|e| DaemonError::Os("arming the heartbeat", e))?;
+        let timerq = TimerQueue::new(poll.registry(), &mut tokens)
+            .map_err(|e| DaemonError::Os("creating the deadline timer", e))?;
 
         let (mut store, recovery) = SessionStore::open(settings.store.clone())
             .map_err(|e| DaemonError::Store(e.to_string()))?;
@@ -229,6 +234,7 @@ impl Daemon {
             alerter,
             signals,
             heartbeat,
+            timerq,
             shutdown_timer: None,
             sched: Sched::default(),
             dirty_conns: BTreeSet::new(),
@@ -361,7 +367,7 @@ impl Daemon {
                 }
             }
             Source::Exit(key) => self.exit_notice(key, t),
-            Source::PaneTimer(key) => self.pane_timer(key, t),
+            Source::Timers => self.timers_fired(t),
             Source::Heartbeat => {
                 if self.heartbeat.acknowledge() > 0 {
                     self.on_heartbeat(t);

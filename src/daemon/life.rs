@@ -48,25 +48,29 @@ impl Daemon {
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
-        if let Err(e) = agent
-            .timers
-            .set(d, at, t, self.poll.registry(), &mut self.tokens, key)
-        {
+        if let Err(e) = agent.timers.set(d, at, t, &mut self.timerq, key) {
             log_warn!("cannot arm a timer for pane {}: {e}", agent.pane_id);
         }
     }
 
     pub(crate) fn clear_deadline(&mut self, key: PaneKey, d: Deadline, t: Timestamp) {
         if let Some(agent) = self.panes.agent_mut(key) {
-            agent.timers.clear(d, t, self.poll.registry());
+            agent.timers.clear(d, t, &mut self.timerq, key);
         }
     }
 
-    pub(crate) fn pane_timer(&mut self, key: PaneKey, t: Timestamp) {
+    /// The deadline timer fired: each pane now due, in deadline order.
+    pub(crate) fn timers_fired(&mut self, t: Timestamp) {
+        for key in self.timerq.fired(t) {
+            self.pane_timer(key, t);
+        }
+    }
+
+    fn pane_timer(&mut self, key: PaneKey, t: Timestamp) {
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
-        for d in agent.timers.fired(t, self.poll.registry()) {
+        for d in agent.timers.fired(t, &mut self.timerq, key) {
             match d {
                 Deadline::Stall => self.stall_check(key, t),
                 Deadline::Drain => self.life_event(key, LifeEvent::DrainTimeout, t),
@@ -174,7 +178,7 @@ impl Daemon {
             }
             LifeEffect::Release => {
                 if let Some(agent) = self.panes.agent_mut(key) {
-                    agent.timers.release(self.poll.registry(), &mut self.tokens);
+                    agent.timers.release(&mut self.timerq, key);
                 }
             }
         }

@@ -244,11 +244,15 @@ impl Daemon {
             let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
         }
         self.tokens.remove(proc_.pty_token);
-        agent.timers.clear(Deadline::Drain, t, self.poll.registry());
         agent
             .timers
-            .clear(Deadline::StopGrace, t, self.poll.registry());
-        agent.timers.clear(Deadline::Stall, t, self.poll.registry());
+            .clear(Deadline::Drain, t, &mut self.timerq, key);
+        agent
+            .timers
+            .clear(Deadline::StopGrace, t, &mut self.timerq, key);
+        agent
+            .timers
+            .clear(Deadline::Stall, t, &mut self.timerq, key);
         let status = proc_.status.unwrap_or(ExitStatus::Unknown);
         // A last line without a newline is still a line.
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);

@@ -46,8 +46,9 @@ pub enum Source {
     Pty(PaneKey),
     /// The kernel's exit notice for a pane's agent.
     Exit(PaneKey),
-    /// A pane's deadline timer (stall, drain after exit, restart backoff).
-    PaneTimer(PaneKey),
+    /// The deadline timer of every pane (stall, drain after exit, restart
+    /// backoff): `timers::TimerQueue`.
+    Timers,
     Heartbeat,
     /// The shutdown grace deadline.
     Shutdown,

@@ -859,9 +859,7 @@ impl Daemon {
     /// `remove-agent`: forgets a finished pane; its logs stay.
     pub(crate) fn remove_pane(&mut self, key: PaneKey, t: Timestamp) {
         if let Some(mut slot) = self.panes.remove(key) {
-            slot.agent
-                .timers
-                .release(self.poll.registry(), &mut self.tokens);
+            slot.agent.timers.release(&mut self.timerq, key);
             let pane = slot.pane.id.0.clone();
             log_info!("pane {pane} removed");
             self.publish(WatchKind::Removed { pane }, t);
