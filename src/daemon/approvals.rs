@@ -103,6 +103,12 @@ impl ApprovalDesk {
         self.answering = Some(who);
     }
 
+    /// The connections a `hook` request holds open for an answer: they wait
+    /// on us, not we on them, so they are never idle.
+    pub fn waiting_conns(&self) -> BTreeSet<ConnId> {
+        self.waiters.values().map(|w| w.conn).collect()
+    }
+
     /// A closed connection waits for nothing: its slot may be reused.
     pub fn forget_conn(&mut self, conn: ConnId) {
         self.waiters.retain(|_, w| w.conn != conn);

@@ -214,13 +214,15 @@ impl Daemon {
     }
 
     /// Closes connections idle for longer than `idle_timeout`: a client that
-    /// connects and says nothing (or stops reading) gives its slot back.
+    /// connects and says nothing (or stops reading) gives its slot back. A
+    /// `colibri hook` waiting for its approval's answer is not idle.
     pub(crate) fn close_idle_conns(&mut self, t: Timestamp) {
         let limit = self.settings.daemon.idle_timeout;
+        let waiting = self.approvals.waiting_conns();
         let idle: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.is_idle(limit, t))
+            .filter(|(k, c)| c.is_idle(limit, t) && !waiting.contains(&ConnId(*k)))
             .map(|(k, _)| ConnId(k))
             .collect();
         for id in idle {

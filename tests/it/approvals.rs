@@ -464,6 +464,35 @@ fn colibri_hook_waits_for_the_operators_decision() {
 }
 
 #[test]
+fn a_hook_waiting_past_the_idle_timeout_still_gets_its_answer() {
+    // The hook's connection takes nothing while it waits: it must not be
+    // closed as idle (the hook would print nothing, its --default unused,
+    // and the approval would be left with no one to answer).
+    let d = Colibrid::start(&["--idle-timeout", "1s", "--heartbeat", "200ms"]);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "exec sleep 60"],
+        json!({"runtime":"claude"}),
+    );
+    let mut hook = permission_hook(&d, &id, &["--wait", "60s"]);
+    wait_pending(&d, &id);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        hook.try_wait().expect("try_wait").is_none(),
+        "still waiting"
+    );
+    let o = colibri(&d, &["approve", &id]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = hook.wait_with_output().expect("hook exits");
+    assert!(out.status.success());
+    let printed: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        printed["hookSpecificOutput"]["decision"]["behavior"],
+        json!("allow")
+    );
+}
+
+#[test]
 fn colibri_hook_prints_its_default_when_nobody_answers() {
     let d = Colibrid::start(&[]);
     let id = d.spawn(
