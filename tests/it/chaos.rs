@@ -94,6 +94,7 @@ fn kill_stop_and_freeze_while_agents_stream_lose_no_acknowledged_line() {
         child: None,
         args: Vec::new(),
         env: Vec::new(),
+        stderr_unread: false,
     };
     launch(&mut d, &stall);
     let mut sessions = Vec::new();

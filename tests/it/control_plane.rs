@@ -44,6 +44,7 @@ fn start(ack_ms: Option<u64>, extra: &[&str]) -> Colibrid {
         child: Some(child),
         args: extra.iter().map(|s| s.to_string()).collect(),
         env: Vec::new(),
+        stderr_unread: false,
     };
     wait_for(Duration::from_secs(20), "colibrid to answer", || {
         let mut c = Client::try_connect(&d.socket).ok()?;

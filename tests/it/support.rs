@@ -27,6 +27,9 @@ pub struct Colibrid {
     pub args: Vec<String>,
     /// Extra environment for every launch (e.g. a small journal bound).
     pub env: Vec<(String, String)>,
+    /// colibrid's stderr goes to a pipe nobody reads (kept open in
+    /// `child`), not to the test's.
+    pub stderr_unread: bool,
 }
 
 impl Colibrid {
@@ -37,6 +40,15 @@ impl Colibrid {
 
     /// Like `start`, with extra environment variables for colibrid.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Colibrid {
+        Colibrid::start_as(extra, env, false)
+    }
+
+    /// Like `start_with_env`, with colibrid's stderr a pipe nobody reads.
+    pub fn start_with_unread_stderr(extra: &[&str], env: &[(&str, &str)]) -> Colibrid {
+        Colibrid::start_as(extra, env, true)
+    }
+
+    fn start_as(extra: &[&str], env: &[(&str, &str)], stderr_unread: bool) -> Colibrid {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("colibri.sock");
         let state = dir.path().join("state");
@@ -50,6 +62,7 @@ impl Colibrid {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            stderr_unread,
         };
         d.launch();
         d
@@ -75,7 +88,11 @@ impl Colibrid {
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(if self.stderr_unread {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            });
         let child = cmd.spawn().expect("start colibrid");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
