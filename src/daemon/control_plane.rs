@@ -4,13 +4,17 @@
 //! The queue is `core::tasks::TaskQueue` (pure). Each change is a
 //! `TaskEvent`, appended to `<state_dir>/tasks.jsonl` and replayed through
 //! the same `TaskQueue::apply` at start, so the queue survives restarts.
-//! The journal is written by its own thread (`colibri-task-journal`)
-//! through a bounded queue: the loop never calls `write` or `fsync` on it,
-//! so a frozen filesystem cannot stop supervision (the log writer's rule).
-//! The loop only `try_send`s into a queue of 1,024 lines; each line is
-//! written and `fdatasync`ed before the next. A change reaches the journal
-//! after its reply has left: a crash in between loses that change (a lost
-//! claim is simply claimable again).
+//! The journal is written by its own thread (`colibri-task-journal`): the
+//! loop never calls `write` or `fsync` on it, so a frozen filesystem cannot
+//! stop supervision (the log writer's rule). The loop hands each line over
+//! and counts the bytes not yet written; the thread writes what has come
+//! and `fdatasync`s once per batch (a burst of changes is one sync, not
+//! one each). No line is dropped: a failed write is retried (after a
+//! newline that ends whatever part of a line reached the file) until it
+//! succeeds, and while more than [`JOURNAL_BEHIND_MAX`] bytes wait, changes
+//! to the queue are refused with `busy` instead of being taken and lost.
+//! A change reaches the journal after its reply has left: a crash in
+//! between loses that change (a lost claim is simply claimable again).
 //!
 //! The claim handshake's deadline is one kernel timer (`Source::TaskAck`)
 //! armed for the earliest unacknowledged claim.
@@ -18,7 +22,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -26,18 +32,26 @@ use mio::{Registry, Token};
 
 use crate::core::tasks::{TaskEvent, TaskQueue, ACK_TIMEOUT};
 use crate::core::time::Timestamp;
-use crate::daemon::diag::{log_info, log_warn};
+use crate::daemon::diag::{log_error, log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 use crate::platform::KernelTimer;
 use crate::protocol::control_plane::WireBudget;
 use crate::protocol::WatchKind;
 
-/// Journal lines queued for the writer thread at most.
-const JOURNAL_QUEUE: usize = 1024;
+/// Bytes handed to the journal's writer and not yet written past which
+/// changes to the queue are refused (`busy`): the loop's memory stays
+/// bounded while the disk is slow or failing.
+pub const JOURNAL_BEHIND_MAX: usize = 16 << 20;
+/// The most the writer puts in one write and sync.
+const JOURNAL_BATCH: usize = 1 << 20;
+/// How long a failed write waits before it is tried again.
+const JOURNAL_RETRY: Duration = Duration::from_millis(500);
 /// How long an orderly stop waits for the journal's last lines.
 const JOURNAL_DRAIN: Duration = Duration::from_secs(2);
 /// Test hook, read once at start: the acknowledgement window in ms.
 pub const ACK_TIMEOUT_ENV: &str = "COLIBRI_TEST_TASK_ACK_TIMEOUT_MS";
+/// Test hook, read once at start: a slow disk, this many ms a batch.
+pub const JOURNAL_DELAY_ENV: &str = "COLIBRI_TEST_TASK_JOURNAL_DELAY_MS";
 
 /// An agent's budget standing as `state` reports it (from the policy
 /// engine's ledgers, see `commands/control_plane.rs::governed_budget`).
@@ -64,41 +78,120 @@ pub fn wire_budget(view: Option<BudgetView>) -> WireBudget {
 
 /// The journal's writer thread and the sending end of its queue.
 struct Journal {
-    tx: Option<SyncSender<Vec<u8>>>,
+    tx: Option<Sender<Vec<u8>>>,
+    /// Bytes sent and not yet written.
+    behind: Arc<AtomicUsize>,
+    /// Set when the daemon stops: a failing write is then given up.
+    closing: Arc<AtomicBool>,
     done: Receiver<()>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Journal {
-    fn start(path: PathBuf) -> io::Result<Journal> {
+    fn start(path: PathBuf, delay: Duration) -> io::Result<Journal> {
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(JOURNAL_QUEUE);
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
         let (done_tx, done) = mpsc::channel();
+        let behind = Arc::new(AtomicUsize::new(0));
+        let closing = Arc::new(AtomicBool::new(false));
+        let writer = JournalWriter {
+            file,
+            path,
+            rx,
+            behind: Arc::clone(&behind),
+            closing: Arc::clone(&closing),
+            delay,
+        };
         let thread = std::thread::Builder::new()
             .name("colibri-task-journal".into())
             .spawn(move || {
-                write_journal(file, &path, rx);
+                writer.run();
                 let _ = done_tx.send(());
             })?;
         Ok(Journal {
             tx: Some(tx),
+            behind,
+            closing,
             done,
             thread: Some(thread),
         })
     }
 }
 
-fn write_journal(mut file: File, path: &Path, rx: Receiver<Vec<u8>>) {
-    let mut failing = false;
-    while let Ok(line) = rx.recv() {
-        let result = file.write_all(&line).and_then(|()| file.sync_data());
-        match (result, failing) {
-            (Err(e), false) => {
-                log_warn!("task journal {}: {e}", path.display());
-                failing = true;
+/// The writer thread's side of the journal.
+struct JournalWriter {
+    file: File,
+    path: PathBuf,
+    rx: Receiver<Vec<u8>>,
+    behind: Arc<AtomicUsize>,
+    closing: Arc<AtomicBool>,
+    /// [`JOURNAL_DELAY_ENV`]: zero but in tests.
+    delay: Duration,
+}
+
+impl JournalWriter {
+    fn run(mut self) {
+        let mut batch = Vec::new();
+        while let Ok(first) = self.rx.recv() {
+            batch.clear();
+            batch.extend_from_slice(&first);
+            // Whatever else has come joins the same write and sync.
+            while batch.len() < JOURNAL_BATCH {
+                match self.rx.try_recv() {
+                    Ok(line) => batch.extend_from_slice(&line),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
             }
-            (Ok(()), true) => failing = false,
-            _ => {}
+            self.write(&batch);
+            if !self.delay.is_zero() {
+                std::thread::sleep(self.delay);
+            }
+            self.behind.fetch_sub(batch.len(), Ordering::AcqRel);
+        }
+    }
+
+    /// Writes and syncs `batch`, retrying until it succeeds or the daemon
+    /// stops.
+    fn write(&mut self, batch: &[u8]) {
+        let mut failed = false;
+        loop {
+            // After a failure part of the batch may be in the file: a
+            // newline ends that fragment (replay skips it as unreadable)
+            // so the whole batch again starts a line of its own.
+            let result = if failed {
+                self.file.write_all(b"\n")
+            } else {
+                Ok(())
+            }
+            .and_then(|()| self.file.write_all(batch))
+            .and_then(|()| self.file.sync_data());
+            match result {
+                Ok(()) => {
+                    if failed {
+                        log_info!("task journal {}: written again", self.path.display());
+                    }
+                    return;
+                }
+                Err(e) if self.closing.load(Ordering::Acquire) => {
+                    log_error!(
+                        "task journal {}: {e}; {} byte(s) of task changes not written",
+                        self.path.display(),
+                        batch.len()
+                    );
+                    return;
+                }
+                Err(e) => {
+                    if !failed {
+                        log_warn!(
+                            "task journal {}: {e}; retrying (task changes are refused once {} MiB wait)",
+                            self.path.display(),
+                            JOURNAL_BEHIND_MAX >> 20
+                        );
+                    }
+                    failed = true;
+                    std::thread::sleep(JOURNAL_RETRY);
+                }
+            }
         }
     }
 }
@@ -107,12 +200,16 @@ impl Drop for Journal {
     /// Closes the queue and waits (boundedly) for the lines already in it.
     fn drop(&mut self) {
         self.tx = None;
+        self.closing.store(true, Ordering::Release);
         if self.done.recv_timeout(JOURNAL_DRAIN).is_ok() {
             if let Some(t) = self.thread.take() {
                 let _ = t.join();
             }
         } else {
-            log_warn!("the task journal did not drain in {JOURNAL_DRAIN:?}");
+            log_warn!(
+                "the task journal did not drain in {JOURNAL_DRAIN:?}; {} byte(s) of task changes may be lost",
+                self.behind.load(Ordering::Acquire)
+            );
         }
     }
 }
@@ -147,7 +244,11 @@ impl ControlPlane {
                 "task journal: {applied} event(s) replayed, {skipped} unreadable line(s) skipped"
             );
         }
-        let journal = match Journal::start(path.clone()) {
+        let delay = std::env::var(JOURNAL_DELAY_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(Duration::ZERO, Duration::from_millis);
+        let journal = match Journal::start(path.clone(), delay) {
             Ok(j) => Some(j),
             Err(e) => {
                 log_warn!("cannot open the task journal {}: {e}", path.display());
@@ -186,14 +287,23 @@ impl ControlPlane {
     }
 
     fn send(&mut self, line: Vec<u8>) {
-        let Some(tx) = self.journal.as_ref().and_then(|j| j.tx.as_ref()) else {
+        let Some(j) = self.journal.as_ref() else {
             return;
         };
-        match tx.try_send(line) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => log_warn!("task journal queue full; event lost"),
-            Err(TrySendError::Disconnected(_)) => log_warn!("task journal writer gone"),
+        let Some(tx) = j.tx.as_ref() else { return };
+        let len = line.len();
+        j.behind.fetch_add(len, Ordering::AcqRel);
+        if tx.send(line).is_err() {
+            j.behind.fetch_sub(len, Ordering::AcqRel);
+            log_error!("the task journal's writer is gone; a task change was not written");
         }
+    }
+
+    /// Bytes of task changes not yet in the journal, when more than
+    /// [`JOURNAL_BEHIND_MAX`]: the caller refuses the change.
+    pub fn journal_behind(&self) -> Option<usize> {
+        let behind = self.journal.as_ref()?.behind.load(Ordering::Acquire);
+        (behind > JOURNAL_BEHIND_MAX).then_some(behind)
     }
 
     /// Arms the acknowledgement timer for the earliest open claim.
@@ -238,6 +348,14 @@ fn replay(path: &Path, queue: &mut TaskQueue) -> (usize, usize, bool) {
     let Ok(file) = File::open(path) else {
         return (0, 0, false);
     };
+    // A device or a FIFO in its place would be read for ever.
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        log_warn!(
+            "task journal {}: not a regular file; not replayed",
+            path.display()
+        );
+        return (0, 0, false);
+    }
     let (mut applied, mut skipped, mut torn) = (0, 0, false);
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
@@ -318,6 +436,28 @@ mod tests {
 
     fn at(s: u64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + s * 1000)
+    }
+
+    #[test]
+    fn a_failing_journal_keeps_its_lines_and_says_when_to_refuse_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        // Every write to /dev/full fails (ENOSPC): the writer retries, so
+        // what it was given stays counted as not yet written.
+        std::os::unix::fs::symlink("/dev/full", dir.path().join("tasks.jsonl")).unwrap();
+        let mut cp = ControlPlane::open(dir.path());
+        assert_eq!(cp.journal_behind(), None);
+        let line = vec![b'x'; 1 << 20];
+        for _ in 0..(JOURNAL_BEHIND_MAX >> 20) {
+            cp.send(line.clone());
+        }
+        assert_eq!(cp.journal_behind(), None, "at the bound, not past it");
+        cp.send(b"{}\n".to_vec());
+        let behind = cp.journal_behind().expect("past the bound: refuse");
+        assert_eq!(behind, JOURNAL_BEHIND_MAX + 3);
+        // Dropping gives the failing writes up (said on stderr), in time.
+        let started = std::time::Instant::now();
+        drop(cp);
+        assert!(started.elapsed() < JOURNAL_DRAIN + Duration::from_secs(2));
     }
 
     #[test]

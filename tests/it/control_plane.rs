@@ -342,3 +342,45 @@ fn a_claims_deadline_holds_across_a_restart() {
     });
     assert_eq!(t["releases"], json!(1));
 }
+
+#[test]
+fn a_burst_of_acknowledged_tasks_is_all_in_the_journal_after_a_restart() {
+    // Pipelined on one connection, faster than one fdatasync a line: before,
+    // the journal's queue of 1,024 lines overflowed and acknowledged tasks
+    // were lost (and their ids handed out again after the restart).
+    const N: u64 = 3000;
+    // A slow disk: a second for each write and sync, so the burst piles up.
+    let mut d = Colibrid::start_with_env(&[], &[("COLIBRI_TEST_TASK_JOURNAL_DELAY_MS", "1000")]);
+    let stream = std::os::unix::net::UnixStream::connect(&d.socket).expect("connect");
+    let mut lines = String::new();
+    for i in 1..=N {
+        let req = json!({"cmd":"task-add","title": format!("t{i}"),"description":"x".repeat(200)});
+        lines.push_str(&req.to_string());
+        lines.push('\n');
+    }
+    let mut writer = stream.try_clone().expect("clone");
+    let sender = std::thread::spawn(move || {
+        use std::io::Write;
+        writer.write_all(lines.as_bytes()).expect("send the burst");
+    });
+    let mut reader = std::io::BufReader::new(stream);
+    let mut ids = Vec::new();
+    for _ in 0..N {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).expect("a reply");
+        let r: Value = serde_json::from_str(&line).expect("JSON reply");
+        assert_eq!(r["ok"], json!(true), "{r}");
+        ids.push(r["data"]["task"]["task_id"].as_u64().expect("task_id"));
+    }
+    sender.join().expect("sender");
+    assert_eq!(ids, (1..=N).collect::<Vec<_>>());
+    assert!(d.terminate().success());
+    d.launch();
+    let tasks = d.ok(json!({"cmd":"tasks"}));
+    assert_eq!(tasks["tasks"].as_array().map(Vec::len), Some(N as usize));
+    assert_eq!(
+        add_task(&d, "after", json!({})),
+        N + 1,
+        "no id handed out twice"
+    );
+}

@@ -136,7 +136,23 @@ pub(super) fn tasks(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     Ok(Reply::Tasks(TasksReply { tasks, pending }))
 }
 
+/// Refuses a change to the task queue while its journal is far behind (a
+/// slow or failing disk): taken, it could not be kept.
+fn journal_ready(d: &Daemon) -> Result<(), CommandError> {
+    match d.control.journal_behind() {
+        None => Ok(()),
+        Some(bytes) => Err(CommandError::new(
+            ErrorCode::Busy,
+            format!(
+                "the task journal is behind ({} MiB not yet on disk); try again later",
+                bytes >> 20
+            ),
+        )),
+    }
+}
+
 pub(super) fn add(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    journal_ready(d)?;
     let Command::TaskAdd(args) = c else {
         return Err(mismatch(&c));
     };
@@ -161,6 +177,7 @@ fn task_reply(d: &Daemon, id: u64) -> Reply {
 }
 
 pub(super) fn claim(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    journal_ready(d)?;
     let Command::TaskClaim(args) = c else {
         return Err(mismatch(&c));
     };
@@ -183,6 +200,7 @@ pub(super) fn claim(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
 
 /// `task-ack`, `task-done`, `task-fail`, `task-cancel`.
 pub(super) fn act(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+    journal_ready(d)?;
     let (args, verb) = match c {
         Command::TaskAck(a) => (a, "ack"),
         Command::TaskDone(a) => (a, "done"),
