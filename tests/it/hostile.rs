@@ -229,6 +229,13 @@ fn a_jail_socket_status_tells_nothing_about_the_host() {
     assert_eq!(data["logs"]["pending_bytes"], json!(0), "{data}");
     assert_eq!(data["logs"]["last_error"], Value::Null, "{data}");
     assert_eq!(data["version"], op["version"], "what an agent may check");
+    // Nor do the snapshots (the operator's name the host).
+    for cmd in ["snapshot", "glasspane-snapshot"] {
+        let snap = Client::connect(&jail_sock).request(&json!({"cmd": cmd}));
+        assert_eq!(snap["ok"], json!(true), "{snap}");
+        assert_eq!(snap["data"]["host"], json!(""), "{cmd}: {snap}");
+        assert_eq!(d.ok(json!({"cmd": cmd}))["host"], json!("secret-host"));
+    }
 }
 
 // See: issue 9 defect 12 (a pane could be named with another pane's id).
