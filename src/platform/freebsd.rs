@@ -40,10 +40,17 @@ use nix::pty::PtyMaster;
 use super::posix::{self, JailEntry};
 use super::{DaemonSignal, JailTarget, PeerCred, Pid, PtyPair, SpawnError, SpawnSpec};
 
-/// Opens a PTY pair (see [`PtyPair`]).
+/// Opens a PTY pair (see [`PtyPair`]) at [`PTY_SPEED`].
 pub fn open_pty(cols: u16, rows: u16) -> io::Result<PtyPair> {
-    posix::open_pty_with(cols, rows, pts_name)
+    posix::open_pty_with(cols, rows, pts_name, Some(PTY_SPEED))
 }
+
+/// FreeBSD sizes a terminal's queues for 0.2 s of data at its line speed,
+/// at most 64 KiB (`tty_watermarks` in sys/kern/tty.c, `TTYBUF_MAX`): at a
+/// new PTY's 9,600 baud the output queue is 1,920 bytes, so a streaming
+/// agent would wait for colibrid every 1.9 KB. At 460,800 baud both queues
+/// are the full 64 KiB, as Linux's PTY buffers roughly are.
+pub const PTY_SPEED: nix::sys::termios::BaudRate = nix::sys::termios::BaudRate::B460800;
 
 /// The slave's path via libc's ptsname_r (nix binds it on Linux only).
 fn pts_name(master: &PtyMaster) -> io::Result<String> {

@@ -25,7 +25,8 @@ use super::{DaemonSignal, PeerCred, Pid, PtyPair, SpawnError, SpawnSpec};
 
 /// Opens a PTY pair (see [`PtyPair`]).
 pub fn open_pty(cols: u16, rows: u16) -> io::Result<PtyPair> {
-    posix::open_pty_with(cols, rows, |master| Ok(nix::pty::ptsname_r(master)?))
+    // Linux sizes PTY buffers without regard to the line speed.
+    posix::open_pty_with(cols, rows, |master| Ok(nix::pty::ptsname_r(master)?), None)
 }
 
 /// Starts `spec.argv` on the PTY slave as a session leader whose controlling

@@ -17,17 +17,20 @@ use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::pty::PtyMaster;
 use nix::sys::stat::Mode;
-use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
+use nix::sys::termios::{cfmakeraw, cfsetspeed, tcgetattr, tcsetattr, BaudRate, SetArg};
 
 use super::{
     ExitStatus, Pid, PtyPair, ReadOutcome, SpawnError, SpawnSpec, UserIds, DEFAULT_AGENT_PATH,
 };
 
-/// Opens a PTY pair; `pts_name` is the one OS-specific step (the slave's path).
+/// Opens a PTY pair; `pts_name` (the slave's path) and `speed` (the line
+/// speed to set, where the kernel sizes the PTY's queues by it) are the
+/// OS-specific steps.
 pub(super) fn open_pty_with(
     cols: u16,
     rows: u16,
     pts_name: fn(&PtyMaster) -> io::Result<String>,
+    speed: Option<BaudRate>,
 ) -> io::Result<PtyPair> {
     // O_NONBLOCK is set afterwards: FreeBSD's posix_openpt rejects it (EINVAL).
     let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
@@ -45,6 +48,9 @@ pub(super) fn open_pty_with(
     // (it would come back as agent output), no canonical line limit, no IXON.
     let mut termios = tcgetattr(&slave)?;
     cfmakeraw(&mut termios);
+    if let Some(speed) = speed {
+        cfsetspeed(&mut termios, speed)?;
+    }
     tcsetattr(&slave, SetArg::TCSANOW, &termios)?;
     set_window_size(slave.as_fd(), cols, rows)?;
     Ok(PtyPair { master, slave })
