@@ -45,12 +45,13 @@ pub fn open_pty(cols: u16, rows: u16) -> io::Result<PtyPair> {
     posix::open_pty_with(cols, rows, pts_name, Some(PTY_SPEED))
 }
 
-/// FreeBSD sizes a terminal's queues for 0.2 s of data at its line speed,
-/// at most 64 KiB (`tty_watermarks` in sys/kern/tty.c, `TTYBUF_MAX`): at a
-/// new PTY's 9,600 baud the output queue is 1,920 bytes, so a streaming
-/// agent would wait for colibrid every 1.9 KB. At 460,800 baud both queues
-/// are the full 64 KiB, as Linux's PTY buffers roughly are.
-pub const PTY_SPEED: nix::sys::termios::BaudRate = nix::sys::termios::BaudRate::B460800;
+/// FreeBSD sizes a terminal's queues for 0.2 s of data at its line speed
+/// (`tty_watermarks` in sys/kern/tty.c): at a new PTY's 9,600 baud the
+/// output queue is 1,920 bytes, so a streaming agent would wait for
+/// colibrid every 1.9 KB. A PTY takes at most 115,200 baud (the default
+/// `ttydevsw_defparam` clamps it, and `pts` has no other), which gives
+/// both queues 23,040 bytes.
+pub const PTY_SPEED: nix::sys::termios::BaudRate = nix::sys::termios::BaudRate::B115200;
 
 /// The slave's path via libc's ptsname_r (nix binds it on Linux only).
 fn pts_name(master: &PtyMaster) -> io::Result<String> {

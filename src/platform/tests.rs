@@ -170,7 +170,7 @@ fn open_pty_sets_flags_and_window_size() {
     };
     assert_eq!(rc, 0, "TIOCGWINSZ: {}", std::io::Error::last_os_error());
     assert_eq!((size.ws_col, size.ws_row), (132, 43));
-    // FreeBSD sizes the PTY's queues by the line speed (64 KiB at this one).
+    // FreeBSD sizes the PTY's queues by the line speed (23 KB at this one).
     #[cfg(target_os = "freebsd")]
     {
         let t = nix::sys::termios::tcgetattr(&pair.slave).expect("tcgetattr");
