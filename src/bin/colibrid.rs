@@ -32,21 +32,34 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     diag::set_level(cfg.daemon.log_level);
-    let settings = Settings::from_config(&cfg);
-    let daemon = match Daemon::start(settings, reloader(args, cfg)) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("colibrid: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match daemon.run() {
+    let result = run(args, cfg);
+    diag::finish(STDERR_DRAIN);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("colibrid: {e}");
             ExitCode::from(1)
         }
     }
+}
+
+/// How long colibrid waits, when it exits, for its queued diagnostics.
+const STDERR_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn run(args: DaemonArgs, cfg: Config) -> Result<(), String> {
+    let settings = Settings::from_config(&cfg);
+    let daemon = Daemon::start(settings, reloader(args, cfg)).map_err(|e| e.to_string())?;
+    // The loop must never wait on a stderr pipe that is read slowly. Started
+    // after the daemon has taken its signals (they are blocked on Linux and
+    // a thread inherits the mask): a thread started before would take a
+    // SIGTERM with its default action.
+    if let Err(e) = diag::start_writer() {
+        diag::log(
+            diag::Level::Warn,
+            format_args!("cannot start the stderr thread (writing diagnostics directly): {e}"),
+        );
+    }
+    daemon.run().map_err(|e| e.to_string())
 }
 
 /// Reads the configuration again for SIGHUP and plans the reload against

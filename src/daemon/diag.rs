@@ -1,23 +1,38 @@
 //! The daemon's own diagnostics on stderr, filtered by level.
 //!
 //! These are for whoever runs colibrid (daemon(8) sends them to syslog);
-//! operator alerts about agents go through `alert` instead. They are
-//! written on the event loop, so each line is cut at [`MAX_LINE`] bytes: a
-//! line quoting what a client or an agent sent (an `activity` message of a
-//! megabyte) would otherwise hold the loop for as long as the reader of a
-//! stderr pipe takes to drain it. A failed write is dropped, never a panic
-//! (`eprintln!` panics when stderr is gone).
+//! operator alerts about agents go through `alert` instead. The loop never
+//! writes them itself: once [`start_writer`] has run, each line is handed
+//! to the `colibrid-stderr` thread through a queue of [`QUEUE`] lines, and
+//! a line that finds the queue full is dropped and counted (the next line
+//! written says how many). A stderr that is read slowly, or not at all (a
+//! stalled pipe under daemon(8)), so holds that thread, never the loop.
+//! Each line is cut at [`MAX_LINE`] bytes (an `activity` message of a
+//! megabyte is quoted in part), and a failed write is dropped, never a
+//! panic (`eprintln!` panics when stderr is gone).
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The same levels `--log-level` and `[daemon] log_level` name.
 pub use crate::config::LogLevel as Level;
 
 /// The longest diagnostic line written, in bytes (the rest is cut).
 pub const MAX_LINE: usize = 2048;
+/// Lines waiting for the stderr thread at most (2 MiB at the longest).
+pub const QUEUE: usize = 1024;
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);
+/// Lines dropped since the last one written.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// The stderr thread's queue, once started.
+static SINK: Mutex<Option<SyncSender<String>>> = Mutex::new(None);
+/// The stderr thread and its "done" signal, for [`finish`].
+static WRITER: Mutex<Option<(Receiver<()>, JoinHandle<()>)>> = Mutex::new(None);
 
 pub fn set_level(level: Level) {
     LEVEL.store(level as u8, Ordering::Relaxed);
@@ -32,6 +47,73 @@ pub fn log(level: Level, args: std::fmt::Arguments<'_>) {
         return;
     }
     let line = line(level, args);
+    let sink = SINK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(tx) = sink.as_ref() else {
+        drop(sink);
+        write_line(&line);
+        return;
+    };
+    match tx.try_send(line) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(TrySendError::Disconnected(line)) => {
+            drop(sink);
+            write_line(&line);
+        }
+    }
+}
+
+/// Starts the `colibrid-stderr` thread: from now on no caller writes to
+/// stderr itself.
+pub fn start_writer() -> std::io::Result<()> {
+    let (tx, rx) = mpsc::sync_channel::<String>(QUEUE);
+    let (done_tx, done) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("colibrid-stderr".into())
+        .spawn(move || {
+            while let Ok(line) = rx.recv() {
+                let dropped = DROPPED.swap(0, Ordering::Relaxed);
+                if dropped > 0 {
+                    write_line(&format!(
+                        "colibrid: warn: {dropped} diagnostic line(s) dropped: stderr was not read fast enough\n"
+                    ));
+                }
+                write_line(&line);
+            }
+            let _ = done_tx.send(());
+        })?;
+    *SINK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx);
+    *WRITER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((done, thread));
+    Ok(())
+}
+
+/// Writes what is queued and stops the thread, waiting at most `wait`
+/// (a stderr nobody reads would hold it for ever). Lines logged after it
+/// are written directly.
+pub fn finish(wait: Duration) {
+    SINK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let writer = WRITER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some((done, thread)) = writer {
+        if done.recv_timeout(wait).is_ok() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn write_line(line: &str) {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
@@ -45,6 +127,7 @@ fn line(level: Level, args: std::fmt::Arguments<'_>) -> String {
             end -= 1;
         }
         line.truncate(end);
+        let cut = cut + (MAX_LINE - end);
         line.push_str(&format!(" … ({cut} bytes cut)"));
     }
     line.push('\n');

@@ -524,25 +524,33 @@ fn ended_agents_release_their_fds_while_others_stream() {
 }
 
 #[test]
-fn a_diagnostic_quoting_a_megabyte_does_not_hold_the_loop_on_an_unread_stderr() {
-    // colibrid logs each `activity` with its message on stderr, from the
-    // loop. Under daemon(8) stderr is a pipe: written whole, a 1 MB message
-    // would hold the loop until the pipe's reader took it, forever here
-    // (a 64 KiB pipe that nobody reads).
+fn diagnostics_never_hold_the_loop_on_an_unread_stderr() {
+    // colibrid logs each `activity` with its message on stderr. Under
+    // daemon(8) stderr is a pipe: written from the loop, a 1 MB message,
+    // or enough short ones to fill the pipe (64 KiB here, nobody reads),
+    // would hold the loop until the pipe's reader took them: for ever.
     let d = Colibrid::start_with_unread_stderr(&[], &[("COLIBRI_LOG", "info")]);
     let pane = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
-    let message = "E".repeat(1_000_000);
     let mut c = d.client();
-    for i in 0..3 {
+    let mut send = |message: &str, i: usize| {
         let request = json!({"cmd":"activity","pane": pane,
             "event_type":"error","message": message});
-        // (Not `request`: its panic would print the megabyte.)
+        // (Not `request`: its panic would print the message.)
         let r = c.try_request(&request);
         assert!(
             r.as_ref().is_ok_and(|r| r["ok"] == json!(true)),
             "activity {i}: {}",
             r.map_or_else(|e| e, |r| r["error"].to_string())
         );
-        assert!(d.ok(json!({"cmd":"status"}))["version"].is_string());
+    };
+    let huge = "E".repeat(1_000_000);
+    for i in 0..3 {
+        send(&huge, i);
     }
+    // Past the pipe and the stderr thread's queue of 1,024 lines.
+    let long = "L".repeat(3000);
+    for i in 0..1500 {
+        send(&long, i);
+    }
+    assert!(d.ok(json!({"cmd":"status"}))["version"].is_string());
 }
