@@ -124,6 +124,8 @@ pub fn unwrap_input(input: Vec<u8>, pane: Option<&str>) -> Result<Unwrapped, Cli
     // After the folded pane's exit the rest is read only for the panes it
     // names.
     let mut ended = false;
+    // The folded pane's attach record was seen: another one is a restart.
+    let mut started = false;
     for (i, line) in input.split(|&b| b == b'\n').enumerate() {
         let line_no = i as u64 + 1;
         if is_blank(line) {
@@ -148,6 +150,22 @@ pub fn unwrap_input(input: Vec<u8>, pane: Option<&str>) -> Result<Unwrapped, Cli
             Action::Killed(sig) => {
                 out.exit = Some(ExitStatus::Signal(i32::try_from(*sig).unwrap_or(i32::MAX)));
                 ended = true;
+                continue;
+            }
+            Action::Ended => {
+                out.exit = Some(ExitStatus::Unknown);
+                ended = true;
+                continue;
+            }
+            // The pane started again (a restart): its first run is over,
+            // and the next is a run of its own (the daemon starts its
+            // pane afresh).
+            Action::Attach if started || !out.stream.is_empty() => {
+                ended = true;
+                continue;
+            }
+            Action::Attach => {
+                started = true;
                 continue;
             }
             Action::Skip => {
@@ -324,6 +342,60 @@ mod tests {
         let answered = second.approvals[0].outcome.as_ref().expect("answered");
         assert_eq!(answered.event, "answered");
         assert_eq!(second.exit.as_ref().and_then(|e| e.signal), Some(9));
+    }
+
+    #[test]
+    fn a_run_ends_at_its_lost_exit_or_at_the_panes_restart() {
+        let line = |ms: u32, rest: &str| {
+            format!(
+                "{{\"ts\":\"2026-11-21T10:00:0{}.{:03}Z\",\"pane\":\"aaaa1111-0000\",{rest}}}\n",
+                ms / 1000,
+                ms % 1000
+            )
+        };
+        let attach =
+            r#""colibri":"attach","agent":"pi","runtime":"pi","argv":["pi"],"generation":0"#;
+        let ask =
+            r#""ev":{"type":"extension_ui_request","id":"q1","method":"confirm","title":"Go?"}"#;
+        // The daemon crashed: recovery logged the lost agent's end with no
+        // status. The restart's answer is to the restart's own approval.
+        let lost = [
+            line(0, attach),
+            line(1000, ask),
+            line(2000, r#""colibri":"exit","state":"error","reason":"lost""#),
+            line(3000, attach),
+            line(4000, ask),
+            line(5000, r#""colibri":"answer","approval":"aaaa1111-1","decision":"approve","by":"operator""#),
+        ]
+        .concat();
+        let r = fold_input(lost.clone().into_bytes(), None, 1 << 20, None).expect("fold");
+        assert_eq!(
+            r.exit,
+            Some(crate::protocol::WireExit::from(ExitStatus::Unknown))
+        );
+        assert_eq!(r.approvals.len(), 1);
+        let ended = r.approvals[0].outcome.as_ref().expect("ended by the loss");
+        assert_eq!(
+            ended.event, "expired",
+            "not answered by the next run's answer"
+        );
+        // No end record at all: the restart's attach ends the first run.
+        let cut: String = lost
+            .lines()
+            .filter(|l| !l.contains("\"exit\""))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let r = fold_input(cut.into_bytes(), None, 1 << 20, None).expect("fold");
+        assert_eq!(r.approvals.len(), 1);
+        assert_eq!(
+            r.approvals[0].outcome, None,
+            "the next run's answer is not its"
+        );
+        assert_eq!(
+            r.timeline.last().map(|s| s.line),
+            Some(2),
+            "nothing past the restart"
+        );
     }
 
     #[test]

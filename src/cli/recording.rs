@@ -54,6 +54,11 @@ pub enum Action<'a> {
     Exit(i64),
     /// A session log's record of the agent killed by this signal.
     Killed(i64),
+    /// A session log's record that the agent ended with no status of its
+    /// own (lost with a daemon that crashed).
+    Ended,
+    /// A session log's record of an agent (re)started.
+    Attach,
     /// A timed line with nothing to replay (a session log's own records).
     Skip,
 }
@@ -122,8 +127,10 @@ impl Clock {
             match (l.code, l.signal) {
                 (Some(code), _) => Action::Exit(code),
                 (None, Some(sig)) => Action::Killed(sig),
-                (None, None) => Action::Skip,
+                (None, None) => Action::Ended,
             }
+        } else if l.colibri.map(RawValue::get) == Some("\"attach\"") {
+            Action::Attach
         } else if l.colibri.is_some() || l.oversize.is_some() || l.await_input == Some(false) {
             Action::Skip
         } else {
@@ -181,7 +188,7 @@ mod tests {
             b,
             Entry {
                 at_ms: 1500.0,
-                action: Action::Skip,
+                action: Action::Ended,
                 pane: Some("p".into()),
             }
         );

@@ -79,7 +79,9 @@ pub fn replay(
             Action::Exit(code) => return Ok(recording::exit_code(code)),
             // As a shell reports a death by signal.
             Action::Killed(sig) => return Ok(recording::exit_code(128 + sig)),
-            Action::Skip => {}
+            // A player plays one agent's lines: the log's own records of
+            // runs are not its to act on.
+            Action::Skip | Action::Ended | Action::Attach => {}
         }
     }
 }

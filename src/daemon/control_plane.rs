@@ -151,20 +151,16 @@ impl JournalWriter {
     }
 
     /// Writes and syncs `batch`, retrying until it succeeds or the daemon
-    /// stops.
+    /// stops. What reached the file stays: a retry writes only the rest,
+    /// from the start of a line a failure cut (after a newline that ends
+    /// the cut fragment, which replay skips), so no line is written twice.
     fn write(&mut self, batch: &[u8]) {
+        let mut done = Appended::default();
         let mut failed = false;
         loop {
-            // After a failure part of the batch may be in the file: a
-            // newline ends that fragment (replay skips it as unreadable)
-            // so the whole batch again starts a line of its own.
-            let result = if failed {
-                self.file.write_all(b"\n")
-            } else {
-                Ok(())
-            }
-            .and_then(|()| self.file.write_all(batch))
-            .and_then(|()| self.file.sync_data());
+            let result = self
+                .append(batch, &mut done)
+                .and_then(|()| self.file.sync_data());
             match result {
                 Ok(()) => {
                     if failed {
@@ -176,7 +172,7 @@ impl JournalWriter {
                     log_error!(
                         "task journal {}: {e}; {} byte(s) of task changes not written",
                         self.path.display(),
-                        batch.len()
+                        batch.len() - done.bytes
                     );
                     return;
                 }
@@ -193,6 +189,50 @@ impl JournalWriter {
                 }
             }
         }
+    }
+
+    /// Appends what of `batch` is not in the file yet.
+    fn append(&mut self, batch: &[u8], done: &mut Appended) -> io::Result<()> {
+        if done.torn {
+            self.file.write_all(b"\n")?;
+            done.torn = false;
+        }
+        while done.bytes < batch.len() {
+            match self.file.write(&batch[done.bytes..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => done.bytes += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    done.cut_back(batch);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How much of a batch is in the file.
+#[derive(Debug, Default, PartialEq)]
+struct Appended {
+    /// Bytes of the batch to keep as written.
+    bytes: usize,
+    /// The file ends inside a line of the batch: end it before going on.
+    torn: bool,
+}
+
+impl Appended {
+    /// After a failed write: keeps the whole lines, and marks a line cut
+    /// part way for a newline and a fresh start.
+    fn cut_back(&mut self, batch: &[u8]) {
+        if self.bytes == 0 || batch[self.bytes - 1] == b'\n' {
+            return;
+        }
+        self.torn = true;
+        self.bytes = batch[..self.bytes]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
     }
 }
 
@@ -436,6 +476,47 @@ mod tests {
 
     fn at(s: u64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + s * 1000)
+    }
+
+    #[test]
+    fn a_write_cut_part_way_keeps_its_whole_lines_and_restarts_the_cut_one() {
+        let batch = b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n";
+        let cut = |bytes| {
+            let mut a = Appended { bytes, torn: false };
+            a.cut_back(batch);
+            a
+        };
+        // Inside the second line: the first stays, the second starts again.
+        assert_eq!(
+            cut(12),
+            Appended {
+                bytes: 8,
+                torn: true
+            }
+        );
+        // At a line's end: nothing to redo.
+        assert_eq!(
+            cut(16),
+            Appended {
+                bytes: 16,
+                torn: false
+            }
+        );
+        // Inside the first line: all again, after a newline.
+        assert_eq!(
+            cut(3),
+            Appended {
+                bytes: 0,
+                torn: true
+            }
+        );
+        assert_eq!(
+            cut(0),
+            Appended {
+                bytes: 0,
+                torn: false
+            }
+        );
     }
 
     #[test]

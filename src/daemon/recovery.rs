@@ -24,6 +24,14 @@ impl Daemon {
         // What the watchers last heard is waiting; whatever of it recovery
         // finds ended is announced as ended below, and the rest expired.
         let open = self.bus.journal().open_approvals();
+        // A pane id in two logs (a declared agent started again in a new
+        // session): approval ids restart with each run, so only the latest
+        // run's may be the ones the journal shows open.
+        let mut latest: HashMap<String, Timestamp> = HashMap::new();
+        for rp in &rec.panes {
+            let at = latest.entry(rp.pane.clone()).or_insert(rp.attached_at);
+            *at = (*at).max(rp.attached_at);
+        }
         let mut unannounced = Vec::new();
         for rp in rec.panes {
             let runtime = rp.runtime.as_deref().and_then(Runtime::parse);
@@ -104,7 +112,11 @@ impl Daemon {
             // the lost agent's state, but the ends its watchers never
             // heard; left here, the pane's next line would announce each
             // approval as opened once more.
-            unannounced.extend(ended_unheard(pane, &open, &mut answerers));
+            if latest.get(&rp.pane) == Some(&rp.attached_at) {
+                unannounced.extend(ended_unheard(pane, &open, &mut answerers));
+            } else {
+                drop(pane.take_approval_events());
+            }
             out.clear();
         }
         // The daemon that opened these died before it could say they
@@ -113,11 +125,15 @@ impl Daemon {
         // itself, and the journal shows them closed.
         let mut heard = HashSet::new();
         for (pane_id, approval, outcome, by) in unannounced {
+            let key = (pane_id, approval.id.clone());
+            if heard.contains(&key) {
+                continue;
+            }
             if let Some(by) = by {
                 self.approvals.answered_by(by);
             }
-            self.approval_closed(&pane_id, &approval, &outcome, t);
-            heard.insert((pane_id, approval.id));
+            self.approval_closed(&key.0, &approval, &outcome, t);
+            heard.insert(key);
         }
         self.expire_unfound(open, &heard, t);
         if n > 0 {
