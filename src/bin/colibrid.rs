@@ -5,6 +5,7 @@
 //! 1 when the daemon could not start or failed while running, 2 for a bad
 //! command line or configuration (every error found is printed).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -32,14 +33,20 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     diag::set_level(cfg.daemon.log_level);
-    let result = run(args, cfg);
-    diag::finish(STDERR_DRAIN);
+    // A panic of the loop still gets the lines queued before it written
+    // (they say what led to it), then goes on as a panic.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(args, cfg)));
+    let drained = diag::finish(STDERR_DRAIN);
     match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("colibrid: {e}");
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            // Unless stderr is stuck, where this write would wait for ever.
+            if drained {
+                let _ = writeln!(std::io::stderr(), "colibrid: {e}");
+            }
             ExitCode::from(1)
         }
+        Err(panic) => std::panic::resume_unwind(panic),
     }
 }
 

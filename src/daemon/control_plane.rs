@@ -101,6 +101,7 @@ impl Journal {
             behind: Arc::clone(&behind),
             closing: Arc::clone(&closing),
             delay,
+            mid_line: false,
         };
         let thread = std::thread::Builder::new()
             .name("colibri-task-journal".into())
@@ -127,6 +128,8 @@ struct JournalWriter {
     closing: Arc<AtomicBool>,
     /// [`JOURNAL_DELAY_ENV`]: zero but in tests.
     delay: Duration,
+    /// The file ends inside a line (a batch given up part way).
+    mid_line: bool,
 }
 
 impl JournalWriter {
@@ -151,16 +154,20 @@ impl JournalWriter {
     }
 
     /// Writes and syncs `batch`, retrying until it succeeds or the daemon
-    /// stops. What reached the file stays: a retry writes only the rest,
-    /// from the start of a line a failure cut (after a newline that ends
-    /// the cut fragment, which replay skips), so no line is written twice.
+    /// stops. A failed write(2) wrote nothing, so a retry goes on from the
+    /// bytes that did reach the file: no line is written twice. A failed
+    /// sync writes the whole batch again: the kernel may have dropped the
+    /// pages whose writeback failed and still report the next sync clean
+    /// (Linux does), so its lines may be replayed twice rather than lost.
     fn write(&mut self, batch: &[u8]) {
-        let mut done = Appended::default();
+        let mut written = 0;
         let mut failed = false;
         loop {
-            let result = self
-                .append(batch, &mut done)
-                .and_then(|()| self.file.sync_data());
+            let result = self.append(batch, &mut written).and_then(|()| {
+                self.file.sync_data().inspect_err(|_| {
+                    written = 0;
+                })
+            });
             match result {
                 Ok(()) => {
                     if failed {
@@ -172,7 +179,7 @@ impl JournalWriter {
                     log_error!(
                         "task journal {}: {e}; {} byte(s) of task changes not written",
                         self.path.display(),
-                        batch.len() - done.bytes
+                        batch.len() - written
                     );
                     return;
                 }
@@ -191,48 +198,26 @@ impl JournalWriter {
         }
     }
 
-    /// Appends what of `batch` is not in the file yet.
-    fn append(&mut self, batch: &[u8], done: &mut Appended) -> io::Result<()> {
-        if done.torn {
+    /// Appends `batch[*written..]`. Starting a batch, a line an earlier
+    /// batch's give-up at shutdown left cut (`mid_line`) is ended first, so
+    /// the batch's first line starts its own.
+    fn append(&mut self, batch: &[u8], written: &mut usize) -> io::Result<()> {
+        if self.mid_line && *written == 0 {
             self.file.write_all(b"\n")?;
-            done.torn = false;
+            self.mid_line = false;
         }
-        while done.bytes < batch.len() {
-            match self.file.write(&batch[done.bytes..]) {
+        while *written < batch.len() {
+            match self.file.write(&batch[*written..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => done.bytes += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    done.cut_back(batch);
-                    return Err(e);
+                Ok(n) => {
+                    *written += n;
+                    self.mid_line = batch[*written - 1] != b'\n';
                 }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())
-    }
-}
-
-/// How much of a batch is in the file.
-#[derive(Debug, Default, PartialEq)]
-struct Appended {
-    /// Bytes of the batch to keep as written.
-    bytes: usize,
-    /// The file ends inside a line of the batch: end it before going on.
-    torn: bool,
-}
-
-impl Appended {
-    /// After a failed write: keeps the whole lines, and marks a line cut
-    /// part way for a newline and a fresh start.
-    fn cut_back(&mut self, batch: &[u8]) {
-        if self.bytes == 0 || batch[self.bytes - 1] == b'\n' {
-            return;
-        }
-        self.torn = true;
-        self.bytes = batch[..self.bytes]
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |i| i + 1);
     }
 }
 
@@ -479,43 +464,51 @@ mod tests {
     }
 
     #[test]
-    fn a_write_cut_part_way_keeps_its_whole_lines_and_restarts_the_cut_one() {
-        let batch = b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n";
-        let cut = |bytes| {
-            let mut a = Appended { bytes, torn: false };
-            a.cut_back(batch);
-            a
+    fn a_write_cut_short_goes_on_where_it_stopped_and_writes_no_line_twice() {
+        use std::io::Read;
+        // A non-blocking pipe takes 64 KiB, then refuses (EAGAIN): a short
+        // write followed by a failed one, as a filling disk gives.
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let flags = nix::fcntl::fcntl(&w, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+        let flags = nix::fcntl::OFlag::from_bits_retain(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+        nix::fcntl::fcntl(&w, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
+        let (_tx, rx) = mpsc::channel();
+        let mut writer = JournalWriter {
+            file: File::from(w),
+            path: PathBuf::from("pipe"),
+            rx,
+            behind: Arc::default(),
+            closing: Arc::default(),
+            delay: Duration::ZERO,
+            mid_line: false,
         };
-        // Inside the second line: the first stays, the second starts again.
-        assert_eq!(
-            cut(12),
-            Appended {
-                bytes: 8,
-                torn: true
-            }
+        let line = b"{\"ev\":\"released\",\"id\":1,\"at\":\"2026-11-23T17:00:00.000Z\"}\n";
+        let batch: Vec<u8> = line
+            .iter()
+            .copied()
+            .cycle()
+            .take(line.len() * 2000)
+            .collect();
+        let mut written = 0;
+        assert!(
+            writer.append(&batch, &mut written).is_err(),
+            "the pipe fills"
         );
-        // At a line's end: nothing to redo.
-        assert_eq!(
-            cut(16),
-            Appended {
-                bytes: 16,
-                torn: false
-            }
-        );
-        // Inside the first line: all again, after a newline.
-        assert_eq!(
-            cut(3),
-            Appended {
-                bytes: 0,
-                torn: true
-            }
-        );
-        assert_eq!(
-            cut(0),
-            Appended {
-                bytes: 0,
-                torn: false
-            }
+        assert!(written > 0 && written < batch.len());
+        let mut got = Vec::new();
+        let mut reader = File::from(r);
+        let mut chunk = vec![0u8; batch.len()];
+        let n = reader.read(&mut chunk).unwrap();
+        got.extend_from_slice(&chunk[..n]);
+        writer.append(&batch, &mut written).expect("the rest fits");
+        drop(writer);
+        reader.read_to_end(&mut got).unwrap();
+        // (Not assert_eq: it would print 124 KB.)
+        assert!(
+            got == batch,
+            "every byte once, in order: {} bytes read of {}",
+            got.len(),
+            batch.len()
         );
     }
 

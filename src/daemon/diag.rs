@@ -97,8 +97,9 @@ pub fn start_writer() -> std::io::Result<()> {
 
 /// Writes what is queued and stops the thread, waiting at most `wait`
 /// (a stderr nobody reads would hold it for ever). Lines logged after it
-/// are written directly.
-pub fn finish(wait: Duration) {
+/// are written directly. False if the thread did not finish in time: it
+/// holds stderr, and a write now could wait for ever too.
+pub fn finish(wait: Duration) -> bool {
     SINK.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
@@ -106,11 +107,14 @@ pub fn finish(wait: Duration) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
-    if let Some((done, thread)) = writer {
-        if done.recv_timeout(wait).is_ok() {
-            let _ = thread.join();
-        }
+    let Some((done, thread)) = writer else {
+        return true;
+    };
+    if done.recv_timeout(wait).is_err() {
+        return false;
     }
+    let _ = thread.join();
+    true
 }
 
 fn write_line(line: &str) {
