@@ -123,12 +123,12 @@ impl SnapshotStream {
             Schema::V1 => SNAPSHOT_V1,
             Schema::V2 => SNAPSHOT_V2,
         };
-        // As `status` on a jail socket: nothing about where the daemon runs.
-        let host = match self.scope {
-            Scope::Operator => d.settings.daemon.host.as_str(),
-            _ => "",
-        };
-        head(out, schema, host, &self.t.to_rfc3339())
+        head(
+            out,
+            schema,
+            d.host_shown_to(&self.scope),
+            &self.t.to_rfc3339(),
+        )
     }
 
     fn tail(&self, out: &mut Vec<u8>) -> io::Result<()> {

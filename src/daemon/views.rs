@@ -17,6 +17,16 @@ use crate::protocol::{
 };
 
 impl Daemon {
+    /// The host's name as `scope` may see it: a jail socket is reachable by
+    /// every user of the jail (on Linux, of the host), so it is told
+    /// nothing of where the daemon runs (`status`, the snapshots).
+    pub(crate) fn host_shown_to(&self, scope: &Scope) -> &str {
+        match scope {
+            Scope::Operator => &self.settings.daemon.host,
+            _ => "",
+        }
+    }
+
     pub(crate) fn status_data(&self, scope: &Scope, t: Timestamp) -> StatusData {
         let mut states: BTreeMap<String, usize> = BTreeMap::new();
         let mut stalled = 0;
@@ -42,11 +52,7 @@ impl Daemon {
         // the stall threshold, the version), not where and how the daemon runs.
         let operator = *scope == Scope::Operator;
         StatusData {
-            host: if operator {
-                self.settings.daemon.host.clone()
-            } else {
-                String::new()
-            },
+            host: self.host_shown_to(scope).to_string(),
             os: if operator {
                 self.os.clone()
             } else {

@@ -516,7 +516,8 @@ pub fn become_subreaper() -> io::Result<()> {
     Ok(())
 }
 
-fn we_are_reaper() -> bool {
+/// PROC_REAP_STATUS of this process.
+fn reaper_status() -> io::Result<ProcctlReaperStatus> {
     // SAFETY: plain-data struct; all-zero is valid.
     let mut status: ProcctlReaperStatus = unsafe { mem::zeroed() };
     // SAFETY: PROC_REAP_STATUS fills the struct the pointer refers to.
@@ -528,7 +529,14 @@ fn we_are_reaper() -> bool {
             (&mut status as *mut ProcctlReaperStatus).cast(),
         )
     };
-    rc == 0 && status.rs_flags & REAPER_STATUS_OWNED != 0
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(status)
+}
+
+fn we_are_reaper() -> bool {
+    reaper_status().is_ok_and(|s| s.rs_flags & REAPER_STATUS_OWNED != 0)
 }
 
 /// Signals an agent's whole tree: PROC_REAP_KILL with REAPER_KILL_SUBTREE
@@ -842,20 +850,7 @@ const REAPER_PIDINFO_ZOMBIE: libc::c_uint = 0x8;
 /// from PROC_REAP_STATUS first; descendants forked in between past the
 /// slack are not listed (the kernel fills at most `rp_count`).
 fn reaper_descendants() -> io::Result<Vec<posix::Descendant>> {
-    // SAFETY: plain-data struct; all-zero is valid.
-    let mut status: ProcctlReaperStatus = unsafe { mem::zeroed() };
-    // SAFETY: PROC_REAP_STATUS fills the struct the pointer refers to.
-    let rc = unsafe {
-        libc::procctl(
-            libc::P_PID,
-            own_pid_id(),
-            PROC_REAP_STATUS,
-            (&mut status as *mut ProcctlReaperStatus).cast(),
-        )
-    };
-    if rc == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    let status = reaper_status()?;
     let room = usize::try_from(status.rs_descendants).unwrap_or(0) + 64;
     let empty = ProcctlReaperPidinfo {
         pi_pid: 0,

@@ -860,10 +860,6 @@ fn answer_records_that_are_malformed_or_name_no_approval_do_not_break_recovery()
     assert_eq!(dump["corrupt_lines"], json!(0));
 }
 
-/// An approval still pending when colibrid stops ends once on the watch
-/// stream: after a crash, recovery announces its end (the daemon that
-/// opened it could not); after an orderly stop, what the stopping daemon
-/// said is not said again.
 #[test]
 fn after_a_crash_an_end_the_journal_missed_is_announced_from_the_log_or_as_expired() {
     // The session log and the watch journal are written apart: a crash
@@ -871,19 +867,9 @@ fn after_a_crash_an_end_the_journal_missed_is_announced_from_the_log_or_as_expir
     // got, or take the log that held the approval away.
     for how in ["its answer logged", "its log deleted"] {
         let mut d = Colibrid::start(&[]);
-        let asker = d.script(
-            "asker",
-            "printf '%s\\n' '{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Go?\"}'\nexec sleep 600",
-        );
-        let id = d.spawn(&[&asker], json!({"runtime":"pi","name":"asker"}));
-        wait_pending(&d, &id);
+        let id = asking_pi_pane(&d);
         let approval = format!("{}-1", &id[..8]);
-        wait_for(Duration::from_secs(30), "the opening journaled", || {
-            approval_stories(&d)
-                .values()
-                .any(|s| s == &["approval_opened".to_string()])
-                .then_some(())
-        });
+        wait_opening_journaled(&d);
         d.crash();
         let log = log_holding(&d, &id);
         if how == "its log deleted" {
@@ -930,6 +916,29 @@ fn after_a_crash_an_end_the_journal_missed_is_announced_from_the_log_or_as_expir
     }
 }
 
+/// A Pi pane that asks one confirm and waits: its id, once the approval is
+/// pending.
+fn asking_pi_pane(d: &Colibrid) -> String {
+    let asker = d.script(
+        "asker",
+        "printf '%s\\n' '{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Go?\"}'\nexec sleep 600",
+    );
+    let id = d.spawn(&[&asker], json!({"runtime":"pi","name":"asker"}));
+    wait_pending(d, &id);
+    id
+}
+
+/// The journal is written off the loop: waits until it holds the opening,
+/// as a client that saw it would.
+fn wait_opening_journaled(d: &Colibrid) {
+    wait_for(Duration::from_secs(30), "the opening journaled", || {
+        approval_stories(d)
+            .values()
+            .any(|s| s == &["approval_opened".to_string()])
+            .then_some(())
+    });
+}
+
 /// The session log that holds pane `id`'s records.
 fn log_holding(d: &Colibrid, id: &str) -> std::path::PathBuf {
     let dir = d.state.join("sessions");
@@ -944,25 +953,17 @@ fn log_holding(d: &Colibrid, id: &str) -> std::path::PathBuf {
         .expect("a log holds the pane")
 }
 
+/// An approval still pending when colibrid stops ends once on the watch
+/// stream: after a crash, recovery announces its end (the daemon that
+/// opened it could not); after an orderly stop, what the stopping daemon
+/// said is not said again.
 #[test]
 fn a_pending_approval_s_end_is_announced_once_after_a_stop_and_after_a_crash() {
     for how in ["an orderly stop", "a crash"] {
         let mut d = Colibrid::start(&[]);
-        let asker = d.script(
-            "asker",
-            "printf '%s\\n' '{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Go?\"}'\nexec sleep 600",
-        );
-        let id = d.spawn(&[&asker], json!({"runtime":"pi","name":"asker"}));
-        wait_pending(&d, &id);
+        let id = asking_pi_pane(&d);
         if how == "a crash" {
-            // The journal is written off the loop: wait until it holds the
-            // opening, as a client that saw it would.
-            wait_for(Duration::from_secs(30), "the opening journaled", || {
-                approval_stories(&d)
-                    .values()
-                    .any(|s| s == &["approval_opened".to_string()])
-                    .then_some(())
-            });
+            wait_opening_journaled(&d);
             d.crash();
         } else {
             assert!(d.terminate().success());
