@@ -291,12 +291,15 @@ class Bench:
         finally:
             d.stop()
 
-    def floor_exit_notice(self, n, streamers):
+    def floor_exit_notice(self, n, streamers, idle=0):
+        """The floor's exit notices; with `idle`, among that many idle
+        agents the floor started (and holds) first."""
         sock = os.path.join(self.tmp, f"floor-{time.monotonic_ns()}.sock")
         stamps = sock + ".stamps"
+        extra = [str(idle), self.bin("idle_agent")] if idle else []
         floor = subprocess.Popen([self.bin("floor_pidfd"), sock, self.bin("stamp_exit"), stamps, str(n),
-                                  str(streamers), self.bin("streamer")], stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
+                                  str(streamers), self.bin("streamer")] + extra, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 10 + idle * 0.01
         while not os.path.exists(sock):
             if time.monotonic() > deadline:
                 raise RuntimeError("floor_pidfd did not listen")
@@ -307,7 +310,7 @@ class Bench:
             line = watch.next_line(30)
             pane, ns = line.split()
             got[int(pane)] = int(ns)
-        floor.wait(timeout=30)
+        floor.wait(timeout=30 + idle * 0.005)
         watch.stop()
         stamped = read_stamps(stamps)
         return [(got[p] - stamped[p]) / 1e6 for p in got if p in stamped]
@@ -358,36 +361,71 @@ class Bench:
 
     def snapshot_lat(self, d, cmd, rounds):
         """Round trips of one snapshot request on a connection of its own,
-        the reply read with recv_into into one preallocated buffer until its
-        newline: a buffered readline cost the client about a third of the
-        time measured (0.9 vs 1.4 ms for a 0.6 MB reply), which is not the
-        daemon's."""
+        each followed by one round trip of the same size to floor_send (the
+        C floor: the same bytes moved with no work), so both see the host
+        in the same state. Replies are read with recv_into into one
+        preallocated buffer until the newline: a buffered readline cost
+        the client about a third of the time measured (0.9 vs 1.4 ms for a
+        0.6 MB reply), which is not the daemon's. Returns colibrid's
+        latencies, the reply size, the loop's CPU per snapshot and the
+        floor's latencies."""
+        fsock = os.path.join(self.tmp, f"send-{time.monotonic_ns()}.sock")
+        floor = subprocess.Popen([self.bin("floor_send"), fsock])
+        deadline = time.monotonic() + 10
+        while not os.path.exists(fsock):
+            if time.monotonic() > deadline:
+                floor.kill()
+                raise RuntimeError("floor_send did not listen")
+            time.sleep(0.005)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(d.socket)
+        fconn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        fconn.connect(fsock)
         buf = bytearray(64 << 20)
         view = memoryview(buf)
         req = json.dumps(cmd).encode() + b"\n"
-        lat, size = [], 0
+
+        def round_trip(s, request):
+            t0 = time.monotonic_ns()
+            s.sendall(request)
+            size = 0
+            while size == 0 or buf[size - 1] != 10:
+                got = s.recv_into(view[size:])
+                if got == 0:
+                    raise RuntimeError("the server closed the connection")
+                size += got
+            return (time.monotonic_ns() - t0) / 1e6, size
+
+        lat, floor_lat, size = [], [], 0
         # The event loop's own time: what a snapshot holds the loop for.
         loop_cpu = lambda: loop_cpu_ms(d.pid) or cpu_ms(d.pid)  # noqa: E731
-        cpu0 = loop_cpu()
+        cpu_spent = 0.0
         try:
             for _ in range(rounds):
-                t0 = time.monotonic_ns()
-                sock.sendall(req)
-                size = 0
-                while size == 0 or buf[size - 1] != 10:
-                    got = sock.recv_into(view[size:])
-                    if got == 0:
-                        raise RuntimeError("daemon closed the connection")
-                    size += got
-                lat.append((time.monotonic_ns() - t0) / 1e6)
-                if not json.loads(bytes(view[:size])).get("ok"):
+                cpu0 = loop_cpu()
+                ms, size = round_trip(sock, req)
+                cpu_spent += loop_cpu() - cpu0
+                lat.append(ms)
+                # Parsed in full once; after that the envelope's head is
+                # enough: parsing a 6 MB reply allocates and frees about
+                # 50 MB a round, and on a VM that hands freed memory back
+                # to its host (free page reporting), the kernel's socket
+                # buffers then land on pages the host must fault in again,
+                # which slowed the next rounds (colibrid's and the floor's
+                # alike) for a while.
+                if not lat[1:]:
+                    ok = json.loads(bytes(view[:size])).get("ok")
+                else:
+                    ok = bytes(view[:10]) == b'{"ok":true'
+                if not ok:
                     raise RuntimeError(f"{cmd} failed")
+                floor_lat.append(round_trip(fconn, f"{size}\n".encode())[0])
         finally:
             view.release()
             sock.close()
-        return lat, size, (loop_cpu() - cpu0) / rounds
+            fconn.close()
+            floor.wait(timeout=10)
+        return lat, size, cpu_spent / rounds, floor_lat
 
     def scale_one(self, n, asked=None):
         """Scale figures at n agents; the issue's 10,000-agent targets apply
@@ -421,9 +459,11 @@ class Bench:
                 if sum(1 for p in snap["panes"] if p["counters"]["events"] >= 1) >= n:
                     break
                 time.sleep(0.05)
-            rounds = max(20, min(300, 200_000 // n))
-            v1, v1_size, v1_cpu = self.snapshot_lat(d, {"cmd": "glasspane-snapshot"}, rounds)
-            v2, v2_size, v2_cpu = self.snapshot_lat(d, {"cmd": "snapshot", "schema": "v2"}, max(10, rounds // 2))
+            # Enough rounds that a p99 is not simply the slowest one.
+            rounds = max(100, min(300, 200_000 // n))
+            v1, v1_size, v1_cpu, v1_floor = self.snapshot_lat(d, {"cmd": "glasspane-snapshot"}, rounds)
+            v2, v2_size, v2_cpu, v2_floor = self.snapshot_lat(d, {"cmd": "snapshot", "schema": "v2"},
+                                                              max(50, rounds // 2))
             rss = proc_status(d.pid, "VmRSS") / 1024
             hwm = proc_status(d.pid, "VmHWM") / 1024
             # The exit notice while another client loops snapshots.
@@ -453,6 +493,10 @@ class Bench:
                     os.kill(p, signal.SIGKILL)
                 except OSError:
                     pass
+        # The floor's exit notice among as many idle agents (started and
+        # held by the floor), after colibrid's are gone: what the host
+        # itself gives with that many processes alive.
+        floor_exits = self.floor_exit_notice(self.args.scale_exits, 0, idle=n)
         f_exec = float(floor["execd_ms"])
         self.row(f"spawn {n} agents until all exec'd",
                  f"{t_exec * 1000:.0f} ms ({t_exec * 1000 / f_exec:.2f}x floor; replies in {t_replies * 1000:.0f} ms), "
@@ -460,12 +504,17 @@ class Bench:
                  "<= 1.3x floor" if big else "",
                  f"{f_exec:.0f} ms, {float(floor['cpu_ms_per_spawn']):.3f} ms CPU/spawn")
         self.row(f"glasspane-snapshot (v1) at {n}", f"p50 {pct(v1, .5):.2f} ms, p99 {pct(v1, .99):.2f} ms "
-                 f"({v1_size} B, {len(v1)} rounds; daemon CPU {v1_cpu:.2f} ms each)", "p99 <= 15 ms" if big else "")
+                 f"({v1_size} B, {len(v1)} rounds; daemon CPU {v1_cpu:.2f} ms each)",
+                 "p99 <= 15 ms" if big else "", f"moving the same bytes (floor_send): p50 {pct(v1_floor, .5):.2f} ms, "
+                 f"p99 {pct(v1_floor, .99):.2f} ms")
         self.row(f"snapshot v2 at {n}", f"p50 {pct(v2, .5):.2f} ms, p99 {pct(v2, .99):.2f} ms "
-                 f"({v2_size} B, {len(v2)} rounds; daemon CPU {v2_cpu:.2f} ms each)", "p99 <= 15 ms" if big else "")
+                 f"({v2_size} B, {len(v2)} rounds; daemon CPU {v2_cpu:.2f} ms each)", "p99 <= 15 ms" if big else "",
+                 f"moving the same bytes (floor_send): p50 {pct(v2_floor, .5):.2f} ms, p99 {pct(v2_floor, .99):.2f} ms")
         self.row(f"exit notice at {n}, a client looping snapshots",
                  f"p50 {pct(exits, .5):.3f} ms, p99 {pct(exits, .99):.3f} ms ({len(exits)} exits, "
-                 f"{looped[0]} snapshots meanwhile)", "p99 <= 5 ms" if big else "")
+                 f"{looped[0]} snapshots meanwhile)", "p99 <= 5 ms" if big else "",
+                 f"p50 {pct(floor_exits, .5):.3f} ms, p99 {pct(floor_exits, .99):.3f} ms among {n} idle agents "
+                 f"(no snapshots)")
         self.row(f"daemon RSS at {n}", f"{rss:.1f} MiB (peak {hwm:.1f} MiB)", "<= 50 MB" if big else "")
 
     # -- state-change burst ----------------------------------------------
@@ -629,7 +678,7 @@ def main():
     ap.add_argument("--only", choices=["exit", "burst", "scale", "stream"], action="append")
     ap.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--scale-exits", type=int, help="exits timed at each scale while a client loops "
-                    "snapshots (default 50, --quick 20); more gives a p99 that is not the maximum")
+                    "snapshots (default 100, --quick 20); more gives a p99 that is not the maximum")
     ap.add_argument("--no-syslog", action="store_true", help="run colibrid with --no-syslog (what sending "
                     "alerts costs, against the default run)")
     args = ap.parse_args()
@@ -638,7 +687,7 @@ def main():
         args.exits, args.scale_exits, args.stream_lines, args.burst_lines = 50, 20, 500_000, 2_000
         args.scale = args.scale or [100, 1000]
     else:
-        args.exits, args.scale_exits, args.stream_lines, args.burst_lines = 200, 50, 2_000_000, 10_000
+        args.exits, args.scale_exits, args.stream_lines, args.burst_lines = 200, 100, 2_000_000, 10_000
         args.scale = args.scale or [100, 1000, 4000, 10000]
     args.scale_exits = scale_exits or args.scale_exits
     only = set(args.only or ["exit", "burst", "scale", "stream"])

@@ -5,7 +5,12 @@
  * starts STAMP_EXIT on a PTY, waits for its exit through a pidfd in the
  * same epoll set, reaps it, drains its PTY and writes one line
  * {"event":"exited","pane":"PID"} to the client. No logging, no syslog.
- * Usage: floor_pidfd SOCKET STAMP_EXIT STAMPFILE EXITS STREAMERS STREAMER */
+ * With IDLE and IDLE_AGENT, it first starts IDLE copies of IDLE_AGENT on
+ * PTYs, each master and a pidfd in the epoll set (what colibrid holds per
+ * agent), reads what they print, and only then listens: the floor for the
+ * exit notice among that many agents.
+ * Usage: floor_pidfd SOCKET STAMP_EXIT STAMPFILE EXITS STREAMERS STREAMER
+ *        [IDLE IDLE_AGENT] */
 #include "common.h"
 #include <signal.h>
 #include <string.h>
@@ -17,17 +22,46 @@
 
 #define MAX_STREAMERS 256
 #define TAG_CHILD_EXIT (1ull << 40)
+#define TAG_IDLE (1ull << 41)
+#define TAG_IDLE_EXIT (1ull << 42)
 
 static int pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 
 int main(int argc, char **argv) {
     if (argc < 7) {
-        fprintf(stderr, "usage: floor_pidfd SOCKET STAMP_EXIT STAMPFILE EXITS STREAMERS STREAMER\n");
+        fprintf(stderr, "usage: floor_pidfd SOCKET STAMP_EXIT STAMPFILE EXITS STREAMERS STREAMER [IDLE IDLE_AGENT]\n");
         return 2;
     }
     int exits = atoi(argv[4]), nstream = atoi(argv[5]);
     if (nstream > MAX_STREAMERS) nstream = MAX_STREAMERS;
+    int nidle = argc >= 9 ? atoi(argv[7]) : 0;
     signal(SIGPIPE, SIG_IGN);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    static char buf[65536];
+    int *imaster = calloc((size_t)nidle + 1, sizeof *imaster);
+    pid_t *ipid = calloc((size_t)nidle + 1, sizeof *ipid);
+    char *iargv[] = {argc >= 9 ? argv[8] : NULL, NULL};
+    for (int i = 0; i < nidle; i++) {
+        ipid[i] = spawn_on_pty(iargv, &imaster[i]);
+        int pfd = pidfd_open(ipid[i]);
+        if (pfd < 0) die("pidfd_open");
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_IDLE | (uint64_t)i};
+        struct epoll_event xev = {.events = EPOLLIN, .data.u64 = TAG_IDLE_EXIT | (uint64_t)i};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, imaster[i], &ev) < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, pfd, &xev) < 0)
+            die("epoll_ctl");
+    }
+    /* Every idle agent has printed (its header) before the exits begin. */
+    for (int heard = 0; heard < nidle;) {
+        struct epoll_event evs[256];
+        int n = epoll_wait(ep, evs, 256, 60000);
+        if (n <= 0) die("idle agents did not print within 60 s");
+        for (int i = 0; i < n; i++) {
+            uint64_t tag = evs[i].data.u64;
+            if (!(tag & TAG_IDLE)) continue;
+            int k = (int)(tag & 0xffffffffu);
+            if (read(imaster[k], buf, sizeof buf) > 0) heard++;
+        }
+    }
     int ls = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     strncpy(sa.sun_path, argv[1], sizeof sa.sun_path - 1);
@@ -38,7 +72,6 @@ int main(int argc, char **argv) {
     static const char hello[] = "{\"ok\":true,\"error\":null,\"data\":{\"watching\":true}}\n";
     if (write(client, hello, sizeof hello - 1) < 0) die("write hello");
 
-    int ep = epoll_create1(EPOLL_CLOEXEC);
     int smaster[MAX_STREAMERS];
     pid_t spid[MAX_STREAMERS];
     char *sargv[] = {argv[6], NULL};
@@ -47,7 +80,6 @@ int main(int argc, char **argv) {
         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)i};
         epoll_ctl(ep, EPOLL_CTL_ADD, smaster[i], &ev);
     }
-    static char buf[65536];
     unsigned long long lines = 0, bytes = 0;
     char *cargv[] = {argv[2], argv[3], "20000", "0", NULL};
     for (int k = 0; k < exits; k++) {
@@ -63,6 +95,10 @@ int main(int argc, char **argv) {
             int n = epoll_wait(ep, evs, 64, -1);
             for (int i = 0; i < n; i++) {
                 uint64_t tag = evs[i].data.u64;
+                if (tag & (TAG_IDLE | TAG_IDLE_EXIT)) {
+                    if (tag & TAG_IDLE) (void)!read(imaster[tag & 0xffffffffu], buf, sizeof buf);
+                    continue;
+                }
                 if (tag == TAG_CHILD_EXIT) {
                     waitpid(cp, NULL, 0);
                     while (read(cm, buf, sizeof buf) > 0) {
@@ -91,6 +127,8 @@ int main(int argc, char **argv) {
         kill(spid[i], SIGKILL);
         waitpid(spid[i], NULL, 0);
     }
+    for (int i = 0; i < nidle; i++) kill(ipid[i], SIGKILL);
+    for (int i = 0; i < nidle; i++) waitpid(ipid[i], NULL, 0);
     fprintf(stderr, "floor_pidfd: %d exits, read %llu lines (%llu bytes) from %d streamers\n", exits, lines, bytes, nstream);
     return 0;
 }
