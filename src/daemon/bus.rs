@@ -40,9 +40,10 @@ pub struct Bus {
     /// State changes held for them until the end of the pass.
     held: Vec<Held>,
     journal: Journal,
-    /// Watchers still being replayed to, with the next seq each gets; live
-    /// events (and coalesced state changes) skip them: the journal holds
-    /// those too, in order.
+    /// Watchers still being replayed to, with the last seq each has (its
+    /// `since`, then what replay sent; not the next seq, which would not
+    /// fit for a `since` of u64::MAX); live events (and coalesced state
+    /// changes) skip them: the journal holds those too, in order.
     replays: Vec<(ConnId, u64)>,
 }
 
@@ -128,7 +129,7 @@ impl Bus {
         // A `since` ahead of `seq` is a cursor from a journal that is gone
         // (a reset state dir): it gets the gap marker.
         if since != self.seq {
-            self.replays.push((id, since.saturating_add(1)));
+            self.replays.push((id, since));
         }
     }
 
@@ -153,7 +154,7 @@ impl Bus {
     ) {
         let mut done = Vec::new();
         for i in 0..self.replays.len() {
-            let (id, next) = self.replays[i];
+            let (id, seen) = self.replays[i];
             let Some(conn) = conns.get_mut(id.0) else {
                 done.push(id);
                 continue;
@@ -161,27 +162,31 @@ impl Bus {
             if conn.queued_bytes() >= REPLAY_LOW_WATER {
                 continue;
             }
-            let next = self.replay_slice(conn, next, t);
+            let seen = self.replay_slice(conn, seen, t);
             dirty.insert(id.0);
-            if next > self.seq {
+            if seen >= self.seq {
                 done.push(id);
             } else {
-                self.replays[i].1 = next;
+                self.replays[i].1 = seen;
             }
         }
         self.replays.retain(|(w, _)| !done.contains(w));
     }
 
-    /// Queues events from `next` on, up to a slice; the next seq to send.
-    fn replay_slice(&self, conn: &mut Conn, mut next: u64, t: Timestamp) -> u64 {
+    /// Queues the events after `seen` (the last seq the watcher has), up
+    /// to a slice; returns the last seq it now has. A `seen` the journal
+    /// no longer follows on from, or one ahead of `seq`, gets the gap
+    /// marker first, naming that `seen` as its `since`.
+    fn replay_slice(&self, conn: &mut Conn, mut seen: u64, t: Timestamp) -> u64 {
         let first = self.journal.first_seq();
-        if next < first || next > self.seq + 1 {
+        let resumes = first.saturating_sub(1);
+        if seen < resumes || seen > self.seq {
             let gap = WatchEvent {
                 epoch: Some(self.epoch.clone()),
-                seq: first - 1,
+                seq: resumes,
                 at: t.to_rfc3339(),
                 kind: WatchKind::Gap {
-                    since: next.saturating_sub(1),
+                    since: seen,
                     resumes_at: first,
                 },
             };
@@ -189,14 +194,14 @@ impl Bus {
                 line.push(b'\n');
                 conn.enqueue(Rc::from(line));
             }
-            next = first;
+            seen = resumes;
         }
         let mut sent = 0;
-        let mut i = self.journal.position(next);
+        let mut i = self.journal.position(seen.saturating_add(1));
         while sent < REPLAY_SLICE_BYTES {
             let Some(e) = self.journal.get(i) else { break };
             i += 1;
-            next = e.seq + 1;
+            seen = e.seq;
             if !wants(conn, e.jail.as_deref(), e.pane.as_deref()) {
                 continue;
             }
@@ -204,9 +209,9 @@ impl Bus {
             conn.enqueue(e.frame.clone());
         }
         if self.journal.get(i).is_none() {
-            next = self.seq + 1;
+            seen = self.seq;
         }
-        next
+        seen
     }
 
     /// Numbers an event, raises its alert, journals it, and queues it to

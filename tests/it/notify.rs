@@ -121,9 +121,18 @@ fn a_since_older_than_the_journal_gets_the_gap_marker_first() {
     assert_eq!(ack["ok"], json!(true));
     let marker = ahead.read_line().expect("the gap marker");
     assert_eq!(marker["event"], json!("gap"), "{marker}");
+    assert_eq!(marker["since"], json!(1_000_000));
+    assert_eq!(marker["resumes_at"], json!(oldest));
+    // The largest cursor there is: its marker names it, not one less.
+    let mut last = d.client();
+    let ack = last.request(&json!({"cmd":"watch","since": u64::MAX}));
+    assert_eq!(ack["ok"], json!(true), "{ack}");
+    let marker = last.read_line().expect("the gap marker");
+    assert_eq!(marker["event"], json!("gap"), "{marker}");
+    assert_eq!(marker["since"], json!(u64::MAX), "{marker}");
     assert_eq!(marker["resumes_at"], json!(oldest));
     wait_for(Duration::from_secs(10), "status", || {
-        (d.ok(json!({"cmd":"status"}))["watchers"].as_u64() >= Some(2)).then_some(())
+        (d.ok(json!({"cmd":"status"}))["watchers"].as_u64() >= Some(3)).then_some(())
     });
 }
 
