@@ -194,6 +194,17 @@ impl Journal {
             }
             good_len += n as u64;
             if let Some(e) = parse_line(&line) {
+                if e.seq > MAX_SEQ {
+                    // Only a hand edit gets here (2^63 events is some
+                    // 290,000 years at a million a second); numbering on
+                    // from it would overflow.
+                    log_warn!(
+                        "watch journal {}: skipped an event with seq {} (past 2^63)",
+                        path.display(),
+                        e.seq
+                    );
+                    continue;
+                }
                 if e.seq > self.last_seq {
                     self.last_seq = e.seq;
                     self.push(e);
@@ -443,6 +454,9 @@ impl Drop for Journal {
     }
 }
 
+/// The largest seq a journal line may carry to be replayed.
+const MAX_SEQ: u64 = 1 << 63;
+
 fn parse_line(line: &[u8]) -> Option<Entry> {
     let rec: LineIn<'_> = serde_json::from_slice(line).ok()?;
     let head: EventHead = serde_json::from_str(rec.ev.get()).ok()?;
@@ -573,6 +587,23 @@ mod tests {
         assert_eq!(third.jail.as_deref(), Some("j1"));
         assert_eq!(third.pane.as_deref(), Some("p3"));
         assert_eq!(&*third.frame, &*frame(3));
+    }
+
+    #[test]
+    fn a_seq_past_two_to_the_63_is_skipped_so_numbering_cannot_wrap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = Timestamp::from_millis(1_000_000);
+        {
+            let mut j = Journal::open(cfg(dir.path(), 1 << 20), t);
+            for s in [1, 2, u64::MAX] {
+                j.append(s, t, None, frame(s));
+            }
+            j.submit();
+            assert!(j.caught_up());
+        }
+        let j = Journal::open(cfg(dir.path(), 1 << 20), t);
+        assert_eq!(j.last_seq(), 2);
+        assert_eq!(j.first_seq(), 1);
     }
 
     #[test]
