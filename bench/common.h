@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +33,21 @@ static inline double self_cpu_ms(void) {
 static inline void die(const char *what) {
     perror(what);
     exit(1);
+}
+
+/* A Unix stream socket listening at PATH. It is bound under a temporary
+ * name and renamed once listening, so PATH appears only when a connect
+ * to it can succeed (the benchmark waits for the file). */
+static inline int listen_unix(const char *path) {
+    int ls = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (ls < 0) die("socket");
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (snprintf(sa.sun_path, sizeof sa.sun_path, "%s.tmp", path) >= (int)sizeof sa.sun_path)
+        die("socket path too long");
+    unlink(sa.sun_path);
+    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 4) < 0) die("bind/listen");
+    if (rename(sa.sun_path, path) < 0) die("rename");
+    return ls;
 }
 
 /* Opens a PTY, forks, execs argv on its slave; returns the child's pid and

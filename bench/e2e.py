@@ -212,6 +212,18 @@ class WatchClient:
         self.proc.wait()
 
 
+def wait_for_listener(proc, path, seconds, what):
+    """Waits until `path` exists (the C floors bind a temporary name and
+    rename it once listening); fails at once if `proc` died first."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}) before it listened")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not listen")
+        time.sleep(0.005)
+
+
 def read_stamps(path):
     with open(path) as f:
         return {int(p): int(ns) for p, ns in (line.split() for line in f if line.strip())}
@@ -299,19 +311,23 @@ class Bench:
         extra = [str(idle), self.bin("idle_agent")] if idle else []
         floor = subprocess.Popen([self.bin("floor_pidfd"), sock, self.bin("stamp_exit"), stamps, str(n),
                                   str(streamers), self.bin("streamer")] + extra, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10 + idle * 0.01
-        while not os.path.exists(sock):
-            if time.monotonic() > deadline:
-                raise RuntimeError("floor_pidfd did not listen")
-            time.sleep(0.005)
-        watch = WatchClient(self, sock)
-        got = {}
-        for _ in range(n):
-            line = watch.next_line(30)
-            pane, ns = line.split()
-            got[int(pane)] = int(ns)
-        floor.wait(timeout=30 + idle * 0.005)
-        watch.stop()
+        watch = None
+        try:
+            wait_for_listener(floor, sock, 10 + idle * 0.01, "floor_pidfd")
+            watch = WatchClient(self, sock)
+            got = {}
+            for _ in range(n):
+                line = watch.next_line(30)
+                pane, ns = line.split()
+                got[int(pane)] = int(ns)
+            floor.wait(timeout=30 + idle * 0.005)
+        finally:
+            # Never left running (with its idle agents) past a failure.
+            if floor.poll() is None:
+                floor.kill()
+                floor.wait()
+            if watch:
+                watch.stop()
         stamped = read_stamps(stamps)
         return [(got[p] - stamped[p]) / 1e6 for p in got if p in stamped]
 
@@ -371,16 +387,18 @@ class Bench:
         floor's latencies."""
         fsock = os.path.join(self.tmp, f"send-{time.monotonic_ns()}.sock")
         floor = subprocess.Popen([self.bin("floor_send"), fsock])
-        deadline = time.monotonic() + 10
-        while not os.path.exists(fsock):
-            if time.monotonic() > deadline:
-                floor.kill()
-                raise RuntimeError("floor_send did not listen")
-            time.sleep(0.005)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(d.socket)
         fconn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        fconn.connect(fsock)
+        try:
+            wait_for_listener(floor, fsock, 10, "floor_send")
+            sock.connect(d.socket)
+            fconn.connect(fsock)
+        except BaseException:
+            sock.close()
+            fconn.close()
+            floor.kill()
+            floor.wait()
+            raise
         buf = bytearray(64 << 20)
         view = memoryview(buf)
         req = json.dumps(cmd).encode() + b"\n"
@@ -424,7 +442,12 @@ class Bench:
             view.release()
             sock.close()
             fconn.close()
-            floor.wait(timeout=10)
+            # It ends at the EOF; killed if it did not (never left behind).
+            try:
+                floor.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                floor.kill()
+                floor.wait()
         return lat, size, cpu_spent / rounds, floor_lat
 
     def scale_one(self, n, asked=None):

@@ -19,8 +19,12 @@ cargo build --release --quiet --bin colibrid
 # Host settings changed for the run are put back on exit, in reverse.
 restore=()
 put_back() {
+  # Every restore is tried, whatever the one before it did.
+  set +e
   local i
-  for ((i = ${#restore[@]} - 1; i >= 0; i--)); do eval "${restore[i]}"; done
+  for ((i = ${#restore[@]} - 1; i >= 0; i--)); do
+    eval "${restore[i]}" || echo "could not restore: ${restore[i]}"
+  done
 }
 trap put_back EXIT
 
@@ -71,10 +75,10 @@ echo "RLIMIT_NOFILE: $(ulimit -n) (soft raised to the hard limit)"
 # TMPDIR is set or without root.
 if [ -z "${TMPDIR:-}" ] && [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null; then
   fsdir=$(mktemp -d /tmp/colibri-bench-fs.XXXXXX)
-  if truncate -s 4G "$fsdir.img" && mkfs.ext4 -q "$fsdir.img" && mount -o loop "$fsdir.img" "$fsdir"; then
+  if truncate -s 4G "$fsdir.img" && mkfs.ext4 -q -F -O has_journal "$fsdir.img" && mount -o loop "$fsdir.img" "$fsdir"; then
     export TMPDIR=$fsdir
     echo "state on a fresh journaled ext4 at $fsdir (removed on exit)"
-    restore+=("umount '$fsdir'; rm -f '$fsdir.img'; rmdir '$fsdir'")
+    restore+=("{ umount '$fsdir' || umount -l '$fsdir'; } && rm -f '$fsdir.img' && rmdir '$fsdir' && echo 'removed $fsdir'")
   else
     rm -f "$fsdir.img"
     rmdir "$fsdir"

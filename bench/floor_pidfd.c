@@ -39,11 +39,14 @@ int main(int argc, char **argv) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     static char buf[65536];
     int *imaster = calloc((size_t)nidle + 1, sizeof *imaster);
+    int *ipidfd = calloc((size_t)nidle + 1, sizeof *ipidfd);
+    char *iheard = calloc((size_t)nidle + 1, 1);
     pid_t *ipid = calloc((size_t)nidle + 1, sizeof *ipid);
+    if (!imaster || !ipidfd || !iheard || !ipid) die("calloc");
     char *iargv[] = {argc >= 9 ? argv[8] : NULL, NULL};
     for (int i = 0; i < nidle; i++) {
         ipid[i] = spawn_on_pty(iargv, &imaster[i]);
-        int pfd = pidfd_open(ipid[i]);
+        int pfd = ipidfd[i] = pidfd_open(ipid[i]);
         if (pfd < 0) die("pidfd_open");
         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_IDLE | (uint64_t)i};
         struct epoll_event xev = {.events = EPOLLIN, .data.u64 = TAG_IDLE_EXIT | (uint64_t)i};
@@ -57,16 +60,17 @@ int main(int argc, char **argv) {
         if (n <= 0) die("idle agents did not print within 60 s");
         for (int i = 0; i < n; i++) {
             uint64_t tag = evs[i].data.u64;
-            if (!(tag & TAG_IDLE)) continue;
             int k = (int)(tag & 0xffffffffu);
-            if (read(imaster[k], buf, sizeof buf) > 0) heard++;
+            /* An agent gone before it printed would keep its pidfd and
+             * PTY ready for ever: the floor fails instead of spinning. */
+            if (tag & TAG_IDLE_EXIT) die("an idle agent exited before the exits began");
+            ssize_t r = read(imaster[k], buf, sizeof buf);
+            if (r < 0 && errno == EAGAIN) continue;
+            if (r <= 0) die("an idle agent's PTY closed before the exits began");
+            if (!iheard[k]) iheard[k] = 1, heard++;
         }
     }
-    int ls = socket(AF_UNIX, SOCK_STREAM, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strncpy(sa.sun_path, argv[1], sizeof sa.sun_path - 1);
-    unlink(argv[1]);
-    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 4) < 0) die("bind/listen");
+    int ls = listen_unix(argv[1]);
     int client = accept(ls, NULL, NULL);
     if (client < 0) die("accept");
     static const char hello[] = "{\"ok\":true,\"error\":null,\"data\":{\"watching\":true}}\n";
@@ -96,7 +100,13 @@ int main(int argc, char **argv) {
             for (int i = 0; i < n; i++) {
                 uint64_t tag = evs[i].data.u64;
                 if (tag & (TAG_IDLE | TAG_IDLE_EXIT)) {
-                    if (tag & TAG_IDLE) (void)!read(imaster[tag & 0xffffffffu], buf, sizeof buf);
+                    int k = (int)(tag & 0xffffffffu);
+                    ssize_t r = tag & TAG_IDLE ? read(imaster[k], buf, sizeof buf) : 0;
+                    if (r > 0 || (r < 0 && errno == EAGAIN)) continue;
+                    /* Gone (killed from outside): out of the set, so its
+                     * events do not come back on every wait. */
+                    epoll_ctl(ep, EPOLL_CTL_DEL, imaster[k], NULL);
+                    epoll_ctl(ep, EPOLL_CTL_DEL, ipidfd[k], NULL);
                     continue;
                 }
                 if (tag == TAG_CHILD_EXIT) {

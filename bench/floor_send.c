@@ -7,8 +7,6 @@
  * Usage: floor_send SOCKET */
 #include "common.h"
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #define SLICE (64 << 10)
 #define MAX_REPLY (64 << 20)
@@ -18,11 +16,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: floor_send SOCKET\n");
         return 2;
     }
-    int ls = socket(AF_UNIX, SOCK_STREAM, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strncpy(sa.sun_path, argv[1], sizeof sa.sun_path - 1);
-    unlink(argv[1]);
-    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 4) < 0) die("bind/listen");
+    int ls = listen_unix(argv[1]);
     int c = accept(ls, NULL, NULL);
     if (c < 0) die("accept");
     char *reply = malloc(MAX_REPLY);
