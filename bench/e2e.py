@@ -224,6 +224,16 @@ def wait_for_listener(proc, path, seconds, what):
         time.sleep(0.005)
 
 
+def end_process(proc, grace):
+    """Waits up to `grace` seconds for `proc` to end, then kills it: a C
+    floor is never left running (with its agents) past a failure."""
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def read_stamps(path):
     with open(path) as f:
         return {int(p): int(ns) for p, ns in (line.split() for line in f if line.strip())}
@@ -322,10 +332,7 @@ class Bench:
                 got[int(pane)] = int(ns)
             floor.wait(timeout=30 + idle * 0.005)
         finally:
-            # Never left running (with its idle agents) past a failure.
-            if floor.poll() is None:
-                floor.kill()
-                floor.wait()
+            end_process(floor, 0)
             if watch:
                 watch.stop()
         stamped = read_stamps(stamps)
@@ -389,16 +396,6 @@ class Bench:
         floor = subprocess.Popen([self.bin("floor_send"), fsock])
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         fconn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            wait_for_listener(floor, fsock, 10, "floor_send")
-            sock.connect(d.socket)
-            fconn.connect(fsock)
-        except BaseException:
-            sock.close()
-            fconn.close()
-            floor.kill()
-            floor.wait()
-            raise
         buf = bytearray(64 << 20)
         view = memoryview(buf)
         req = json.dumps(cmd).encode() + b"\n"
@@ -419,6 +416,9 @@ class Bench:
         loop_cpu = lambda: loop_cpu_ms(d.pid) or cpu_ms(d.pid)  # noqa: E731
         cpu_spent = 0.0
         try:
+            wait_for_listener(floor, fsock, 10, "floor_send")
+            sock.connect(d.socket)
+            fconn.connect(fsock)
             for _ in range(rounds):
                 cpu0 = loop_cpu()
                 ms, size = round_trip(sock, req)
@@ -431,7 +431,7 @@ class Bench:
                 # buffers then land on pages the host must fault in again,
                 # which slowed the next rounds (colibrid's and the floor's
                 # alike) for a while.
-                if not lat[1:]:
+                if len(lat) == 1:
                     ok = json.loads(bytes(view[:size])).get("ok")
                 else:
                     ok = bytes(view[:10]) == b'{"ok":true'
@@ -442,12 +442,9 @@ class Bench:
             view.release()
             sock.close()
             fconn.close()
-            # It ends at the EOF; killed if it did not (never left behind).
-            try:
-                floor.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                floor.kill()
-                floor.wait()
+            # It ends at the EOF; one still in accept (a failed connect)
+            # is killed.
+            end_process(floor, 1)
         return lat, size, cpu_spent / rounds, floor_lat
 
     def scale_one(self, n, asked=None):

@@ -100,13 +100,13 @@ int main(int argc, char **argv) {
             for (int i = 0; i < n; i++) {
                 uint64_t tag = evs[i].data.u64;
                 if (tag & (TAG_IDLE | TAG_IDLE_EXIT)) {
-                    int k = (int)(tag & 0xffffffffu);
-                    ssize_t r = tag & TAG_IDLE ? read(imaster[k], buf, sizeof buf) : 0;
+                    int a = (int)(tag & 0xffffffffu);
+                    ssize_t r = tag & TAG_IDLE ? read(imaster[a], buf, sizeof buf) : 0;
                     if (r > 0 || (r < 0 && errno == EAGAIN)) continue;
                     /* Gone (killed from outside): out of the set, so its
                      * events do not come back on every wait. */
-                    epoll_ctl(ep, EPOLL_CTL_DEL, imaster[k], NULL);
-                    epoll_ctl(ep, EPOLL_CTL_DEL, ipidfd[k], NULL);
+                    epoll_ctl(ep, EPOLL_CTL_DEL, imaster[a], NULL);
+                    epoll_ctl(ep, EPOLL_CTL_DEL, ipidfd[a], NULL);
                     continue;
                 }
                 if (tag == TAG_CHILD_EXIT) {

@@ -1,7 +1,7 @@
 /* The floor for a large reply: what the host charges to move a snapshot's
  * bytes through a Unix socket. Listens on SOCKET and serves one client:
  * for each request line holding a byte count N, writes an N-byte line
- * (N - 1 bytes of JSON-like filler and a newline) from one buffer made
+ * (N - 1 bytes of filler and a newline) from one buffer made
  * once, 64 KiB per write(2), the slice size colibrid streams a snapshot
  * in. No serialisation at all: the kernel's copy and the client's reads.
  * Usage: floor_send SOCKET */
