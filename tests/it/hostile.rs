@@ -55,6 +55,27 @@ fn fd_count(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
+/// The daemon's fds as (sockets, pipes, devices and kernel objects; files
+/// on disk), each with what it names, for comparisons and failure messages.
+/// The files move on their own under load: a log rotation holds two more
+/// while it runs, and a journal rewrite one, so a soak compares the first
+/// part exactly and bounds the second.
+fn fd_census(pid: i32) -> (Vec<String>, Vec<String>) {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return (Vec::new(), Vec::new());
+    };
+    let (mut files, mut others): (Vec<String>, Vec<String>) = dir
+        .flatten()
+        .map(|e| {
+            let target = std::fs::read_link(e.path()).unwrap_or_default();
+            target.display().to_string()
+        })
+        .partition(|t| t.starts_with('/') && !t.starts_with("/dev/"));
+    others.sort();
+    files.sort();
+    (others, files)
+}
+
 fn rss_bytes(pid: i32) -> u64 {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap_or_default();
     let pages: u64 = statm
@@ -336,7 +357,9 @@ fn hostile_swarm(
 // See: issue 9 "Beyond these cases" (a soak with mixed hostile clients).
 #[test]
 fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_answered() {
-    // Tolerances: fds come back exactly; RSS within 16 MiB of the baseline
+    // Tolerances: sockets, pipes and kernel objects come back exactly, files
+    // within the 3 that rotation and the journal hold while they run (see
+    // `fd_census`); RSS within 16 MiB of the baseline
     // (the allocator keeps some freed memory: the watch queues alone were
     // up to 10 MiB).
     const RSS_TOLERANCE: u64 = 16 << 20;
@@ -371,7 +394,7 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
     });
     // Measured with the agent running (its PTY, timer and log are open),
     // so only what the clients leave behind can differ.
-    let fds_before = fd_count(pid);
+    let (others_before, files_before) = fd_census(pid);
     let rss_before = rss_bytes(pid);
     let stop = Arc::new(AtomicBool::new(false));
     let threads = hostile_swarm(&d, &jail_sock, &stop);
@@ -401,18 +424,31 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
         t.join().expect("hostile client");
     }
     assert!(answered >= 3, "the operator asked throughout ({answered})");
-    let mut fds_now = 0;
+    // Sockets, pipes and the like come back exactly. Files may be up to 3
+    // more: the busy agent's log keeps rotating (2 while a rotation runs)
+    // and the small watch journal keeps being rewritten (1).
+    let mut now = (Vec::new(), Vec::new());
     let mut conns = Value::Null;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while fds_now != fds_before || conns != json!(1) {
+    while now.0.len() != others_before.len()
+        || now.1.len() > files_before.len() + 3
+        || conns != json!(1)
+    {
         assert!(
             Instant::now() < deadline,
-            "fds {fds_now} (baseline {fds_before}), connections {conns} (want 1)"
+            "connections {conns} (want 1); fds other than files {:?} (baseline {others_before:?}); \
+             files {:?} (baseline {files_before:?})",
+            now.0,
+            now.1
         );
         std::thread::sleep(Duration::from_millis(100));
         conns = status_over(&d.socket)["data"]["connections"].clone();
-        fds_now = fd_count(pid);
+        now = fd_census(pid);
     }
+    let (fds_before, fds_now) = (
+        others_before.len() + files_before.len(),
+        now.0.len() + now.1.len(),
+    );
     d.ok(json!({"cmd":"kill-agent","agent_id":flipper}));
     let rss_after = rss_bytes(pid);
     eprintln!(
