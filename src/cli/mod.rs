@@ -111,7 +111,8 @@ pub enum Command {
     },
     /// Start an agent under the daemon; prints its id.
     Spawn(SpawnArgs),
-    /// Kill an agent and every process it started (SIGKILL).
+    /// Kill an agent and every process it started (SIGKILL); for an agent
+    /// that has ended, what it left running.
     Kill {
         /// The pane's id or name.
         id: String,

@@ -559,6 +559,51 @@ fn kill_agent_kills_a_descendant_that_called_setsid() {
     );
 }
 
+// See: an attacker's try (an ended agent's leftovers had no command to
+// kill them: kill and signal said "not running", remove left them).
+#[test]
+fn an_ended_agents_leftovers_are_killed_by_kill_and_by_remove() {
+    let d = Colibrid::start(&[]);
+    // Each agent starts a sleeper in a session of its own and exits once
+    // the sleeper is there (before, the hangup at the agent's exit would
+    // end it): the sleeper outlives it and is re-parented to colibrid.
+    let leave_one = |name: &str| {
+        let file = d.path(&format!("{name}.pid"));
+        let script = format!(
+            "setsid /bin/sh -c 'echo $$ > {f}; exec sleep 1000' & \
+             while [ ! -s {f} ]; do sleep 0.05; done; exit 0",
+            f = file.display()
+        );
+        let id = d.spawn(&["/bin/sh", "-c", &script], json!({ "name": name }));
+        let pid = pid_from_file(&d, &format!("{name}.pid"));
+        d.wait_state(&id, "done");
+        wait_for(
+            Duration::from_secs(20),
+            "the leftover to reach colibrid",
+            || children_of(d.pid()).contains(&pid).then_some(()),
+        );
+        (id, pid)
+    };
+    let (killed, first) = leave_one("killed");
+    let (removed, second) = leave_one("removed");
+    let r = d.ok(json!({"cmd":"kill-agent","agent_id": killed}));
+    assert_eq!(r["status"], json!("leftovers_killed"), "{r}");
+    wait_for(Duration::from_secs(20), "the leftover killed", || {
+        dead(first).then_some(())
+    });
+    assert!(!dead(second), "another pane's leftover was killed too");
+    // Nothing is left: a second kill says so.
+    let again = d.request(json!({"cmd":"kill-agent","agent_id": killed}));
+    assert_eq!(again["ok"], json!(false), "{again}");
+    assert_eq!(again["code"], json!("not_running"), "{again}");
+    d.ok(json!({"cmd":"remove-agent","agent_id": removed}));
+    wait_for(
+        Duration::from_secs(20),
+        "the removed pane's leftover killed",
+        || dead(second).then_some(()),
+    );
+}
+
 #[test]
 fn shutdown_kills_setsid_descendants_and_orphans() {
     let mut d = Colibrid::start(&["--shutdown-grace", "5s"]);

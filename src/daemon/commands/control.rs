@@ -40,15 +40,22 @@ pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
         }));
     }
     let Some(pid) = agent.running_pid() else {
-        return Err(CommandError::not_running(&pane_id));
+        // The agent has ended, but what it left running (descendants that
+        // outlived it, now colibrid's) is still the operator's to kill.
+        if kill_leftovers(d, &pane_id) == 0 {
+            return Err(CommandError::not_running(&pane_id));
+        }
+        return Ok(Reply::Kill(KillReply {
+            agent_id: pane_id,
+            status: "leftovers_killed".into(),
+        }));
     };
     agent.stopped_by = Some("killed by operator".into());
     platform::signal_tree(pid, libc::SIGKILL)
         .map_err(|e| CommandError::os(format!("kill: {e}")))?;
     // Descendants whose parent exited before the kill now hang off the
     // daemon; their environment still names the pane.
-    let agents: Vec<platform::Pid> = d.panes.agents().filter_map(|a| a.running_pid()).collect();
-    platform::signal_orphans_with_env(&agents, "COLIBRI_PANE_ID", &pane_id, libc::SIGKILL);
+    kill_leftovers(d, &pane_id);
     // The contract: a forced kill is folded as an error at once.
     if let Some(p) = d.panes.pane_mut(key) {
         p.fail("killed by operator".into(), t, &mut d.transitions);
@@ -58,6 +65,19 @@ pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
         agent_id: pane_id,
         status: "killed".into(),
     }))
+}
+
+/// SIGKILLs the processes a pane's agent left behind: colibrid's children
+/// (re-parented to it, the subreaper, when their parent exited) that are
+/// no agent and whose environment names the pane, with everything under
+/// them. Returns how many such children there were.
+pub(super) fn kill_leftovers(d: &Daemon, pane_id: &str) -> usize {
+    signal_leftovers(d, pane_id, libc::SIGKILL)
+}
+
+fn signal_leftovers(d: &Daemon, pane_id: &str, sig: i32) -> usize {
+    let agents: Vec<platform::Pid> = d.panes.agents().filter_map(|a| a.running_pid()).collect();
+    platform::signal_orphans_with_env(&agents, "COLIBRI_PANE_ID", pane_id, sig)
 }
 
 pub(super) fn pause(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
@@ -126,7 +146,15 @@ pub(super) fn signal(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, 
         .agent(key)
         .ok_or_else(|| CommandError::not_found(&a.agent_id))?;
     let Some(pid) = agent.running_pid() else {
-        return Err(CommandError::not_running(&agent.pane_id));
+        // As for kill: an ended agent's leftovers still take signals.
+        let pane_id = agent.pane_id.clone();
+        if signal_leftovers(d, &pane_id, sig) == 0 {
+            return Err(CommandError::not_running(&pane_id));
+        }
+        return Ok(Reply::Signal(SignalReply {
+            agent_id: pane_id,
+            signal: sig,
+        }));
     };
     platform::signal_tree(pid, sig).map_err(|e| CommandError::os(format!("signal: {e}")))?;
     Ok(Reply::Signal(SignalReply {

@@ -3,6 +3,7 @@
 
 use crate::core::spec::{Actual, StopCause};
 use crate::daemon::conn::Scope;
+use crate::daemon::diag::log_info;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::PaneKey;
 use crate::protocol::{Command, CommandError, ErrorCode, LifecycleReply, Reply};
@@ -81,6 +82,15 @@ pub(super) fn remove(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, C
         )));
     }
     let out = lifecycle_reply(d, key, "removed")?;
+    // Once the pane is gone nothing could name what its agent left
+    // running, so it goes with it.
+    let left = super::control::kill_leftovers(d, &out.agent_id);
+    if left > 0 {
+        log_info!(
+            "remove {}: killed {left} process(es) its agent left running",
+            out.agent_id
+        );
+    }
     d.remove_pane(key, call.t);
     Ok(Reply::Lifecycle(out))
 }
