@@ -19,12 +19,17 @@ use crate::protocol::{
 /// (C0, including newline and carriage return, DEL, and the C1 range
 /// U+0080..U+009F that some terminals read as CSI, OSC…) is shown as
 /// `\xNN` or `\u{NN}`, so an agent cannot set the window title, clear the
-/// screen or write the clipboard (OSC 52) through `colibri`. Every
-/// human-readable output of the CLI goes through this one function; JSON
-/// output does not (the JSON encoder escapes C0 itself).
+/// screen or write the clipboard (OSC 52) through `colibri`. So are the
+/// bidirectional formatting characters ("Trojan Source": U+202E makes
+/// `rm -rf /` read as something else), so what the operator approves is
+/// what it looks like. Every human-readable output of the CLI goes through
+/// this one function; JSON output does not (the JSON encoder escapes C0
+/// itself).
 pub fn escape_controls(s: &str) -> Cow<'_, str> {
-    let is_control =
-        |c: char| c != '\t' && (c.is_ascii_control() || ('\u{80}'..='\u{9f}').contains(&c));
+    let is_control = |c: char| {
+        c != '\t'
+            && (c.is_ascii_control() || ('\u{80}'..='\u{9f}').contains(&c) || is_bidi_control(c))
+    };
     if !s.chars().any(is_control) {
         return Cow::Borrowed(s);
     }
@@ -39,6 +44,13 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// The characters that reorder or isolate text in a bidirectional
+/// display: ALM, LRM, RLM, the embeddings and overrides (LRE, RLE, PDF,
+/// LRO, RLO) and the isolates (LRI, RLI, FSI, PDI).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// [`escape_controls`] on each line of a multi-line text, keeping its line
@@ -755,6 +767,12 @@ pub(crate) mod tests {
             "\\x1b]52;c;SGk=\\x07\\x1b[2J\\x0d\\x0a\\x7f\\u{9b}31m"
         );
         assert_eq!(escape_lines("a\u{1b}c\nb\r\n"), "a\\x1bc\nb\\x0d\n");
+        // A right-to-left override would show this command reversed.
+        assert_eq!(
+            escape_controls("rm -rf \u{202e}/ \u{2066}x\u{2069}\u{200f}"),
+            "rm -rf \\u{202e}/ \\u{2066}x\\u{2069}\\u{200f}"
+        );
+        assert!(matches!(escape_controls("שלום عربي"), Cow::Borrowed(_)));
         let mut t = Table::new(&["A", "B"]);
         t.row(vec!["x\ny".into(), "\u{1b}]0;title\u{7}".into()]);
         assert_eq!(t.render(), "A       B\nx\\x0ay  \\x1b]0;title\\x07\n");
