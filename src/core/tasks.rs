@@ -186,6 +186,8 @@ pub enum TaskError {
     NotFound(u64),
     #[error("task {id} is claimed by another agent")]
     NotYours { id: u64 },
+    #[error("only the operator may {0} a task")]
+    OperatorOnly(&'static str),
     #[error("task {id} is {status}, not {wanted}")]
     WrongStatus {
         id: u64,
@@ -366,6 +368,12 @@ impl TaskQueue {
         match actor {
             Actor::Operator => Ok(t),
             Actor::Agent(pane) if t.claimed_by.as_deref() == Some(pane) => Ok(t),
+            // No agent holds it (pending, or released): not another's.
+            Actor::Agent(_) if t.claimed_by.is_none() => Err(TaskError::WrongStatus {
+                id,
+                status: t.status.as_str(),
+                wanted: "claimed by this agent",
+            }),
             Actor::Agent(_) => Err(TaskError::NotYours { id }),
         }
     }
@@ -514,6 +522,15 @@ mod tests {
     fn only_the_claimer_or_the_operator_moves_a_task() {
         let mut q = TaskQueue::new();
         q.add(task("a", Priority::Medium, None), at(0)).unwrap();
+        // Nobody holds it yet: the refusal says so, not "another agent".
+        assert_eq!(
+            q.finish(1, Actor::Agent("p2"), true, None, at(0)),
+            Err(TaskError::WrongStatus {
+                id: 1,
+                status: "pending",
+                wanted: "claimed by this agent"
+            })
+        );
         q.claim("p1", None, at(0), ACK_TIMEOUT).unwrap();
         assert_eq!(
             q.ack(1, Actor::Agent("p2"), at(1)),

@@ -204,6 +204,16 @@ fn an_agent_sees_and_moves_only_its_own_tasks() {
     );
     let r = d.request(json!({"cmd":"task-cancel","task_id": ta,"pane": b}));
     assert_eq!(r["ok"], json!(false), "{r}");
+    // Not even its own: cancelling is the operator's.
+    let r = d.request(json!({"cmd":"task-cancel","task_id": tb,"pane": b}));
+    assert_eq!(r["code"], json!("forbidden"), "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("only the operator"),
+        "{r}"
+    );
     assert_eq!(task(&d, ta)["status"], json!("claimed"));
     let mine = d.ok(json!({"cmd":"tasks","pane": b}));
     let ids: Vec<&Value> = mine["tasks"]

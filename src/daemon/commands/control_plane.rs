@@ -38,7 +38,7 @@ fn caller(d: &Daemon, call: &Call, pane: Option<&str>) -> Result<Option<String>,
 fn task_error(e: TaskError) -> CommandError {
     let code = match e {
         TaskError::NotFound(_) => ErrorCode::NotFound,
-        TaskError::NotYours { .. } => ErrorCode::Forbidden,
+        TaskError::NotYours { .. } | TaskError::OperatorOnly(_) => ErrorCode::Forbidden,
         TaskError::WrongStatus { .. } | TaskError::AlreadyHolding(..) | TaskError::NoTitle => {
             ErrorCode::Invalid
         }
@@ -215,7 +215,7 @@ pub(super) fn act(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Comm
         "ack" => q.ack(args.task_id, actor, call.t),
         "done" => q.finish(args.task_id, actor, true, args.note, call.t),
         "fail" => q.finish(args.task_id, actor, false, args.note, call.t),
-        _ if me.is_some() => Err(TaskError::NotYours { id: args.task_id }),
+        _ if me.is_some() => Err(TaskError::OperatorOnly("cancel")),
         _ => q.cancel(args.task_id, call.t),
     }
     .map_err(task_error)?;
