@@ -30,6 +30,8 @@ use crate::protocol::{
 
 /// Hooks and hints must not hold up whoever runs them.
 const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `compact` waits for the daemon's answer.
+const COMPACT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The hook input Claude Code sends is small; this only bounds a runaway.
 const MAX_HOOK_INPUT: u64 = 16 << 20;
@@ -181,7 +183,9 @@ pub fn session(socket: Option<&Path>, id: &str, out: &mut impl Write) -> Result<
 }
 
 pub fn compact(socket: Option<&Path>, id: &str, out: &mut impl Write) -> Result<u8, CliError> {
-    let data = call(socket, &request::compact_session(id))?;
+    // The daemon answers once the whole log is done, a slice per wakeup:
+    // for a log of gigabytes, tens of seconds.
+    let data = connect(socket, COMPACT_TIMEOUT)?.call(&request::compact_session(id))?;
     if !data.is_null() {
         print_json_line(out, &data)?;
     }

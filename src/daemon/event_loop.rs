@@ -145,6 +145,8 @@ pub struct Daemon {
     pub(crate) orphan_sweep_at: Option<Timestamp>,
     pub(crate) last_orphan_sweep: Option<Timestamp>,
     pub(crate) approvals: crate::daemon::approvals::ApprovalDesk,
+    /// Connections waiting for a `compact-session` to end.
+    pub(crate) compact_waiters: Vec<crate::daemon::compaction::CompactWaiter>,
     /// The policies and their state (`daemon::govern` carries them out).
     pub(crate) governor: crate::core::policy::Governor,
 }
@@ -263,6 +265,7 @@ impl Daemon {
             orphan_sweep_at: None,
             last_orphan_sweep: None,
             approvals: crate::daemon::approvals::ApprovalDesk::default(),
+            compact_waiters: Vec::new(),
         };
         d.rearm_task_timer(t0);
         d.recover(recovery, t0);
@@ -420,8 +423,10 @@ impl Daemon {
                 self.store.compaction_step(budget)
             {
                 log_info!("{rotation:?}");
+                self.compaction_ended(&rotation, t);
             }
         }
+        self.answer_given_up_compactions(t);
         self.bus.end_pass(&mut self.conns, &mut self.dirty_conns, t);
         // No reply or watch event leaves before its log holds the lines it
         // reports and the watch journal the events (a crash could lose

@@ -18,6 +18,7 @@ pub mod attach;
 pub mod bus;
 mod classify;
 pub(crate) mod commands;
+pub(crate) mod compaction;
 pub mod conn;
 pub mod control_plane;
 pub mod diag;

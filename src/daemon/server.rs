@@ -222,7 +222,11 @@ impl Daemon {
         let idle: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(k, c)| c.is_idle(limit, t) && !waiting.contains(&ConnId(*k)))
+            .filter(|(k, c)| {
+                c.is_idle(limit, t)
+                    && !waiting.contains(&ConnId(*k))
+                    && !self.compaction_waiting(ConnId(*k))
+            })
             .map(|(k, _)| ConnId(k))
             .collect();
         for id in idle {
@@ -390,6 +394,7 @@ impl Daemon {
         self.bus.unsubscribe(id, &self.conns);
         self.detach_conn(id);
         self.approvals.forget_conn(id);
+        self.forget_compaction_waiter(id);
         self.accept_blocked = true;
     }
 

@@ -747,6 +747,9 @@ pub struct SessionStore {
     classifier: Option<Box<Classifier>>,
     /// The rotation in progress, if any: `(session, job)`.
     rotation: Option<(usize, compact::Job)>,
+    /// Sessions `compact-session` asked for, oldest first, each started as
+    /// the rotation once none runs and its log has no torn tail to cut.
+    compact_requests: VecDeque<usize>,
     /// Replaced logs not yet reported by a [`FlushReport`].
     unreported_replacements: u64,
 }
@@ -850,6 +853,7 @@ impl SessionStore {
             heartbeats: 0,
             classifier: None,
             rotation: None,
+            compact_requests: VecDeque::new(),
             unreported_replacements: 0,
         };
         let mut rb = scan::RecoveryBuilder::new(RECOVERY_EVENT_CAP);
@@ -1761,7 +1765,7 @@ impl SessionStore {
         self.note_now(now);
         self.heartbeats += 1;
         self.check_paths_due = true;
-        let mut started = None;
+        let mut started = self.start_requested_compaction();
         if self.rotation.is_none() {
             if let Some(i) = self.due_for_rotation() {
                 let s = &self.sessions[i];
@@ -1828,6 +1832,49 @@ impl SessionStore {
         self.rotation.is_some()
     }
 
+    /// compact-session: compacts session `id` as the rotation does, a
+    /// bounded slice per wakeup ([`SessionStore::compaction_step`]), so a
+    /// log of gigabytes never holds the loop. Starts now unless another
+    /// session's rotation runs or the log has a torn tail to cut first;
+    /// then it waits its turn (the end of that rotation, or a heartbeat).
+    /// A rotation of this session already running is the compaction
+    /// asked for. Its end is the [`RotationDone`] naming the session.
+    pub fn request_compaction(&mut self, id: &str) -> Result<(), StoreError> {
+        let i = self.lookup(id)?;
+        let running = self.rotation.as_ref().is_some_and(|(r, _)| *r == i);
+        if !running && !self.compact_requests.contains(&i) {
+            self.compact_requests.push_back(i);
+            self.start_requested_compaction();
+        }
+        Ok(())
+    }
+
+    /// Whether a compaction of session `id` runs or waits its turn: false
+    /// once it ended, or was given up (its log was replaced meanwhile).
+    pub fn compaction_pending(&self, id: &str) -> bool {
+        let Some(&i) = self.by_id.get(id) else {
+            return false;
+        };
+        self.rotation.as_ref().is_some_and(|(r, _)| *r == i) || self.compact_requests.contains(&i)
+    }
+
+    /// Starts the oldest asked-for compaction that can start, if no
+    /// rotation runs; returns its session.
+    fn start_requested_compaction(&mut self) -> Option<String> {
+        if self.rotation.is_some() {
+            return None;
+        }
+        let pos = self
+            .compact_requests
+            .iter()
+            .position(|&i| self.sessions[i].repair.is_none())?;
+        let i = self.compact_requests.remove(pos)?;
+        let s = &self.sessions[i];
+        let job = compact::Job::new(&s.path, s.meta.runtime.as_deref(), self.last_now);
+        self.rotation = Some((i, job));
+        Some(s.meta.id.clone())
+    }
+
     /// Advances the running rotation by at most `budget_bytes` of log
     /// reads (and the writes they imply). `None` if no rotation is running.
     ///
@@ -1868,6 +1915,8 @@ impl SessionStore {
             }
         }
         self.index_dirty = true;
+        // The next asked-for compaction need not wait for a heartbeat.
+        self.start_requested_compaction();
         Some(CompactionProgress::Done {
             read_bytes,
             rotation: RotationDone {
@@ -1959,9 +2008,11 @@ impl SessionStore {
         })
     }
 
-    /// compact-session: see the `compact` module. The session is flushed
+    /// The whole compaction in one call (the reference the stepped one is
+    /// tested against): see the `compact` module. The session is flushed
     /// first; the report counts dropped lines (0 means the log was left
     /// untouched).
+    #[cfg(test)]
     pub fn compact(
         &mut self,
         id: &str,
@@ -2134,9 +2185,10 @@ impl SessionStore {
             .map(|(i, _)| i)
     }
 
-    /// compact-session: the whole job in one call. A rotation of the same
-    /// session is abandoned first (its offsets would not survive the
-    /// rewrite); the next heartbeat starts it again if still due.
+    /// [`SessionStore::compact`]: the whole job in one call. A rotation of
+    /// the same session is abandoned first (its offsets would not survive
+    /// the rewrite); the next heartbeat starts it again if still due.
+    #[cfg(test)]
     fn compact_index(
         &mut self,
         i: usize,

@@ -256,3 +256,98 @@ fn a_client_that_reads_gets_exactly_the_records_of_the_log_and_its_corrupt_line(
     assert_eq!(second["id"], json!(2), "{second}");
     assert_eq!(second["ok"], json!(true), "{second}");
 }
+
+// See: an attacker's try (compact-session on a 3.7 GB log held the loop
+// for 9.7 s: the whole job ran before the reply).
+#[test]
+fn compact_session_runs_in_slices_and_the_loop_answers_meanwhile() {
+    let d = Colibrid::start(&[]);
+    // One finished turn of about 40 MB of streaming deltas: all dropped.
+    let pad = "x".repeat(1000);
+    let script = d.script(
+        "turn.sh",
+        &format!(
+            "echo '{{\"type\":\"turn_start\"}}'\n\
+             yes '{{\"type\":\"message_update\",\"pad\":\"{pad}\"}}' | head -n 40000\n\
+             echo '{{\"type\":\"turn_end\"}}'\nexit 0"
+        ),
+    );
+    d.spawn(
+        &[script.as_str()],
+        json!({"session_id": "big", "runtime": "pi"}),
+    );
+    let log_path = d.state.join("sessions").join("big.jsonl");
+    wait_for(Duration::from_secs(120), "the turn's log on disk", || {
+        let sessions = d.ok(json!({"cmd":"list-sessions"}));
+        let entry = sessions
+            .as_array()?
+            .iter()
+            .find(|s| s["id"] == json!("big"))?
+            .clone();
+        let on_disk = std::fs::metadata(&log_path).ok()?.len();
+        (!entry["exit"].is_null() && entry["bytes"].as_u64() == Some(on_disk)).then_some(())
+    });
+    let mut asker = UnixStream::connect(&d.socket).expect("connect");
+    asker
+        .write_all(b"{\"cmd\":\"compact-session\",\"session_id\":\"big\",\"id\":7}\n")
+        .expect("ask");
+    asker
+        .set_read_timeout(Some(Duration::from_millis(5)))
+        .expect("timeout");
+    let mut reply = Vec::new();
+    let mut answered_meanwhile = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !reply.ends_with(b"\n") {
+        assert!(Instant::now() < deadline, "no compact-session reply");
+        if read_some(&mut asker, &mut reply) {
+            continue;
+        }
+        // Still compacting: another client asks. It counts only if the
+        // compaction's reply is not there after its answer (a loop that
+        // compacted in one go would have sent that reply first).
+        let status = d.request(json!({"cmd":"status"}));
+        assert_eq!(status["ok"], json!(true), "{status}");
+        if !read_some(&mut asker, &mut reply) {
+            answered_meanwhile += 1;
+        }
+    }
+    let r: Value = serde_json::from_slice(&reply).expect("a JSON reply");
+    assert_eq!(r["ok"], json!(true), "{r}");
+    assert_eq!(r["id"], json!(7), "{r}");
+    assert!(
+        r["data"]["dropped_lines"].as_u64() >= Some(40_000),
+        "the finished turn's deltas are dropped: {r}"
+    );
+    assert!(r["data"]["after_bytes"].as_u64() < Some(1 << 20), "{r}");
+    assert!(
+        answered_meanwhile > 0,
+        "no status was answered while the 40 MB log was compacted"
+    );
+    // The log on disk is the compacted one.
+    assert_eq!(
+        std::fs::metadata(&log_path).map(|m| m.len()).ok(),
+        r["data"]["after_bytes"].as_u64()
+    );
+}
+
+/// Reads what has arrived within the socket's read timeout; false if
+/// nothing had.
+fn read_some(s: &mut UnixStream, into: &mut Vec<u8>) -> bool {
+    let mut buf = [0u8; 4096];
+    match s.read(&mut buf) {
+        Ok(0) => panic!("the daemon closed the connection"),
+        Ok(n) => {
+            into.extend_from_slice(&buf[..n]);
+            true
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            false
+        }
+        Err(e) => panic!("reading the reply: {e}"),
+    }
+}

@@ -1,11 +1,10 @@
 //! Session logs: `get-session` and `compact-session`, and what compaction
 //! may drop.
 
-use crate::daemon::classify::classify_line;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::session_stream::SessionStream;
 use crate::daemon::store::StoreError;
-use crate::protocol::{Command, CommandError, CompactReply, ErrorCode, Reply};
+use crate::protocol::{Command, CommandError, Reply};
 
 use super::{mismatch, Call};
 
@@ -33,28 +32,16 @@ fn longest_record(d: &Daemon) -> usize {
     line.saturating_mul(6).saturating_add(64 << 10)
 }
 
-pub(super) fn compact(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, CommandError> {
+/// Answered when the compaction ends (`daemon::compaction`): the log is
+/// compacted a slice per wakeup, never in one go on the loop.
+pub(super) fn compact(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
     let Command::CompactSession(a) = c else {
         return Err(mismatch(&c));
     };
-    let r = d
-        .store
-        .compact(&a.session_id, &classify_line)
-        .map_err(store_error)?;
-    Ok(Reply::Compact(CompactReply {
-        before_bytes: r.before_bytes,
-        after_bytes: r.after_bytes,
-        dropped_lines: r.dropped_lines,
-    }))
+    d.compact_session(&a.session_id, call.conn, call.rid.clone())?;
+    Ok(Reply::Deferred)
 }
 
 fn store_error(e: StoreError) -> CommandError {
-    let code = match &e {
-        StoreError::NotFound { .. } => ErrorCode::NotFound,
-        StoreError::InvalidSessionId { .. } | StoreError::TooLarge { .. } => ErrorCode::Invalid,
-        StoreError::Locked { .. } | StoreError::Io { .. } | StoreError::WorldWritable { .. } => {
-            ErrorCode::Store
-        }
-    };
-    CommandError::new(code, e.to_string())
+    crate::daemon::compaction::store_error(&e)
 }

@@ -2139,3 +2139,47 @@ fn answers_come_back_at_their_place_and_unreadable_ones_are_counted_not_fatal() 
         rec.problems
     );
 }
+
+#[test]
+fn an_asked_for_compaction_waits_for_the_running_rotation_then_runs_in_steps() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.rotate_bytes = 1000;
+    let (mut store, _) = open(&cfg);
+    store.set_classifier(Box::new(classify));
+    for s in ["s1", "s2"] {
+        for n in 0..100 {
+            store.append(s, "p", LineRecord::Event(&ev("delta", n)), at(n));
+        }
+        store.append(s, "p", LineRecord::Event(&ev("turn_end", 100)), at(100));
+    }
+    drain(&mut store);
+    let rotating = store.heartbeat(at(101)).expect("a rotation started");
+    let asked = if rotating == "s1" { "s2" } else { "s1" };
+    assert!(store.request_compaction("nope").is_err());
+    store.request_compaction(asked).expect("asked");
+    assert!(store.compaction_pending(asked), "waits its turn");
+    // The running rotation ends first; the asked-for one starts at once.
+    let (first, _) = finish_rotation(&mut store, 200);
+    assert_eq!(first.session, rotating);
+    assert!(store.compaction_pending(asked));
+    let (second, steps) = finish_rotation(&mut store, 200);
+    assert_eq!(second.session, asked);
+    assert_eq!(second.outcome.expect("compacted").dropped_lines, 100);
+    assert!(steps > 2, "in steps, not in one go ({steps})");
+    assert!(!store.compaction_pending(asked));
+    // Asking while that session's own rotation runs joins it.
+    for n in 0..100 {
+        store.append(asked, "p", LineRecord::Event(&ev("delta", n)), at(200 + n));
+    }
+    store.append(asked, "p", LineRecord::Event(&ev("turn_end", 0)), at(300));
+    drain(&mut store);
+    store.request_compaction(asked).expect("asked again");
+    store.request_compaction(asked).expect("asked twice");
+    let (third, _) = finish_rotation(&mut store, 200);
+    assert_eq!(third.session, asked);
+    assert!(
+        store.compaction_step(200).is_none(),
+        "one job for both asks"
+    );
+}
