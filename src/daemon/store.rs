@@ -523,6 +523,9 @@ struct Session {
     /// apart from `head`, which `reclaim` resets).
     mid_record: bool,
     live: Vec<String>,
+    /// An append was sent since the writer last closed this log's fd:
+    /// the writer may hold it open.
+    fd_open: bool,
     rotate_base_bytes: u64,
     rotate_base_turns: u64,
     /// Heartbeat count before which a failed rotation is not retried.
@@ -554,6 +557,7 @@ impl Session {
             inflight: 0,
             mid_record: false,
             live: Vec::new(),
+            fd_open: false,
             rotate_base_bytes: 0,
             rotate_base_turns: 0,
             rotate_retry_at: 0,
@@ -1364,6 +1368,14 @@ impl SessionStore {
                 .filter(|(_, s)| !s.live.is_empty() || s.pending() > 0)
                 .map(|(i, s)| (i, s.write_path().to_path_buf()))
                 .collect();
+            // A finished session's log needs no fd until it is written
+            // again: an operator who deletes it gets the space back.
+            for (i, s) in self.sessions.iter_mut().enumerate() {
+                if s.fd_open && s.live.is_empty() && s.pending() == 0 {
+                    s.fd_open = false;
+                    batch.close.push(i);
+                }
+            }
         }
         let mut left = budget;
         let mut rounds = self.dirty.len();
@@ -1394,6 +1406,7 @@ impl SessionStore {
             s.inflight = n;
             left -= n;
             self.in_flight_bytes += n;
+            s.fd_open = true;
             batch.appends.push(Append {
                 session: i,
                 path: s.write_path().to_path_buf(),

@@ -304,3 +304,36 @@ fn error_replies_carry_a_stable_code_next_to_the_message() {
     let ok = d.request(json!({"cmd":"status"}));
     assert!(ok.get("code").is_none(), "{ok}");
 }
+
+// See: an attacker's try (deleting a finished session's 3.7 GB log freed
+// no space until colibrid stopped: the writer kept its fd open).
+#[test]
+fn a_finished_sessions_log_is_not_held_open() {
+    let d = Colibrid::start(&["--heartbeat", "200ms"]);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "echo '{\"type\":\"agent_start\"}'; exit 0"],
+        json!({"session_id": "finished"}),
+    );
+    d.wait_state(&id, "done");
+    let log = d.state.join("sessions").join("finished.jsonl");
+    let holds_log = || {
+        std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+            .map(|fds| {
+                fds.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .any(|t| t.to_string_lossy().contains("finished.jsonl"))
+            })
+            .unwrap_or(false)
+    };
+    wait_for(Duration::from_secs(20), "the exit record on disk", || {
+        std::fs::read_to_string(&log)
+            .ok()?
+            .contains("\"exit\"")
+            .then_some(())
+    });
+    wait_for(
+        Duration::from_secs(20),
+        "the finished session's log fd closed",
+        || (!holds_log()).then_some(()),
+    );
+}
