@@ -80,6 +80,11 @@ fn the_cli_drives_the_real_daemon() {
     let o = colibri(&d, &["kill", "nobody"]);
     assert_eq!(o.status.code(), Some(1), "the daemon said no");
     assert!(String::from_utf8_lossy(&o.stderr).contains("no agent"));
+    // Too short to be a prefix: the message says what would do.
+    let o = colibri(&d, &["kill", "693"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("at least 4 characters"), "{err}");
 }
 
 #[test]

@@ -135,7 +135,10 @@ impl Daemon {
             .filter(|(k, _)| self.visible(scope, *k))
             .map(|(k, s)| (s.pane.name.as_deref(), s.pane.id.0.as_str(), k));
         crate::core::resolve::resolve(agent_id, visible).map_err(|e| match e {
-            ResolveError::NotFound { .. } => CommandError::not_found(agent_id),
+            // Its message says what a query may be (a short prefix is not).
+            not_found @ ResolveError::NotFound { .. } => {
+                CommandError::new(ErrorCode::NotFound, not_found.to_string())
+            }
             ambiguous @ ResolveError::Ambiguous { .. } => {
                 CommandError::new(ErrorCode::Ambiguous, ambiguous.to_string())
             }
