@@ -68,6 +68,7 @@ fn every_watch_kind() -> Vec<WatchKind> {
             agent: p(),
             name: None,
             pid: None,
+            runtime: None,
         },
         WatchKind::State {
             pane: p(),

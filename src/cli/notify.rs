@@ -169,11 +169,14 @@ impl Notifier {
         let event = ev["event"].as_str().unwrap_or_default().to_string();
         let pane = ev["pane"].as_str().unwrap_or_default().to_string();
         if event == "attached" {
+            // `agent` is the executable's basename (`colibri`, `node`), not
+            // the runtime: a pane whose runtime is still to be detected has
+            // none, rather than one a `runtimes` filter would misread.
             self.panes.insert(
                 pane.clone(),
                 PaneInfo {
                     name: ev["name"].as_str().map(str::to_string),
-                    runtime: ev["agent"].as_str().map(str::to_string),
+                    runtime: ev["runtime"].as_str().map(str::to_string),
                 },
             );
         }
@@ -506,6 +509,28 @@ mod tests {
         let working =
             json!({"seq":9,"at":"x","event":"state","pane":"p1","from":"blocked","to":"working"});
         assert!(!n.admit(0, &working, &i1, later), "working is not listed");
+    }
+
+    #[test]
+    fn the_runtime_comes_from_the_attached_runtime_never_the_executable() {
+        let mut n = notifier(
+            "[[notify]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/\"\nruntimes = [\"pi\"]\n",
+        );
+        n.handle(&json!({"seq":1,"at":"x","event":"attached","pane":"p1",
+            "agent":"colibri","name":"a1","runtime":"pi"}));
+        n.handle(&json!({"seq":2,"at":"x","event":"attached","pane":"p2",
+            "agent":"pi","name":"a2"}));
+        let info = |n: &Notifier, p: &str| n.panes.get(p).cloned().unwrap_or_default();
+        let i1 = info(&n, "p1");
+        let i2 = info(&n, "p2");
+        assert_eq!(i1.runtime.as_deref(), Some("pi"));
+        assert_eq!(i2.runtime, None, "an executable named pi is no runtime");
+        let now = Instant::now();
+        assert!(n.admit(0, &blocked(3, "p1", "r"), &i1, now));
+        assert!(
+            !n.admit(0, &blocked(4, "p2", "r"), &i2, now),
+            "no runtime known: a runtimes filter does not match"
+        );
     }
 
     #[test]

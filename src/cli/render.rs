@@ -437,8 +437,12 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             agent,
             name,
             pid,
+            runtime,
         } => {
             let mut s = format!("{} attached: {agent}", short_id(pane));
+            if let Some(r) = runtime {
+                let _ = write!(s, " runtime {}", r.as_str());
+            }
             if let Some(n) = name {
                 let _ = write!(s, " name {n}");
             }

@@ -559,6 +559,7 @@ impl Daemon {
                         agent: pane.agent.clone(),
                         name: pane.name.clone(),
                         pid: Some(pid),
+                        runtime: pane.runtime(),
                     };
                     self.publish(event, t);
                 }

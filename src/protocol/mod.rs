@@ -1158,11 +1158,19 @@ pub struct WatchEvent {
 pub enum WatchKind {
     Attached {
         pane: String,
+        /// The executable's basename, not the runtime: `colibri spawn
+        /// --runtime pi -- node pi.js` says `node` here.
         agent: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pid: Option<i32>,
+        /// The pane's runtime when its recipe names one (`spawn --runtime`,
+        /// a declared agent's `runtime`); absent when it is detected from
+        /// the output later. Consumers keyed on the runtime (notify's
+        /// filters) read this, never `agent`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        runtime: Option<Runtime>,
     },
     State {
         pane: String,

@@ -352,6 +352,47 @@ fn an_exec_sink_runs_with_the_event_and_resumes_after_a_restart_of_notify() {
     assert!(ev["seq"].as_u64() > Some(handled));
 }
 
+/// A pane that starts after notify is known by its `attached` event alone:
+/// its runtime is the event's `runtime`, not the executable (`sh` here), so
+/// a `runtimes` filter matches and the payload and environment say `pi`.
+#[test]
+fn a_pane_started_after_notify_has_the_runtime_it_was_spawned_with() {
+    let d = Colibrid::start(&[]);
+    let out = d.dir.path().join("out");
+    std::fs::create_dir(&out).expect("out dir");
+    let config = d.dir.path().join("colibri.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[notify]]\nkind = \"exec\"\nruntimes = [\"pi\"]\ncommand = [\"/bin/sh\", \"-c\", \"printf '%s' \\\"$COLIBRI_RUNTIME\\\" > \\\"$0/$COLIBRI_NAME.rt\\\" && cat > \\\"$0/$COLIBRI_NAME.tmp\\\" && mv \\\"$0/$COLIBRI_NAME.tmp\\\" \\\"$0/$COLIBRI_NAME.json\\\"\", \"{}\"]\n",
+            out.display()
+        ),
+    )
+    .expect("config");
+    let cursor = d.dir.path().join("cursor");
+    let _notify = Notify::start(&d, &config, &cursor);
+    let mut w = d.client();
+    w.request(&json!({"cmd":"watch"}));
+    let a = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"late","runtime":"pi"}),
+    );
+    let events = read_until(&mut w, attached(&a));
+    let ev = events.last().expect("the attached event");
+    assert_eq!(ev["agent"], json!("sh"), "{ev}");
+    assert_eq!(ev["runtime"], json!("pi"), "{ev}");
+    block(&d, &a);
+    let got: Value = wait_for(Duration::from_secs(30), "the command's output", || {
+        std::fs::read(out.join("late.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    });
+    assert_eq!(got["pane"], json!(a), "{got}");
+    assert_eq!(got["runtime"], json!("pi"), "{got}");
+    let env = std::fs::read_to_string(out.join("late.rt")).expect("the runtime file");
+    assert_eq!(env, "pi");
+}
+
 #[test]
 fn colibrid_supervises_colibri_notify_when_sinks_are_configured() {
     let conf_dir = tempfile::tempdir().expect("tempdir");

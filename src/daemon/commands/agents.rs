@@ -210,6 +210,7 @@ impl Daemon {
                         agent: agent_name,
                         name,
                         pid: Some(pid),
+                        runtime: recipe.runtime,
                     },
                     t,
                 );
