@@ -187,9 +187,20 @@ fn age_between(now: Option<SystemTime>, then: Option<&str>) -> String {
     }
 }
 
-/// `working`, `working stalled`, `blocked paused`…
+/// `working`, `working stalled`, `blocked paused`…; `stopped` for a pane a
+/// planned stop ended. Its own `state` then is how the stream left it (the
+/// SIGTERM's exit reads as `error`), which the v1 snapshot and `status`
+/// map to `done`: a planned stop is not a failure, so the table says so.
 pub fn state_cell(p: &PaneV2) -> String {
-    let mut s = p.state.as_str().to_string();
+    let stopped = p
+        .supervision
+        .as_ref()
+        .is_some_and(|s| s.actual == "stopped");
+    let mut s = if stopped {
+        "stopped".to_string()
+    } else {
+        p.state.as_str().to_string()
+    };
     if p.stalled {
         s.push_str(" stalled");
     }
@@ -761,6 +772,24 @@ pub(crate) mod tests {
         let col = lines[1].find("STATE").expect("header");
         assert_eq!(lines[2].find("working"), Some(col));
         assert_eq!(lines[3].find("blocked"), Some(col));
+    }
+
+    #[test]
+    fn a_planned_stop_shows_stopped_not_the_panes_error() {
+        let mut p = pane("0b7e5c1a", AgentState::Error);
+        assert_eq!(state_cell(&p), "error", "a failure stays one");
+        p.supervision = Some(crate::protocol::WireSupervision {
+            wanted: "down".into(),
+            actual: "stopped".into(),
+            stopped_by: Some("operator".into()),
+            stop_reason: None,
+            declared: false,
+        });
+        assert_eq!(state_cell(&p), "stopped");
+        if let Some(s) = p.supervision.as_mut() {
+            s.actual = "exited".into();
+        }
+        assert_eq!(state_cell(&p), "error", "an exit of its own is its state");
     }
 
     #[test]

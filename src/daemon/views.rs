@@ -35,9 +35,12 @@ impl Daemon {
         let mut own_sessions: Vec<&str> = Vec::new();
         for (_, s) in self.panes.iter().filter(|(k, _)| self.visible(scope, *k)) {
             agents += 1;
-            *states
-                .entry(s.pane.state().as_str().to_string())
-                .or_default() += 1;
+            // The contract's states, as the v1 snapshot shows them: a pane a
+            // planned stop ended counts `done`, not the `error` its
+            // SIGTERM's exit left on the pane.
+            let actual = s.agent.supervision.actual(&s.agent);
+            let state = crate::core::spec::v1_state(actual, s.pane.state());
+            *states.entry(state.as_str().to_string()).or_default() += 1;
             if s.pane.is_stalled(t, self.settings.daemon.stall_after) {
                 stalled += 1;
             }

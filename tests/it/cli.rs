@@ -87,6 +87,34 @@ fn the_cli_drives_the_real_daemon() {
     assert!(err.contains("at least 4 characters"), "{err}");
 }
 
+/// `colibri stop` is a planned stop: the v1 snapshot says `done`, and the
+/// table and `status` must not call it `error`.
+#[test]
+fn a_planned_stop_is_not_an_error_in_the_table_or_the_status_counts() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(&["/bin/sh", "-c", "sleep 60"], json!({"name":"halt"}));
+    let o = colibri(&d, &["stop", "halt"]);
+    assert!(o.status.success(), "{o:?}");
+    d.wait_pane(&id, "the planned stop", |p| {
+        p["supervision"]["actual"] == json!("stopped")
+    });
+    let o = colibri(&d, &["snapshot", "--json", "--schema", "v1"]);
+    let v1: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v1["panes"][0]["state"], json!("done"), "{v1}");
+    let table = stdout(&colibri(&d, &["snapshot"]));
+    let row = table
+        .lines()
+        .find(|l| l.contains("halt"))
+        .unwrap_or_else(|| panic!("no row for halt: {table}"));
+    assert!(row.contains("stopped") && !row.contains("error"), "{table}");
+    let status = stdout(&colibri(&d, &["status"]));
+    assert!(
+        status.contains("1 done") && !status.contains("error"),
+        "{status}"
+    );
+}
+
+
 #[test]
 fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
     let mut d = Colibrid::start(&[]);
