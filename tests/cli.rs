@@ -486,22 +486,30 @@ struct FakeDaemon {
 
 impl FakeDaemon {
     fn start(replies: Vec<String>) -> FakeDaemon {
+        FakeDaemon::start_conversations(replies.into_iter().map(|r| vec![r]).collect())
+    }
+
+    /// One connection per conversation, in order; each of its replies
+    /// answers the next request line on that connection.
+    fn start_conversations(conversations: Vec<Vec<String>>) -> FakeDaemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("fake.sock");
         let listener = UnixListener::bind(&socket).expect("bind");
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
-            for reply in replies {
+            for replies in conversations {
                 let Ok((conn, _)) = listener.accept() else {
                     return;
                 };
                 let mut reader = BufReader::new(conn);
-                let mut line = String::new();
-                if reader.read_line(&mut line).is_err() {
-                    return;
+                for reply in replies {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).is_err() {
+                        return;
+                    }
+                    let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap_or(Value::Null));
+                    let _ = reader.get_mut().write_all(reply.as_bytes());
                 }
-                let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap_or(Value::Null));
-                let _ = reader.get_mut().write_all(reply.as_bytes());
             }
         });
         FakeDaemon {
@@ -647,13 +655,17 @@ fn snapshot_renders_a_table_or_passes_json_through() {
 fn watch_prints_events_then_fails_when_the_stream_ends_or_drops() {
     let events = concat!(
         "{\"ok\":true,\"error\":null,\"data\":{\"watching\":true,\"seq\":0}}\n",
-        "{\"seq\":1,\"at\":\"2026-05-27T12:00:01.000Z\",\"event\":\"attached\",\"pane\":\"0b7e5c1a-9d2f\",\"agent\":\"pi\",\"name\":\"w1\",\"pid\":42}\n",
+        "{\"seq\":1,\"at\":\"2026-05-27T12:00:01.000Z\",\"event\":\"attached\",\"pane\":\"0b7e5c1a-9d2f\",\"agent\":\"pi\",\"name\":\"w1\",\"pid\":42,\"runtime\":\"pi\"}\n",
         "{\"seq\":2,\"at\":\"2026-05-27T12:00:02.000Z\",\"event\":\"state\",\"pane\":\"0b7e5c1a-9d2f\",\"from\":\"idle\",\"to\":\"working\"}\n",
+        "{\"seq\":3,\"at\":\"2026-05-27T12:00:03.000Z\",\"event\":\"paused\",\"pane\":\"ffff0000-1111\"}\n",
     );
     let dropped = format!(
         "{events}{{\"ok\":false,\"error\":\"watcher fell behind (queue full)\",\"data\":null}}\n"
     );
-    let d = FakeDaemon::start(vec![events.to_string(), dropped]);
+    // A pane attached before the watch: only the snapshot names it.
+    let snap = ok(json!({"schema":"clawdie.glasspane.snapshot.v2","panes":[
+        {"id":"ffff0000-1111","name":"early"},{"id":"eeee0000-2222"}]}));
+    let d = FakeDaemon::start_conversations(vec![vec![snap, events.to_string()], vec![dropped]]);
     let out = output(d.cmd(&["watch", "w1"]));
     // The stream ended (the daemon stopped): everything is printed, then
     // the operator is told, and the exit status says so.
@@ -662,14 +674,17 @@ fn watch_prints_events_then_fails_when_the_stream_ends_or_drops() {
         text(&out.stderr),
         "colibri: the daemon closed the watch stream (colibrid stopped?)\n"
     );
+    assert_eq!(d.request(), json!({"cmd":"snapshot","schema":"v2"}));
     assert_eq!(d.request(), json!({"cmd":"watch","panes":["w1"]}));
     assert_eq!(
         text(&out.stdout),
-        "12:00:01.000 #1 0b7e5c1a attached: pi name w1 pid 42\n12:00:02.000 #2 0b7e5c1a (w1) idle → working\n"
+        "12:00:01.000 #1 0b7e5c1a attached: pi runtime pi name w1 pid 42\n12:00:02.000 #2 0b7e5c1a (w1) idle → working\n12:00:03.000 #3 ffff0000 (early) paused\n"
     );
+    // --json prints what the daemon sent: no snapshot is asked for.
     let out = output(d.cmd(&["watch", "--json"]));
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(text(&out.stdout).lines().count(), 2);
+    assert_eq!(d.request(), json!({"cmd":"watch"}));
+    assert_eq!(text(&out.stdout).lines().count(), 3);
     assert_eq!(
         text(&out.stderr),
         "colibri: watcher fell behind (queue full)\n"

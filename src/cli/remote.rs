@@ -126,8 +126,18 @@ pub fn watch(
     out: &mut impl Write,
 ) -> Result<u8, CliError> {
     let mut client = connect(socket, REQUEST_TIMEOUT)?;
+    // Panes attached before the watch began have no `attached` event in a
+    // live stream: a snapshot first names them. Names only decorate the
+    // lines, so a refused snapshot leaves the ids bare and the watch goes on.
+    let mut names = if json {
+        BTreeMap::new()
+    } else {
+        client
+            .call(&request::snapshot("v2"))
+            .map(|snap| names_in_snapshot(&snap))
+            .unwrap_or_default()
+    };
     client.watch_from(panes, since)?;
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
     for item in client.stream() {
         let v = item?;
         if json {
@@ -154,6 +164,22 @@ pub fn watch(
     Err(CliError::Runtime(
         "the daemon closed the watch stream (colibrid stopped?)".into(),
     ))
+}
+
+/// Pane id → name for every named pane of a v2 snapshot's data, read
+/// field by field so a snapshot newer than this CLI still names them.
+fn names_in_snapshot(snap: &Value) -> BTreeMap<String, String> {
+    snap["panes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some((
+                p["id"].as_str()?.to_string(),
+                p["name"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
 }
 
 pub fn sessions(socket: Option<&Path>, json: bool, out: &mut impl Write) -> Result<u8, CliError> {

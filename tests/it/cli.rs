@@ -114,6 +114,45 @@ fn a_planned_stop_is_not_an_error_in_the_table_or_the_status_counts() {
     );
 }
 
+/// A live human watch names panes that attached before it began, as a
+/// replay (`--since 0`), which sees their `attached` events, does.
+#[test]
+fn a_live_watch_names_panes_attached_before_it() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(&["/bin/sh", "-c", "sleep 60"], json!({"name":"early"}));
+    let mut watch = Command::new(COLIBRI)
+        .arg("watch")
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("watch");
+    let lines = std::io::BufReader::new(watch.stdout.take().expect("stdout"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in lines.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    wait_for(Duration::from_secs(10), "the watcher", || {
+        (d.ok(json!({"cmd":"status"}))["watchers"] == json!(1)).then_some(())
+    });
+    d.ok(json!({"cmd":"pause-agent","agent_id": id}));
+    let short = &id[..8];
+    let line = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the paused line");
+        if line.contains("paused") {
+            break line;
+        }
+    };
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(line.contains(&format!("{short} (early) paused")), "{line}");
+}
 
 #[test]
 fn watch_prints_events_and_hint_resume_rebases_stall_deadlines() {
