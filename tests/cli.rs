@@ -618,6 +618,40 @@ fn spawn_sends_argv_and_options_and_prints_the_id() {
 }
 
 #[test]
+fn spawn_without_cwd_sends_the_callers_directory_but_not_into_a_jail() {
+    let d = FakeDaemon::start(vec![
+        ok(json!({"agent_id":"0b7e5c1a-1111","status":"running","session_id":"s","pid":42})),
+        ok(json!({"agent_id":"0b7e5c1a-2222","status":"running","session_id":"s","pid":43})),
+    ]);
+    let here = tempfile::tempdir().expect("a directory to spawn from");
+    let out = output({
+        let mut c = d.cmd(&["spawn", "--", "pi"]);
+        c.current_dir(here.path());
+        c
+    });
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let here_abs = std::fs::canonicalize(here.path()).expect("canonical");
+    let sent = d.request();
+    let cwd = sent["cwd"].as_str().expect("a cwd sent");
+    assert_eq!(
+        std::fs::canonicalize(cwd).expect("the sent cwd exists"),
+        here_abs,
+        "{sent}"
+    );
+    // A host path means nothing inside a jail: the daemon's default stays.
+    let out = output({
+        let mut c = d.cmd(&["spawn", "--jail", "agents1", "--", "pi"]);
+        c.current_dir(here.path());
+        c
+    });
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        d.request(),
+        json!({"cmd":"spawn-agent","argv":["pi"],"jail":"agents1"})
+    );
+}
+
+#[test]
 fn snapshot_renders_a_table_or_passes_json_through() {
     let snap = json!({
         "schema":"clawdie.glasspane.snapshot.v2","host":"buildbox","observed_at":"2026-05-27T12:00:10.000Z",

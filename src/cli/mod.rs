@@ -365,7 +365,8 @@ pub struct SpawnArgs {
     /// A name to address the agent by instead of its id.
     #[arg(long)]
     pub name: Option<String>,
-    /// Working directory (made absolute here, since the daemon's differs).
+    /// Working directory (made absolute here, since the daemon's differs)
+    /// [default: the current directory; with --jail, the jail's /].
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
     /// Extra environment, repeatable.

@@ -98,7 +98,19 @@ pub fn spawn(socket: Option<&Path>, args: SpawnArgs, out: &mut impl Write) -> Re
                 .to_string_lossy()
                 .into_owned(),
         ),
-        None => None,
+        // A jail's directories are not the host's: the caller's directory
+        // means nothing inside it, so the daemon's default (the jail's `/`)
+        // stays.
+        None if args.jail.is_some() => None,
+        // Without --cwd the agent works where the caller is, as a command
+        // run from this shell would, not in the daemon's directory (`/`
+        // under rc.d).
+        None => Some(
+            std::env::current_dir()
+                .map_err(|e| CliError::io("cannot read the current directory (give --cwd)", e))?
+                .to_string_lossy()
+                .into_owned(),
+        ),
     };
     let req = SpawnRequest {
         argv: args.argv,
