@@ -388,7 +388,19 @@ impl Daemon {
             jail,
             user,
         };
-        let pid = platform::spawn_on_pty(&spec, &pair.slave).map_err(|e| e.to_string())?;
+        let pid = platform::spawn_on_pty(&spec, &pair.slave).map_err(|e| match e {
+            // Say where that PATH came from, so the fix is one step away.
+            platform::SpawnError::NotInPath { .. }
+                if recipe.env.iter().any(|(k, _)| k == "PATH") =>
+            {
+                format!("{e} (the spawn's own PATH; give the program's full path or another PATH)")
+            }
+            platform::SpawnError::NotInPath { .. } => format!(
+                "{e} (colibrid's agent PATH: change it with colibrid --agent-path, \
+                 COLIBRI_AGENT_PATH or [daemon] agent_path, or give the program's full path)"
+            ),
+            e => e.to_string(),
+        })?;
         // The agent holds the slave now; ours must close for EOF to come.
         drop(pair.slave);
         let pty_token = self.tokens.insert(Source::Pty(key));

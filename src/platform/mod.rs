@@ -175,6 +175,10 @@ pub enum SpawnError {
     Io(#[from] std::io::Error),
     #[error("unsupported on this system: {0}")]
     Unsupported(&'static str),
+    /// A program named without `/` is in no directory of the agent's
+    /// `PATH` (`path`, as searched), checked before fork.
+    #[error("{program}: not found in PATH {path}")]
+    NotInPath { program: String, path: String },
 }
 
 /// The signals the daemon acts on, delivered through the poll by [`SignalSource`].

@@ -797,7 +797,10 @@ pub(super) fn resolve_program(
             return Ok(candidate);
         }
     }
-    Err(not_found(format!("{program}: not found in PATH")))
+    Err(SpawnError::NotInPath {
+        program: program.to_string(),
+        path: String::from_utf8_lossy(search_path).into_owned(),
+    })
 }
 
 /// The symlink budget of one lookup: FreeBSD's MAXSYMLINKS (sys/sys/param.h)

@@ -418,3 +418,56 @@ fn no_connection_is_accepted_once_shutdown_begins() {
     let status = d.terminate();
     assert!(status.success());
 }
+
+/// A program not on the agent's PATH: the error names the PATH searched and
+/// how to change it (colibrid's, or the spawn's own when it sets one).
+#[test]
+fn a_program_not_found_names_the_path_searched_and_how_to_change_it() {
+    let d = Colibrid::start(&["--agent-path", "/usr/bin:/bin"]);
+    let r = d.request(json!({"cmd":"spawn-agent","argv":["colibri-no-such-agent"]}));
+    let why = r["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("colibri-no-such-agent: not found in PATH /usr/bin:/bin")
+            && why.contains("--agent-path")
+            && why.contains("COLIBRI_AGENT_PATH"),
+        "{r}"
+    );
+    let r = d.request(json!({"cmd":"spawn-agent","argv":["colibri-no-such-agent"],
+        "env":{"PATH":"/bin"}}));
+    let why = r["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("not found in PATH /bin (the spawn's own PATH"),
+        "{r}"
+    );
+}
+
+/// A name held by another pane: which case it is, and for an ended pane
+/// how to free it.
+#[test]
+fn a_used_name_says_who_holds_it_and_how_to_free_it() {
+    let d = Colibrid::start(&[]);
+    let argv = ["/bin/sh", "-c", "sleep 60"];
+    let id = d.spawn(&argv, json!({"name":"x"}));
+    let again = || {
+        d.request(json!({"cmd":"spawn-agent","argv": argv,"name":"x"}))["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let why = again();
+    assert!(
+        why.contains(&format!("already used by running pane {}", &id[..8])),
+        "{why}"
+    );
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    d.wait_pane(&id, "the exit", |p| !p["exit"].is_null());
+    let why = again();
+    assert!(
+        why.contains("not running") && why.contains("`colibri remove x` frees the name"),
+        "{why}"
+    );
+    let r = d.request(json!({"cmd":"spawn-agent","argv": argv,"name":""}));
+    assert_eq!(r["error"], json!("name is empty"), "{r}");
+    d.ok(json!({"cmd":"remove-agent","agent_id":"x"}));
+    d.spawn(&argv, json!({"name":"x"}));
+}

@@ -108,15 +108,27 @@ impl Daemon {
             None => uuid::Uuid::new_v4().to_string(),
         };
         if let Some(n) = &a.name {
-            if n.is_empty()
-                || self
-                    .panes
-                    .iter()
-                    .any(|(_, s)| s.pane.name.as_deref() == Some(n.as_str()))
-            {
-                return Err(CommandError::invalid(format!(
-                    "name {n:?} is empty or already used"
-                )));
+            if n.is_empty() {
+                return Err(CommandError::invalid("name is empty"));
+            }
+            let holder = self
+                .panes
+                .iter()
+                .find(|(_, s)| s.pane.name.as_deref() == Some(n.as_str()));
+            if let Some((_, s)) = holder {
+                // An ended pane keeps its name until it is removed: say so,
+                // or the name looks taken by nothing the operator can see.
+                let id = s.pane.id.0.get(..8).unwrap_or(&s.pane.id.0);
+                let why = if s.agent.running_pid().is_some() {
+                    format!("name {n:?} is already used by running pane {id}")
+                } else {
+                    let actual = s.agent.supervision.actual(&s.agent).as_str();
+                    format!(
+                        "name {n:?} is still held by pane {id}, which is not running ({actual}); \
+                         `colibri remove {n}` frees the name"
+                    )
+                };
+                return Err(CommandError::invalid(why));
             }
             if let Some(why) = self.name_passes_for_an_id(n) {
                 return Err(CommandError::invalid(format!("name {n:?} {why}")));
