@@ -74,6 +74,34 @@ impl AgentChange {
     }
 }
 
+/// What the daemon log says for each step of a reload: a sentence an
+/// operator reads, not the recipe's debug dump (argv, env and all).
+impl std::fmt::Display for AgentChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AgentChange::Start(spec) => write!(f, "start declared agent {}", spec.name),
+            AgentChange::Declare(spec) => write!(
+                f,
+                "declare agent {} without starting it (autostart = false)",
+                spec.name
+            ),
+            AgentChange::Stop { name } => write!(f, "stop agent {name} (no longer declared)"),
+            AgentChange::Restart(spec) => {
+                write!(f, "restart agent {} (its launch changed)", spec.name)
+            }
+            AgentChange::Update(spec) => write!(
+                f,
+                "update agent {} (new recipe taken, its process not touched)",
+                spec.name
+            ),
+            AgentChange::Clash { name } => write!(
+                f,
+                "leave declared agent {name} unstarted (a spawned pane has the name)"
+            ),
+        }
+    }
+}
+
 /// The changes that bring `table` to `declared`: stops of removed agents
 /// first (in table order), then each declared agent in declaration order.
 /// Names in `declared` are unique (they are TOML table keys).
@@ -213,6 +241,34 @@ mod tests {
 
     use super::*;
     use crate::core::spec::RestartPolicy;
+
+    #[test]
+    fn changes_read_as_sentences_in_the_log() {
+        let spec = AgentSpec::new("decl", vec!["pi".into(), "--mode".into(), "json".into()]);
+        let said = |c: AgentChange| c.to_string();
+        assert_eq!(
+            said(AgentChange::Start(spec.clone())),
+            "start declared agent decl"
+        );
+        assert_eq!(
+            said(AgentChange::Stop { name: "old".into() }),
+            "stop agent old (no longer declared)"
+        );
+        assert_eq!(
+            said(AgentChange::Restart(spec.clone())),
+            "restart agent decl (its launch changed)"
+        );
+        for c in [
+            AgentChange::Declare(spec.clone()),
+            AgentChange::Update(spec),
+            AgentChange::Clash {
+                name: "decl".into(),
+            },
+        ] {
+            let s = said(c);
+            assert!(s.contains("decl") && !s.contains("AgentSpec"), "{s}");
+        }
+    }
 
     fn spec(name: &str, argv: &[&str]) -> AgentSpec {
         AgentSpec::new(name, argv.iter().map(|s| (*s).to_owned()).collect())

@@ -376,7 +376,7 @@ impl Daemon {
             })
             .collect();
         for change in reconcile::plan(&specs, &table, Occasion::Reload) {
-            log_info!("reload: {change:?}");
+            log_info!("reload: {change}");
             match change {
                 AgentChange::Start(spec) => {
                     let argv = spec.argv.clone();
