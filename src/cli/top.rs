@@ -328,9 +328,15 @@ fn age(now: SystemTime, at: &str) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-/// The state cell: the state and its flags.
+/// The state cell: the state and its flags; `stopped` for a pane a
+/// planned stop ended (its own state is the `error` the SIGTERM's exit
+/// left), as in `colibri snapshot`.
 fn state_text(p: &Value) -> String {
-    let mut st = s(p, "state").to_string();
+    let mut st = if p["supervision"]["actual"] == "stopped" {
+        "stopped".to_string()
+    } else {
+        s(p, "state").to_string()
+    };
     if p.get("stalled") == Some(&Value::Bool(true)) {
         st.push_str(" stall");
     }
@@ -362,12 +368,12 @@ fn activity(p: &Value) -> String {
         .to_string()
 }
 
-fn state_color(state: &str) -> Color {
-    match state {
+fn state_color(state_text: &str) -> Color {
+    match state_text.split(' ').next().unwrap_or_default() {
         "working" => Color::Green,
         "blocked" => Color::Yellow,
         "error" => Color::Red,
-        "done" => Color::DarkGray,
+        "done" | "stopped" => Color::DarkGray,
         _ => Color::Reset,
     }
 }
@@ -430,7 +436,7 @@ fn draw_table(f: &mut Frame, m: &Model, area: ratatui::layout::Rect, now: System
                     .unwrap_or(0);
             Row::new(vec![
                 Cell::from(escape_controls(display_name(p)).into_owned()),
-                Cell::from(state_text(p)).style(Style::default().fg(state_color(s(p, "state")))),
+                Cell::from(state_text(p)).style(Style::default().fg(state_color(&state_text(p)))),
                 Cell::from(age(now, s(p, "state_since"))),
                 Cell::from(age(now, s(p, "started_at"))),
                 Cell::from(s(p, "runtime").to_string()),
@@ -741,6 +747,16 @@ mod tests {
         assert_eq!(s(m.visible()[0], "name"), "beta");
         m.sort = SortBy::State;
         assert_eq!(s(m.visible()[0], "state"), "blocked");
+    }
+
+    #[test]
+    fn a_planned_stop_reads_stopped_and_a_failure_error() {
+        let failed = json!({"state":"error","supervision":{"actual":"exited"}});
+        assert_eq!(state_text(&failed), "error");
+        let stopped = json!({"state":"error","stalled":true,"supervision":{"actual":"stopped"}});
+        assert_eq!(state_text(&stopped), "stopped stall");
+        assert_eq!(state_color(&state_text(&stopped)), Color::DarkGray);
+        assert_eq!(state_color(&state_text(&failed)), Color::Red);
     }
 
     #[test]
