@@ -99,21 +99,18 @@ fn fold_shows_the_dialog_sample_blocking_with_recording_line_numbers() {
     let out = output(colibri(&["fold", path.to_str().expect("utf-8 path")]));
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    let steps: Vec<&str> = stdout
-        .lines()
-        .take_while(|l| l.starts_with("line "))
-        .collect();
+    let steps: Vec<&str> = stdout.lines().take_while(|l| *l != "---").collect();
     // Line 6 of the file is the extension_ui_request; line 8 is the first
     // event after the answer (line 7 is the await_input).
     assert_eq!(
         steps,
         [
-            "line 0: idle",
+            "start: idle",
             "line 2: working",
             "line 6: blocked",
             "line 8: working",
             "line 15: idle",
-            "line 0: done"
+            "exit: done"
         ]
     );
     assert!(stdout.contains("state:    done\n"), "{stdout}");

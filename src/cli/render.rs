@@ -584,8 +584,14 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
 /// `colibri fold` without `--json`: the timeline, then a summary.
 pub fn fold_text(r: &FoldReport) -> String {
     let mut out = String::new();
-    for step in &r.timeline {
-        let _ = writeln!(out, "line {}: {}", step.line, step.state);
+    // Line 0 is no line of the input: the pane's start (first) or its
+    // exit (after it).
+    for (i, step) in r.timeline.iter().enumerate() {
+        let _ = match (step.line, i) {
+            (0, 0) => writeln!(out, "start: {}", step.state),
+            (0, _) => writeln!(out, "exit: {}", step.state),
+            (line, _) => writeln!(out, "line {line}: {}", step.state),
+        };
     }
     let _ = writeln!(out, "---");
     if let Some(pane) = &r.pane {
