@@ -6,7 +6,7 @@
 //! own it); `deregister` removes it from the poll and closes it. Jails do not
 //! exist here: `resolve_jail` and a spec with `jail` fail with `Unsupported`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::OnceLock;
@@ -434,10 +434,12 @@ pub fn signal_orphans_with_env(agents: &[Pid], key: &str, value: &str, sig: i32)
 fn signal_orphans_where(agents: &[Pid], sig: i32, mut pick: impl FnMut(Pid) -> bool) -> usize {
     let me = i32::try_from(std::process::id()).unwrap_or(0);
     let mut view = ProcView::new();
+    // With 10,000 agents the daemon has 10,000 children: a set, and no
+    // stat read for the agents among them (kill and remove run on the loop).
+    let agents: HashSet<Pid> = agents.iter().copied().collect();
     let orphans: Vec<Pid> = view
-        .children(me)
+        .child_pids(me)
         .into_iter()
-        .map(|p| p.pid)
         .filter(|pid| !agents.contains(pid) && pick(*pid))
         .collect();
     for &orphan in &orphans {
@@ -527,6 +529,15 @@ impl ProcView {
             .get(&parent)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The pids of `parent`'s children, without reading their stat files
+    /// where the kernel lists them.
+    fn child_pids(&mut self, parent: Pid) -> Vec<Pid> {
+        if children_files_exist() {
+            return read_children(parent);
+        }
+        self.children(parent).into_iter().map(|p| p.pid).collect()
     }
 
     /// Every descendant of `root` (not `root` itself).

@@ -282,6 +282,8 @@ pub(super) fn orphans_to_signal(
     agents: &[Pid],
     mut pick: impl FnMut(&[Pid]) -> bool,
 ) -> (Vec<Pid>, usize) {
+    // Thousands of agents, thousands more descendants: a set, not a scan.
+    let agents: std::collections::HashSet<Pid> = agents.iter().copied().collect();
     let mut subtrees: Vec<Pid> = all
         .iter()
         .filter(|d| !d.zombie && !agents.contains(&d.subtree) && !agents.contains(&d.pid))
