@@ -36,9 +36,23 @@ pub const WATCH_QUEUE_LIMIT: usize = 1 << 20;
 /// How long a watcher more than `WATCH_QUEUE_LIMIT` behind may take
 /// nothing before it is dropped.
 pub const WATCH_BEHIND_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-/// A watcher this far behind is dropped at once, whatever its pace (the
-/// frames are shared between watchers, so this bounds the memory of all).
+/// A watcher this far behind is dropped at once, whatever its pace. The
+/// frames' bytes are shared between the watchers they go to; what each
+/// watcher holds on its own is bounded by `WATCH_FRAME_LIMIT`.
 pub const WATCH_HARD_LIMIT: usize = 16 << 20;
+/// A watcher with this many frames queued is dropped at once, whatever its
+/// pace. Each queued frame is an entry of the watcher's own (a pointer to
+/// the shared frame and its marks, 40 bytes), which the byte limits do not
+/// see: with events of 150 bytes a watcher reached `WATCH_HARD_LIMIT`
+/// only after 110,000 of them, over 4 MiB of entries per watcher, and 200
+/// watchers that never read took the daemon to 773 MB. At this count a
+/// watcher's entries are at most 640 KiB (the queue's capacity is a power
+/// of two and stops here), while a pass queues a few thousand events (its
+/// 32 KiB of agent output, 1,500 state-changing lines of 22 bytes; what
+/// waits for the log writer is bounded by backpressure) and an exit's
+/// drain of 256 KiB some 11,000, so a watcher that keeps up is not
+/// dropped for it.
+pub const WATCH_FRAME_LIMIT: usize = 16 << 10;
 /// A non-watching client this far behind is not reading at all: closed.
 pub const REPLY_QUEUE_LIMIT: usize = 64 << 20;
 /// Bytes read from one client per wakeup before others get a turn.
@@ -345,12 +359,17 @@ impl Conn {
         } else {
             self.out.push_back((OutFrame::Shared(frame), UNSTAMPED));
         }
-        let limit = if self.watch.is_some() {
-            WATCH_HARD_LIMIT
-        } else {
-            REPLY_QUEUE_LIMIT
-        };
-        self.out_bytes <= limit
+        if self.watch.is_none() {
+            return self.out_bytes <= REPLY_QUEUE_LIMIT;
+        }
+        // Refused on reaching the count, not past it: the push that passed
+        // it would double the queue's capacity first.
+        self.out_bytes <= WATCH_HARD_LIMIT && self.queued_frames() < WATCH_FRAME_LIMIT
+    }
+
+    /// Frames queued, those held behind a streamed reply included.
+    fn queued_frames(&self) -> usize {
+        self.out.len() + self.held.len()
     }
 
     /// Drops every queued frame not yet started (the one being written is
@@ -362,7 +381,10 @@ impl Conn {
         } else {
             None
         };
-        self.out.clear();
+        // New queues, not cleared ones: the peer may not read its last
+        // line for `LINGER`, and a cleared queue keeps its capacity (up to
+        // `WATCH_FRAME_LIMIT` entries) that long.
+        self.out = VecDeque::new();
         self.out_bytes = 0;
         // A streamed reply may be cut mid-line (its slices are frames):
         // the line is ended so that `last` is a line of its own.
@@ -383,7 +405,7 @@ impl Conn {
         self.out.push_back((OutFrame::Shared(last), UNSTAMPED));
         self.watch = None;
         self.body = None;
-        self.held.clear();
+        self.held = VecDeque::new();
         self.held_bytes = 0;
         self.close_after_flush(now);
     }
@@ -704,6 +726,32 @@ mod tests {
             lines[1], "{\"ok\":false}",
             "the last line is a line of its own"
         );
+    }
+
+    /// 200 watchers that never read took the daemon to 773 MB: each held
+    /// an entry of its own per event, and only the events' bytes counted.
+    #[test]
+    fn a_watcher_that_does_not_read_is_refused_at_the_frame_limit() {
+        let (mut c, mut peer) = conn();
+        c.watch = Some(WatchFilter::default());
+        let mut event = vec![b'e'; 149];
+        event.push(b'\n');
+        let event: Rc<[u8]> = Rc::from(event);
+        for i in 1..WATCH_FRAME_LIMIT {
+            assert!(c.enqueue(event.clone()), "refused at frame {i}");
+        }
+        assert!(!c.enqueue(event.clone()), "not refused at the frame limit");
+        // Far below the byte limits: the count is what stopped it.
+        assert!(c.queued_bytes() < WATCH_HARD_LIMIT / 4);
+        // What the watcher holds of its own is what the limit's doc says.
+        let own = c.out.capacity() * std::mem::size_of::<(OutFrame, Marks)>();
+        assert!(own <= 640 << 10, "{own} bytes of entries");
+        // Dropped, it keeps none of that while its last line waits.
+        c.drop_backlog_and_close(Rc::from(&b"last\n"[..]), Timestamp::from_millis(1));
+        assert!(c.out.capacity() < 16, "{} entries kept", c.out.capacity());
+        c.stamp(log(0));
+        c.flush_logged(log(0)).expect("flush");
+        assert_eq!(read_all(&mut peer), b"last\n");
     }
 
     #[test]

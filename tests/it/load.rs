@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{wait_for, Colibrid};
+use crate::support::{status_kib, wait_for, Colibrid};
 
 /// A Pi RPC `response` first (so `agent_settled` reads as idle, not done),
 /// then `lines` lines that each change the pane's state.
@@ -192,4 +192,50 @@ fn a_watcher_of_state_changes_gets_the_net_change_not_one_per_line() {
     let seqs: Vec<u64> = changes.iter().filter_map(|v| v["seq"].as_u64()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     assert_eq!(changes.last().map(|v| &v["event"]), Some(&json!("exited")));
+}
+
+/// Watchers that never read cost the daemon a bounded amount each: each
+/// queued event is an entry of the watcher's own (40 bytes), so a watcher
+/// is dropped at `WATCH_FRAME_LIMIT` (16,384) of them, at most 640 KiB,
+/// whatever the events' size. Before, only the bytes counted, and in the
+/// 2 s it was given 100 watchers took a debug build from 11 to 234 MiB
+/// (200 took a release build to 773 MB); now to 81 MiB.
+#[test]
+fn watchers_that_never_read_cost_a_bounded_amount_each() {
+    const WATCHERS: u64 = 100;
+    let d = Colibrid::start(&[]);
+    let pid = d.pid();
+    let baseline = status_kib(pid, "VmRSS:");
+    // Connected and watching, never read (the sockets are kept open).
+    let silent: Vec<UnixStream> = (0..WATCHERS)
+        .map(|_| {
+            let mut s = UnixStream::connect(&d.socket).expect("connect");
+            s.write_all(b"{\"cmd\":\"watch\"}\n").expect("send watch");
+            s
+        })
+        .collect();
+    wait_for(Duration::from_secs(20), "the watchers", || {
+        (d.ok(json!({"cmd":"status"}))["watchers"] == json!(WATCHERS)).then_some(())
+    });
+    // Every line flips the pane's state: one event each, as fast as it can.
+    let flip = d.script(
+        "flip.sh",
+        "echo '{\"type\":\"response\"}'\nyes '{\"type\":\"agent_start\"}\n{\"type\":\"agent_settled\"}'",
+    );
+    d.spawn(&[flip.as_str()], json!({"runtime":"pi"}));
+    wait_for(Duration::from_secs(60), "every watcher dropped", || {
+        (d.ok(json!({"cmd":"status"}))["watchers"] == json!(0)).then_some(())
+    });
+    let peak = status_kib(pid, "VmHWM:");
+    // 640 KiB of entries per watcher (768 KiB: the allocator's rounding),
+    // and 32 MiB for what the flood costs with no watcher at all (18 MiB
+    // measured: the journal's ring, the log's buffers) plus the frames the
+    // watchers share (16,384 events of about 180 bytes, 3 MiB).
+    let bound = baseline + WATCHERS * 768 + 32 * 1024;
+    eprintln!("{WATCHERS} watchers not reading: RSS {baseline} KiB -> peak {peak} KiB");
+    assert!(
+        peak < bound,
+        "peak RSS {peak} KiB, over {bound} KiB ({baseline} KiB before)"
+    );
+    drop(silent);
 }

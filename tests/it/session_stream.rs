@@ -10,26 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{wait_for, Colibrid};
+use crate::support::{status_kib, wait_for, Colibrid};
 
 /// Lines of about 1 KiB the loud agent prints: a log of about 52 MB,
 /// under the 64 MiB `get-session` limit.
 const LOUD_LINES: usize = 48_000;
-
-fn status_kib(pid: i32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
 
 fn fd_count(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

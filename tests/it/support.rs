@@ -266,6 +266,22 @@ impl Drop for Colibrid {
 }
 
 /// Polls `f` until it returns `Some`, or panics after `limit`.
+/// A field of `/proc/<pid>/status` in KiB (`VmRSS:`, `VmHWM:`).
+pub fn status_kib(pid: i32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
 pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
     loop {
