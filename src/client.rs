@@ -11,6 +11,8 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::protocol::Response;
@@ -105,6 +107,29 @@ impl Client {
 
     /// Sends one request and reads its reply envelope, whatever `ok` says.
     pub fn request(&mut self, cmd: &Value) -> Result<Response<Value>, ClientError> {
+        self.request_as(cmd)
+    }
+
+    /// Sends one request and returns its `data` as the daemon wrote it
+    /// (`null` when absent); a reply with `ok:false` becomes
+    /// [`ClientError::Daemon`]. For replies that carry agent lines
+    /// (`get-session`'s records): one that nests past serde_json's
+    /// recursion limit (kept: it stops a hostile line from overflowing the
+    /// stack) would fail the whole reply as a `Value`, and a raw value is
+    /// scanned without recursion.
+    pub fn call_raw(&mut self, cmd: &Value) -> Result<Box<RawValue>, ClientError> {
+        let resp = self.request_as::<Box<RawValue>>(cmd)?;
+        if !resp.ok {
+            return Err(refusal(resp.error));
+        }
+        match resp.data {
+            Some(data) => Ok(data),
+            None => RawValue::from_string("null".to_string())
+                .map_err(|e| ClientError::Protocol(format!("cannot make a null: {e}"))),
+        }
+    }
+
+    fn request_as<T: DeserializeOwned>(&mut self, cmd: &Value) -> Result<Response<T>, ClientError> {
         self.send(cmd)?;
         let line = match read_line_capped(&mut self.reader, self.max_reply) {
             Ok(Some(line)) => line,
@@ -115,7 +140,7 @@ impl Client {
             }
             Err(e) => return Err(self.read_error(e)),
         };
-        serde_json::from_slice::<Response<Value>>(&line)
+        serde_json::from_slice::<Response<T>>(&line)
             .map_err(|e| ClientError::Protocol(format!("reply is not a response envelope: {e}")))
     }
 
@@ -215,10 +240,15 @@ pub fn into_data(resp: Response<Value>) -> Result<Value, ClientError> {
     if resp.ok {
         Ok(resp.data.unwrap_or(Value::Null))
     } else {
-        Err(ClientError::Daemon(resp.error.unwrap_or_else(|| {
-            "the daemon refused the request (no message)".into()
-        })))
+        Err(refusal(resp.error))
     }
+}
+
+/// The error of a reply with `ok:false`.
+fn refusal(error: Option<String>) -> ClientError {
+    ClientError::Daemon(
+        error.unwrap_or_else(|| "the daemon refused the request (no message)".into()),
+    )
 }
 
 /// A stream line that is an error envelope rather than an event.

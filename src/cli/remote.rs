@@ -213,8 +213,10 @@ pub fn sessions(socket: Option<&Path>, json: bool, out: &mut impl Write) -> Resu
 }
 
 pub fn session(socket: Option<&Path>, id: &str, out: &mut impl Write) -> Result<u8, CliError> {
-    let data = call(socket, &request::get_session(id))?;
-    let text = serde_json::to_string_pretty(&data)
+    // Raw: the records are agent lines, which may nest past what a
+    // `Value` may hold (see `Client::call_raw`).
+    let data = connect(socket, REQUEST_TIMEOUT)?.call_raw(&request::get_session(id))?;
+    let text = render::session_dump(&data)
         .map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;
     print(out, &format!("{text}\n"))?;
     Ok(0)

@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
+use serde::Serialize;
+use serde_json::value::RawValue;
+
 use crate::protocol::{
     FoldReport, PaneV1, PaneV2, SessionSummary, SnapshotV1, SnapshotV2, StatusData, WatchEvent,
     WatchKind, WireExit,
@@ -388,6 +391,38 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
         s.connections, s.watchers
     );
     escape_lines(&out)
+}
+
+/// `get-session`'s data as `colibri session` prints it: indented, its
+/// fields in key order, and each record exactly as the log holds it, one a
+/// line. A record is agent text, valid JSON that a `Value` may refuse (130
+/// levels of nesting, `1e400`, a lone surrogate escape; docs/RELIABILITY.md
+/// S2), so records stay raw; so does any field that is not what the daemon
+/// sends (printed as it came rather than refused).
+pub fn session_dump(data: &RawValue) -> serde_json::Result<String> {
+    /// One field of the dump, as shown.
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum Shown {
+        Records(Vec<Box<RawValue>>),
+        Parsed(serde_json::Value),
+        Raw(Box<RawValue>),
+    }
+    let Ok(fields) = serde_json::from_str::<BTreeMap<String, Box<RawValue>>>(data.get()) else {
+        return Ok(data.get().to_string());
+    };
+    let shown: BTreeMap<String, Shown> = fields
+        .into_iter()
+        .map(|(name, raw)| {
+            let parsed = if name == "records" {
+                serde_json::from_str(raw.get()).map(Shown::Records)
+            } else {
+                serde_json::from_str(raw.get()).map(Shown::Parsed)
+            };
+            (name, parsed.unwrap_or(Shown::Raw(raw)))
+        })
+        .collect();
+    serde_json::to_string_pretty(&shown)
 }
 
 /// The `colibri sessions` table.
@@ -985,5 +1020,58 @@ pub(crate) mod tests {
             text.contains("alerts:   not reaching syslog: cannot connect to /nope: not found\n"),
             "{text}"
         );
+    }
+
+    /// A record a `Value` refuses broke `colibri session` for the whole
+    /// session ("recursion limit exceeded"); each is shown as logged.
+    #[test]
+    fn a_session_dump_shows_records_a_value_would_refuse_as_logged() {
+        let deep = |n: usize| {
+            format!(
+                r#"{{"ts":1,"event":{{"type":"agent_start","x":{}{}}}}}"#,
+                "[".repeat(n),
+                "]".repeat(n)
+            )
+        };
+        let records = [
+            deep(130),
+            // Deeper than any recursion would survive: scanned, not parsed.
+            deep(500_000),
+            r#"{"ts":2,"event":{"type":"message_update","n":1e400}}"#.to_string(),
+            r#"{"ts":3,"event":{"type":"message_update","t":"\ud83d"}}"#.to_string(),
+        ];
+        let data = format!(
+            r#"{{"session":{{"id":"s","bytes":9}},"records":[{}],"corrupt_lines":0,"unflushed_bytes":0,"flush_error":null,"log_replaced":0}}"#,
+            records.join(",")
+        );
+        for r in &records {
+            assert!(
+                serde_json::from_str::<serde_json::Value>(r).is_err(),
+                "{r:.80}"
+            );
+        }
+        let raw = RawValue::from_string(data).expect("valid JSON");
+        let text = session_dump(&raw).expect("shown");
+        let lines: Vec<&str> = text.lines().collect();
+        for r in &records {
+            assert!(
+                lines.iter().any(|l| l.trim_end_matches(',').trim() == r),
+                "record not shown as logged: {}",
+                &r[..r.len().min(80)]
+            );
+        }
+        // The daemon's own fields are shown as before, indented, in order.
+        assert!(
+            text.starts_with("{\n  \"corrupt_lines\": 0,\n"),
+            "{}",
+            &text[..80]
+        );
+        assert!(text.contains("\"session\": {\n    \"bytes\": 9,\n    \"id\": \"s\"\n  },"));
+    }
+
+    #[test]
+    fn a_session_dump_that_is_no_object_is_shown_as_it_came() {
+        let raw = RawValue::from_string("null".into()).expect("valid JSON");
+        assert_eq!(session_dump(&raw).expect("shown"), "null");
     }
 }

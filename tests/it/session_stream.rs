@@ -336,3 +336,48 @@ fn read_some(s: &mut UnixStream, into: &mut Vec<u8>) -> bool {
         Err(e) => panic!("reading the reply: {e}"),
     }
 }
+
+/// One agent line nested past serde_json's recursion limit made `colibri
+/// session` fail for its whole session ("reply is not a response envelope:
+/// recursion limit exceeded"); the CLI now shows each record as logged,
+/// and a line 500,000 levels deep does not overflow its stack either.
+#[test]
+fn colibri_session_shows_lines_nested_past_the_recursion_limit_as_logged() {
+    let d = Colibrid::start(&[]);
+    let deep = |n: usize| {
+        format!(
+            "{{\"type\":\"agent_start\",\"x\":{}{}}}",
+            "[".repeat(n),
+            "]".repeat(n)
+        )
+    };
+    let lines = [
+        deep(130),
+        deep(500_000),
+        r#"{"type":"message_update","n":1e400}"#.to_string(),
+        r#"{"type":"agent_settled"}"#.to_string(),
+    ];
+    let file = d.path("deep.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write lines");
+    let id = d.spawn(
+        &["/bin/sh", "-c", &format!("cat {}", file.display())],
+        json!({"session_id": "deep", "runtime": "pi"}),
+    );
+    d.wait_pane(&id, "the agent's exit", |p| !p["exit"].is_null());
+    let o = std::process::Command::new(crate::support::COLIBRI)
+        .args(["session", "deep"])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run colibri");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "colibri session failed: {err}");
+    let text = String::from_utf8(o.stdout).expect("utf-8");
+    for l in &lines {
+        assert!(
+            text.contains(l.as_str()),
+            "not shown as logged: {}",
+            &l[..l.len().min(80)]
+        );
+    }
+}
