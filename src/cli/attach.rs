@@ -68,7 +68,7 @@ pub fn run(socket: Option<&Path>, pane: &str, opts: AttachOptions) -> Result<u8,
         stream.try_clone().map_err(|e| CliError::io("socket", e))?,
     ));
     let mut req = json!({"cmd": "attach", "agent_id": pane, "input": !opts.read_only});
-    if let Ok((cols, rows)) = crossterm::terminal::size() {
+    if let Some((cols, rows)) = terminal_size() {
         req["cols"] = json!(cols);
         req["rows"] = json!(rows);
     }
@@ -195,6 +195,17 @@ fn spawn_keyboard(writer: Writer, socket: Option<UnixStream>) {
 }
 
 /// Passes every window change on to the agent's PTY.
+/// This terminal's size, when it has one: a terminal that reports 0x0 (a
+/// serial console, some multiplexers' panes while they start) leaves the
+/// agent's size as it is rather than having the attach refused.
+fn terminal_size() -> Option<(u16, u16)> {
+    usable_size(crossterm::terminal::size().ok()?)
+}
+
+fn usable_size((cols, rows): (u16, u16)) -> Option<(u16, u16)> {
+    (cols > 0 && rows > 0).then_some((cols, rows))
+}
+
 fn spawn_resizer(writer: Writer) {
     let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGWINCH])
     else {
@@ -202,7 +213,7 @@ fn spawn_resizer(writer: Writer) {
     };
     std::thread::spawn(move || {
         for _ in signals.forever() {
-            if let Ok((cols, rows)) = crossterm::terminal::size() {
+            if let Some((cols, rows)) = terminal_size() {
                 let req = json!({"cmd": "attach-resize", "cols": cols, "rows": rows});
                 if send(&writer, &req).is_err() {
                     return;
@@ -295,6 +306,13 @@ fn summary(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminal_of_no_size_sends_none() {
+        assert_eq!(usable_size((0, 0)), None);
+        assert_eq!(usable_size((80, 0)), None);
+        assert_eq!(usable_size((120, 40)), Some((120, 40)));
+    }
 
     #[test]
     fn events_render_as_type_and_text() {
