@@ -1373,7 +1373,7 @@ impl SessionStore {
             for (i, s) in self.sessions.iter_mut().enumerate() {
                 if s.fd_open && s.live.is_empty() && s.pending() == 0 {
                     s.fd_open = false;
-                    batch.close.push(i);
+                    batch.put_down.push(i);
                 }
             }
         }

@@ -2183,3 +2183,33 @@ fn an_asked_for_compaction_waits_for_the_running_rotation_then_runs_in_steps() {
         "one job for both asks"
     );
 }
+
+/// A finished session's fd is put down at the heartbeat; its log deleted
+/// meanwhile and then written again (a declared agent restarted into the
+/// session) must read as replaced, as under an open fd, not be created
+/// anew unannounced.
+#[test]
+fn a_deleted_log_of_a_finished_session_is_noticed_when_written_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(1));
+    drain(&mut store);
+    // No live pane, nothing buffered: the heartbeat puts the fd down.
+    store.heartbeat(at(2));
+    drain(&mut store);
+    fs::remove_file(log_path(&cfg, "s1")).expect("delete the log");
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_end", 3)), at(3));
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 1);
+    drain(&mut store);
+    let lines = parsed_lines(&log_path(&cfg, "s1"));
+    assert_eq!(lines[0]["colibri"], "log_replaced", "{lines:?}");
+    assert_eq!(lines[1]["ev"]["type"], "turn_end");
+    // A log left in place is simply written on.
+    store.heartbeat(at(4));
+    drain(&mut store);
+    store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 5)), at(5));
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 0);
+    drain(&mut store);
+    assert_eq!(parsed_lines(&log_path(&cfg, "s1")).len(), 3);
+}

@@ -9,6 +9,7 @@
 //! for the log still wait for the disk. Unit tests run the same
 //! [`LogWriter`] inline, without a thread.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -49,6 +50,9 @@ pub(super) struct Append {
 #[derive(Debug, Default)]
 pub(super) struct Batch {
     pub close: Vec<usize>,
+    /// Logs whose fd is put down until they are written again (their
+    /// sessions have no live pane and nothing buffered).
+    pub put_down: Vec<usize>,
     pub check_paths: Vec<(usize, PathBuf)>,
     pub appends: Vec<Append>,
     pub sync: Vec<(usize, PathBuf)>,
@@ -59,6 +63,7 @@ pub(super) struct Batch {
 impl Batch {
     pub(super) fn is_empty(&self) -> bool {
         self.close.is_empty()
+            && self.put_down.is_empty()
             && self.check_paths.is_empty()
             && self.appends.is_empty()
             && self.sync.is_empty()
@@ -95,6 +100,10 @@ pub(super) struct Done {
 pub(super) struct FdCache {
     pub entries: Vec<FdEntry>,
     tick: u64,
+    /// `(device, inode)` of logs whose fd was put down while the file
+    /// stayed theirs (the LRU, an idle session): a reopen that finds
+    /// another file, or none, is a replaced log, not a log to create.
+    put_down: HashMap<usize, (u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -105,6 +114,30 @@ pub(super) struct FdEntry {
 }
 
 impl FdCache {
+    /// Whether `session`'s log, whose fd was put down, is no longer the
+    /// file at `path` (deleted or replaced meanwhile). Forgets the file.
+    fn replaced_while_down(&mut self, session: usize, path: &Path) -> bool {
+        let Some((dev, ino)) = self.put_down.remove(&session) else {
+            return false;
+        };
+        match std::fs::metadata(path) {
+            Ok(m) => m.dev() != dev || m.ino() != ino,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        }
+    }
+
+    /// Closes `session`'s fd, remembering its file for the next open.
+    fn put_down(&mut self, session: usize) {
+        if let Some(pos) = self.entries.iter().position(|e| e.session == session) {
+            let entry = self.entries.swap_remove(pos);
+            if let Ok(m) = entry.file.metadata() {
+                if m.nlink() > 0 {
+                    self.put_down.insert(session, (m.dev(), m.ino()));
+                }
+            }
+        }
+    }
+
     fn get(&mut self, session: usize, path: &Path) -> io::Result<&mut File> {
         self.tick += 1;
         let pos = match self.entries.iter().position(|e| e.session == session) {
@@ -117,9 +150,9 @@ impl FdCache {
                         .iter()
                         .enumerate()
                         .min_by_key(|(_, e)| e.used)
-                        .map(|(i, _)| i)
+                        .map(|(_, e)| e.session)
                     {
-                        self.entries.swap_remove(lru);
+                        self.put_down(lru);
                     }
                 }
                 self.entries.push(FdEntry {
@@ -142,8 +175,11 @@ impl FdCache {
             .map(|e| &mut e.file)
     }
 
+    /// Closes `session`'s fd and forgets its file: the path is to be
+    /// opened as it is (after a rotation renamed a new file over it).
     fn close(&mut self, session: usize) {
         self.entries.retain(|e| e.session != session);
+        self.put_down.remove(&session);
     }
 }
 
@@ -180,6 +216,9 @@ impl LogWriter {
         let mut done = Done::default();
         for s in batch.close {
             self.fds.close(s);
+        }
+        for s in batch.put_down {
+            self.fds.put_down(s);
         }
         for (s, path) in batch.check_paths {
             if self.moved(s, &path) {
@@ -253,6 +292,12 @@ impl LogWriter {
             buf: Vec::new(),
         };
         let result = (|| {
+            // A log deleted while its fd was down is noticed as one deleted
+            // under an open fd is (below), not created anew unannounced.
+            if self.fds.replaced_while_down(a.session, &a.path) {
+                d.replaced = true;
+                return Ok(());
+            }
             let file = self.fds.get(a.session, &a.path)?;
             // fstat only, cheap enough for every write: a log unlinked
             // under the daemon would otherwise swallow every later write.
