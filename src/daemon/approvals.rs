@@ -109,6 +109,11 @@ impl ApprovalDesk {
         self.waiters.values().map(|w| w.conn).collect()
     }
 
+    /// Whether `conn` waits for an approval's decision.
+    pub fn is_waiting(&self, conn: ConnId) -> bool {
+        self.waiters.values().any(|w| w.conn == conn)
+    }
+
     /// A closed connection waits for nothing: its slot may be reused.
     pub fn forget_conn(&mut self, conn: ConnId) {
         self.waiters.retain(|_, w| w.conn != conn);

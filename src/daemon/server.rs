@@ -354,6 +354,10 @@ impl Daemon {
     }
 
     pub(crate) fn flush_conn(&mut self, id: ConnId, t: Timestamp) {
+        // A client that sent its request and shut down its writing side
+        // (`nc -U`, `socat`) still gets the reply it waits for.
+        let awaiting = self.conns.get(id.0).is_some_and(|c| c.closing)
+            && (self.compaction_waiting(id) || self.approvals.is_waiting(id));
         let Some(conn) = self.conns.get_mut(id.0) else {
             return;
         };
@@ -370,7 +374,7 @@ impl Daemon {
             self.bus.drop_watcher(id, conn, t);
         }
         let linger_over = conn.closing_since.is_some_and(|s| t.since(s) >= LINGER);
-        if failed || (conn.closing && (conn.is_flushed() || linger_over)) {
+        if failed || (conn.closing && !awaiting && (conn.is_flushed() || linger_over)) {
             self.close_conn(id);
             return;
         }

@@ -381,3 +381,46 @@ fn colibri_session_shows_lines_nested_past_the_recursion_limit_as_logged() {
         );
     }
 }
+
+// See: the review of compact-session in slices (a client that half-closed
+// after its request, as `nc -U` does, got no reply: its connection was
+// closed as soon as nothing was queued).
+#[test]
+fn compact_session_is_answered_to_a_client_that_half_closed() {
+    let d = Colibrid::start(&[]);
+    let pad = "x".repeat(1000);
+    let script = d.script(
+        "turn.sh",
+        &format!(
+            "echo '{{\"type\":\"turn_start\"}}'\n\
+             yes '{{\"type\":\"message_update\",\"pad\":\"{pad}\"}}' | head -n 12000\n\
+             echo '{{\"type\":\"turn_end\"}}'\nexit 0"
+        ),
+    );
+    d.spawn(
+        &[script.as_str()],
+        json!({"session_id": "half", "runtime": "pi"}),
+    );
+    let log_path = d.state.join("sessions").join("half.jsonl");
+    wait_for(Duration::from_secs(120), "the turn's log on disk", || {
+        let sessions = d.ok(json!({"cmd":"list-sessions"}));
+        let entry = sessions
+            .as_array()?
+            .iter()
+            .find(|s| s["id"] == json!("half"))?
+            .clone();
+        let on_disk = std::fs::metadata(&log_path).ok()?.len();
+        (!entry["exit"].is_null() && entry["bytes"].as_u64() == Some(on_disk)).then_some(())
+    });
+    let mut s = UnixStream::connect(&d.socket).expect("connect");
+    s.write_all(b"{\"cmd\":\"compact-session\",\"session_id\":\"half\"}\n")
+        .expect("ask");
+    s.shutdown(std::net::Shutdown::Write).expect("half-close");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).expect("read to the end");
+    let r: Value = serde_json::from_str(reply.trim()).unwrap_or(Value::Null);
+    assert_eq!(r["ok"], json!(true), "reply: {reply:?}");
+    assert!(r["data"]["dropped_lines"].as_u64() >= Some(12_000), "{r}");
+}
