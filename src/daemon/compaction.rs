@@ -78,11 +78,24 @@ impl Daemon {
         }
     }
 
-    /// Answers the waiters whose compaction the store gave up (the log
-    /// was replaced while it ran), so none waits for ever.
+    /// Answers the waiters whose compaction the store gave up (its log's
+    /// torn tail could not be cut, or the log was replaced while it ran),
+    /// so none waits for ever.
     pub(crate) fn answer_given_up_compactions(&mut self, t: Timestamp) {
+        let given_up = self.store.take_given_up_compactions();
         if self.compact_waiters.is_empty() {
             return;
+        }
+        for (session, why) in given_up {
+            let (gone, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.compact_waiters)
+                .into_iter()
+                .partition(|w| w.session == session);
+            self.compact_waiters = waiting;
+            for w in gone {
+                let msg = format!("the compaction of session {session} was given up: {why}");
+                let line = protocol::err_line(w.rid.as_ref(), ErrorCode::Store, &msg);
+                self.send(w.conn, line.into(), t);
+            }
         }
         let (gone, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.compact_waiters)
             .into_iter()

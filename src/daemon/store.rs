@@ -59,6 +59,9 @@ const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Spare batch buffers kept for reuse, and the largest kept.
 const SPARE_BUFS: usize = 4;
 const SPARE_BUF_MAX: usize = 1 << 20;
+/// Heartbeats an asked-for compaction waits for its log's torn tail to be
+/// cut before it is given up.
+pub const COMPACT_REPAIR_HEARTBEATS: u64 = 2;
 /// Heartbeats to wait before retrying a failed rotation.
 const ROTATE_RETRY_HEARTBEATS: u64 = 10;
 /// A drained buffer with more capacity than this is shrunk back.
@@ -751,9 +754,12 @@ pub struct SessionStore {
     classifier: Option<Box<Classifier>>,
     /// The rotation in progress, if any: `(session, job)`.
     rotation: Option<(usize, compact::Job)>,
-    /// Sessions `compact-session` asked for, oldest first, each started as
-    /// the rotation once none runs and its log has no torn tail to cut.
-    compact_requests: VecDeque<usize>,
+    /// Sessions `compact-session` asked for, oldest first, with the
+    /// heartbeat count when asked: each started as the rotation once none
+    /// runs and its log has no torn tail to cut.
+    compact_requests: VecDeque<(usize, u64)>,
+    /// Asked-for compactions given up, with why, for the daemon to answer.
+    compactions_given_up: Vec<(String, String)>,
     /// Replaced logs not yet reported by a [`FlushReport`].
     unreported_replacements: u64,
 }
@@ -858,6 +864,7 @@ impl SessionStore {
             classifier: None,
             rotation: None,
             compact_requests: VecDeque::new(),
+            compactions_given_up: Vec::new(),
             unreported_replacements: 0,
         };
         let mut rb = scan::RecoveryBuilder::new(RECOVERY_EVENT_CAP);
@@ -1778,6 +1785,7 @@ impl SessionStore {
         self.note_now(now);
         self.heartbeats += 1;
         self.check_paths_due = true;
+        self.give_up_blocked_compactions();
         let mut started = self.start_requested_compaction();
         if self.rotation.is_none() {
             if let Some(i) = self.due_for_rotation() {
@@ -1855,11 +1863,39 @@ impl SessionStore {
     pub fn request_compaction(&mut self, id: &str) -> Result<(), StoreError> {
         let i = self.lookup(id)?;
         let running = self.rotation.as_ref().is_some_and(|(r, _)| *r == i);
-        if !running && !self.compact_requests.contains(&i) {
-            self.compact_requests.push_back(i);
+        if !running && !self.compact_requests.iter().any(|r| r.0 == i) {
+            self.compact_requests.push_back((i, self.heartbeats));
             self.start_requested_compaction();
         }
         Ok(())
+    }
+
+    /// The asked-for compactions given up since the last call, with why.
+    pub fn take_given_up_compactions(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.compactions_given_up)
+    }
+
+    /// Gives up the asked-for compactions still waiting for their log's
+    /// torn tail to be cut [`COMPACT_REPAIR_HEARTBEATS`] heartbeats after
+    /// they were asked for (the cut keeps failing: a read-only or failing
+    /// disk), so no client waits for ever.
+    fn give_up_blocked_compactions(&mut self) {
+        let now = self.heartbeats;
+        let sessions = &self.sessions;
+        let (stuck, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.compact_requests)
+            .into_iter()
+            .partition(|&(i, at)| {
+                sessions[i].repair.is_some() && now >= at.saturating_add(COMPACT_REPAIR_HEARTBEATS)
+            });
+        self.compact_requests = waiting.into();
+        for (i, _) in stuck {
+            let why = match &self.health.last_error {
+                Some(e) => format!("its torn last line could not be cut ({e})"),
+                None => "its torn last line could not be cut".to_string(),
+            };
+            self.compactions_given_up
+                .push((self.sessions[i].meta.id.clone(), why));
+        }
     }
 
     /// Whether a compaction of session `id` runs or waits its turn: false
@@ -1868,7 +1904,8 @@ impl SessionStore {
         let Some(&i) = self.by_id.get(id) else {
             return false;
         };
-        self.rotation.as_ref().is_some_and(|(r, _)| *r == i) || self.compact_requests.contains(&i)
+        self.rotation.as_ref().is_some_and(|(r, _)| *r == i)
+            || self.compact_requests.iter().any(|r| r.0 == i)
     }
 
     /// Starts the oldest asked-for compaction that can start, if no
@@ -1880,8 +1917,8 @@ impl SessionStore {
         let pos = self
             .compact_requests
             .iter()
-            .position(|&i| self.sessions[i].repair.is_none())?;
-        let i = self.compact_requests.remove(pos)?;
+            .position(|&(i, _)| self.sessions[i].repair.is_none())?;
+        let (i, _) = self.compact_requests.remove(pos)?;
         let s = &self.sessions[i];
         let job = compact::Job::new(&s.path, s.meta.runtime.as_deref(), self.last_now);
         self.rotation = Some((i, job));

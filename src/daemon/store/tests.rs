@@ -2213,3 +2213,29 @@ fn a_deleted_log_of_a_finished_session_is_noticed_when_written_again() {
     drain(&mut store);
     assert_eq!(parsed_lines(&log_path(&cfg, "s1")).len(), 3);
 }
+
+/// The review: an asked-for compaction waits for its log's torn tail to be
+/// cut; if the cut keeps failing it must end, not leave its client waiting.
+#[test]
+fn an_asked_for_compaction_behind_a_tail_that_cannot_be_cut_is_given_up() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    store.append("s1", "p", LineRecord::Event(&ev("turn_end", 1)), at(1));
+    drain(&mut store);
+    // A torn tail whose cut keeps failing (no batch ever takes it here).
+    let i = store.by_id["s1"];
+    store.sessions[i].repair = Some(0);
+    store.request_compaction("s1").expect("asked");
+    assert!(store.compaction_pending("s1"), "waits for the cut");
+    assert!(!store.compaction_active(), "and does not spin meanwhile");
+    for n in 0..COMPACT_REPAIR_HEARTBEATS {
+        assert!(store.take_given_up_compactions().is_empty());
+        store.heartbeat(at(10 + n));
+    }
+    let given_up = store.take_given_up_compactions();
+    assert_eq!(given_up.len(), 1, "{given_up:?}");
+    assert_eq!(given_up[0].0, "s1");
+    assert!(given_up[0].1.contains("torn last line"), "{given_up:?}");
+    assert!(!store.compaction_pending("s1"));
+}
