@@ -852,9 +852,40 @@ impl Daemon {
             })
             .map(|(k, _)| k)
             .collect();
+        if old.is_empty() {
+            return;
+        }
+        // As remove-agent: once the panes are gone nothing could name what
+        // their agents left running. One scan for all of them.
+        let ids: Vec<String> = old
+            .iter()
+            .filter_map(|&k| self.panes.pane(k).map(|p| p.id.0.clone()))
+            .collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let left = self.signal_leftovers(&ids, libc::SIGKILL);
+        if left > 0 {
+            log_info!(
+                "retiring {} pane(s): killed {left} process(es) their agents left running",
+                ids.len()
+            );
+        }
         for key in old {
             self.remove_pane(key, t);
         }
+    }
+
+    /// Signals what the agents of the panes `pane_ids` left running:
+    /// colibrid's children (re-parented to it, the subreaper, when their
+    /// parent exited) that are no running agent and whose environment
+    /// names one of those panes, with everything under them. Returns how
+    /// many such children there were.
+    pub(crate) fn signal_leftovers(&self, pane_ids: &[&str], sig: i32) -> usize {
+        let agents: Vec<platform::Pid> = self
+            .panes
+            .agents()
+            .filter_map(|a| a.running_pid())
+            .collect();
+        platform::signal_orphans_with_env(&agents, "COLIBRI_PANE_ID", pane_ids, sig)
     }
 
     /// `remove-agent`: forgets a finished pane; its logs stay.

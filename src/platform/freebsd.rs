@@ -792,16 +792,18 @@ pub fn signal_orphans(agents: &[Pid], sig: i32) -> usize {
     signal_orphans_where(agents, sig, |_| true)
 }
 
-/// [`signal_orphans`] for one finished agent's leftovers: the subtrees
-/// whose members' environment at exec held `key=value` (every agent's
+/// [`signal_orphans`] for finished agents' leftovers: the subtrees whose
+/// members' environment at exec held `key=value` for one of `values` (every agent's
 /// environment names its pane, and its descendants inherit it), read with
 /// sysctl `kern.proc.env`; one member's match takes its whole subtree.
-pub fn signal_orphans_with_env(agents: &[Pid], key: &str, value: &str, sig: i32) -> usize {
-    let wanted = format!("{key}={value}");
+pub fn signal_orphans_with_env(agents: &[Pid], key: &str, values: &[&str], sig: i32) -> usize {
+    let wanted: std::collections::HashSet<Vec<u8>> = values
+        .iter()
+        .map(|v| format!("{key}={v}").into_bytes())
+        .collect();
     signal_orphans_where(agents, sig, |members| {
         members.iter().any(|&pid| {
-            process_env(pid)
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == wanted.as_bytes()))
+            process_env(pid).is_ok_and(|env| env.split(|b| *b == 0).any(|kv| wanted.contains(kv)))
         })
     })
 }

@@ -419,15 +419,18 @@ pub fn signal_orphans(agents: &[Pid], sig: i32) -> usize {
 }
 
 /// [`signal_orphans`] for the orphans whose environment at exec held
-/// `key=value` only: every agent's environment names its pane, and its
+/// `key=value` for one of `values` only: every agent's environment names its pane, and its
 /// descendants inherit it, so kill-agent reaches a descendant whose parent
 /// exited before the kill. One that cleared or replaced its environment
 /// before its exec is not found. Returns how many orphans were signalled.
-pub fn signal_orphans_with_env(agents: &[Pid], key: &str, value: &str, sig: i32) -> usize {
-    let wanted = format!("{key}={value}");
+pub fn signal_orphans_with_env(agents: &[Pid], key: &str, values: &[&str], sig: i32) -> usize {
+    let wanted: HashSet<Vec<u8>> = values
+        .iter()
+        .map(|v| format!("{key}={v}").into_bytes())
+        .collect();
     signal_orphans_where(agents, sig, |pid| {
         std::fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == wanted.as_bytes()))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| wanted.contains(kv)))
     })
 }
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use colibri::core::spec::{AgentRecord, AgentSpec, Wanted};
 use colibri::daemon::supervise::{write_records, RECORDS_FILE};
 
-use crate::support::{sessions_hold_pane, wait_for, Colibrid, SyslogSink};
+use crate::support::{pid_alive, sessions_hold_pane, wait_for, Colibrid, SyslogSink};
 
 /// A pane by name in the v2 snapshot (`Null` when absent).
 fn named(d: &Colibrid, name: &str) -> Value {
@@ -377,10 +377,27 @@ fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_one
     .expect("config");
     d.launch();
     let gone = d.spawn(&["/bin/sh", "-c", "exit 0"], json!({"name":"passing"}));
+    // One that leaves a process running: it goes with its pane (the
+    // review: retirement removed panes without it, leaving it nameless).
+    let pidfile = d.path("left.pid");
+    let script = format!(
+        "setsid /bin/sh -c 'echo $$ > {f}; exec sleep 1000' & \
+         while [ ! -s {f} ]; do sleep 0.05; done; exit 0",
+        f = pidfile.display()
+    );
+    let leaver = d.spawn(&["/bin/sh", "-c", &script], json!({"name":"leaver"}));
+    let left: i32 = wait_for(Duration::from_secs(20), "the leftover's pid", || {
+        std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok()
+    });
     wait_for(
         Duration::from_secs(30),
         "the finished pane to leave",
         || d.pane(&gone).is_null().then_some(()),
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "the leaver's pane to leave, and its leftover with it",
+        || (d.pane(&leaver).is_null() && !pid_alive(left)).then_some(()),
     );
     let resident = named(&d, "resident");
     assert_eq!(

@@ -72,12 +72,11 @@ pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
 /// no agent and whose environment names the pane, with everything under
 /// them. Returns how many such children there were.
 pub(super) fn kill_leftovers(d: &Daemon, pane_id: &str) -> usize {
-    signal_leftovers(d, pane_id, libc::SIGKILL)
+    d.signal_leftovers(&[pane_id], libc::SIGKILL)
 }
 
 fn signal_leftovers(d: &Daemon, pane_id: &str, sig: i32) -> usize {
-    let agents: Vec<platform::Pid> = d.panes.agents().filter_map(|a| a.running_pid()).collect();
-    platform::signal_orphans_with_env(&agents, "COLIBRI_PANE_ID", pane_id, sig)
+    d.signal_leftovers(&[pane_id], sig)
 }
 
 pub(super) fn pause(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
