@@ -169,14 +169,21 @@ impl Notifier {
         let event = ev["event"].as_str().unwrap_or_default().to_string();
         let pane = ev["pane"].as_str().unwrap_or_default().to_string();
         if event == "attached" {
-            // `agent` is the executable's basename (`colibri`, `node`), not
-            // the runtime: a pane whose runtime is still to be detected has
-            // none, rather than one a `runtimes` filter would misread.
+            // The runtime the spawn named; else `agent`, the executable's
+            // basename, only when it is a runtime's own name (`claude`,
+            // `pi`): `colibri` or `node` running a harness is none, rather
+            // than one a `runtimes` filter would misread.
+            let runtime = ev["runtime"].as_str().map(str::to_string).or_else(|| {
+                ev["agent"]
+                    .as_str()
+                    .and_then(crate::core::taxonomy::Runtime::parse)
+                    .map(|r| r.as_str().to_string())
+            });
             self.panes.insert(
                 pane.clone(),
                 PaneInfo {
                     name: ev["name"].as_str().map(str::to_string),
-                    runtime: ev["runtime"].as_str().map(str::to_string),
+                    runtime,
                 },
             );
         }
@@ -519,18 +526,24 @@ mod tests {
         n.handle(&json!({"seq":1,"at":"x","event":"attached","pane":"p1",
             "agent":"colibri","name":"a1","runtime":"pi"}));
         n.handle(&json!({"seq":2,"at":"x","event":"attached","pane":"p2",
-            "agent":"pi","name":"a2"}));
+            "agent":"node","name":"a2"}));
+        // `colibri spawn -- pi`: the harness's own name is its runtime.
+        n.handle(&json!({"seq":3,"at":"x","event":"attached","pane":"p3",
+            "agent":"pi","name":"a3"}));
         let info = |n: &Notifier, p: &str| n.panes.get(p).cloned().unwrap_or_default();
         let i1 = info(&n, "p1");
         let i2 = info(&n, "p2");
+        let i3 = info(&n, "p3");
         assert_eq!(i1.runtime.as_deref(), Some("pi"));
-        assert_eq!(i2.runtime, None, "an executable named pi is no runtime");
+        assert_eq!(i2.runtime, None, "an executable named node is no runtime");
+        assert_eq!(i3.runtime.as_deref(), Some("pi"));
         let now = Instant::now();
         assert!(n.admit(0, &blocked(3, "p1", "r"), &i1, now));
         assert!(
             !n.admit(0, &blocked(4, "p2", "r"), &i2, now),
             "no runtime known: a runtimes filter does not match"
         );
+        assert!(n.admit(0, &blocked(5, "p3", "r"), &i3, now));
     }
 
     #[test]
