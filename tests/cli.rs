@@ -696,7 +696,9 @@ fn watch_prints_events_then_fails_when_the_stream_ends_or_drops() {
     // A pane attached before the watch: only the snapshot names it.
     let snap = ok(json!({"schema":"clawdie.glasspane.snapshot.v2","panes":[
         {"id":"ffff0000-1111","name":"early"},{"id":"eeee0000-2222"}]}));
-    let d = FakeDaemon::start_conversations(vec![vec![snap, events.to_string()], vec![dropped]]);
+    // The snapshot on a connection of its own, then the watch's.
+    let d =
+        FakeDaemon::start_conversations(vec![vec![snap], vec![events.to_string()], vec![dropped]]);
     let out = output(d.cmd(&["watch", "w1"]));
     // The stream ended (the daemon stopped): everything is printed, then
     // the operator is told, and the exit status says so.

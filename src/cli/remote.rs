@@ -137,18 +137,20 @@ pub fn watch(
     json: bool,
     out: &mut impl Write,
 ) -> Result<u8, CliError> {
-    let mut client = connect(socket, REQUEST_TIMEOUT)?;
     // Panes attached before the watch began have no `attached` event in a
     // live stream: a snapshot first names them. Names only decorate the
     // lines, so a refused snapshot leaves the ids bare and the watch goes on.
+    // On a connection of its own: a reply that came after a timeout must
+    // not be read as the watch's.
     let mut names = if json {
         BTreeMap::new()
     } else {
-        client
-            .call(&request::snapshot("v2"))
+        connect(socket, REQUEST_TIMEOUT)
+            .and_then(|mut c| c.call(&request::snapshot("v2")))
             .map(|snap| names_in_snapshot(&snap))
             .unwrap_or_default()
     };
+    let mut client = connect(socket, REQUEST_TIMEOUT)?;
     client.watch_from(panes, since)?;
     for item in client.stream() {
         let v = item?;

@@ -403,7 +403,6 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
     d.wait_pane(&flipper, "flipping", |p| {
         p["counters"]["events"].as_u64().unwrap_or(0) > 1000
     });
-    let rss_before = rss_bytes(pid);
     // A short round of the same clients first, so whatever the daemon
     // creates once and keeps (a timer made on first need) is in the
     // baseline, and what the long round adds is what they leave behind.
@@ -421,6 +420,7 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
         "a census with no other client",
         || census_alone(&d),
     );
+    let rss_before = rss_bytes(pid);
     let stop = Arc::new(AtomicBool::new(false));
     let threads = hostile_swarm(&d, &jail_sock, &stop);
     let started = Instant::now();
