@@ -425,12 +425,22 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
     let threads = hostile_swarm(&d, &jail_sock, &stop);
     let started = Instant::now();
     let mut answered = 0;
+    let mut busy = 0;
     let mut slowest = Duration::ZERO;
     while started.elapsed() < SOAK {
         let asked = Instant::now();
         // A new connection each time: one that waits longer than the idle
-        // limit between requests is rightly closed.
-        let r = status_over(&d.socket);
+        // limit between requests is rightly closed. The hostile clients
+        // here run as the operator's own uid, which no per-peer share
+        // limits, so their connect/close loop can fill the listener's 256
+        // for a moment: `busy` says "try again later", and the operator
+        // does (an answer within the 10 s below is what is asserted).
+        let mut r = status_over(&d.socket);
+        while r["code"] == json!("busy") && asked.elapsed() < Duration::from_secs(10) {
+            busy += 1;
+            std::thread::sleep(Duration::from_millis(20));
+            r = status_over(&d.socket);
+        }
         slowest = slowest.max(asked.elapsed());
         assert_eq!(
             r["ok"],
@@ -479,7 +489,7 @@ fn a_soak_of_hostile_clients_leaves_rss_and_fds_at_baseline_and_the_operator_ans
     d.ok(json!({"cmd":"kill-agent","agent_id":flipper}));
     let rss_after = rss_bytes(pid);
     eprintln!(
-        "soak: {answered} operator rounds, slowest {slowest:?}; fds {fds_before} -> {fds_now}; RSS {} KiB -> {} KiB",
+        "soak: {answered} operator rounds ({busy} busy answers retried), slowest {slowest:?}; fds {fds_before} -> {fds_now}; RSS {} KiB -> {} KiB",
         rss_before >> 10,
         rss_after >> 10
     );
