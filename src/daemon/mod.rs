@@ -9,7 +9,8 @@
 //! way out for events: seq, watchers, alerts), `panes` (the one owner of
 //! per-pane state), `agent` (per-pane process state), `views` (snapshots,
 //! status), `recovery`, `conn` (one client), `source` (the token slab),
-//! `store` (session logs), `alert` (syslog), `settings`.
+//! `store` (session logs), `compaction` (`compact-session`'s deferred
+//! replies), `alert` (syslog), `settings`.
 
 pub mod agent;
 pub mod alert;
