@@ -194,7 +194,6 @@ fn spawn_keyboard(writer: Writer, socket: Option<UnixStream>) {
     });
 }
 
-/// Passes every window change on to the agent's PTY.
 /// This terminal's size, when it has one: a terminal that reports 0x0 (a
 /// serial console, some multiplexers' panes while they start) leaves the
 /// agent's size as it is rather than having the attach refused.
@@ -206,6 +205,7 @@ fn usable_size((cols, rows): (u16, u16)) -> Option<(u16, u16)> {
     (cols > 0 && rows > 0).then_some((cols, rows))
 }
 
+/// Passes every window change on to the agent's PTY.
 fn spawn_resizer(writer: Writer) {
     let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGWINCH])
     else {

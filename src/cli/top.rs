@@ -434,9 +434,11 @@ fn draw_table(f: &mut Frame, m: &Model, area: ratatui::layout::Rect, now: System
                 + p.pointer("/usage/output_tokens")
                     .and_then(Value::as_u64)
                     .unwrap_or(0);
+            let state = state_text(p);
+            let color = state_color(&state);
             Row::new(vec![
                 Cell::from(escape_controls(display_name(p)).into_owned()),
-                Cell::from(state_text(p)).style(Style::default().fg(state_color(&state_text(p)))),
+                Cell::from(state).style(Style::default().fg(color)),
                 Cell::from(age(now, s(p, "state_since"))),
                 Cell::from(age(now, s(p, "started_at"))),
                 Cell::from(s(p, "runtime").to_string()),

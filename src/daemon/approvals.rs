@@ -105,10 +105,6 @@ impl ApprovalDesk {
 
     /// The connections a `hook` request holds open for an answer: they wait
     /// on us, not we on them, so they are never idle.
-    pub fn waiting_conns(&self) -> BTreeSet<ConnId> {
-        self.waiters.values().map(|w| w.conn).collect()
-    }
-
     /// Whether `conn` waits for an approval's decision.
     pub fn is_waiting(&self, conn: ConnId) -> bool {
         self.waiters.values().any(|w| w.conn == conn)

@@ -55,11 +55,7 @@ impl Daemon {
     /// A rotation ended: answers whoever waits for that session's
     /// compaction with its report, or its error.
     pub(crate) fn compaction_ended(&mut self, done: &RotationDone, t: Timestamp) {
-        let (ended, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.compact_waiters)
-            .into_iter()
-            .partition(|w| w.session == done.session);
-        self.compact_waiters = waiting;
-        for w in ended {
+        for w in self.take_compact_waiters(&done.session) {
             let line = match &done.outcome {
                 Ok(r) => protocol::ok_line(
                     w.rid.as_ref(),
@@ -78,37 +74,26 @@ impl Daemon {
         }
     }
 
-    /// Answers the waiters whose compaction the store gave up (its log's
-    /// torn tail could not be cut, or the log was replaced while it ran),
-    /// so none waits for ever.
+    /// Answers the waiters of every compaction the store gave up (its
+    /// log's torn tail could not be cut, or the log was replaced while it
+    /// ran), so none waits for ever.
     pub(crate) fn answer_given_up_compactions(&mut self, t: Timestamp) {
-        let given_up = self.store.take_given_up_compactions();
-        if self.compact_waiters.is_empty() {
-            return;
-        }
-        for (session, why) in given_up {
-            let (gone, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.compact_waiters)
-                .into_iter()
-                .partition(|w| w.session == session);
-            self.compact_waiters = waiting;
-            for w in gone {
+        for (session, why) in self.store.take_given_up_compactions() {
+            for w in self.take_compact_waiters(&session) {
                 let msg = format!("the compaction of session {session} was given up: {why}");
                 let line = protocol::err_line(w.rid.as_ref(), ErrorCode::Store, &msg);
                 self.send(w.conn, line.into(), t);
             }
         }
-        let (gone, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.compact_waiters)
+    }
+
+    /// Removes and returns the waiters of `session`'s compaction.
+    fn take_compact_waiters(&mut self, session: &str) -> Vec<CompactWaiter> {
+        let (taken, waiting) = std::mem::take(&mut self.compact_waiters)
             .into_iter()
-            .partition(|w| !self.store.compaction_pending(&w.session));
+            .partition(|w| w.session == session);
         self.compact_waiters = waiting;
-        for w in gone {
-            let msg = format!(
-                "the compaction of session {} was given up: its log was replaced meanwhile; ask again",
-                w.session
-            );
-            let line = protocol::err_line(w.rid.as_ref(), ErrorCode::Store, &msg);
-            self.send(w.conn, line.into(), t);
-        }
+        taken
     }
 
     /// A closed connection waits for nothing (its id may be reused).

@@ -218,15 +218,10 @@ impl Daemon {
     /// `colibri hook` waiting for its approval's answer is not idle.
     pub(crate) fn close_idle_conns(&mut self, t: Timestamp) {
         let limit = self.settings.daemon.idle_timeout;
-        let waiting = self.approvals.waiting_conns();
         let idle: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(k, c)| {
-                c.is_idle(limit, t)
-                    && !waiting.contains(&ConnId(*k))
-                    && !self.compaction_waiting(ConnId(*k))
-            })
+            .filter(|(k, c)| c.is_idle(limit, t) && !self.awaits_reply(ConnId(*k)))
             .map(|(k, _)| ConnId(k))
             .collect();
         for id in idle {
@@ -356,8 +351,7 @@ impl Daemon {
     pub(crate) fn flush_conn(&mut self, id: ConnId, t: Timestamp) {
         // A client that sent its request and shut down its writing side
         // (`nc -U`, `socat`) still gets the reply it waits for.
-        let awaiting = self.conns.get(id.0).is_some_and(|c| c.closing)
-            && (self.compaction_waiting(id) || self.approvals.is_waiting(id));
+        let awaiting = self.conns.get(id.0).is_some_and(|c| c.closing) && self.awaits_reply(id);
         let Some(conn) = self.conns.get_mut(id.0) else {
             return;
         };
@@ -386,6 +380,12 @@ impl Daemon {
         if conn.read_pending && conn.accepts_requests() {
             self.push_pending(Pending::Conn(id));
         }
+    }
+
+    /// Whether `id` waits for a reply that comes later: an approval's
+    /// decision (`colibri hook`) or a compaction's end.
+    fn awaits_reply(&self, id: ConnId) -> bool {
+        self.approvals.is_waiting(id) || self.compaction_waiting(id)
     }
 
     pub(crate) fn close_conn(&mut self, id: ConnId) {

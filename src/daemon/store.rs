@@ -758,7 +758,8 @@ pub struct SessionStore {
     /// heartbeat count when asked: each started as the rotation once none
     /// runs and its log has no torn tail to cut.
     compact_requests: VecDeque<(usize, u64)>,
-    /// Asked-for compactions given up, with why, for the daemon to answer.
+    /// Compactions given up, with why, for the daemon to answer whoever
+    /// waits for them.
     compactions_given_up: Vec<(String, String)>,
     /// Replaced logs not yet reported by a [`FlushReport`].
     unreported_replacements: u64,
@@ -1870,7 +1871,8 @@ impl SessionStore {
         Ok(())
     }
 
-    /// The asked-for compactions given up since the last call, with why.
+    /// The compactions given up since the last call, with why: every
+    /// job that ends without a [`RotationDone`] is here.
     pub fn take_given_up_compactions(&mut self) -> Vec<(String, String)> {
         std::mem::take(&mut self.compactions_given_up)
     }
@@ -1899,7 +1901,8 @@ impl SessionStore {
     }
 
     /// Whether a compaction of session `id` runs or waits its turn: false
-    /// once it ended, or was given up (its log was replaced meanwhile).
+    /// once it ended, or was given up.
+    #[cfg(test)]
     pub fn compaction_pending(&self, id: &str) -> bool {
         let Some(&i) = self.by_id.get(id) else {
             return false;
@@ -2176,6 +2179,11 @@ impl SessionStore {
         if self.rotation.as_ref().is_some_and(|(r, _)| *r == i) {
             if let Some((_, mut job)) = self.rotation.take() {
                 job.abandon();
+                // Whoever asked for it hears why it will not end.
+                self.compactions_given_up.push((
+                    self.sessions[i].meta.id.clone(),
+                    "its log was replaced meanwhile; ask again".to_string(),
+                ));
             }
         }
         let now = self.last_now;

@@ -42,7 +42,7 @@ pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
     let Some(pid) = agent.running_pid() else {
         // The agent has ended, but what it left running (descendants that
         // outlived it, now colibrid's) is still the operator's to kill.
-        if kill_leftovers(d, &pane_id) == 0 {
+        if d.signal_leftovers(&[&pane_id], libc::SIGKILL) == 0 {
             return Err(CommandError::not_running(&pane_id));
         }
         return Ok(Reply::Kill(KillReply {
@@ -55,7 +55,7 @@ pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
         .map_err(|e| CommandError::os(format!("kill: {e}")))?;
     // Descendants whose parent exited before the kill now hang off the
     // daemon; their environment still names the pane.
-    kill_leftovers(d, &pane_id);
+    d.signal_leftovers(&[&pane_id], libc::SIGKILL);
     // The contract: a forced kill is folded as an error at once.
     if let Some(p) = d.panes.pane_mut(key) {
         p.fail("killed by operator".into(), t, &mut d.transitions);
@@ -65,18 +65,6 @@ pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
         agent_id: pane_id,
         status: "killed".into(),
     }))
-}
-
-/// SIGKILLs the processes a pane's agent left behind: colibrid's children
-/// (re-parented to it, the subreaper, when their parent exited) that are
-/// no agent and whose environment names the pane, with everything under
-/// them. Returns how many such children there were.
-pub(super) fn kill_leftovers(d: &Daemon, pane_id: &str) -> usize {
-    d.signal_leftovers(&[pane_id], libc::SIGKILL)
-}
-
-fn signal_leftovers(d: &Daemon, pane_id: &str, sig: i32) -> usize {
-    d.signal_leftovers(&[pane_id], sig)
 }
 
 pub(super) fn pause(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
@@ -147,7 +135,7 @@ pub(super) fn signal(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, 
     let Some(pid) = agent.running_pid() else {
         // As for kill: an ended agent's leftovers still take signals.
         let pane_id = agent.pane_id.clone();
-        if signal_leftovers(d, &pane_id, sig) == 0 {
+        if d.signal_leftovers(&[&pane_id], sig) == 0 {
             return Err(CommandError::not_running(&pane_id));
         }
         return Ok(Reply::Signal(SignalReply {

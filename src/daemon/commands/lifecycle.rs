@@ -84,7 +84,7 @@ pub(super) fn remove(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, C
     let out = lifecycle_reply(d, key, "removed")?;
     // Once the pane is gone nothing could name what its agent left
     // running, so it goes with it.
-    let left = super::control::kill_leftovers(d, &out.agent_id);
+    let left = d.signal_leftovers(&[&out.agent_id], libc::SIGKILL);
     if left > 0 {
         log_info!(
             "remove {}: killed {left} process(es) its agent left running",

@@ -1,9 +1,9 @@
 //! Session logs: `get-session` and `compact-session`, and what compaction
 //! may drop.
 
+use crate::daemon::compaction::store_error;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::session_stream::SessionStream;
-use crate::daemon::store::StoreError;
 use crate::protocol::{Command, CommandError, Reply};
 
 use super::{mismatch, Call};
@@ -14,7 +14,10 @@ pub(super) fn get(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Comm
     let Command::GetSession(a) = c else {
         return Err(mismatch(&c));
     };
-    let src = d.store.open_dump(&a.session_id).map_err(store_error)?;
+    let src = d
+        .store
+        .open_dump(&a.session_id)
+        .map_err(|e| store_error(&e))?;
     let body = SessionStream::new(src, call.rid.clone(), longest_record(d));
     d.stream_reply(call.conn, Box::new(body));
     Ok(Reply::Deferred)
@@ -40,8 +43,4 @@ pub(super) fn compact(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, 
     };
     d.compact_session(&a.session_id, call.conn, call.rid.clone())?;
     Ok(Reply::Deferred)
-}
-
-fn store_error(e: StoreError) -> CommandError {
-    crate::daemon::compaction::store_error(&e)
 }

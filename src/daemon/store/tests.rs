@@ -2239,3 +2239,32 @@ fn an_asked_for_compaction_behind_a_tail_that_cannot_be_cut_is_given_up() {
     assert!(given_up[0].1.contains("torn last line"), "{given_up:?}");
     assert!(!store.compaction_pending("s1"));
 }
+
+/// A compaction whose log is replaced while it runs ends without a
+/// `RotationDone`: it is reported given up, so its client is answered.
+#[test]
+fn a_compaction_whose_log_is_replaced_meanwhile_is_reported_given_up() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    store.set_classifier(Box::new(classify));
+    for n in 0..100 {
+        store.append("s1", "p", LineRecord::Event(&ev("delta", n)), at(n));
+    }
+    store.append("s1", "p", LineRecord::Event(&ev("turn_end", 100)), at(100));
+    drain(&mut store);
+    store.request_compaction("s1").expect("asked");
+    assert!(matches!(
+        store.compaction_step(200),
+        Some(CompactionProgress::Working { .. })
+    ));
+    fs::remove_file(log_path(&cfg, "s1")).expect("delete the log");
+    store.append("s1", "p", LineRecord::Event(&ev("delta", 200)), at(200));
+    assert_eq!(store.flush(usize::MAX).replaced_logs, 1);
+    let given_up = store.take_given_up_compactions();
+    assert_eq!(given_up.len(), 1, "{given_up:?}");
+    assert_eq!(given_up[0].0, "s1");
+    assert!(given_up[0].1.contains("replaced"), "{given_up:?}");
+    assert!(!store.compaction_pending("s1"));
+    assert!(store.compaction_step(200).is_none(), "no job left");
+}
