@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -36,8 +36,22 @@ fn loud_session(d: &Colibrid, session: &str, lines: usize, corrupt_at: Option<us
         &[script.as_str()],
         json!({"session_id": session, "runtime": "pi"}),
     );
+    let log_path = wait_logged(d, session);
+    let mut log = std::fs::read(&log_path).expect("read the log");
+    if let Some(at) = corrupt_at {
+        // Damage one line in the middle, as a disk might: the daemon reads
+        // the log back at start and counts it.
+        let cut = nth_line_start(&log, at);
+        log.splice(cut..cut, b"{\"damaged\": tru\n".iter().copied());
+    }
+    log
+}
+
+/// Waits until `session`'s agent has exited and its log is all on disk;
+/// returns the log's path.
+fn wait_logged(d: &Colibrid, session: &str) -> PathBuf {
     let log_path = d.state.join("sessions").join(format!("{session}.jsonl"));
-    wait_for(Duration::from_secs(120), "the loud agent's log", || {
+    wait_for(Duration::from_secs(120), "the agent's whole log", || {
         let sessions = d.ok(json!({"cmd":"list-sessions"}));
         let entry = sessions
             .as_array()?
@@ -47,14 +61,27 @@ fn loud_session(d: &Colibrid, session: &str, lines: usize, corrupt_at: Option<us
         let on_disk = std::fs::metadata(&log_path).ok()?.len();
         (!entry["exit"].is_null() && entry["bytes"].as_u64() == Some(on_disk)).then_some(())
     });
-    let mut log = std::fs::read(&log_path).expect("read the log");
-    if let Some(at) = corrupt_at {
-        // Damage one line in the middle, as a disk might: the daemon reads
-        // the log back at start and counts it.
-        let cut = nth_line_start(&log, at);
-        log.splice(cut..cut, b"{\"damaged\": tru\n".iter().copied());
-    }
-    log
+    log_path
+}
+
+/// A Pi agent that prints one finished turn of `deltas` streaming deltas
+/// of about 1 KiB each (all of which compaction drops) into `session`;
+/// returns its log once it is all on disk.
+fn finished_turn_session(d: &Colibrid, session: &str, deltas: usize) -> PathBuf {
+    let pad = "x".repeat(1000);
+    let script = d.script(
+        &format!("{session}.sh"),
+        &format!(
+            "echo '{{\"type\":\"turn_start\"}}'\n\
+             yes '{{\"type\":\"message_update\",\"pad\":\"{pad}\"}}' | head -n {deltas}\n\
+             echo '{{\"type\":\"turn_end\"}}'\nexit 0"
+        ),
+    );
+    d.spawn(
+        &[script.as_str()],
+        json!({"session_id": session, "runtime": "pi"}),
+    );
+    wait_logged(d, session)
 }
 
 fn nth_line_start(log: &[u8], n: usize) -> usize {
@@ -248,30 +275,7 @@ fn a_client_that_reads_gets_exactly_the_records_of_the_log_and_its_corrupt_line(
 fn compact_session_runs_in_slices_and_the_loop_answers_meanwhile() {
     let d = Colibrid::start(&[]);
     // One finished turn of about 40 MB of streaming deltas: all dropped.
-    let pad = "x".repeat(1000);
-    let script = d.script(
-        "turn.sh",
-        &format!(
-            "echo '{{\"type\":\"turn_start\"}}'\n\
-             yes '{{\"type\":\"message_update\",\"pad\":\"{pad}\"}}' | head -n 40000\n\
-             echo '{{\"type\":\"turn_end\"}}'\nexit 0"
-        ),
-    );
-    d.spawn(
-        &[script.as_str()],
-        json!({"session_id": "big", "runtime": "pi"}),
-    );
-    let log_path = d.state.join("sessions").join("big.jsonl");
-    wait_for(Duration::from_secs(120), "the turn's log on disk", || {
-        let sessions = d.ok(json!({"cmd":"list-sessions"}));
-        let entry = sessions
-            .as_array()?
-            .iter()
-            .find(|s| s["id"] == json!("big"))?
-            .clone();
-        let on_disk = std::fs::metadata(&log_path).ok()?.len();
-        (!entry["exit"].is_null() && entry["bytes"].as_u64() == Some(on_disk)).then_some(())
-    });
+    let log_path = finished_turn_session(&d, "big", 40_000);
     let mut asker = UnixStream::connect(&d.socket).expect("connect");
     asker
         .write_all(b"{\"cmd\":\"compact-session\",\"session_id\":\"big\",\"id\":7}\n")
@@ -388,30 +392,7 @@ fn colibri_session_shows_lines_nested_past_the_recursion_limit_as_logged() {
 #[test]
 fn compact_session_is_answered_to_a_client_that_half_closed() {
     let d = Colibrid::start(&[]);
-    let pad = "x".repeat(1000);
-    let script = d.script(
-        "turn.sh",
-        &format!(
-            "echo '{{\"type\":\"turn_start\"}}'\n\
-             yes '{{\"type\":\"message_update\",\"pad\":\"{pad}\"}}' | head -n 12000\n\
-             echo '{{\"type\":\"turn_end\"}}'\nexit 0"
-        ),
-    );
-    d.spawn(
-        &[script.as_str()],
-        json!({"session_id": "half", "runtime": "pi"}),
-    );
-    let log_path = d.state.join("sessions").join("half.jsonl");
-    wait_for(Duration::from_secs(120), "the turn's log on disk", || {
-        let sessions = d.ok(json!({"cmd":"list-sessions"}));
-        let entry = sessions
-            .as_array()?
-            .iter()
-            .find(|s| s["id"] == json!("half"))?
-            .clone();
-        let on_disk = std::fs::metadata(&log_path).ok()?.len();
-        (!entry["exit"].is_null() && entry["bytes"].as_u64() == Some(on_disk)).then_some(())
-    });
+    finished_turn_session(&d, "half", 12_000);
     let mut s = UnixStream::connect(&d.socket).expect("connect");
     s.write_all(b"{\"cmd\":\"compact-session\",\"session_id\":\"half\"}\n")
         .expect("ask");
