@@ -297,13 +297,21 @@ class Bench:
         d = Daemon(self)
         try:
             conn = d.conn()
+            ids = []
             if streamers:
-                self.start_streamers(conn, streamers)
+                ids = self.start_streamers(conn, streamers)
                 time.sleep(0.5)
             watch = WatchClient(self, d.socket)
             alerts0 = d.sink.count
             lat = self.colibri_exits(d, n, watch, conn)
             watch.stop()
+            # The default output budget (1 GiB a pane an hour) pauses an
+            # agent that prints on and on: a paused streamer would make
+            # this row a quiet one.
+            snap = conn.req({"cmd": "snapshot", "schema": "v2"})
+            paused = [p["id"] for p in snap["panes"] if p["id"] in ids and p["paused"]]
+            if paused:
+                raise RuntimeError(f"{len(paused)} streamers were paused during the exits")
             # An alert leaves after its exit's frame, up to 50 ms later
             # while the writers are behind: the last ones get a second.
             deadline = time.monotonic() + 1

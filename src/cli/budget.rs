@@ -62,10 +62,17 @@ fn render(r: &BudgetReply) -> String {
     for b in &r.budgets {
         let key = if b.key.is_empty() { "all" } else { &b.key };
         let paused = if b.paused { "  PAUSED" } else { "" };
-        text.push_str(&format!(
-            "{}  {}  {:.4} of {:.4}{paused}\n",
-            b.budget, key, b.spent, b.cap
-        ));
+        let spend = match b.unit.as_str() {
+            "tokens" => format!("{:.0} of {:.0} tokens", b.spent, b.cap),
+            "usd" => format!("${:.4} of ${:.4}", b.spent, b.cap),
+            "bytes" => format!(
+                "{:.1} of {:.1} MiB of output",
+                b.spent / 1_048_576.0,
+                b.cap / 1_048_576.0
+            ),
+            _ => format!("{:.4} of {:.4}", b.spent, b.cap),
+        };
+        text.push_str(&format!("{}  {}  {spend}{paused}\n", b.budget, key));
     }
     if r.resumed > 0 {
         text.push_str(&format!("resumed {} ledger(s)\n", r.resumed));

@@ -1,8 +1,9 @@
 //! `[budgets.NAME]`, `[loops]`, `[guard]` and `[prices.MODEL]`: the policy
 //! engine's settings (`core::policy`), read from the config file.
 //!
-//! The guard and loop detection are on without any of these sections, with
-//! thresholds no normal run trips; budgets apply only once configured.
+//! The guard, loop detection and the `output` budget are on without any of
+//! these sections, with thresholds no normal run trips; other budgets
+//! apply only once configured.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use super::file::Validator;
 use super::parse_positive_duration;
 use crate::core::policy::{
     BudgetRule, GuardResponse, GuardRule, LoopSettings, Period, Policies, Price, Scope, Unit,
+    OUTPUT_BUDGET,
 };
 
 #[derive(Deserialize, Default)]
@@ -41,10 +43,13 @@ pub(super) struct RawGuard {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 pub(super) struct RawBudget {
+    /// `false` turns the budget off (the default `output` budget too).
+    enabled: Option<bool>,
     #[serde(default)]
     scope: Option<Spanned<String>>,
     tokens: Option<Spanned<f64>>,
     usd: Option<Spanned<f64>>,
+    bytes: Option<Spanned<f64>>,
     window: Option<Spanned<String>>,
     #[serde(default)]
     daily: bool,
@@ -75,14 +80,19 @@ pub(super) struct RawGovernance {
 
 impl Validator<'_> {
     pub(super) fn governance(&mut self, raw: RawGovernance) -> Policies {
+        let mut budgets = Vec::new();
+        if !raw.budgets.contains_key(OUTPUT_BUDGET) {
+            budgets.push(BudgetRule::output());
+        }
+        budgets.extend(
+            raw.budgets
+                .into_iter()
+                .filter_map(|(name, b)| self.budget(name, b)),
+        );
         Policies {
             loops: raw.loops.map(|l| self.loops(l)).unwrap_or_default(),
             guard: raw.guard.map(|g| self.guard(g)).unwrap_or_default(),
-            budgets: raw
-                .budgets
-                .into_iter()
-                .filter_map(|(name, b)| self.budget(name, b))
-                .collect(),
+            budgets,
             prices: raw
                 .prices
                 .into_iter()
@@ -170,14 +180,22 @@ impl Validator<'_> {
         let key = format!("budgets.{name}");
         let span = raw.span();
         let b = raw.into_inner();
+        if b.enabled == Some(false) {
+            return None;
+        }
         let scope = self
             .opt(b.scope, &format!("{key}.scope"), |s| parse_scope(&s))
             .unwrap_or(Scope::Pane);
-        let (unit, cap) = match (b.tokens, b.usd) {
-            (Some(t), None) => (Unit::Tokens, t),
-            (None, Some(u)) => (Unit::Usd, u),
+        let (unit, cap) = match (b.tokens, b.usd, b.bytes) {
+            (Some(t), None, None) => (Unit::Tokens, t),
+            (None, Some(u), None) => (Unit::Usd, u),
+            (None, None, Some(n)) => (Unit::Bytes, n),
             _ => {
-                self.invalid(span, &key, "give exactly one of tokens or usd".into());
+                self.invalid(
+                    span,
+                    &key,
+                    "give exactly one of tokens, usd or bytes".into(),
+                );
                 return None;
             }
         };
@@ -261,11 +279,44 @@ mod tests {
     }
 
     #[test]
-    fn without_sections_the_guard_and_loops_are_on_and_no_budget_applies() {
+    fn without_sections_the_guard_loops_and_the_output_budget_apply() {
         let p = parse("").expect("empty parses");
         assert!(p.guard.enabled && p.loops.enabled);
-        assert!(p.budgets.is_empty());
+        assert_eq!(p.budgets, [BudgetRule::output()]);
         assert_eq!(p, Policies::default());
+    }
+
+    #[test]
+    fn the_output_budget_is_replaced_or_turned_off_by_its_section() {
+        let p = parse(
+            "[budgets.output]
+bytes = 1048576
+daily = true
+",
+        )
+        .expect("parses");
+        assert_eq!(p.budgets.len(), 1);
+        let b = &p.budgets[0];
+        assert_eq!(
+            (b.name.as_str(), b.unit, b.period, b.cap),
+            ("output", Unit::Bytes, Period::Day, 1_048_576.0)
+        );
+        let p = parse(
+            "[budgets.output]
+enabled = false
+",
+        )
+        .expect("parses");
+        assert!(p.budgets.is_empty());
+        let p = parse(
+            "[budgets.t]
+enabled = false
+tokens = 5
+window = \"1m\"
+",
+        )
+        .expect("parses");
+        assert_eq!(p.budgets, [BudgetRule::output()]);
     }
 
     #[test]
@@ -305,8 +356,9 @@ output = 10.0
         assert_eq!(p.loops.message, "Stop and think.");
         assert_eq!(p.guard.response, GuardResponse::Kill);
         assert_eq!(p.guard.disabled, [GuardRule::SqlDrop]);
-        assert_eq!(p.budgets.len(), 2);
-        let daily = &p.budgets[0];
+        assert_eq!(p.budgets.len(), 3);
+        assert_eq!(p.budgets[0], BudgetRule::output());
+        let daily = &p.budgets[1];
         assert_eq!(
             (
                 daily.name.as_str(),
@@ -323,7 +375,7 @@ output = 10.0
                 0.8
             )
         );
-        assert_eq!(p.budgets[1], BudgetRule::token_throttle());
+        assert_eq!(p.budgets[2], BudgetRule::token_throttle());
         assert_eq!(p.prices["gpt-5"].output, 10.0);
     }
 

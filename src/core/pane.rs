@@ -13,7 +13,7 @@ use crate::core::approval::{
     LoggedAnswer, Resolves,
 };
 use crate::core::ingest::{is_blank, Frame, FramedLine, LineFramer};
-use crate::core::policy::{LineFacts, ToolFacts};
+use crate::core::policy::{LineFacts, ToolFacts, LOG_RECORD_BYTES, OUTPUT_STEP};
 use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
 use crate::core::state::{self, AgentState};
 use crate::core::taxonomy::detect::{detect, Detection};
@@ -162,6 +162,10 @@ pub struct Pane {
     /// What each line meant to the policies, kept only when asked for
     /// ([`Pane::record_facts`]) and drained by the caller.
     facts: Option<Vec<LineFacts>>,
+    /// Log bytes framed since the policies were last told of output
+    /// (counted per frame, not per read, so a fold of the log counts the
+    /// same steps at the same lines as the daemon did).
+    output_unreported: u64,
 }
 
 /// The approvals a pane waits on, and what happened to them since the
@@ -217,6 +221,7 @@ impl Pane {
             exit: None,
             approvals: PendingApprovals::default(),
             facts: None,
+            output_unreported: 0,
         }
     }
 
@@ -524,6 +529,41 @@ impl Pane {
         now: Timestamp,
         out: &mut Vec<Transition>,
     ) -> LineKind {
+        let kind = self.fold_frame(frame, now, out);
+        // What the session log takes for it: a blank line is not logged,
+        // an oversize one is logged as its length alone.
+        let logged = match (kind, frame) {
+            (LineKind::Blank, _) => 0,
+            (_, Frame::Oversize) => LOG_RECORD_BYTES,
+            (_, Frame::Line(l)) => l.bytes().len() as u64 + LOG_RECORD_BYTES,
+        };
+        self.count_output(logged);
+        kind
+    }
+
+    /// Adds a line's log bytes to the output not yet reported, and reports it
+    /// (a fact of bytes alone) once it reaches [`OUTPUT_STEP`].
+    fn count_output(&mut self, bytes: u64) {
+        self.output_unreported += bytes;
+        if self.output_unreported < OUTPUT_STEP {
+            return;
+        }
+        let bytes = std::mem::take(&mut self.output_unreported);
+        if let Some(facts) = &mut self.facts {
+            facts.push(LineFacts {
+                line: self.lines,
+                bytes,
+                ..LineFacts::default()
+            });
+        }
+    }
+
+    fn fold_frame(
+        &mut self,
+        frame: Frame<'_>,
+        now: Timestamp,
+        out: &mut Vec<Transition>,
+    ) -> LineKind {
         let line = match frame {
             Frame::Oversize => {
                 self.lines += 1;
@@ -812,6 +852,7 @@ fn line_facts(
         turn: obs.turn,
         finished,
         cwd: None,
+        bytes: 0,
     };
     debug_assert!(!facts.is_inert(), "an inert line passed the early test");
     Some(facts)
@@ -871,6 +912,47 @@ mod approval_tests {
         let again = p.take_facts();
         assert_eq!(again.len(), 1, "the lent buffer comes emptied");
         assert!(again.capacity() >= 1000);
+    }
+
+    /// Output is reported in steps of `OUTPUT_STEP` at the line that
+    /// completes a step, whether the bytes came in one read (the daemon)
+    /// or line by line (a fold of the log): both see the same facts.
+    #[test]
+    fn output_is_reported_in_steps_at_the_same_lines_however_it_is_read() {
+        let line = r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"xxxxxxxxxxxxxxxxxxxx"}}"#;
+        let record = line.len() as u64 + LOG_RECORD_BYTES;
+        let per_step = OUTPUT_STEP.div_ceil(record);
+        let n = 3 * per_step + 7;
+        let mut chunked = pane(Runtime::Pi);
+        chunked.record_facts();
+        let mut text = String::new();
+        for _ in 0..n {
+            text.push_str(line);
+            text.push('\n');
+        }
+        let mut out = Vec::new();
+        for chunk in text.as_bytes().chunks(4096) {
+            chunked.ingest(chunk, Timestamp::from_millis(2_000), &mut out);
+        }
+        let mut by_line = pane(Runtime::Pi);
+        by_line.record_facts();
+        for _ in 0..n {
+            feed(&mut by_line, line, 2_000);
+        }
+        let steps = |p: &mut Pane| -> Vec<(u64, u64)> {
+            p.take_facts()
+                .iter()
+                .filter(|f| f.bytes > 0)
+                .map(|f| (f.line, f.bytes))
+                .collect()
+        };
+        let got = steps(&mut chunked);
+        assert_eq!(got, steps(&mut by_line));
+        let step = per_step * record;
+        assert_eq!(
+            got,
+            [(per_step, step), (2 * per_step, step), (3 * per_step, step)]
+        );
     }
 
     /// Facts are made for the lines that can move a policy (a tool call,

@@ -893,6 +893,11 @@ impl Daemon {
         if let Some(mut slot) = self.panes.remove(key) {
             slot.agent.timers.release(&mut self.timerq, key);
             let pane = slot.pane.id.0.clone();
+            // What was kept by pane id goes with it: a daemon that runs
+            // agents for months would otherwise keep a bucket and a ledger
+            // for every pane it ever had.
+            self.alerter.forget_pane(&pane);
+            self.governor.forget(&pane);
             log_info!("pane {pane} removed");
             self.publish(WatchKind::Removed { pane }, t);
         }

@@ -80,6 +80,9 @@ pub struct BudgetArgs {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WireBudget {
     pub budget: String,
+    /// What the budget counts: `tokens`, `usd` or `bytes` (of output).
+    #[serde(default)]
+    pub unit: String,
     /// The scope key: the pane id, the name, the runtime, or empty for a
     /// global budget.
     pub key: String,

@@ -289,3 +289,123 @@ fn a_reload_turns_the_guard_on() {
         p["paused"] == json!(true)
     });
 }
+
+/// An agent printing in a loop is paused by the output budget once its
+/// session log has taken the cap, and prints no more until an operator
+/// raises the cap; then it goes on to the new cap.
+#[test]
+fn an_agent_printing_in_a_loop_is_paused_by_the_output_budget_until_the_cap_is_raised() {
+    const MIB: u64 = 1 << 20;
+    let d = daemon_with("[budgets.output]\nbytes = 1048576\nwindow = \"1h\"\n");
+    let delta = r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"again and again"}}"#;
+    let cwd = d.dir.path().display().to_string();
+    let id = d.spawn(
+        &["/bin/sh", "-c", &format!("yes '{delta}'")],
+        json!({"runtime":"pi","cwd": cwd}),
+    );
+    let mut w = watch(&d, &id);
+    let pause = next(&mut w, "verdict", Some("pause"));
+    assert_eq!(pause["verdict"]["policy"], json!("budget"), "{pause}");
+    assert_eq!(pause["verdict"]["rule"], json!("output"), "{pause}");
+    let reason = pause["verdict"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("of 1.0 MiB of output"), "{reason}");
+    next(&mut w, "paused", None);
+    let spent = |d: &Colibrid| {
+        let shown = d.ok(json!({"cmd":"budget"}));
+        shown["budgets"][0]["spent"].as_f64().unwrap_or(0.0) as u64
+    };
+    let bytes = |d: &Colibrid| d.pane(&id)["counters"]["bytes"].as_u64().unwrap_or(0);
+    // What the PTY held when the agent stopped is still read and logged;
+    // then nothing more comes.
+    std::thread::sleep(Duration::from_millis(500));
+    let (held, logged) = (spent(&d), bytes(&d));
+    assert!(
+        (MIB..2 * MIB).contains(&held),
+        "{held} log bytes at the pause"
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(bytes(&d), logged, "a paused agent printed on");
+    let shown = d.ok(json!({"cmd":"budget"}));
+    let ledger = &shown["budgets"][0];
+    assert_eq!(
+        (
+            &ledger["budget"],
+            &ledger["unit"],
+            &ledger["key"],
+            &ledger["paused"]
+        ),
+        (&json!("output"), &json!("bytes"), &json!(id), &json!(true)),
+        "{shown}"
+    );
+    // A byte budget is not the agent's token budget.
+    let st = d.ok(json!({"cmd":"state","pane": id}));
+    assert_eq!(
+        st["agents"][0]["budget"]["configured"],
+        json!(false),
+        "{st}"
+    );
+    let raised = d.ok(json!({"cmd":"budget","action":"raise","budget":"output","cap":4 * MIB}));
+    assert_eq!(raised["resumed"], json!(1), "{raised}");
+    next(&mut w, "resumed", None);
+    next(&mut w, "paused", None);
+    std::thread::sleep(Duration::from_millis(500));
+    let held = spent(&d);
+    assert!(
+        (4 * MIB..5 * MIB).contains(&held),
+        "{held} log bytes at the second pause"
+    );
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+}
+
+/// Without configuration the output budget counts each pane's output
+/// against 1 GiB an hour; removing the pane drops its ledger.
+#[test]
+fn the_output_budget_applies_without_configuration_and_leaves_with_the_pane() {
+    let d = Colibrid::start(&[]);
+    let delta = r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"again and again"}}"#;
+    // 3,000 lines of 97 bytes, 183 in the log each: eight whole steps of
+    // 64 KiB.
+    let id = d.spawn(
+        &["/bin/sh", "-c", &format!("yes '{delta}' | head -n 3000")],
+        json!({"runtime":"pi"}),
+    );
+    let ledger = wait_for(Duration::from_secs(10), "eight steps of output", || {
+        let shown = d.ok(json!({"cmd":"budget"}));
+        let b = shown["budgets"].get(0).cloned()?;
+        (b["spent"].as_f64()? >= 8.0 * 65536.0).then_some(b)
+    });
+    assert_eq!(
+        (
+            &ledger["budget"],
+            &ledger["unit"],
+            &ledger["key"],
+            &ledger["cap"]
+        ),
+        (
+            &json!("output"),
+            &json!("bytes"),
+            &json!(id),
+            &json!(1073741824.0)
+        ),
+        "{ledger}"
+    );
+    wait_for(Duration::from_secs(10), "the agent's exit", || {
+        d.pane(&id)["exit"].is_object().then_some(())
+    });
+    // What is counted is what the session log took, less the step not
+    // yet full (the log also holds the attach and exit records).
+    let sessions = d.ok(json!({"cmd":"list-sessions"}));
+    let log = sessions
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["panes"].to_string().contains(&id)))
+        .and_then(|s| s["bytes"].as_f64())
+        .unwrap_or(0.0);
+    let spent = ledger["spent"].as_f64().unwrap_or(0.0);
+    assert!(
+        spent <= log && spent > log - 65536.0 - 1024.0,
+        "{spent} of {log}"
+    );
+    d.ok(json!({"cmd":"remove-agent","agent_id": id}));
+    let shown = d.ok(json!({"cmd":"budget"}));
+    assert_eq!(shown["budgets"], json!([]), "{shown}");
+}

@@ -1,5 +1,5 @@
-//! Budgets: tokens or dollars per pane, name, runtime or all panes, over a
-//! rolling window or a UTC calendar day.
+//! Budgets: tokens, dollars or bytes of output per pane, name, runtime or
+//! all panes, over a rolling window or a UTC calendar day.
 //!
 //! Each rule keeps one ledger per scope key (the pane id, the name, the
 //! runtime, or one for all). Spending is added as lines arrive; the ledger
@@ -16,6 +16,14 @@ use crate::core::time::Timestamp;
 use super::{Action, LineFacts, PaneInfo, PolicyKind, Target, Verdict};
 
 const DAY_MS: u64 = 86_400_000;
+/// The name of the budget [`BudgetRule::output`] makes.
+pub const OUTPUT_BUDGET: &str = "output";
+/// A window's spends are kept in at most about this many slots: spends in
+/// the same slot of time (the window's width over this) share one, dated
+/// by the latest, so
+/// a ledger's memory is bounded whatever the line rate, and a slot leaves
+/// the window at most a slot's width late (never early).
+const WINDOW_SLOTS: u32 = 64;
 
 /// What a budget counts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -25,6 +33,21 @@ pub enum Unit {
     Tokens,
     /// US dollars: the harness's figure, else the price table's.
     Usd,
+    /// Bytes the agent's output takes in its session log (each line and
+    /// its record, [`super::LOG_RECORD_BYTES`]), counted in steps of
+    /// [`super::OUTPUT_STEP`]: a runaway printer is paused before it
+    /// fills the disk.
+    Bytes,
+}
+
+impl Unit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Tokens => "tokens",
+            Unit::Usd => "usd",
+            Unit::Bytes => "bytes",
+        }
+    }
 }
 
 /// Over what time a budget counts.
@@ -71,6 +94,21 @@ impl BudgetRule {
             unit: Unit::Tokens,
             period: Period::Window(Duration::from_secs(600)),
             cap: 50_000.0,
+            warn_at: 0.7,
+        }
+    }
+
+    /// The budget that applies without configuration: 1 GiB of session
+    /// log per pane in an hour, a warning at 70 %. An agent that logs more
+    /// is printing in a loop (a chatty harness logs tens of MB an hour),
+    /// and unpaused it fills the disk its session log is on.
+    pub fn output() -> BudgetRule {
+        BudgetRule {
+            name: OUTPUT_BUDGET.into(),
+            scope: Scope::Pane,
+            unit: Unit::Bytes,
+            period: Period::Window(Duration::from_secs(3600)),
+            cap: (1u64 << 30) as f64,
             warn_at: 0.7,
         }
     }
@@ -183,7 +221,17 @@ impl Ledger {
 
     fn add(&mut self, period: Period, now: Timestamp, amount: f64) {
         match period {
-            Period::Window(_) => self.spends.push_back((now, amount)),
+            Period::Window(w) => {
+                let slot_ms = (w.as_millis() as u64 / u64::from(WINDOW_SLOTS)).max(1);
+                let slot = |t: Timestamp| t.as_millis() / slot_ms;
+                match self.spends.back_mut() {
+                    Some((at, spent)) if slot(*at) == slot(now) => {
+                        *at = (*at).max(now);
+                        *spent += amount;
+                    }
+                    _ => self.spends.push_back((now, amount)),
+                }
+            }
             Period::Day => self.day_total += amount,
         }
     }
@@ -280,6 +328,7 @@ impl Budgets {
             let amount = match rule.unit {
                 Unit::Tokens => tokens,
                 Unit::Usd => cost,
+                Unit::Bytes => facts.bytes as f64,
             };
             if amount <= 0.0 {
                 continue;
@@ -430,6 +479,14 @@ impl Budgets {
         Ok(out)
     }
 
+    /// Drops the ledgers of per-pane rules kept for `pane` (it left the
+    /// table): without this every pane that ever spent kept one.
+    pub fn forget_pane(&mut self, pane: &str) {
+        let rules = &self.rules;
+        self.ledgers
+            .retain(|(i, key), _| !(key == pane && rules[*i].scope == Scope::Pane));
+    }
+
     /// What each ledger has spent, for `colibri budget` and agents' `state`.
     pub fn usage(&self, now: Timestamp) -> Vec<BudgetUsage> {
         self.ledgers
@@ -440,6 +497,7 @@ impl Budgets {
                 l.roll(rule.period, now);
                 BudgetUsage {
                     rule: rule.name.clone(),
+                    unit: rule.unit,
                     key: key.clone(),
                     spent: l.total(rule.period),
                     cap: self.cap(*i),
@@ -454,6 +512,7 @@ impl Budgets {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BudgetUsage {
     pub rule: String,
+    pub unit: Unit,
     pub key: String,
     pub spent: f64,
     pub cap: f64,
@@ -464,7 +523,12 @@ fn describe(unit: Unit, total: f64, cap: f64) -> String {
     match unit {
         Unit::Tokens => format!("{total:.0} of {cap:.0} tokens"),
         Unit::Usd => format!("${total:.4} of ${cap:.4}"),
+        Unit::Bytes => format!("{} of {} of output", mib(total), mib(cap)),
     }
+}
+
+fn mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / 1_048_576.0)
 }
 
 #[cfg(test)]
@@ -497,6 +561,81 @@ mod tests {
 
     fn actions(v: &[Verdict]) -> Vec<(u64, Action)> {
         v.iter().map(|v| (v.line, v.action.clone())).collect()
+    }
+
+    fn output(line: u64, bytes: u64) -> LineFacts {
+        LineFacts {
+            line,
+            bytes,
+            ..LineFacts::default()
+        }
+    }
+
+    /// The default output budget pauses a pane at 1 GiB in an hour, and
+    /// lets it go on when that output has left the window.
+    #[test]
+    fn the_output_budget_pauses_a_pane_at_a_gib_an_hour_and_resumes_it_an_hour_on() {
+        let mut b = Budgets::new(vec![BudgetRule::output()]);
+        let p = pane("p1");
+        let mut out = Vec::new();
+        let step = super::super::OUTPUT_STEP;
+        let steps = (1u64 << 30) / step;
+        for i in 1..steps {
+            b.observe(&p, &output(i, step), 0.0, at(i / 1000), &mut out);
+        }
+        assert_eq!(out.len(), 1, "the warning alone");
+        assert_eq!(out[0].action, Action::Warn);
+        assert!(
+            out[0].reason.contains("of 1024.0 MiB of output"),
+            "{}",
+            out[0].reason
+        );
+        out.clear();
+        b.observe(&p, &output(steps, step), 0.0, at(20), &mut out);
+        let until = at(20 + 3600);
+        assert_eq!(
+            actions(&out),
+            [
+                (steps, Action::Pause { until: Some(until) }),
+                (steps, Action::Escalate)
+            ]
+        );
+        let mut resumed = Vec::new();
+        b.tick(at(3600 + 19), &mut resumed);
+        assert!(resumed.is_empty(), "{resumed:?}");
+        b.tick(until, &mut resumed);
+        assert_eq!(actions(&resumed), [(steps, Action::Resume)]);
+    }
+
+    /// However many spends a window sees, a ledger keeps a bounded number
+    /// of slots, and a slot leaves the window no earlier than its last
+    /// spend would have.
+    #[test]
+    fn a_window_ledger_keeps_a_bounded_number_of_slots() {
+        let rule = BudgetRule {
+            cap: 1e12,
+            ..BudgetRule::token_throttle()
+        };
+        let mut b = Budgets::new(vec![rule]);
+        let p = pane("p1");
+        let mut out = Vec::new();
+        for ms in 0..600_000u64 {
+            b.observe(&p, &spend(ms, 1), 0.0, Timestamp::from_millis(ms), &mut out);
+        }
+        let ledger = b.ledgers.values().next().expect("a ledger");
+        assert!(ledger.spends.len() <= 65, "{} slots", ledger.spends.len());
+        assert_eq!(
+            ledger.total(Period::Window(Duration::from_secs(600))),
+            600_000.0
+        );
+        // Exactly counted, the first ms's spend has left the window; a slot
+        // leaves with its latest spend, so none has yet.
+        let usage = b.usage(Timestamp::from_millis(600_001));
+        assert_eq!(usage[0].spent, 600_000.0);
+        // 10 s on, exactly counted 590,000 remain: the first slot (ms 0 to
+        // 9,374, dated 9,374) has left, the second not.
+        let usage = b.usage(Timestamp::from_millis(610_000));
+        assert_eq!(usage[0].spent, 600_000.0 - 9_375.0);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use crate::core::time::Timestamp;
 use crate::core::usage::Usage;
 
-pub use budget::{BudgetRule, Budgets, Period, Price, Scope, Unit};
+pub use budget::{BudgetRule, Budgets, Period, Price, Scope, Unit, OUTPUT_BUDGET};
 pub use guard::{GuardHit, GuardRule};
 pub use loops::{LoopSettings, LoopState};
 
@@ -42,13 +42,30 @@ pub struct LineFacts {
     /// The pane's working directory at this line, with a tool call only
     /// (the guard judges `rm` targets against it; `None`: not known yet).
     pub cwd: Option<String>,
+    /// Log bytes ([`LOG_RECORD_BYTES`]) of the pane's output since its last
+    /// such count: set on a line
+    /// that crossed [`OUTPUT_STEP`] more bytes, 0 on every other line, so
+    /// the stream's common lines stay inert.
+    pub bytes: u64,
 }
+
+/// How much output a pane writes between two byte counts for the
+/// policies (a budget in bytes sees its spend in steps of this size).
+pub const OUTPUT_STEP: u64 = 64 * 1024;
+
+/// What the session log adds around a line it logs: the record
+/// `{"ts":"<24-character time>","pane":"<36-character id>","ev":` before
+/// it and `}` and a newline after (a raw line's record is 3 bytes more,
+/// with its escapes). Output is counted in log bytes, line plus this, as
+/// the disk sees it: a `yes` writes 2-byte lines, and 88-byte records.
+pub const LOG_RECORD_BYTES: u64 = 86;
 
 impl LineFacts {
     /// Nothing here can move any policy: no spend, no tool call, no
-    /// error, no message start, no finish.
+    /// error, no message start, no finish, no step of output.
     pub fn is_inert(&self) -> bool {
         self.usage.is_zero()
+            && self.bytes == 0
             && self.tool.is_none()
             && self.error.is_none()
             && !self.turn
@@ -285,7 +302,7 @@ pub enum Policy {
 }
 
 /// Every policy the daemon (or a fold) applies.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Policies {
     pub budgets: Vec<BudgetRule>,
     pub loops: LoopSettings,
@@ -293,6 +310,20 @@ pub struct Policies {
     /// Prices by model, then by runtime name, for harnesses that print
     /// tokens only.
     pub prices: BTreeMap<String, Price>,
+}
+
+/// Without configuration: the guard, loop detection and the output
+/// budget ([`BudgetRule::output`]), which keeps a runaway agent from
+/// filling the disk with its session log.
+impl Default for Policies {
+    fn default() -> Policies {
+        Policies {
+            budgets: vec![BudgetRule::output()],
+            loops: LoopSettings::default(),
+            guard: GuardSettings::default(),
+            prices: BTreeMap::new(),
+        }
+    }
 }
 
 impl Policies {
@@ -423,6 +454,7 @@ impl Governor {
     /// name's or the global spend outlives one pane).
     pub fn forget(&mut self, pane: &str) {
         self.panes.remove(pane);
+        self.budgets.forget_pane(pane);
     }
 }
 

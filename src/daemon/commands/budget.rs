@@ -51,6 +51,7 @@ pub(super) fn budget(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, C
         .into_iter()
         .map(|u| WireBudget {
             budget: u.rule,
+            unit: u.unit.as_str().to_string(),
             key: u.key,
             spent: u.spent,
             cap: u.cap,

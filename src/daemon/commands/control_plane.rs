@@ -9,6 +9,7 @@
 //! a request without `pane` acts as the operator and sees everything.
 
 use super::{mismatch, Call};
+use crate::core::policy::Unit;
 use crate::core::tasks::{Actor, NewTask, TaskError, TaskStatus};
 use crate::daemon::conn::Scope;
 use crate::daemon::control_plane::{wire_budget, BudgetView};
@@ -80,9 +81,10 @@ pub(super) fn state(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     Ok(Reply::State(StateReply { agents }))
 }
 
-/// The tightest budget of the policy engine that counts this pane's spend
-/// (its own ledger, its name's, its runtime's or the global one), once it
-/// has counted any: cap, spent and what is left, whole units.
+/// The tightest token budget of the policy engine that counts this pane's
+/// spend (its own ledger, its name's, its runtime's or the global one),
+/// once it has counted any: cap, spent and what is left, in tokens (the
+/// contract's `daily_tokens`; a budget of dollars or bytes is not one).
 fn governed_budget(
     d: &Daemon,
     pane_id: &str,
@@ -95,6 +97,7 @@ fn governed_budget(
         .budgets()
         .usage(now)
         .into_iter()
+        .filter(|u| u.unit == Unit::Tokens)
         .filter(|u| {
             u.key.is_empty()
                 || u.key == pane_id

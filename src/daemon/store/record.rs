@@ -316,6 +316,20 @@ mod tests {
         );
     }
 
+    /// The policies count a line's log bytes as the line plus
+    /// `LOG_RECORD_BYTES`: what an event record around it takes.
+    #[test]
+    fn an_event_record_adds_what_the_policies_count_for_it() {
+        let mut ts = TsText::default();
+        let now = Timestamp::from_millis(1_779_883_200_123);
+        let pane = "3f2a9c1d-0000-4000-8000-000000000001";
+        let line = br#"{"type":"turn_start"}"#;
+        let mut out = Vec::new();
+        encode_event(&mut out, &mut ts, now, pane, line);
+        let added = (out.len() - line.len()) as u64;
+        assert_eq!(added, crate::core::policy::LOG_RECORD_BYTES);
+    }
+
     #[test]
     fn strings_escape_like_serde_json() {
         let cases: [&[u8]; 5] = [
