@@ -2236,8 +2236,18 @@ impl SessionStore {
             // A torn tail is cut by the next write; rotate after that.
             .filter(|(_, s)| s.repair.is_none())
             .filter(|(_, s)| {
-                (rb > 0 && s.meta.bytes >= s.rotate_base_bytes.saturating_add(rb))
-                    || (rt > 0 && s.meta.turn_count >= s.rotate_base_turns.saturating_add(rt))
+                let base = s.rotate_base_bytes;
+                let grown = s.meta.bytes.saturating_sub(base);
+                // A rotation reads the whole log. Once the log is larger
+                // than `rotate_bytes` (it kept most of itself: a chatty
+                // agent with no deltas to drop), the next waits until it
+                // grew by half, so a growing log is read about 3 times in
+                // all, not once every `rotate_bytes` (quadratic).
+                let floor = if rb > 0 && base > rb { base / 2 } else { 0 };
+                (rb > 0 && grown >= rb.max(floor))
+                    || (rt > 0
+                        && s.meta.turn_count >= s.rotate_base_turns.saturating_add(rt)
+                        && grown >= floor)
             })
             .max_by_key(|(_, s)| s.meta.bytes.saturating_sub(s.rotate_base_bytes))
             .map(|(i, _)| i)

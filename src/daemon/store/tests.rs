@@ -2268,3 +2268,42 @@ fn a_compaction_whose_log_is_replaced_meanwhile_is_reported_given_up() {
     assert!(!store.compaction_pending("s1"));
     assert!(store.compaction_step(200).is_none(), "no job left");
 }
+
+/// A log rotation cannot shrink (no finished turn's deltas) is not read
+/// whole every `rotate_bytes`: once it is past `rotate_bytes`, the next
+/// rotation waits until it grew by half, so rotations read the log a
+/// bounded number of times over, not a number growing with its size.
+#[test]
+fn a_log_with_nothing_to_drop_is_rotated_geometrically_not_every_rotate_bytes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.rotate_bytes = 4096;
+    let (mut store, _) = open(&cfg);
+    store.set_classifier(Box::new(classify));
+    let (mut read, mut rotations) = (0u64, 0u64);
+    for n in 0..4000u64 {
+        // Tool calls are kept: nothing to drop.
+        store.append("s1", "p", LineRecord::Event(&ev("tool", n)), at(n));
+        if n % 20 != 19 {
+            continue;
+        }
+        drain(&mut store);
+        let before = store.get("s1").expect("s1").bytes;
+        if store.heartbeat(at(n)).is_some() {
+            let (done, _) = finish_rotation(&mut store, usize::MAX);
+            let report = done.outcome.as_ref().expect("rotated");
+            assert_eq!(report.dropped_lines, 0);
+            read += before;
+            rotations += 1;
+        }
+    }
+    let appended = store.get("s1").expect("s1").bytes;
+    // Every rotate_bytes, 66 rotations read 33 times the log; so, 10
+    // rotations read it 2.4 times.
+    assert!(rotations <= 12, "{rotations} rotations");
+    assert!(
+        read <= 3 * appended,
+        "rotations read {read} of a {appended}-byte log"
+    );
+    assert!(rotations >= 5, "the log is still rotated: {rotations}");
+}
