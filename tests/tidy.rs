@@ -70,6 +70,10 @@ fn every_watch_kind() -> Vec<WatchKind> {
             pid: None,
             runtime: None,
         },
+        WatchKind::Runtime {
+            pane: p(),
+            runtime: colibri::core::taxonomy::Runtime::Pi,
+        },
         WatchKind::State {
             pane: p(),
             from: AgentState::Idle,
@@ -187,6 +191,7 @@ fn every_watch_kind() -> Vec<WatchKind> {
     for k in &all {
         match k {
             WatchKind::Attached { .. }
+            | WatchKind::Runtime { .. }
             | WatchKind::State { .. }
             | WatchKind::Stalled { .. }
             | WatchKind::Unstalled { .. }

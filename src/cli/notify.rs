@@ -187,6 +187,11 @@ impl Notifier {
                 },
             );
         }
+        if event == "runtime" {
+            if let (Some(info), Some(rt)) = (self.panes.get_mut(&pane), ev["runtime"].as_str()) {
+                info.runtime = Some(rt.to_string());
+            }
+        }
         let info = self.panes.get(&pane).cloned().unwrap_or_default();
         if info.name.as_deref() == Some(NOTIFY_PANE) {
             return;

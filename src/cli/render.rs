@@ -497,6 +497,9 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             }
             s
         }
+        WatchKind::Runtime { pane, runtime } => {
+            format!("{} runtime: {}", who(pane), runtime.as_str())
+        }
         WatchKind::State {
             pane,
             from,

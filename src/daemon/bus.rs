@@ -554,6 +554,7 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
             )),
         )),
         WatchKind::State { .. }
+        | WatchKind::Runtime { .. }
         | WatchKind::ApprovalAnswered { .. }
         | WatchKind::ApprovalExpired { .. }
         | WatchKind::Paused { .. }

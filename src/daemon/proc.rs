@@ -172,6 +172,12 @@ impl Daemon {
         agent.runtime_indexed = true;
         self.store
             .ensure_session(&agent.session, Some(rt.as_str()), None, t);
+        // `attached` carried the runtime the recipe named; one detected
+        // from the output is told now (notify's `runtimes` filters need it).
+        if agent.recipe.as_ref().is_some_and(|r| r.runtime.is_none()) {
+            let pane = agent.pane_id.clone();
+            self.publish(WatchKind::Runtime { pane, runtime: rt }, t);
+        }
     }
 
     pub(crate) fn exit_notice(&mut self, key: PaneKey, t: Timestamp) {

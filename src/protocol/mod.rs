@@ -1172,6 +1172,12 @@ pub enum WatchKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         runtime: Option<Runtime>,
     },
+    /// A pane's runtime, detected from its output: sent once, for a pane
+    /// whose `attached` named none (`colibri spawn -- node pi.js`).
+    Runtime {
+        pane: String,
+        runtime: Runtime,
+    },
     State {
         pane: String,
         from: AgentState,
@@ -1311,6 +1317,7 @@ impl WatchKind {
     pub fn pane(&self) -> Option<&str> {
         match self {
             WatchKind::Attached { pane, .. }
+            | WatchKind::Runtime { pane, .. }
             | WatchKind::State { pane, .. }
             | WatchKind::Stalled { pane, .. }
             | WatchKind::Unstalled { pane }

@@ -285,6 +285,11 @@ fn apply_to_pane(entry: &mut PaneEntry, kind: &str, ev: &Value, at: &Value) {
         "resumed" => {
             info.insert("paused".into(), Value::Bool(false));
         }
+        "runtime" => {
+            if let Some(v) = ev.get("runtime") {
+                info.insert("runtime".into(), v.clone());
+            }
+        }
         "attached" => {
             for k in ["agent", "name", "pid"] {
                 if let Some(v) = ev.get(k) {

@@ -393,6 +393,49 @@ fn a_pane_started_after_notify_has_the_runtime_it_was_spawned_with() {
     assert_eq!(env, "pi");
 }
 
+/// A pane spawned without a runtime whose output shows Pi's: the daemon
+/// tells the detected runtime (a `runtime` event), so notify's `runtimes`
+/// filter matches it and the payload says `pi`.
+#[test]
+fn a_runtime_detected_from_the_output_reaches_notify() {
+    let d = Colibrid::start(&[]);
+    let out = d.dir.path().join("out");
+    std::fs::create_dir(&out).expect("out dir");
+    let config = d.dir.path().join("colibri.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[notify]]\nkind = \"exec\"\nruntimes = [\"pi\"]\ncommand = [\"/bin/sh\", \"-c\", \"cat > \\\"$0/$COLIBRI_NAME.tmp\\\" && mv \\\"$0/$COLIBRI_NAME.tmp\\\" \\\"$0/$COLIBRI_NAME.json\\\"\", \"{}\"]\n",
+            out.display()
+        ),
+    )
+    .expect("config");
+    let cursor = d.dir.path().join("cursor");
+    let _notify = Notify::start(&d, &config, &cursor);
+    let mut w = d.client();
+    w.request(&json!({"cmd":"watch"}));
+    let a = d.spawn(&["/bin/sh", "-c", "sleep 60"], json!({"name":"found"}));
+    let events = read_until(&mut w, attached(&a));
+    assert!(events.last().is_some_and(|e| e.get("runtime").is_none()));
+    d.ok(json!({"cmd":"emit","agent_id": a,
+        "event":{"type":"session","version":3,"id":"s-1","cwd":"/tmp"}}));
+    let told = read_until(&mut w, |e| e["event"] == json!("runtime"));
+    let ev = told.last().expect("the runtime event");
+    assert_eq!(
+        (&ev["pane"], &ev["runtime"]),
+        (&json!(a), &json!("pi")),
+        "{ev}"
+    );
+    block(&d, &a);
+    let got: Value = wait_for(Duration::from_secs(30), "the command's output", || {
+        std::fs::read(out.join("found.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    });
+    assert_eq!(got["pane"], json!(a), "{got}");
+    assert_eq!(got["runtime"], json!("pi"), "{got}");
+}
+
 #[test]
 fn colibrid_supervises_colibri_notify_when_sinks_are_configured() {
     let conf_dir = tempfile::tempdir().expect("tempdir");

@@ -90,6 +90,7 @@ function applyEvent(ev) {
       case "paused": i.paused = true; break;
       case "resumed": i.paused = false; break;
       case "attached": if (ev.name) i.name = ev.name; i.agent = ev.agent; break;
+      case "runtime": i.runtime = ev.runtime; break;
     }
     p.dirty = true;
   }
@@ -253,6 +254,7 @@ function describe(ev) {
     case "exited": return "exited " + (ev.code !== undefined ? "code " + ev.code : "signal " + ev.signal);
     case "stalled": return "stalled (" + Math.round(ev.silent_ms / 1000) + "s silent)";
     case "task": return "task " + ev.task_id + " " + ev.status;
+    case "runtime": return "runtime " + ev.runtime;
     default: return ev.event + (ev.message ? ": " + ev.message : "");
   }
 }
