@@ -754,6 +754,10 @@ pub struct SessionStore {
     classifier: Option<Box<Classifier>>,
     /// The rotation in progress, if any: `(session, job)`.
     rotation: Option<(usize, compact::Job)>,
+    /// The heartbeat count when the rotation in progress started, and
+    /// whether its waiters were told the log writer stalled under it.
+    rotation_since: u64,
+    rotation_stall_told: bool,
     /// Sessions `compact-session` asked for, oldest first, with the
     /// heartbeat count when asked: each started as the rotation once none
     /// runs and its log has no torn tail to cut.
@@ -864,6 +868,8 @@ impl SessionStore {
             heartbeats: 0,
             classifier: None,
             rotation: None,
+            rotation_since: 0,
+            rotation_stall_told: false,
             compact_requests: VecDeque::new(),
             compactions_given_up: Vec::new(),
             unreported_replacements: 0,
@@ -1793,7 +1799,7 @@ impl SessionStore {
                 let s = &self.sessions[i];
                 let job = compact::Job::new(&s.path, s.meta.runtime.as_deref(), self.last_now);
                 started = Some(s.meta.id.clone());
-                self.rotation = Some((i, job));
+                self.start_job(i, job);
             }
         }
         if self.index_dirty && self.index_draft.is_none() {
@@ -1877,26 +1883,52 @@ impl SessionStore {
         std::mem::take(&mut self.compactions_given_up)
     }
 
-    /// Gives up the asked-for compactions still waiting for their log's
-    /// torn tail to be cut [`COMPACT_REPAIR_HEARTBEATS`] heartbeats after
-    /// they were asked for (the cut keeps failing: a read-only or failing
-    /// disk), so no client waits for ever.
+    /// Gives up the asked-for compactions still waiting
+    /// [`COMPACT_REPAIR_HEARTBEATS`] heartbeats after they were asked for,
+    /// for their log's torn tail to be cut (the cut keeps failing: a
+    /// read-only or failing disk) or for a stalled log writer (a frozen
+    /// filesystem), so no client waits for ever. A compaction already
+    /// running under a stalled writer goes on once writes resume; its
+    /// waiters are told so, once.
     fn give_up_blocked_compactions(&mut self) {
         let now = self.heartbeats;
+        let writer_stuck = self.stalled && self.in_flight;
         let sessions = &self.sessions;
         let (stuck, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.compact_requests)
             .into_iter()
             .partition(|&(i, at)| {
-                sessions[i].repair.is_some() && now >= at.saturating_add(COMPACT_REPAIR_HEARTBEATS)
+                (sessions[i].repair.is_some() || writer_stuck)
+                    && now >= at.saturating_add(COMPACT_REPAIR_HEARTBEATS)
             });
         self.compact_requests = waiting.into();
+        let error = match &self.health.last_error {
+            Some(e) => format!(" ({e})"),
+            None => String::new(),
+        };
         for (i, _) in stuck {
-            let why = match &self.health.last_error {
-                Some(e) => format!("its torn last line could not be cut ({e})"),
-                None => "its torn last line could not be cut".to_string(),
+            let why = if self.sessions[i].repair.is_some() {
+                format!("its torn last line could not be cut{error}")
+            } else {
+                format!("session log writes have stalled{error}")
             };
             self.compactions_given_up
                 .push((self.sessions[i].meta.id.clone(), why));
+        }
+        let Some((i, _)) = &self.rotation else {
+            return;
+        };
+        if writer_stuck
+            && !self.rotation_stall_told
+            && now
+                >= self
+                    .rotation_since
+                    .saturating_add(COMPACT_REPAIR_HEARTBEATS)
+        {
+            self.rotation_stall_told = true;
+            let why =
+                format!("session log writes have stalled{error}; it goes on when they resume");
+            self.compactions_given_up
+                .push((self.sessions[*i].meta.id.clone(), why));
         }
     }
 
@@ -1924,8 +1956,15 @@ impl SessionStore {
         let (i, _) = self.compact_requests.remove(pos)?;
         let s = &self.sessions[i];
         let job = compact::Job::new(&s.path, s.meta.runtime.as_deref(), self.last_now);
+        let id = s.meta.id.clone();
+        self.start_job(i, job);
+        Some(id)
+    }
+
+    fn start_job(&mut self, i: usize, job: compact::Job) {
         self.rotation = Some((i, job));
-        Some(s.meta.id.clone())
+        self.rotation_since = self.heartbeats;
+        self.rotation_stall_told = false;
     }
 
     /// Advances the running rotation by at most `budget_bytes` of log

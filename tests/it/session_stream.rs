@@ -405,3 +405,57 @@ fn compact_session_is_answered_to_a_client_that_half_closed() {
     assert_eq!(r["ok"], json!(true), "reply: {reply:?}");
     assert!(r["data"]["dropped_lines"].as_u64() >= Some(12_000), "{r}");
 }
+
+/// compact-session under a log writer that stalls (a frozen filesystem)
+/// is answered with an error a few heartbeats on, not left waiting; the
+/// compaction goes on once the writer thaws.
+#[test]
+fn compact_session_under_a_stalled_writer_is_answered_and_runs_after_the_thaw() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stall = dir.path().join("stall");
+    let stall_env = stall.display().to_string();
+    let d = Colibrid::start_with_env(
+        &["--heartbeat", "200ms"],
+        &[("COLIBRI_TEST_WRITER_STALL", &stall_env)],
+    );
+    let log_path = finished_turn_session(&d, "frozen", 200);
+    let before = std::fs::metadata(&log_path).expect("log").len();
+    std::fs::write(&stall, "").expect("freeze the log writer");
+    // A batch for the writer, which freezes on it.
+    d.spawn(
+        &["/bin/sh", "-c", "echo hello; sleep 60"],
+        json!({"session_id":"other"}),
+    );
+    wait_for(Duration::from_secs(10), "the writer's stall", || {
+        let st = d.request(json!({"cmd":"status"}));
+        st["data"]["logs"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("stalled"))
+            .then_some(())
+    });
+    let mut asker = UnixStream::connect(&d.socket).expect("connect");
+    asker
+        .write_all(b"{\"cmd\":\"compact-session\",\"session_id\":\"frozen\",\"id\":3}\n")
+        .expect("ask");
+    asker
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut line = String::new();
+    BufReader::new(&asker)
+        .read_line(&mut line)
+        .expect("an answer within 10 s");
+    let reply: Value = serde_json::from_str(&line).expect("a JSON reply");
+    assert_eq!(reply["ok"], json!(false), "{reply}");
+    assert_eq!(reply["id"], json!(3), "{reply}");
+    let msg = reply["error"].as_str().unwrap_or_default();
+    assert!(msg.contains("stalled") && msg.contains("goes on"), "{msg}");
+    std::fs::remove_file(&stall).expect("thaw");
+    wait_for(
+        Duration::from_secs(20),
+        "the compaction after the thaw",
+        || {
+            let now = std::fs::metadata(&log_path).ok()?.len();
+            (now < before / 10).then_some(())
+        },
+    );
+}

@@ -2307,3 +2307,53 @@ fn a_log_with_nothing_to_drop_is_rotated_geometrically_not_every_rotate_bytes() 
     );
     assert!(rotations >= 5, "the log is still rotated: {rotations}");
 }
+
+/// A compaction asked for while the log writer is stalled (a frozen
+/// filesystem) cannot take a step: its client is told so after
+/// `COMPACT_REPAIR_HEARTBEATS` heartbeats, once, and the job goes on once
+/// writes resume; one queued behind it is given up.
+#[test]
+fn compactions_under_a_stalled_writer_are_answered_and_the_running_one_goes_on() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    store.set_classifier(Box::new(classify));
+    for s in ["s1", "s2"] {
+        for n in 0..20 {
+            store.append(s, "p", LineRecord::Event(&ev("delta", n)), at(n));
+        }
+        store.append(s, "p", LineRecord::Event(&ev("turn_end", 20)), at(20));
+    }
+    drain(&mut store);
+    // A batch with the writer that never finishes.
+    store.in_flight = true;
+    store.stalled = true;
+    store.request_compaction("s1").expect("asked");
+    store.request_compaction("s2").expect("asked");
+    assert!(matches!(
+        store.compaction_step(1 << 20),
+        Some(CompactionProgress::Working { read_bytes: 0 })
+    ));
+    for n in 0..COMPACT_REPAIR_HEARTBEATS {
+        assert!(store.take_given_up_compactions().is_empty());
+        store.heartbeat(at(100 + n));
+    }
+    let mut given_up = store.take_given_up_compactions();
+    given_up.sort();
+    let sessions: Vec<&str> = given_up.iter().map(|g| g.0.as_str()).collect();
+    assert_eq!(sessions, ["s1", "s2"], "{given_up:?}");
+    assert!(
+        given_up[0].1.contains("goes on when they resume"),
+        "{given_up:?}"
+    );
+    assert!(given_up[1].1.contains("stalled"), "{given_up:?}");
+    assert!(!store.compaction_pending("s2"), "the queued one is dropped");
+    store.heartbeat(at(200));
+    assert!(store.take_given_up_compactions().is_empty(), "told once");
+    // The writer recovers: the running job ends as usual.
+    store.in_flight = false;
+    store.stalled = false;
+    let (done, _) = finish_rotation(&mut store, 1 << 20);
+    assert_eq!(done.session, "s1");
+    assert_eq!(done.outcome.as_ref().expect("compacted").dropped_lines, 20);
+}
