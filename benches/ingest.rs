@@ -104,6 +104,7 @@ fn fold_and_log(runtime: Runtime, bytes: &[u8], dir: &std::path::Path) -> u64 {
         buffer_limit: 8 << 20,
         rotate_bytes: u64::MAX,
         rotate_turns: u64::MAX,
+        retain: std::time::Duration::ZERO,
     };
     let Ok((mut store, _)) = SessionStore::open(cfg) else {
         return 0;

@@ -169,6 +169,7 @@ struct RawSessions {
     rotate_turns: Option<u64>,
     flush_budget: Option<Spanned<u64>>,
     buffer_limit: Option<Spanned<u64>>,
+    retain: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -306,6 +307,7 @@ impl Validator<'_> {
             rotate_turns: s.rotate_turns,
             flush_budget: self.opt(s.flush_budget, "sessions.flush_budget", positive_usize),
             buffer_limit: self.opt(s.buffer_limit, "sessions.buffer_limit", positive_usize),
+            retain: self.opt(s.retain, "sessions.retain", |v| parse_duration(&v)),
         }
     }
 

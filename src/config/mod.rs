@@ -236,6 +236,8 @@ layered! {
         rotate_turns: u64 = DEFAULT_ROTATE_TURNS,
         flush_budget: usize = DEFAULT_FLUSH_BUDGET,
         buffer_limit: usize = DEFAULT_BUFFER_LIMIT,
+        #[serde(serialize_with = "render::duration")]
+        retain: Duration = Duration::ZERO,
     }
 }
 

@@ -63,6 +63,7 @@ fn defaults_match_the_spec() {
             rotate_turns: 500,
             flush_budget: 4_194_304,
             buffer_limit: 8_388_608,
+            retain: Duration::ZERO,
         }
     );
     let minutes: Vec<u64> = config

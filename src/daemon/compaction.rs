@@ -1,4 +1,5 @@
-//! `compact-session`'s replies. The compaction runs as the store's
+//! `compact-session`'s replies, and what the store's other jobs on whole
+//! logs (retention) report. The compaction runs as the store's
 //! rotation job, a bounded slice per wakeup (`SessionStore::
 //! request_compaction`), so compacting a log of gigabytes never holds the
 //! loop; the request is answered when the job ends, echoing its `id`.
@@ -7,6 +8,7 @@
 use serde_json::Value;
 
 use crate::core::time::Timestamp;
+use crate::daemon::diag::log_info;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::ConnId;
 use crate::daemon::store::{RotationDone, StoreError};
@@ -85,6 +87,20 @@ impl Daemon {
                 self.send(w.conn, line.into(), t);
             }
         }
+    }
+
+    /// Says which finished sessions `[sessions] retain` deleted.
+    pub(crate) fn log_retired_sessions(&mut self) {
+        let retired = self.store.take_retired();
+        if retired.is_empty() {
+            return;
+        }
+        let retain = humantime::format_duration(self.settings.store.retain);
+        log_info!(
+            "deleted the logs of {} finished session(s) last written over {retain} ago ([sessions] retain): {}",
+            retired.len(),
+            retired.join(", ")
+        );
     }
 
     /// Removes and returns the waiters of `session`'s compaction.

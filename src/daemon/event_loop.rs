@@ -427,6 +427,7 @@ impl Daemon {
             }
         }
         self.answer_given_up_compactions(t);
+        self.log_retired_sessions();
         self.bus.end_pass(&mut self.conns, &mut self.dirty_conns, t);
         // No reply or watch event leaves before its log holds the lines it
         // reports and the watch journal the events (a crash could lose

@@ -56,6 +56,7 @@ impl Settings {
                 buffer_limit: cfg.sessions.buffer_limit,
                 rotate_bytes: cfg.sessions.rotate_bytes,
                 rotate_turns: cfg.sessions.rotate_turns,
+                retain: cfg.sessions.retain,
             },
             restart_backoff: cfg.restart.backoff.clone(),
             max_restarts: cfg.restart.max_restarts,

@@ -35,6 +35,7 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 
@@ -62,6 +63,10 @@ const SPARE_BUF_MAX: usize = 1 << 20;
 /// Heartbeats an asked-for compaction waits for its log's torn tail to be
 /// cut before it is given up.
 pub const COMPACT_REPAIR_HEARTBEATS: u64 = 2;
+/// Most sessions a heartbeat hands the writer to delete for `retain`, and
+/// most it looks at (round robin), so one heartbeat's work stays small.
+const RETIRE_PER_HEARTBEAT: usize = 64;
+const RETIRE_SCAN_PER_HEARTBEAT: usize = 4096;
 /// Heartbeats to wait before retrying a failed rotation.
 const ROTATE_RETRY_HEARTBEATS: u64 = 10;
 /// A drained buffer with more capacity than this is shrunk back.
@@ -93,6 +98,9 @@ pub struct StoreConfig {
     pub rotate_bytes: u64,
     /// ... or after this many more turns; 0 disables.
     pub rotate_turns: u64,
+    /// A finished session whose log was last written longer ago than this
+    /// is deleted (its log) and forgotten; zero keeps every log.
+    pub retain: Duration,
 }
 
 /// A state directory every user may write to would let anyone plant,
@@ -142,6 +150,25 @@ pub struct SessionMeta {
     pub exit_signal: Option<i32>,
     /// Times the log was compacted.
     pub rotated: u32,
+}
+
+impl SessionMeta {
+    /// An empty session's metadata (no id), created at `now`.
+    fn new_at(now: Timestamp) -> SessionMeta {
+        SessionMeta {
+            id: String::new(),
+            panes: Vec::new(),
+            runtime: None,
+            cwd: None,
+            created_at: now,
+            turn_count: 0,
+            bytes: 0,
+            final_state: None,
+            exit_code: None,
+            exit_signal: None,
+            rotated: 0,
+        }
+    }
 }
 
 /// Bytes buffered while a batch is with the writer before running agents
@@ -306,6 +333,8 @@ pub struct StoreHealth {
     /// Logs found deleted or replaced while the daemon wrote them; the
     /// records written to the lost file before that was noticed are gone.
     pub replaced_logs: u64,
+    /// Finished sessions whose logs `retain` deleted.
+    pub retired_sessions: u64,
 }
 
 /// How [`SessionStore::shutdown_flush`] left the acknowledged records.
@@ -541,6 +570,9 @@ struct Session {
     append_failed: bool,
     /// Times this session's log was found deleted or replaced.
     replaced: u32,
+    /// Its log was deleted by `retain` and it was forgotten: the slot is
+    /// free for the next new session (indices elsewhere stay valid).
+    retired: bool,
     /// Test hook: write this session's records to another file
     /// (`/dev/full` simulates ENOSPC).
     #[cfg(test)]
@@ -567,6 +599,7 @@ impl Session {
             append_retry_at: 0,
             append_failed: false,
             replaced: 0,
+            retired: false,
             #[cfg(test)]
             redirect: None,
         }
@@ -754,6 +787,12 @@ pub struct SessionStore {
     classifier: Option<Box<Classifier>>,
     /// The rotation in progress, if any: `(session, job)`.
     rotation: Option<(usize, compact::Job)>,
+    /// Slots of retired sessions, reused by new ones.
+    free_slots: Vec<usize>,
+    /// Sessions retired since [`SessionStore::take_retired`] last ran.
+    retired_now: Vec<String>,
+    /// Where the next heartbeat's look for sessions past `retain` starts.
+    retire_cursor: usize,
     /// The heartbeat count when the rotation in progress started, and
     /// whether its waiters were told the log writer stalled under it.
     rotation_since: u64,
@@ -868,6 +907,9 @@ impl SessionStore {
             heartbeats: 0,
             classifier: None,
             rotation: None,
+            free_slots: Vec::new(),
+            retired_now: Vec::new(),
+            retire_cursor: 0,
             rotation_since: 0,
             rotation_stall_told: false,
             compact_requests: VecDeque::new(),
@@ -1390,6 +1432,7 @@ impl SessionStore {
                     batch.put_down.push(i);
                 }
             }
+            self.retire_candidates(&mut batch);
         }
         let mut left = budget;
         let mut rounds = self.dirty.len();
@@ -1542,6 +1585,9 @@ impl SessionStore {
         }
         for i in done.moved {
             self.log_replaced(i);
+        }
+        for i in done.retired {
+            self.retire(i);
         }
         if let (Some(n), true) = (covers, all_written) {
             self.logged_through = n;
@@ -1836,7 +1882,11 @@ impl SessionStore {
             .saturating_add(draft.per_step)
             .min(self.sessions.len());
         for s in &self.sessions[draft.next..end] {
-            draft.push(&s.index_entry());
+            if s.retired {
+                draft.skip();
+            } else {
+                draft.push(&s.index_entry());
+            }
         }
         if draft.next < self.sessions.len() {
             return;
@@ -2020,7 +2070,11 @@ impl SessionStore {
 
     /// Sessions in creation order.
     pub fn list(&self) -> Vec<&SessionMeta> {
-        self.sessions.iter().map(|s| &s.meta).collect()
+        self.sessions
+            .iter()
+            .filter(|s| !s.retired)
+            .map(|s| &s.meta)
+            .collect()
     }
 
     pub fn get(&self, id: &str) -> Option<&SessionMeta> {
@@ -2144,20 +2198,20 @@ impl SessionStore {
         }
         let meta = SessionMeta {
             id: id.to_string(),
-            panes: Vec::new(),
-            runtime: None,
-            cwd: None,
-            created_at: now,
-            turn_count: 0,
-            bytes: 0,
-            final_state: None,
-            exit_code: None,
-            exit_signal: None,
-            rotated: 0,
+            ..SessionMeta::new_at(now)
         };
         let path = self.cfg.dir.join(format!("{id}{LOG_SUFFIX}"));
-        self.sessions.push(Session::new(meta, path));
-        let i = self.sessions.len() - 1;
+        let session = Session::new(meta, path);
+        let i = match self.free_slots.pop() {
+            Some(i) => {
+                self.sessions[i] = session;
+                i
+            }
+            None => {
+                self.sessions.push(session);
+                self.sessions.len() - 1
+            }
+        };
         self.by_id.insert(id.to_string(), i);
         self.index_dirty = true;
         Some(i)
@@ -2263,6 +2317,83 @@ impl SessionStore {
         self.unreported_replacements += 1;
         self.index_dirty = true;
         self.record_error(msg);
+    }
+
+    /// Up to [`RETIRE_PER_HEARTBEAT`] finished sessions, round robin, for
+    /// the writer to delete if their log was last written before the
+    /// `retain` cutoff (it reads the file's time: no stat on the loop).
+    fn retire_candidates(&mut self, batch: &mut Batch) {
+        let retain = self.cfg.retain;
+        let now_ms = self.last_now.as_millis();
+        if retain.is_zero() || now_ms <= retain.as_millis() as u64 || self.sessions.is_empty() {
+            return;
+        }
+        let cutoff = SystemTime::UNIX_EPOCH + Duration::from_millis(now_ms) - retain;
+        let n = self.sessions.len();
+        let start = self.retire_cursor % n;
+        for k in 0..n.min(RETIRE_SCAN_PER_HEARTBEAT) {
+            let i = (start + k) % n;
+            if self.retirable(i) {
+                batch.retire.push((i, self.sessions[i].path.clone()));
+                if batch.retire.len() >= RETIRE_PER_HEARTBEAT {
+                    break;
+                }
+            }
+        }
+        self.retire_cursor = start + n.min(RETIRE_SCAN_PER_HEARTBEAT);
+        if !batch.retire.is_empty() {
+            batch.retire_before = Some(cutoff);
+        }
+    }
+
+    /// Whether session `i` is finished and idle: no live pane, nothing
+    /// buffered or with the writer, no torn tail, no compaction.
+    fn retirable(&self, i: usize) -> bool {
+        let s = &self.sessions[i];
+        !s.retired
+            && s.live.is_empty()
+            && s.pending() == 0
+            && s.inflight == 0
+            && !s.queued
+            && s.repair.is_none()
+            && self.rotation.as_ref().is_none_or(|(r, _)| *r != i)
+            && !self.compact_requests.iter().any(|r| r.0 == i)
+    }
+
+    /// The writer deleted session `i`'s log (or found it gone): forget the
+    /// session, unless a pane started writing to it meanwhile; then it is
+    /// a new log under the same id.
+    fn retire(&mut self, i: usize) {
+        let now = self.last_now;
+        let s = &mut self.sessions[i];
+        if s.retired {
+            return;
+        }
+        self.index_dirty = true;
+        if !s.live.is_empty() || s.pending() > 0 || s.queued {
+            s.meta = SessionMeta {
+                id: std::mem::take(&mut s.meta.id),
+                panes: s.live.clone(),
+                runtime: s.meta.runtime.take(),
+                cwd: s.meta.cwd.take(),
+                ..SessionMeta::new_at(now)
+            };
+            s.rotate_base_bytes = 0;
+            s.rotate_base_turns = 0;
+            return;
+        }
+        self.by_id.remove(&s.meta.id);
+        self.health.retired_sessions += 1;
+        let id = std::mem::take(&mut s.meta.id);
+        *s = Session::new(SessionMeta::new_at(now), PathBuf::new());
+        s.retired = true;
+        self.free_slots.push(i);
+        self.retired_now.push(id);
+    }
+
+    /// Sessions forgotten by `retain` since the last call, for the log.
+    pub fn take_retired(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.retired_now)
     }
 
     /// The session most overdue for rotation, if any.

@@ -459,3 +459,46 @@ fn compact_session_under_a_stalled_writer_is_answered_and_runs_after_the_thaw() 
         },
     );
 }
+
+/// `[sessions] retain`: the log of a finished session last written longer
+/// ago than that is deleted at a heartbeat and the session is forgotten;
+/// a finished session written since stays.
+#[test]
+fn retain_deletes_old_finished_logs_and_keeps_recent_ones() {
+    let conf = tempfile::tempdir().expect("tempdir");
+    let config = conf.path().join("colibri.toml");
+    std::fs::write(&config, "[sessions]\nretain = \"1d\"\n").expect("config");
+    let d = Colibrid::start(&[
+        "--config",
+        &config.display().to_string(),
+        "--heartbeat",
+        "200ms",
+    ]);
+    let old = finished_turn_session(&d, "old", 10);
+    let recent = finished_turn_session(&d, "recent", 10);
+    let ten_days = std::time::SystemTime::now() - Duration::from_secs(10 * 86_400);
+    std::fs::File::options()
+        .append(true)
+        .open(&old)
+        .expect("open the log")
+        .set_modified(ten_days)
+        .expect("age the log");
+    wait_for(
+        Duration::from_secs(10),
+        "the old session's retirement",
+        || {
+            let sessions = d.ok(json!({"cmd":"list-sessions"}));
+            let ids: Vec<&str> = sessions
+                .as_array()?
+                .iter()
+                .filter_map(|s| s["id"].as_str())
+                .collect();
+            (!ids.contains(&"old")).then_some(())
+        },
+    );
+    assert!(!old.exists(), "the old log is deleted");
+    assert!(recent.exists(), "the recent log stays");
+    let gone = d.request(json!({"cmd":"get-session","session_id":"old"}));
+    assert_eq!(gone["ok"], json!(false), "{gone}");
+    assert_eq!(gone["code"], json!("not_found"), "{gone}");
+}

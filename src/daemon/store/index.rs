@@ -85,6 +85,8 @@ pub(super) struct IndexDraft {
     pub next: usize,
     /// Sessions per step (`usize::MAX`: all at once, at shutdown).
     pub per_step: usize,
+    /// Entries encoded so far (retired sessions' slots are skipped).
+    written: usize,
     failed: bool,
 }
 
@@ -95,15 +97,22 @@ impl IndexDraft {
             text,
             next: 0,
             per_step,
+            written: 0,
             failed: false,
         }
     }
 
+    /// Passes over a slot with no session in it (a retired one).
+    pub fn skip(&mut self) {
+        self.next += 1;
+    }
+
     pub fn push(&mut self, entry: &IndexEntryView<'_>) {
-        if self.next > 0 {
+        if self.written > 0 {
             self.text.push(b',');
         }
         self.next += 1;
+        self.written += 1;
         // Plain strings and integers into a Vec: serde_json cannot refuse
         // them, but a draft that failed is dropped, not written torn.
         if serde_json::to_writer(&mut self.text, entry).is_err() {

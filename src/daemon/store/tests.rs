@@ -21,6 +21,7 @@ fn config(dir: &Path) -> StoreConfig {
         buffer_limit: 1 << 20,
         rotate_bytes: 0,
         rotate_turns: 0,
+        retain: Duration::ZERO,
     }
 }
 
@@ -2356,4 +2357,86 @@ fn compactions_under_a_stalled_writer_are_answered_and_the_running_one_goes_on()
     let (done, _) = finish_rotation(&mut store, 1 << 20);
     assert_eq!(done.session, "s1");
     assert_eq!(done.outcome.as_ref().expect("compacted").dropped_lines, 20);
+}
+
+fn finished(store: &mut SessionStore, session: &str, pane: &str, t: Timestamp) {
+    let argv = vec!["pi".to_string()];
+    store.attach(session, &attach_rec(pane, &argv), t);
+    store.append(session, pane, LineRecord::Event(&ev("turn_end", 1)), t);
+    store.exit(
+        session,
+        &ExitRecord {
+            pane,
+            state: "done",
+            code: Some(0),
+            signal: None,
+            reason: None,
+        },
+        t,
+    );
+}
+
+fn real_now() -> Timestamp {
+    let since = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after 1970");
+    Timestamp::from_millis(since.as_millis() as u64)
+}
+
+/// `[sessions] retain`: a finished session whose log was last written
+/// before the cutoff has its log deleted and leaves the list and the
+/// index; a running one and a recent one stay; the freed slot takes the
+/// next new session, and the same id later starts a new log, not a
+/// "replaced" one.
+#[test]
+fn retain_deletes_finished_logs_older_than_the_cutoff_and_forgets_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.retain = Duration::from_secs(86_400);
+    let (mut store, _) = open(&cfg);
+    let t = real_now();
+    finished(&mut store, "old", "p1", t);
+    finished(&mut store, "recent", "p2", t);
+    let argv = vec!["pi".to_string()];
+    store.attach("running", &attach_rec("p3", &argv), t);
+    drain(&mut store);
+    // `old` was last written ten days ago, and so was `running` (a quiet
+    // agent); `recent` now.
+    let ten_days = SystemTime::now() - Duration::from_secs(10 * 86_400);
+    for s in ["old", "running"] {
+        let f = fs::File::options()
+            .append(true)
+            .open(log_path(&cfg, s))
+            .expect("open log");
+        f.set_modified(ten_days).expect("set mtime");
+    }
+    store.heartbeat(t);
+    drain(&mut store);
+    let mut ids: Vec<&str> = store.list().iter().map(|m| m.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["recent", "running"]);
+    assert!(!log_path(&cfg, "old").exists());
+    assert!(log_path(&cfg, "running").exists());
+    assert_eq!(store.health().retired_sessions, 1);
+    assert_eq!(store.take_retired(), ["old"]);
+    assert!(store.get("old").is_none());
+    // The slot is reused; the old id is a new, empty session.
+    let slots = store.sessions.len();
+    finished(&mut store, "new", "p4", t);
+    store.append("old", "p5", LineRecord::Event(&ev("turn_start", 2)), t);
+    drain(&mut store);
+    assert_eq!(store.sessions.len(), slots + 1, "one slot reused");
+    let lines = parsed_lines(&log_path(&cfg, "old"));
+    assert_eq!(lines.len(), 1, "a new log, no replaced marker: {lines:?}");
+    assert_eq!(store.health().replaced_logs, 0);
+    // The index written at shutdown holds what the list does.
+    drop(store);
+    let (store, _) = open(&cfg);
+    let mut ids: Vec<&str> = store.list().iter().map(|m| m.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["new", "old", "recent", "running"]);
+    assert_eq!(
+        store.get("old").expect("old").bytes,
+        fs::metadata(log_path(&cfg, "old")).expect("log").len()
+    );
 }

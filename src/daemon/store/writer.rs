@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{LOG_MODE, MAX_OPEN_LOGS};
 
@@ -58,6 +58,10 @@ pub(super) struct Batch {
     pub sync: Vec<(usize, PathBuf)>,
     /// `(directory, encoded index)`.
     pub index: Option<(PathBuf, Vec<u8>)>,
+    /// Finished sessions' logs to delete if last written before
+    /// `retire_before` (`[sessions] retain`).
+    pub retire: Vec<(usize, PathBuf)>,
+    pub retire_before: Option<SystemTime>,
 }
 
 impl Batch {
@@ -68,6 +72,7 @@ impl Batch {
             && self.appends.is_empty()
             && self.sync.is_empty()
             && self.index.is_none()
+            && self.retire.is_empty()
     }
 }
 
@@ -93,6 +98,8 @@ pub(super) struct Done {
     pub index: Option<io::Result<()>>,
     /// Open logs whose path now names another file (or none).
     pub moved: Vec<usize>,
+    /// Sessions whose log was deleted for `retain`, or found gone.
+    pub retired: Vec<usize>,
 }
 
 /// The open log fds, least recently used closed first.
@@ -192,6 +199,19 @@ pub(super) fn open_log(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Deletes the log at `path` if it was last written before `before`;
+/// true if it is gone now (deleted here, or before by someone else).
+fn retire_log(path: &Path, before: SystemTime) -> bool {
+    match std::fs::metadata(path) {
+        Ok(m) if m.modified().is_ok_and(|t| t < before) => match std::fs::remove_file(path) {
+            Ok(()) => true,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        },
+        Ok(_) => false,
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
 /// Runs batches. Owns the log fds.
 #[derive(Debug, Default)]
 pub(super) struct LogWriter {
@@ -224,6 +244,16 @@ impl LogWriter {
             if self.moved(s, &path) {
                 self.fds.close(s);
                 done.moved.push(s);
+            }
+        }
+        if let Some(before) = batch.retire_before {
+            for (s, path) in batch.retire {
+                if retire_log(&path, before) {
+                    // The slot may be a new session's next: no fd, no
+                    // remembered file.
+                    self.fds.close(s);
+                    done.retired.push(s);
+                }
             }
         }
         let mut failures = 0;
