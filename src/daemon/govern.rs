@@ -123,7 +123,7 @@ impl Daemon {
     }
 
     fn policy_pause(&mut self, key: PaneKey, pause: bool, t: Timestamp) {
-        let Some(slot) = self.panes.get_mut(key) else {
+        let Some(slot) = self.panes.get(key) else {
             return;
         };
         let Some(pid) = slot.agent.running_pid() else {
@@ -133,10 +133,14 @@ impl Daemon {
             return;
         }
         let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
-        if let Err(e) = platform::signal_tree(pid, sig) {
-            log_warn!("policy: cannot signal pane {}: {e}", slot.agent.pane_id);
+        let pane_id = slot.agent.pane_id.clone();
+        if let Err(e) = self.signal_pane(pid, &pane_id, sig) {
+            log_warn!("policy: cannot signal pane {pane_id}: {e}");
             return;
         }
+        let Some(slot) = self.panes.get_mut(key) else {
+            return;
+        };
         slot.pane.paused = pause;
         if !pause {
             slot.pane.rebase_quiet(t);

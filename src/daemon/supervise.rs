@@ -888,6 +888,21 @@ impl Daemon {
         platform::signal_orphans_with_env(&agents, "COLIBRI_PANE_ID", pane_ids, sig)
     }
 
+    /// Signals a running agent's tree and what it left running
+    /// ([`Daemon::signal_leftovers`]): a pause that stopped the tree alone
+    /// left a printer that had called `setsid` and lost its parent writing
+    /// to the pane's PTY, through the output budget's pause.
+    pub(crate) fn signal_pane(
+        &self,
+        pid: platform::Pid,
+        pane_id: &str,
+        sig: i32,
+    ) -> std::io::Result<()> {
+        platform::signal_tree(pid, sig)?;
+        self.signal_leftovers(&[pane_id], sig);
+        Ok(())
+    }
+
     /// `remove-agent`: forgets a finished pane; its logs stay.
     pub(crate) fn remove_pane(&mut self, key: PaneKey, t: Timestamp) {
         if let Some(mut slot) = self.panes.remove(key) {

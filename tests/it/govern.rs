@@ -409,3 +409,35 @@ fn the_output_budget_applies_without_configuration_and_leaves_with_the_pane() {
     let shown = d.ok(json!({"cmd":"budget"}));
     assert_eq!(shown["budgets"], json!([]), "{shown}");
 }
+
+/// A pause reaches what the agent left running in the background: a
+/// printer that called `setsid` and whose parent exited is re-parented to
+/// colibrid, outside the agent's tree, and printed on through the output
+/// budget's pause until the operator removed it by hand.
+#[test]
+fn the_output_budget_pauses_a_printer_the_agent_left_behind() {
+    let d = daemon_with("[budgets.output]\nbytes = 1048576\nwindow = \"1h\"\n");
+    let delta = r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"again and again"}}"#;
+    let cwd = d.dir.path().display().to_string();
+    // The subshell exits at once: `yes` is an orphan in its own session.
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("(setsid yes '{delta}' &); exec sleep 600"),
+        ],
+        json!({"runtime":"pi","cwd": cwd}),
+    );
+    let mut w = watch(&d, &id);
+    next(&mut w, "paused", None);
+    let bytes = |d: &Colibrid| d.pane(&id)["counters"]["bytes"].as_u64().unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(500));
+    let logged = bytes(&d);
+    std::thread::sleep(Duration::from_millis(1000));
+    let after = bytes(&d);
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    assert_eq!(
+        after, logged,
+        "the orphan printed on while its pane was paused"
+    );
+}

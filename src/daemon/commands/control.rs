@@ -88,7 +88,7 @@ fn set_paused(
     t: Timestamp,
 ) -> Result<Reply, CommandError> {
     let key = d.resolve(&Scope::Operator, agent_id)?;
-    let Some(Slot { pane, agent }) = d.panes.get_mut(key) else {
+    let Some(Slot { pane, agent }) = d.panes.get(key) else {
         return Err(CommandError::not_found(agent_id));
     };
     let pane_id = agent.pane_id.clone();
@@ -105,7 +105,11 @@ fn set_paused(
         return Ok(reply(pause));
     }
     let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
-    platform::signal_tree(pid, sig).map_err(|e| CommandError::os(format!("signal: {e}")))?;
+    d.signal_pane(pid, &pane_id, sig)
+        .map_err(|e| CommandError::os(format!("signal: {e}")))?;
+    let Some(pane) = d.panes.pane_mut(key) else {
+        return Err(CommandError::not_found(agent_id));
+    };
     pane.paused = pause;
     if !pause {
         // Time spent stopped is not silence.
