@@ -13,7 +13,7 @@ use crate::core::approval::{
     LoggedAnswer, Resolves,
 };
 use crate::core::ingest::{is_blank, Frame, FramedLine, LineFramer};
-use crate::core::policy::{LineFacts, ToolFacts, LOG_RECORD_BYTES, OUTPUT_STEP};
+use crate::core::policy::{raw_log_bytes, LineFacts, ToolFacts, LOG_RECORD_BYTES, OUTPUT_STEP};
 use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
 use crate::core::state::{self, AgentState};
 use crate::core::taxonomy::detect::{detect, Detection};
@@ -531,10 +531,12 @@ impl Pane {
     ) -> LineKind {
         let kind = self.fold_frame(frame, now, out);
         // What the session log takes for it: a blank line is not logged,
-        // an oversize one is logged as its length alone.
+        // an oversize one is logged as its length alone, a malformed one
+        // as an escaped string.
         let logged = match (kind, frame) {
             (LineKind::Blank, _) => 0,
             (_, Frame::Oversize) => LOG_RECORD_BYTES,
+            (LineKind::Malformed, Frame::Line(l)) => raw_log_bytes(l.bytes()),
             (_, Frame::Line(l)) => l.bytes().len() as u64 + LOG_RECORD_BYTES,
         };
         self.count_output(logged);
@@ -953,6 +955,23 @@ mod approval_tests {
             got,
             [(per_step, step), (2 * per_step, step), (3 * per_step, step)]
         );
+    }
+
+    /// A malformed line is counted as its log record takes it, escapes
+    /// and all: 1,000 control bytes are a record of 6,089 bytes, not 1,086.
+    #[test]
+    fn a_malformed_line_of_control_bytes_counts_as_its_escaped_record() {
+        let mut p = pane(Runtime::Pi);
+        p.record_facts();
+        let line = [1u8; 1000];
+        let record = 6 * 1000 + LOG_RECORD_BYTES + 3;
+        let n = OUTPUT_STEP.div_ceil(record);
+        let mut out = Vec::new();
+        for _ in 0..n {
+            p.ingest_line(&line, Timestamp::from_millis(2_000), &mut out);
+        }
+        let counted: u64 = p.take_facts().iter().map(|f| f.bytes).sum();
+        assert_eq!(counted, n * record);
     }
 
     /// Facts are made for the lines that can move a policy (a tool call,

@@ -34,7 +34,8 @@ pub enum Unit {
     /// US dollars: the harness's figure, else the price table's.
     Usd,
     /// Bytes the agent's output takes in its session log (each line and
-    /// its record, [`super::LOG_RECORD_BYTES`]), counted in steps of
+    /// its record, [`super::LOG_RECORD_BYTES`]; a malformed line with its
+    /// escapes, [`super::raw_log_bytes`]), counted in steps of
     /// [`super::OUTPUT_STEP`]: a runaway printer is paused before it
     /// fills the disk.
     Bytes,

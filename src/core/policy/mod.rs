@@ -60,6 +60,29 @@ pub const OUTPUT_STEP: u64 = 64 * 1024;
 /// the disk sees it: a `yes` writes 2-byte lines, and 88-byte records.
 pub const LOG_RECORD_BYTES: u64 = 86;
 
+/// The bytes a malformed line's record takes in the session log: its
+/// text as a JSON string (`"raw":"…"`, 3 bytes more than an event's
+/// `"ev":`), each C0 control escaped to 6 bytes (`\u001b`) or 2 (`\n`,
+/// `\t`, …), a quote or backslash to 2, and each invalid UTF-8 sequence
+/// made U+FFFD (3). Counted so, an agent printing control bytes (or a
+/// TUI's ANSI colours) cannot log six times its output budget.
+pub fn raw_log_bytes(line: &[u8]) -> u64 {
+    let mut n = LOG_RECORD_BYTES + 3;
+    for chunk in line.utf8_chunks() {
+        for &b in chunk.valid().as_bytes() {
+            n += match b {
+                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+                0x00..=0x1f => 6,
+                _ => 1,
+            };
+        }
+        if !chunk.invalid().is_empty() {
+            n += 3;
+        }
+    }
+    n
+}
+
 impl LineFacts {
     /// Nothing here can move any policy: no spend, no tool call, no
     /// error, no message start, no finish, no step of output.

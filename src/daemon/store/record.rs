@@ -330,6 +330,34 @@ mod tests {
         assert_eq!(added, crate::core::policy::LOG_RECORD_BYTES);
     }
 
+    /// A malformed line is logged as a JSON string, its escapes and all
+    /// (`\u001b` for an ESC): the policies count what the record takes,
+    /// not the line's own length, or an agent printing control bytes
+    /// wrote six times its output budget.
+    #[test]
+    fn a_raw_record_takes_what_the_policies_count_for_it() {
+        let mut ts = TsText::default();
+        let now = Timestamp::from_millis(1_779_883_200_123);
+        let pane = "3f2a9c1d-0000-4000-8000-000000000001";
+        let cases: [&[u8]; 5] = [
+            b"plain text",
+            b"\x1b[31mred\x1b[0m \"q\" \\ \t",
+            &[1u8; 1000],
+            b"bad\xff\xfeutf8\xe2\x82",
+            "é\u{2028}".as_bytes(),
+        ];
+        for c in cases {
+            let mut out = Vec::new();
+            encode_raw(&mut out, &mut ts, now, pane, c);
+            assert_eq!(
+                out.len() as u64,
+                crate::core::policy::raw_log_bytes(c),
+                "{}",
+                String::from_utf8_lossy(&out)
+            );
+        }
+    }
+
     #[test]
     fn strings_escape_like_serde_json() {
         let cases: [&[u8]; 5] = [
