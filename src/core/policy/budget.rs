@@ -161,7 +161,11 @@ impl Price {
 enum Status {
     Under,
     Warned,
-    Paused,
+    /// Paused at the cap; `until` is when the spend then would have
+    /// rolled below it.
+    Paused {
+        until: Timestamp,
+    },
     /// Resumed by an operator: spend on until the period rolls.
     Overridden {
         until: Timestamp,
@@ -355,10 +359,14 @@ impl Budgets {
             };
             let spent = describe(rule.unit, total, cap);
             match ledger.status {
-                Status::Overridden { .. } | Status::Paused => {}
-                Status::Under | Status::Warned if total >= cap => {
+                Status::Overridden { .. } => {}
+                // Spending while paused: the PTY's last bytes, or an
+                // operator continued the agent (`resume-agent`). Once
+                // the pause's period has rolled, that spend counts anew.
+                Status::Paused { until } if now < until => {}
+                Status::Under | Status::Warned | Status::Paused { .. } if total >= cap => {
                     let until = ledger.under_cap_at(rule.period, cap, now);
-                    ledger.status = Status::Paused;
+                    ledger.status = Status::Paused { until };
                     ledger.pane = pane.id.clone();
                     ledger.line = facts.line;
                     out.push(verdict(
@@ -391,7 +399,7 @@ impl Budgets {
             ledger.roll(rule.period, now);
             let total = ledger.total(rule.period);
             match ledger.status {
-                Status::Paused if total < cap => {}
+                Status::Paused { .. } if total < cap => {}
                 Status::Overridden { until } if now >= until => {
                     ledger.status = Status::Under;
                     continue;
@@ -423,7 +431,7 @@ impl Budgets {
             .filter_map(|((i, _), l)| {
                 let rule = &self.rules[*i];
                 match l.status {
-                    Status::Paused => {
+                    Status::Paused { .. } => {
                         let now = l.spends.back().map(|s| s.0).unwrap_or_default();
                         Some(l.under_cap_at(rule.period, self.cap(*i), now))
                     }
@@ -458,7 +466,7 @@ impl Budgets {
             .ledgers
             .range_mut((i, String::new())..(i + 1, String::new()))
         {
-            if ledger.status != Status::Paused {
+            if !matches!(ledger.status, Status::Paused { .. }) {
                 continue;
             }
             let until = match rule.period {
@@ -502,7 +510,7 @@ impl Budgets {
                     key: key.clone(),
                     spent: l.total(rule.period),
                     cap: self.cap(*i),
-                    paused: l.status == Status::Paused,
+                    paused: matches!(l.status, Status::Paused { .. }),
                 }
             })
             .collect()
@@ -704,6 +712,33 @@ mod tests {
         assert!(out.is_empty());
         b.observe(&p, &spend(3, 60_000), 0.0, at(700), &mut out);
         assert!(matches!(out[0].action, Action::Pause { .. }));
+    }
+
+    /// An agent an operator continued with a plain `resume-agent` spends
+    /// on; once the window has rolled past the pause and its spend
+    /// reaches the cap anew, it is paused again (before, a ledger left
+    /// paused never paused again while the agent kept spending).
+    #[test]
+    fn an_agent_resumed_by_hand_is_paused_again_once_the_window_rolled_and_the_cap_is_reached() {
+        let mut b = Budgets::new(vec![BudgetRule::token_throttle()]);
+        let p = pane("p1");
+        let mut out = Vec::new();
+        b.observe(&p, &spend(1, 60_000), 0.0, at(0), &mut out);
+        assert!(matches!(out[0].action, Action::Pause { .. }));
+        out.clear();
+        // `resume-agent`: the ledger is not told; 10,000 tokens a minute
+        // for two hours, 100,000 in every window.
+        let mut pauses = Vec::new();
+        for m in 1..=120u64 {
+            b.observe(&p, &spend(1 + m, 10_000), 0.0, at(m * 60), &mut out);
+            b.tick(at(m * 60), &mut out);
+            pauses.extend(
+                out.drain(..)
+                    .filter(|v| matches!(v.action, Action::Pause { .. }))
+                    .map(|v| v.line),
+            );
+        }
+        assert_eq!(pauses.first(), Some(&11), "{pauses:?}");
     }
 
     #[test]
