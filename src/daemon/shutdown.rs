@@ -116,9 +116,11 @@ impl Daemon {
         self.settings.max_restarts = new.max_restarts;
         self.settings.providers = new.providers;
         self.settings.alert = new.alert;
-        self.reconcile_declared(new.agents, super::now());
-        self.governor.reconfigure(new.governance.clone());
+        let t = super::now();
+        self.reconcile_declared(new.agents, t);
+        let resumed = self.governor.reconfigure(new.governance.clone(), t);
         self.settings.governance = new.governance;
+        self.carry_out(resumed, t);
     }
 
     pub(crate) fn on_heartbeat(&mut self, t: Timestamp) {

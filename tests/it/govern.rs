@@ -441,3 +441,34 @@ fn the_output_budget_pauses_a_printer_the_agent_left_behind() {
         "the orphan printed on while its pane was paused"
     );
 }
+
+/// A reload that raises a budget's cap resumes what it paused at once, as
+/// `budget raise` does; one that turns the budget off (or changes its
+/// scope, unit or period) resumes what that budget held paused. Before,
+/// the first waited for the old window to roll, and the second left the
+/// agent stopped for good, its ledger gone.
+#[test]
+fn a_reload_that_raises_or_drops_a_budget_resumes_what_it_paused() {
+    let mut d = Colibrid::start(&[]);
+    let cfg = d.relaunch_with_config(
+        "budget.toml",
+        "[budgets.output]\nbytes = 1048576\nwindow = \"1h\"\n",
+    );
+    let delta = r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"again and again"}}"#;
+    let cwd = d.dir.path().display().to_string();
+    let id = d.spawn(
+        &["/bin/sh", "-c", &format!("yes '{delta}'")],
+        json!({"runtime":"pi","cwd": cwd}),
+    );
+    let mut w = watch(&d, &id);
+    next(&mut w, "paused", None);
+    std::fs::write(&cfg, "[budgets.output]\nbytes = 4194304\nwindow = \"1h\"\n").expect("cfg");
+    d.hup_and_wait("reloads", Duration::from_secs(10));
+    next(&mut w, "resumed", None);
+    next(&mut w, "paused", None);
+    std::fs::write(&cfg, "[budgets.output]\nenabled = false\n").expect("cfg");
+    d.hup_and_wait("reloads", Duration::from_secs(10));
+    next(&mut w, "resumed", None);
+    assert_eq!(d.pane(&id)["paused"], json!(false), "{}", d.pane(&id));
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+}

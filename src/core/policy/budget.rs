@@ -291,7 +291,14 @@ impl Budgets {
 
     /// New rules (a reloaded config): the ledgers and raised caps of rules
     /// that keep their name and meaning carry over, the others start anew.
-    pub fn replace_rules(&mut self, rules: Vec<BudgetRule>) {
+    /// What a ledger that goes held paused is resumed (the verdicts in
+    /// `out`): nothing else would ever continue it.
+    pub fn replace_rules(
+        &mut self,
+        rules: Vec<BudgetRule>,
+        now: Timestamp,
+        out: &mut Vec<Verdict>,
+    ) {
         let old = std::mem::take(&mut self.ledgers);
         for ((i, key), ledger) in old {
             let Some(prev) = self.rules.get(i) else {
@@ -305,6 +312,17 @@ impl Budgets {
             };
             if let Some(j) = rules.iter().position(same) {
                 self.ledgers.insert((j, key), ledger);
+            } else if matches!(ledger.status, Status::Paused { .. }) {
+                out.push(Verdict {
+                    pane: ledger.pane.clone(),
+                    line: ledger.line,
+                    at: now,
+                    policy: PolicyKind::Budget,
+                    rule: prev.name.clone(),
+                    target: prev.target(&key),
+                    action: Action::Resume,
+                    reason: format!("budget {}: changed or removed by a reload", prev.name),
+                });
             }
         }
         self.raised
@@ -786,7 +804,8 @@ mod tests {
             name: "other".into(),
             ..BudgetRule::token_throttle()
         };
-        b.replace_rules(vec![other, BudgetRule::token_throttle()]);
+        b.replace_rules(vec![other, BudgetRule::token_throttle()], at(1), &mut out);
+        assert!(out.is_empty(), "nothing was paused: {out:?}");
         b.observe(&p, &spend(2, 30_000), 0.0, at(1), &mut out);
         // The throttle had 30,000 already: 60,000 reaches its cap; the new
         // rule counts from zero.
@@ -796,6 +815,26 @@ mod tests {
             .map(|v| v.rule.as_str())
             .collect();
         assert_eq!(paused, ["throttle"]);
+    }
+
+    /// A reload that drops a budget, or changes its meaning, resumes what
+    /// its ledgers held paused; one that keeps it keeps the pause.
+    #[test]
+    fn a_reload_that_drops_a_paused_budget_resumes_its_panes() {
+        let mut b = Budgets::new(vec![BudgetRule::token_throttle()]);
+        let mut out = Vec::new();
+        b.observe(&pane("p1"), &spend(1, 60_000), 0.0, at(0), &mut out);
+        out.clear();
+        b.replace_rules(vec![BudgetRule::token_throttle()], at(1), &mut out);
+        assert!(out.is_empty(), "kept: {out:?}");
+        let longer = BudgetRule {
+            period: Period::Window(Duration::from_secs(1200)),
+            ..BudgetRule::token_throttle()
+        };
+        b.replace_rules(vec![longer], at(2), &mut out);
+        assert_eq!(actions(&out), [(1, Action::Resume)]);
+        assert_eq!(out[0].target, Target::Pane("p1".into()));
+        assert!(b.usage(at(2)).is_empty());
     }
 
     #[test]

@@ -457,12 +457,17 @@ impl Governor {
 
     /// New policies (a reloaded config), keeping the state that still
     /// applies: loop counts, pauses under way, and the spend of budgets
-    /// that keep their name and meaning.
-    pub fn reconfigure(&mut self, policies: Policies) {
+    /// that keep their name and meaning. Returns the resumes it makes: of
+    /// panes a dropped budget held paused, and (as after `budget raise`)
+    /// of those a raised cap releases.
+    pub fn reconfigure(&mut self, policies: Policies, now: Timestamp) -> Vec<Verdict> {
         self.loops = policies.loops;
         self.guard = policies.guard;
         self.prices = policies.prices;
-        self.budgets.replace_rules(policies.budgets);
+        let mut out = Vec::new();
+        self.budgets.replace_rules(policies.budgets, now, &mut out);
+        out.extend(self.tick(now));
+        out
     }
 
     pub fn budgets(&self) -> &Budgets {
