@@ -56,10 +56,19 @@ impl Daemon {
         keep_spare(&mut self.facts_spare, facts);
     }
 
-    /// A `Govern` deadline fired: resumes what the governor releases.
-    pub(crate) fn govern_tick(&mut self, t: Timestamp) {
+    /// `key`'s `Govern` deadline fired: resumes what the governor
+    /// releases, and arms the next timed resume on `key`. Each pause arms
+    /// the earliest resume of all, so the deadline that fired may have
+    /// been set for another pane's: without the re-arm, a pane whose own
+    /// resume was later stayed paused for good.
+    pub(crate) fn govern_tick(&mut self, key: PaneKey, t: Timestamp) {
         let verdicts = self.governor.tick(t);
         self.carry_out(verdicts, t);
+        // Never at or before now: a resume the tick did not release
+        // would fire again at once, for ever.
+        if let Some(at) = self.governor.next_deadline().filter(|&at| at > t) {
+            self.set_deadline(key, Deadline::Govern, at, t);
+        }
     }
 
     pub(crate) fn carry_out(&mut self, verdicts: Vec<Verdict>, t: Timestamp) {

@@ -79,7 +79,7 @@ impl Daemon {
                 Deadline::ApprovalExpiry | Deadline::ApprovalEscalation => {
                     self.approval_deadline(key, t)
                 }
-                Deadline::Govern => self.govern_tick(t),
+                Deadline::Govern => self.govern_tick(key, t),
             }
         }
     }

@@ -472,3 +472,34 @@ fn a_reload_that_raises_or_drops_a_budget_resumes_what_it_paused() {
     assert_eq!(d.pane(&id)["paused"], json!(false), "{}", d.pane(&id));
     d.ok(json!({"cmd":"kill-agent","agent_id": id}));
 }
+
+/// Each pane a budget paused is resumed when its own window rolls, also
+/// when another pane's resume came first: a resume re-arms the next one.
+/// Before, the second pane's timer was set to the first pane's time, and
+/// once it fired nothing was armed again: the second pane stayed stopped.
+#[test]
+fn panes_paused_at_different_times_are_each_resumed_when_their_window_rolls() {
+    let d = daemon_with("[budgets.output]\nbytes = 1048576\nwindow = \"3s\"\n");
+    let delta = r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"again and again"}}"#;
+    let cwd = d.dir.path().display().to_string();
+    // 6,000 lines of 183 log bytes: a little over the cap, then quiet.
+    let argv = format!("yes '{delta}' | head -n 6000; exec sleep 600");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let id = d.spawn(
+            &["/bin/sh", "-c", &argv],
+            json!({"runtime":"pi","cwd": cwd}),
+        );
+        d.wait_pane(&id, "paused", |p| p["paused"] == json!(true));
+        ids.push(id);
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+    for (i, id) in ids.iter().enumerate() {
+        d.wait_pane(id, &format!("pane {i} resumed"), |p| {
+            p["paused"] == json!(false)
+        });
+    }
+    for id in &ids {
+        d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    }
+}

@@ -449,6 +449,11 @@ impl Budgets {
             .filter_map(|((i, _), l)| {
                 let rule = &self.rules[*i];
                 match l.status {
+                    // The midnight after the day it counted (a day's
+                    // ledger keeps no spends to date it by).
+                    Status::Paused { .. } if rule.period == Period::Day => {
+                        Some(Timestamp::from_millis((l.day + 1) * DAY_MS))
+                    }
                     Status::Paused { .. } => {
                         let now = l.spends.back().map(|s| s.0).unwrap_or_default();
                         Some(l.under_cap_at(rule.period, self.cap(*i), now))
@@ -789,6 +794,12 @@ mod tests {
         out.clear();
         b.observe(&other, &spend(1, 1), 5.0, noon, &mut out);
         assert!(out.is_empty());
+        // The timed resume is armed for UTC midnight (before: for the
+        // first midnight of 1970, a time long past).
+        assert_eq!(
+            b.next_deadline(),
+            Some(Timestamp::from_millis(20_001 * DAY_MS))
+        );
         b.tick(Timestamp::from_millis(20_001 * DAY_MS), &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].action, Action::Resume);
