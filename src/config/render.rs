@@ -52,14 +52,22 @@ pub(super) fn keyed(config: &Config) -> BTreeMap<String, toml::Value> {
 }
 
 pub(super) fn duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&humantime::format_duration(*d).to_string())
+    s.serialize_str(&duration_text(*d))
+}
+
+/// A duration as a config file would give it: whole days as days (`90d`,
+/// where humantime says "2months 29days 2h 52m 48s"), else humantime's.
+fn duration_text(d: Duration) -> String {
+    const DAY: u64 = 86_400;
+    let secs = d.as_secs();
+    if secs > 0 && secs % DAY == 0 && d.subsec_nanos() == 0 {
+        return format!("{}d", secs / DAY);
+    }
+    humantime::format_duration(d).to_string()
 }
 
 pub(super) fn durations<S: Serializer>(list: &[Duration], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(
-        list.iter()
-            .map(|d| humantime::format_duration(*d).to_string()),
-    )
+    s.collect_seq(list.iter().map(|d| duration_text(*d)))
 }
 
 pub(super) fn mode<S: Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {

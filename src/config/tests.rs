@@ -578,6 +578,8 @@ level = "warning"
 [jails.j1]
 [providers.x]
 argv = ["x", "{model}"]
+[sessions]
+retain = "90d"
 "#,
     )
     .expect("parses");
@@ -586,6 +588,8 @@ argv = ["x", "{model}"]
     assert!(text.starts_with("# colibrid effective configuration (file: /etc/colibri.toml)\n"));
     assert!(text.contains("socket_mode = \"0660\""), "{text}");
     assert!(text.contains("stall_after = \"1m 30s\""), "{text}");
+    // Whole days as days, not humantime's "2months 29days 2h 52m 48s".
+    assert!(text.contains("retain = \"90d\""), "{text}");
     assert!(text.contains("[providers.x]"), "{text}");
 
     let again = parse(&text).expect("rendered config parses");
