@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Serializer;
 
 use super::{Config, LogLevel};
+use crate::core::policy::{BudgetRule, Period, Scope, Unit};
 use crate::syslog::{facility_name, Facility, Severity};
 
 /// The effective configuration as TOML, headed by the file it came from.
@@ -27,7 +28,47 @@ pub fn render_effective(config: &Config) -> String {
             let _ = writeln!(out, "# cannot render the configuration: {e}");
         }
     }
+    render_budgets(&config.governance.budgets, &mut out);
     out
+}
+
+/// The budgets in force as `[budgets.NAME]` sections (the default
+/// `output` budget included), so `--check-config` shows what pauses agents.
+fn render_budgets(budgets: &[BudgetRule], out: &mut String) {
+    for b in budgets {
+        let mut table = toml::map::Map::new();
+        let unit = match b.unit {
+            Unit::Tokens => "tokens",
+            Unit::Usd => "usd",
+            Unit::Bytes => "bytes",
+        };
+        // A whole cap as an integer: `bytes = 1073741824`, not `….0`.
+        let cap = if b.cap.fract() == 0.0 && b.cap.abs() < 9.0e15 {
+            toml::Value::Integer(b.cap as i64)
+        } else {
+            toml::Value::Float(b.cap)
+        };
+        table.insert(unit.into(), cap);
+        match b.period {
+            Period::Window(w) => table.insert("window".into(), duration_text(w).into()),
+            Period::Day => table.insert("daily".into(), true.into()),
+        };
+        let scope = match &b.scope {
+            Scope::Pane => "pane".to_string(),
+            Scope::Global => "global".to_string(),
+            Scope::Name(n) => format!("name:{n}"),
+            Scope::Runtime(r) => format!("runtime:{r}"),
+        };
+        table.insert("scope".into(), scope.into());
+        table.insert("warn_at".into(), toml::Value::Float(b.warn_at));
+        let mut budgets = toml::map::Map::new();
+        budgets.insert(b.name.clone(), toml::Value::Table(table));
+        let mut root = toml::map::Map::new();
+        root.insert("budgets".into(), toml::Value::Table(budgets));
+        if let Ok(text) = toml::to_string(&toml::Value::Table(root)) {
+            let _ = write!(out, "\n{text}");
+        }
+    }
 }
 
 /// Every `section.key` (for maps, `providers.NAME`) and its rendered value.

@@ -590,10 +590,16 @@ retain = "90d"
     assert!(text.contains("stall_after = \"1m 30s\""), "{text}");
     // Whole days as days, not humantime's "2months 29days 2h 52m 48s".
     assert!(text.contains("retain = \"90d\""), "{text}");
+    // The budgets in force, the default one included.
+    assert!(
+        text.contains("[budgets.output]\nbytes = 1073741824\n"),
+        "{text}"
+    );
     assert!(text.contains("[providers.x]"), "{text}");
 
     let again = parse(&text).expect("rendered config parses");
     let round = resolve_with(&DaemonArgs::default(), Some(&again));
+    assert_eq!(round.governance.budgets, config.governance.budgets);
     assert_eq!(round.daemon, config.daemon);
     assert_eq!(round.sessions, config.sessions);
     assert_eq!(round.restart, config.restart);
