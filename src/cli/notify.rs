@@ -315,7 +315,7 @@ impl Notifier {
             } => {
                 let (title, body) = message(payload);
                 let mut headers = vec![
-                    ("Title", title),
+                    ("Title", header_text(&title)),
                     ("Priority", priority.to_string()),
                     ("Tags", "robot".to_string()),
                 ];
@@ -468,9 +468,30 @@ fn message(ev: &Value) -> (String, String) {
     (title, body)
 }
 
+/// `text` fit for an HTTP header value: control characters (a newline
+/// in a pane name, say) make the request unbuildable, and an unbuildable
+/// request would be retried for [`RETRY_GIVE_UP`], holding every other
+/// notification back; they become spaces.
+fn header_text(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_text_turns_control_characters_into_spaces() {
+        assert_eq!(header_text("fixer\r\nX-Evil: 1"), "fixer  X-Evil: 1");
+        assert_eq!(header_text("café ✓"), "café ✓");
+        // What ureq takes as a header value.
+        let req = ureq::http::Request::post("http://127.0.0.1:9/")
+            .header("Title", header_text("a\nb\x00c"))
+            .body(());
+        assert!(req.is_ok());
+    }
     use crate::config::notify::parse_sinks;
 
     fn notifier(toml: &str) -> Notifier {

@@ -468,6 +468,16 @@ fn a_used_name_says_who_holds_it_and_how_to_free_it() {
     );
     let r = d.request(json!({"cmd":"spawn-agent","argv": argv,"name":""}));
     assert_eq!(r["error"], json!("name is empty"), "{r}");
+    // A newline would break a syslog line and notify's ntfy title header.
+    for bad in ["two\nlines".to_string(), "x".repeat(257)] {
+        let r = d.request(json!({"cmd":"spawn-agent","argv": argv,"name": bad}));
+        assert_eq!(r["code"], json!("invalid"), "{r}");
+        let why = r["error"].as_str().unwrap_or_default();
+        assert!(
+            why.contains("control character or is longer than 256"),
+            "{why}"
+        );
+    }
     d.ok(json!({"cmd":"remove-agent","agent_id":"x"}));
     d.spawn(&argv, json!({"name":"x"}));
 }

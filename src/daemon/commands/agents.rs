@@ -20,6 +20,9 @@ pub(super) fn spawn(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     d.cmd_spawn(*a, call.t).map(Reply::Spawn)
 }
 
+/// The longest name `spawn-agent` takes (a declared agent's is shorter:
+/// `core::spec::MAX_NAME_LEN`).
+const MAX_SPAWN_NAME_CHARS: usize = 256;
 impl Daemon {
     fn spawn_argv(&self, a: &SpawnArgs) -> Result<Vec<String>, CommandError> {
         if let Some(argv) = &a.argv {
@@ -110,6 +113,13 @@ impl Daemon {
         if let Some(n) = &a.name {
             if n.is_empty() {
                 return Err(CommandError::invalid("name is empty"));
+            }
+            // A name ends up in terminals, syslog lines and HTTP headers
+            // (notify's ntfy title): a control character breaks them all.
+            if n.chars().any(char::is_control) || n.chars().count() > MAX_SPAWN_NAME_CHARS {
+                return Err(CommandError::invalid(format!(
+                    "name {n:?} has a control character or is longer than {MAX_SPAWN_NAME_CHARS} characters"
+                )));
             }
             let holder = self
                 .panes
