@@ -50,6 +50,9 @@ pub enum TaskCommand {
         /// Context for the agent, a JSON value.
         #[arg(long, short = 'c')]
         context: Option<String>,
+        /// Only the agents of this jail may claim it.
+        #[arg(long, short = 'j')]
+        jail: Option<String>,
     },
     /// Every task, as a table.
     Ls {
@@ -99,6 +102,7 @@ pub fn request(cmd: &TaskCommand) -> Result<Value, CliError> {
             priority,
             role,
             context,
+            jail,
         } => {
             let context: Option<Value> = match context {
                 None => None,
@@ -116,6 +120,9 @@ pub fn request(cmd: &TaskCommand) -> Result<Value, CliError> {
             }
             if let Some(c) = context {
                 req["context"] = c;
+            }
+            if let Some(j) = jail {
+                req["jail"] = json!(j);
             }
             req
         }
@@ -226,11 +233,12 @@ mod tests {
             priority: PriorityArg::High,
             role: Some("sysadmin".into()),
             context: Some(r#"{"jail":"db"}"#.into()),
+            jail: Some("db".into()),
         };
         let req = request(&cmd).unwrap();
         assert_eq!(
             req,
-            json!({"cmd":"task-add","title":"check db","priority":"high","role":"sysadmin","context":{"jail":"db"}})
+            json!({"cmd":"task-add","title":"check db","priority":"high","role":"sysadmin","context":{"jail":"db"},"jail":"db"})
         );
         let bad = TaskCommand::Add {
             title: "x".into(),
@@ -238,6 +246,7 @@ mod tests {
             priority: PriorityArg::Low,
             role: None,
             context: Some("{nope".into()),
+            jail: None,
         };
         assert!(request(&bad).is_err());
     }
@@ -251,6 +260,7 @@ mod tests {
             priority: crate::core::tasks::Priority::Low,
             role: None,
             context: None,
+            jail: None,
             status: crate::core::tasks::TaskStatus::Pending,
             created_at: String::new(),
             assigned_to: None,

@@ -99,6 +99,9 @@ pub struct NewTask {
     /// Free-form JSON the agent reads (the seed's `context`).
     #[serde(default)]
     pub context: Option<Value>,
+    /// Only the agents of this jail get it; a task without one is anyone's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jail: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -117,6 +120,14 @@ pub struct Task {
     pub outcome: Option<String>,
     /// Claims released for want of an acknowledgement.
     pub releases: u32,
+}
+
+impl Task {
+    /// Whether an agent in `jail` (`None`: on the host) may take it: a
+    /// task for a jail is its agents' alone, one for none is anyone's.
+    pub fn open_to(&self, jail: Option<&str>) -> bool {
+        self.spec.jail.is_none() || self.spec.jail.as_deref() == jail
+    }
 }
 
 /// One change to the queue; the journal's line. Times are milliseconds
@@ -328,11 +339,13 @@ impl TaskQueue {
 
     /// Claims the most urgent pending task (oldest first among equals) for
     /// `pane`, restricted to `role` (tasks for that role or for none) when
-    /// given. `None` when nothing fits. One task per agent at a time.
+    /// given, and to the tasks its jail may take ([`Task::open_to`]).
+    /// `None` when nothing fits. One task per agent at a time.
     pub fn claim(
         &mut self,
         pane: &str,
         role: Option<&str>,
+        jail: Option<&str>,
         now: Timestamp,
         ack_timeout: Duration,
     ) -> Result<Option<TaskEvent>, TaskError> {
@@ -341,6 +354,7 @@ impl TaskQueue {
         }
         let fits = |t: &&Task| {
             t.status == TaskStatus::Pending
+                && t.open_to(jail)
                 && match (role, t.spec.role.as_deref()) {
                     (Some(want), Some(has)) => want == has,
                     _ => true,
@@ -473,6 +487,27 @@ mod tests {
         }
     }
 
+    /// A task for a jail goes to that jail's agents alone; one for none
+    /// to anyone; a host agent takes no jail's task.
+    #[test]
+    fn a_task_for_a_jail_is_claimed_only_by_that_jails_agents() {
+        let mut q = TaskQueue::new();
+        let for_db = NewTask {
+            jail: Some("db".into()),
+            ..task("db work", Priority::Urgent, None)
+        };
+        q.add(for_db, at(0)).unwrap();
+        q.add(task("anyone's", Priority::Low, None), at(1)).unwrap();
+        let web = q
+            .claim("w1", None, Some("web"), at(2), ACK_TIMEOUT)
+            .unwrap();
+        assert_eq!(web.map(|e| e.id()), Some(2), "not the db jail's task");
+        let host = q.claim("h1", None, None, at(2), ACK_TIMEOUT).unwrap();
+        assert_eq!(host, None, "a host agent takes no jail's task");
+        let db = q.claim("d1", None, Some("db"), at(2), ACK_TIMEOUT).unwrap();
+        assert_eq!(db.map(|e| e.id()), Some(1));
+    }
+
     #[test]
     fn claims_the_most_urgent_then_oldest_task_for_the_role() {
         let mut q = TaskQueue::new();
@@ -481,12 +516,12 @@ mod tests {
         q.add(task("c", Priority::High, None), at(2)).unwrap();
         q.add(task("d", Priority::Urgent, Some("git")), at(3))
             .unwrap();
-        let ev = q.claim("p1", Some("db"), at(4), ACK_TIMEOUT).unwrap();
+        let ev = q.claim("p1", Some("db"), None, at(4), ACK_TIMEOUT).unwrap();
         assert_eq!(ev.map(|e| e.id()), Some(2));
-        let ev = q.claim("p2", None, at(4), ACK_TIMEOUT).unwrap();
+        let ev = q.claim("p2", None, None, at(4), ACK_TIMEOUT).unwrap();
         assert_eq!(ev.map(|e| e.id()), Some(4));
         assert_eq!(
-            q.claim("p1", None, at(5), ACK_TIMEOUT),
+            q.claim("p1", None, None, at(5), ACK_TIMEOUT),
             Err(TaskError::AlreadyHolding("p1".into(), 2))
         );
     }
@@ -495,7 +530,7 @@ mod tests {
     fn an_unacknowledged_claim_is_released_at_its_deadline_and_not_before() {
         let mut q = TaskQueue::new();
         q.add(task("a", Priority::Medium, None), at(0)).unwrap();
-        q.claim("p1", None, at(10), ACK_TIMEOUT).unwrap();
+        q.claim("p1", None, None, at(10), ACK_TIMEOUT).unwrap();
         assert_eq!(q.next_ack_due(), Some(at(190)));
         assert!(q.expire(at(189)).is_empty());
         let released = q.expire(at(190));
@@ -512,7 +547,7 @@ mod tests {
     fn an_acknowledged_claim_is_never_released() {
         let mut q = TaskQueue::new();
         q.add(task("a", Priority::Medium, None), at(0)).unwrap();
-        q.claim("p1", None, at(0), ACK_TIMEOUT).unwrap();
+        q.claim("p1", None, None, at(0), ACK_TIMEOUT).unwrap();
         q.ack(1, Actor::Agent("p1"), at(60)).unwrap();
         assert!(q.expire(at(10_000)).is_empty());
         assert_eq!(q.get(1).unwrap().status, TaskStatus::Working);
@@ -531,7 +566,7 @@ mod tests {
                 wanted: "claimed by this agent"
             })
         );
-        q.claim("p1", None, at(0), ACK_TIMEOUT).unwrap();
+        q.claim("p1", None, None, at(0), ACK_TIMEOUT).unwrap();
         assert_eq!(
             q.ack(1, Actor::Agent("p2"), at(1)),
             Err(TaskError::NotYours { id: 1 })
@@ -555,7 +590,7 @@ mod tests {
         let mut journal = Vec::new();
         journal.push(q.add(task("a", Priority::Medium, None), at(0)).unwrap());
         journal.push(q.add(task("b", Priority::High, Some("x")), at(1)).unwrap());
-        journal.extend(q.claim("p1", None, at(2), ACK_TIMEOUT).unwrap());
+        journal.extend(q.claim("p1", None, None, at(2), ACK_TIMEOUT).unwrap());
         journal.push(q.ack(2, Actor::Agent("p1"), at(3)).unwrap());
         journal.push(q.cancel(1, at(4)).unwrap());
         let lines: Vec<String> = journal

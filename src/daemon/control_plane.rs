@@ -556,7 +556,7 @@ mod tests {
             add(&mut cp, "two");
             let ev = cp
                 .queue
-                .claim("p1", None, at(1), ACK_TIMEOUT)
+                .claim("p1", None, None, at(1), ACK_TIMEOUT)
                 .unwrap()
                 .unwrap();
             cp.record(&ev);

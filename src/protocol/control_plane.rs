@@ -40,6 +40,9 @@ pub struct TaskAddArgs {
     pub role: Option<String>,
     #[serde(default)]
     pub context: Option<Value>,
+    /// Only the agents of this jail may claim it.
+    #[serde(default)]
+    pub jail: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -131,6 +134,8 @@ pub struct WireTask {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jail: Option<String>,
     pub status: TaskStatus,
     pub created_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,6 +160,7 @@ impl From<&Task> for WireTask {
             priority: t.spec.priority,
             role: t.spec.role.clone(),
             context: t.spec.context.clone(),
+            jail: t.spec.jail.clone(),
             status: t.status,
             created_at: t.created_at.to_rfc3339(),
             assigned_to: t.claimed_by.clone(),

@@ -295,6 +295,41 @@ fn a_jailed_agent_works_a_task_through_its_jails_socket() {
     );
 }
 
+/// A task added for another jail is not an agent's to claim (nor counted
+/// as pending for it); one for its own jail is; a jail that has no socket
+/// here is refused.
+#[test]
+fn a_task_for_a_jail_is_claimed_only_through_that_jail() {
+    let (_jail_dir, jail_sock, arg) = jail_socket();
+    let mut d = start(None, &["--jail-socket", &arg]);
+    let bad = d.request(json!({"cmd":"task-add","title":"x","jail":"nowhere"}));
+    assert_eq!(bad["code"], json!("invalid"), "{bad}");
+    let jail = arg.split('=').next().unwrap_or_default().to_string();
+    recover_jailed_pane(&mut d, &[JAILED_AGENT_START]);
+    let theirs = add_task(&d, "host work", json!({"priority":"urgent"}));
+    let ours = add_task(&d, "inside work", json!({"jail": jail}));
+    let mut c = Client::connect(&jail_sock);
+    let listed = c.request(&json!({"cmd":"tasks","pane":"inside"}));
+    assert_eq!(listed["data"]["pending"], json!(2), "{listed}");
+    let r = c.request(&json!({"cmd":"task-claim","pane":"inside"}));
+    // The urgent task is anyone's, so it comes first; then the jail's.
+    assert_eq!(r["data"]["task"]["task_id"], json!(theirs), "{r}");
+    let r = c.request(&json!({"cmd":"task-done","pane": JAILED_PANE,"task_id": theirs}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let r = c.request(&json!({"cmd":"task-claim","pane":"inside"}));
+    assert_eq!(r["data"]["task"]["task_id"], json!(ours), "{r}");
+    assert_eq!(r["data"]["task"]["jail"], json!(jail), "{r}");
+    // A host agent does not get the jail's task.
+    d.ok(json!({"cmd":"task-cancel","task_id": ours}));
+    let again = add_task(&d, "inside again", json!({"jail": jail}));
+    let host = d.spawn(&["/bin/sh", "-c", "sleep 60"], json!({"name":"host"}));
+    let r = d.request(json!({"cmd":"task-claim","pane": host}));
+    assert_eq!(r["data"]["task"], Value::Null, "{r}");
+    let listed = d.request(json!({"cmd":"tasks","pane": host}));
+    assert_eq!(listed["data"]["pending"], json!(0), "{listed}");
+    assert_eq!(task(&d, again)["status"], json!("pending"));
+}
+
 #[test]
 fn tasks_survive_a_colibrid_restart() {
     let mut d = start(None, &[]);

@@ -36,6 +36,12 @@ fn caller(d: &Daemon, call: &Call, pane: Option<&str>) -> Result<Option<String>,
     }
 }
 
+/// The jail pane `id` runs in (`None`: on the host).
+fn pane_jail(d: &Daemon, id: &str) -> Option<String> {
+    let key = d.resolve(&Scope::Operator, id).ok()?;
+    d.panes.agent(key).and_then(|a| a.jail.clone())
+}
+
 fn task_error(e: TaskError) -> CommandError {
     let code = match e {
         TaskError::NotFound(_) => ErrorCode::NotFound,
@@ -132,9 +138,11 @@ pub(super) fn tasks(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
             format!("no task {id}"),
         ));
     }
+    // An agent counts what it could claim; the operator, everything.
+    let jail = me.as_deref().and_then(|m| pane_jail(d, m));
     let pending = queue
         .iter()
-        .filter(|t| t.status == TaskStatus::Pending)
+        .filter(|t| t.status == TaskStatus::Pending && (me.is_none() || t.open_to(jail.as_deref())))
         .count();
     Ok(Reply::Tasks(TasksReply { tasks, pending }))
 }
@@ -160,12 +168,20 @@ pub(super) fn add(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Comm
         return Err(mismatch(&c));
     };
     let args = *args;
+    if let Some(j) = &args.jail {
+        if !d.settings.jail_sockets.iter().any(|(name, _)| name == j) {
+            return Err(CommandError::invalid(format!(
+                "no jail {j:?} has an agent socket here ([jails.{j}] in colibri.toml)"
+            )));
+        }
+    }
     let new = NewTask {
         title: args.title,
         description: args.description.unwrap_or_default(),
         priority: args.priority.unwrap_or_default(),
         role: args.role,
         context: args.context,
+        jail: args.jail,
     };
     let ev = d.control.queue.add(new, call.t).map_err(task_error)?;
     let id = ev.id();
@@ -188,10 +204,11 @@ pub(super) fn claim(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
         return Err(CommandError::not_found(&args.pane));
     };
     let timeout = d.control.ack_timeout;
+    let jail = pane_jail(d, &me);
     let ev = d
         .control
         .queue
-        .claim(&me, args.role.as_deref(), call.t, timeout)
+        .claim(&me, args.role.as_deref(), jail.as_deref(), call.t, timeout)
         .map_err(task_error)?;
     let Some(ev) = ev else {
         return Ok(Reply::Task(TaskReply { task: None }));
