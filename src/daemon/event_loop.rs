@@ -92,6 +92,8 @@ pub struct Daemon {
     pub(crate) panes: PaneTable,
     pub(crate) store: SessionStore,
     pub(crate) alerter: Alerter,
+    /// Agents' `activity` posts, limited per pane.
+    pub(crate) activity: crate::daemon::activity::ActivityLimiter,
     pub(crate) signals: SignalSource,
     pub(crate) heartbeat: KernelTimer,
     /// Every pane's deadlines over one kernel timer.
@@ -234,6 +236,7 @@ impl Daemon {
             conns: Slab::new(),
             store,
             alerter,
+            activity: Default::default(),
             signals,
             heartbeat,
             timerq,

@@ -12,6 +12,7 @@
 //! `store` (session logs), `compaction` (`compact-session`'s deferred
 //! replies), `alert` (syslog), `settings`.
 
+pub(crate) mod activity;
 pub mod agent;
 pub mod alert;
 pub(crate) mod approvals;

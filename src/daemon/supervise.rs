@@ -913,6 +913,7 @@ impl Daemon {
             // for every pane it ever had.
             self.alerter.forget_pane(&pane);
             self.governor.forget(&pane);
+            self.activity.forget(&pane);
             log_info!("pane {pane} removed");
             self.publish(WatchKind::Removed { pane }, t);
         }

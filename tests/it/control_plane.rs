@@ -330,6 +330,48 @@ fn a_task_for_a_jail_is_claimed_only_through_that_jail() {
     assert_eq!(task(&d, again)["status"], json!("pending"));
 }
 
+/// One agent posting `activity` without pause would push every other
+/// event out of the watch journal: a pane posts 30 at once, then is told
+/// to wait (`busy`), and a long message is cut to 4 KiB in the event.
+#[test]
+fn activity_posts_are_limited_per_pane_and_their_texts_bounded() {
+    let d = start(None, &[]);
+    let a = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
+    let b = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
+    let mut w = d.client();
+    w.request(&json!({"cmd":"watch","panes":[a]}));
+    let post = |pane: &str, message: String| {
+        d.request(json!({"cmd":"activity","pane": pane,"event_type":"error","message": message}))
+    };
+    let r = post(&a, "x".repeat(100_000));
+    assert_eq!(r["ok"], json!(true), "{}", r["error"]);
+    let ev = wait_for(Duration::from_secs(10), "the activity event", || {
+        let ev = w.read_line()?;
+        (ev["event"] == json!("error")).then_some(ev)
+    });
+    let message = ev["message"].as_str().unwrap_or_default();
+    assert!(
+        message.len() <= 4096 && message.ends_with('…'),
+        "{}",
+        message.len()
+    );
+    for i in 1..30 {
+        let r = post(&a, format!("post {i}"));
+        assert_eq!(r["ok"], json!(true), "post {i}: {}", r["error"]);
+    }
+    let r = post(&a, "one too many".into());
+    assert_eq!(r["code"], json!("busy"), "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("try again in"),
+        "{r}"
+    );
+    // Another pane is not held back by the first.
+    assert_eq!(post(&b, "mine".into())["ok"], json!(true));
+}
+
 #[test]
 fn tasks_survive_a_colibrid_restart() {
     let mut d = start(None, &[]);

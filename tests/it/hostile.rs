@@ -603,9 +603,14 @@ fn diagnostics_never_hold_the_loop_on_an_unread_stderr() {
     // or enough short ones to fill the pipe (64 KiB here, nobody reads),
     // would hold the loop until the pipe's reader took them: for ever.
     let d = Colibrid::start_with_unread_stderr(&[], &[("COLIBRI_LOG", "info")]);
-    let pane = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
+    // A pane may post 30 at once (then 30 a minute): 50 panes post the
+    // 1,503 lines.
+    let panes: Vec<String> = (0..50)
+        .map(|_| d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({})))
+        .collect();
     let mut c = d.client();
     let mut send = |message: &str, i: usize| {
+        let pane = &panes[i / 30];
         let request = json!({"cmd":"activity","pane": pane,
             "event_type":"error","message": message});
         // (Not `request`: its panic would print the message.)
@@ -616,13 +621,14 @@ fn diagnostics_never_hold_the_loop_on_an_unread_stderr() {
             r.map_or_else(|e| e, |r| r["error"].to_string())
         );
     };
+    // Cut to 4 KiB in the event and the log line.
     let huge = "E".repeat(1_000_000);
     for i in 0..3 {
-        send(&huge, i);
+        send(&huge, 1497 + i);
     }
     // Past the pipe and the stderr thread's queue of 1,024 lines.
     let long = "L".repeat(3000);
-    for i in 0..1500 {
+    for i in 0..1497 {
         send(&long, i);
     }
     assert!(d.ok(json!({"cmd":"status"}))["version"].is_string());

@@ -11,6 +11,7 @@
 use super::{mismatch, Call};
 use crate::core::policy::Unit;
 use crate::core::tasks::{Actor, NewTask, TaskError, TaskStatus};
+use crate::daemon::activity::{bounded, ACTIVITY_BURST};
 use crate::daemon::conn::Scope;
 use crate::daemon::control_plane::{wire_budget, BudgetView};
 use crate::daemon::event_loop::Daemon;
@@ -250,6 +251,18 @@ pub(super) fn activity(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply,
     let Some(pane) = caller(d, call, Some(&a.pane))? else {
         return Err(CommandError::not_found(&a.pane));
     };
+    if let Err(wait_ms) = d.activity.take(&pane, call.t) {
+        return Err(CommandError::new(
+            ErrorCode::Busy,
+            format!(
+                "activity: more than {ACTIVITY_BURST} posts at once, or 30 a minute, from this pane; try again in {:.1} s",
+                wait_ms as f64 / 1000.0
+            ),
+        ));
+    }
+    let mut a = a;
+    a.message = bounded(a.message.take());
+    a.detail = bounded(a.detail.take());
     let kind = match a.event_type {
         ActivityType::TaskCompleted => WatchKind::TaskCompleted {
             pane: pane.clone(),
