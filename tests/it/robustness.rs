@@ -761,8 +761,13 @@ fn agent_escape_sequences_never_reach_the_operators_terminal() {
                 lines.display()
             ),
         ],
-        json!({"runtime":"pi","session_id":"hostile","name":"n\u{1b}]0;t\u{7}"}),
+        // A control character in a name is refused at spawn; a bidi
+        // override is taken, and every view must escape it.
+        json!({"runtime":"pi","session_id":"hostile","name":"n\u{202e}t"}),
     );
+    let refused =
+        d.request(json!({"cmd":"spawn-agent","argv":["/bin/true"],"name":"n\u{1b}]0;t\u{7}"}));
+    assert_eq!(refused["code"], json!("invalid"), "{refused}");
     d.wait_state(&id, "error");
     let session = "hostile";
 
@@ -805,7 +810,7 @@ fn agent_escape_sequences_never_reach_the_operators_terminal() {
     }
     let text = |o: &[u8]| String::from_utf8_lossy(o).into_owned();
     assert!(
-        text(&views[0].1).contains("n\\x1b]0;t\\x07"),
+        text(&views[0].1).contains("n\\u{202e}t"),
         "{}",
         text(&views[0].1)
     );
@@ -833,7 +838,7 @@ fn agent_escape_sequences_never_reach_the_operators_terminal() {
     let decoded: Value = serde_json::from_slice(&json_snapshot.stdout).expect("--json is JSON");
     assert_eq!(
         decoded["panes"][0]["name"],
-        json!("n\u{1b}]0;t\u{7}"),
+        json!("n\u{202e}t"),
         "{decoded}"
     );
 }
