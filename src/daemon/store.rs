@@ -1101,9 +1101,10 @@ impl SessionStore {
     /// Starts the records of one read's lines, which share their session,
     /// pane and time ([`SessionStore::append_read`]): the session is looked
     /// up (or made) and the pane noted once, and the head of the records
-    /// (`{"ts":…,"pane":…`) is made once, not per line. Sessions are never
-    /// removed from the store, so the slot stays valid; the head, until
-    /// the next read begins.
+    /// (`{"ts":…,"pane":…`) is made once, not per line. A session is
+    /// retired (its slot freed) only when a batch is applied, never within
+    /// a read, so the slot stays valid; the head, until the next read
+    /// begins.
     pub(crate) fn begin_read(&mut self, session: &str, pane: &str, now: Timestamp) -> ReadSlot {
         self.note_now(now);
         let slot = self.session_index(session, now);
@@ -2387,6 +2388,20 @@ impl SessionStore {
         let id = std::mem::take(&mut s.meta.id);
         *s = Session::new(SessionMeta::new_at(now), PathBuf::new());
         s.retired = true;
+        // A compaction asked for while the writer deleted the log has no
+        // log left to compact, and must not run on the slot's next session.
+        let running = self.rotation.as_ref().is_some_and(|(r, _)| *r == i);
+        if running {
+            self.rotation = None;
+        }
+        let queued = self.compact_requests.len();
+        self.compact_requests.retain(|&(r, _)| r != i);
+        if running || self.compact_requests.len() < queued {
+            self.compactions_given_up.push((
+                id.clone(),
+                "its log was deleted ([sessions] retain)".to_string(),
+            ));
+        }
         self.free_slots.push(i);
         self.retired_now.push(id);
     }

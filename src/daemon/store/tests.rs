@@ -2440,3 +2440,61 @@ fn retain_deletes_finished_logs_older_than_the_cutoff_and_forgets_them() {
         fs::metadata(log_path(&cfg, "old")).expect("log").len()
     );
 }
+
+/// Sets the modification time of session `id`'s log to ten days ago.
+fn age_log(cfg: &StoreConfig, id: &str) {
+    let ten_days = SystemTime::now() - Duration::from_secs(10 * 86_400);
+    fs::File::options()
+        .append(true)
+        .open(log_path(cfg, id))
+        .expect("open log")
+        .set_modified(ten_days)
+        .expect("set mtime");
+}
+
+/// A compact-session asked for while the batch that deletes the log for
+/// `retain` is with the writer: the session is forgotten, so its
+/// compaction is given up with a reason (its client is answered), not run
+/// on the freed slot, where it failed under an empty session id (nobody
+/// answered) or compacted the next session to take the slot.
+#[test]
+fn a_compaction_asked_for_while_retain_deletes_the_log_is_given_up() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.retain = Duration::from_secs(86_400);
+    let (mut store, mut poll) = threaded_store(&cfg);
+    let t = real_now();
+    store.exit(
+        "s1",
+        &ExitRecord {
+            pane: "p1",
+            state: "done",
+            code: Some(0),
+            signal: None,
+            reason: None,
+        },
+        t,
+    );
+    flush_until(&mut store, &mut poll, usize::MAX, |s| {
+        !s.waiting_for_writer() && s.pending_bytes("s1") == 0
+    });
+    age_log(&cfg, "s1");
+    // The heartbeat hands the writer the log to delete; the request comes
+    // before the loop has its answer.
+    store.heartbeat(t);
+    assert!(store.waiting_for_writer());
+    store.request_compaction("s1").expect("s1 is still listed");
+    flush_until(&mut store, &mut poll, usize::MAX, |s| {
+        !s.waiting_for_writer()
+    });
+    assert_eq!(store.take_retired(), ["s1"]);
+    let given_up = store.take_given_up_compactions();
+    assert_eq!(given_up.len(), 1, "{given_up:?}");
+    assert_eq!(given_up[0].0, "s1");
+    assert!(given_up[0].1.contains("retain"), "{given_up:?}");
+    // Nothing runs on the freed slot, now or once a new session takes it.
+    store.append("s2", "p2", LineRecord::Event(&ev("turn_start", 1)), t);
+    assert!(store.compaction_step(1 << 20).is_none(), "no job left");
+    store.heartbeat(t);
+    assert!(store.compaction_step(1 << 20).is_none(), "no job started");
+}
