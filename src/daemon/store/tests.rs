@@ -2498,3 +2498,28 @@ fn a_compaction_asked_for_while_retain_deletes_the_log_is_given_up() {
     store.heartbeat(t);
     assert!(store.compaction_step(1 << 20).is_none(), "no job started");
 }
+
+/// A shutdown whose last batch both deletes a log for `retain` and
+/// fsyncs it (written this run, so unsynced) leaves no empty log behind:
+/// the fsync reopened the deleted path with O_CREAT, and the next start
+/// listed the forgotten session again.
+#[test]
+fn a_log_retired_at_shutdown_is_not_recreated_by_its_fsync() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.retain = Duration::from_secs(86_400);
+    let (mut store, _) = open(&cfg);
+    let t = real_now();
+    finished(&mut store, "old", "p1", t);
+    drain(&mut store);
+    age_log(&cfg, "old");
+    // A heartbeat ran while a batch was with the writer: the next batch,
+    // the shutdown's, carries the paths to check and the logs to retire.
+    store.check_paths_due = true;
+    store.sync().expect("sync");
+    assert_eq!(store.take_retired(), ["old"]);
+    assert!(!log_path(&cfg, "old").exists(), "the log stays deleted");
+    drop(store);
+    let (store, _) = open(&cfg);
+    assert!(store.get("old").is_none(), "{:?}", store.list());
+}

@@ -279,6 +279,10 @@ impl LogWriter {
             done.appends.push(d);
         }
         for (s, path) in batch.sync {
+            if done.retired.contains(&s) {
+                // Deleted above: opening it to fsync would create it anew.
+                continue;
+            }
             let res = match self.fds.peek(s) {
                 Some(f) => f.sync_all(),
                 None => open_log(&path).and_then(|f| f.sync_all()),
