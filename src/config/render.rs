@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serializer;
 
 use super::{Config, LogLevel};
-use crate::core::policy::{BudgetRule, Period, Scope, Unit};
+use crate::core::policy::{BudgetRule, Period, Scope, Unit, OUTPUT_BUDGET};
 use crate::syslog::{facility_name, Facility, Severity};
 
 /// The effective configuration as TOML, headed by the file it came from.
@@ -68,6 +68,11 @@ fn render_budgets(budgets: &[BudgetRule], out: &mut String) {
         if let Ok(text) = toml::to_string(&toml::Value::Table(root)) {
             let _ = write!(out, "\n{text}");
         }
+    }
+    // Absent, the default output budget would apply again when the text
+    // is loaded back.
+    if !budgets.iter().any(|b| b.name == OUTPUT_BUDGET) {
+        let _ = write!(out, "\n[budgets.{OUTPUT_BUDGET}]\nenabled = false\n");
     }
 }
 

@@ -610,6 +610,19 @@ retain = "90d"
     assert_eq!(facility_name(round.syslog.facility), "daemon");
 }
 
+/// A configuration that turned the default output budget off renders so
+/// that it loads back off: a missing `[budgets.output]` would turn it on.
+#[test]
+fn effective_config_keeps_the_output_budget_off() {
+    let file = parse("[budgets.output]\nenabled = false\n").expect("parses");
+    let config = resolve_with(&DaemonArgs::default(), Some(&file));
+    assert!(config.governance.budgets.is_empty());
+    let text = render_effective(&config);
+    let again = parse(&text).expect("rendered config parses");
+    let round = resolve_with(&DaemonArgs::default(), Some(&again));
+    assert!(round.governance.budgets.is_empty(), "{text}");
+}
+
 #[test]
 fn every_invalid_value_in_the_file_is_reported() {
     let text = concat!(
