@@ -178,7 +178,13 @@ impl Daemon {
             }
             LifeEffect::Release => {
                 if let Some(agent) = self.panes.agent_mut(key) {
+                    // A timed resume armed here may be other panes' (a
+                    // budget shared by name, runtime or all): it stays.
+                    let govern = agent.timers.due(Deadline::Govern);
                     agent.timers.release(&mut self.timerq, key);
+                    if let Some(at) = govern {
+                        self.set_deadline(key, Deadline::Govern, at, t);
+                    }
                 }
             }
         }

@@ -906,7 +906,19 @@ impl Daemon {
     /// `remove-agent`: forgets a finished pane; its logs stay.
     pub(crate) fn remove_pane(&mut self, key: PaneKey, t: Timestamp) {
         if let Some(mut slot) = self.panes.remove(key) {
+            let govern = slot.agent.timers.due(Deadline::Govern);
             slot.agent.timers.release(&mut self.timerq, key);
+            // The timed resume it held may be other panes' (a shared
+            // budget): another pane holds it now.
+            let holder = self
+                .panes
+                .iter()
+                .next()
+                .map(|(k, s)| (k, s.agent.timers.due(Deadline::Govern)));
+            if let (Some(at), Some((other, own))) = (govern, holder) {
+                let at = own.map_or(at, |own| own.min(at));
+                self.set_deadline(other, Deadline::Govern, at, t);
+            }
             let pane = slot.pane.id.0.clone();
             // What was kept by pane id goes with it: a daemon that runs
             // agents for months would otherwise keep a bucket and a ledger

@@ -503,3 +503,41 @@ fn panes_paused_at_different_times_are_each_resumed_when_their_window_rolls() {
         d.ok(json!({"cmd":"kill-agent","agent_id": id}));
     }
 }
+
+/// A budget shared by a runtime pauses all its panes, and its timed
+/// resume is armed on the pane whose output crossed the cap. That pane
+/// ending (here killed while paused) must not take the resume with it:
+/// before, its exit released every timer it held, and the other pane
+/// stayed stopped for good.
+#[test]
+fn a_shared_budgets_resume_outlives_the_pane_that_armed_it() {
+    let d =
+        daemon_with("[budgets.shared]\nscope = \"runtime:pi\"\nbytes = 1048576\nwindow = \"3s\"\n");
+    let delta = r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"again and again"}}"#;
+    let cwd = d.dir.path().display().to_string();
+    let quiet = d.spawn(
+        &["/bin/sh", "-c", "exec sleep 600"],
+        json!({"runtime":"pi","cwd": cwd}),
+    );
+    // 6,000 lines of 183 log bytes: a little over the cap, then quiet.
+    let printer = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("yes '{delta}' | head -n 6000; exec sleep 600"),
+        ],
+        json!({"runtime":"pi","cwd": cwd}),
+    );
+    d.wait_pane(&printer, "the printer paused", |p| {
+        p["paused"] == json!(true)
+    });
+    d.wait_pane(&quiet, "the quiet pane paused", |p| {
+        p["paused"] == json!(true)
+    });
+    d.ok(json!({"cmd":"kill-agent","agent_id": printer}));
+    d.wait_pane(&printer, "the printer's exit", |p| p["exit"].is_object());
+    d.wait_pane(&quiet, "the quiet pane resumed", |p| {
+        p["paused"] == json!(false)
+    });
+    d.ok(json!({"cmd":"kill-agent","agent_id": quiet}));
+}
