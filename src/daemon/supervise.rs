@@ -549,6 +549,12 @@ impl Daemon {
         };
         self.panes
             .reattach(key, recipe.runtime, self.settings.daemon.max_line, t);
+        // A pane recovered from its log counts its runtime as told, but
+        // this run's `attached` names only the recipe's: one detected from
+        // the output is told anew (`index_runtime`).
+        if let Some(agent) = self.panes.agent_mut(key) {
+            agent.runtime_indexed = false;
+        }
         self.log_attach(key, &recipe, t);
         match self.start_process(key, &recipe, t) {
             Ok(pid) => {

@@ -436,3 +436,40 @@ fn stop_agent_kills_an_agent_that_ignores_sigterm_after_the_grace() {
     });
     assert_eq!(p["exit"]["signal"], json!(9), "{p}");
 }
+
+/// A declared agent that names no runtime: the runtime detected from its
+/// output is told in a `runtime` event after every start of colibrid, not
+/// only the first. Its pane, recovered from the log at the next start,
+/// was taken as told already, while its new run's `attached` names none:
+/// notify's `runtimes` filters and the board lost it for good.
+#[test]
+fn a_declared_agents_detected_runtime_is_told_again_after_colibrid_restarts() {
+    let mut d = with_config("", &[]);
+    let go = d.path("go");
+    let agent = d.script(
+        "pi-like.sh",
+        &format!(
+            "while [ ! -e '{}' ]; do sleep 0.05; done\necho '{{\"type\":\"session\",\"version\":3,\"id\":\"s-1\",\"cwd\":\"/tmp\"}}'\nexec sleep 600",
+            go.display()
+        ),
+    );
+    std::fs::write(d.path("colibri.toml"), agent_table("finder", &[&agent], "")).expect("config");
+    for run in 0..2 {
+        let _ = std::fs::remove_file(&go);
+        d.launch();
+        let id = wait_named(&d, "finder", "finder running", running)["id"].clone();
+        let mut w = d.client();
+        assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
+        std::fs::write(&go, "").expect("go");
+        loop {
+            let ev = w
+                .read_line()
+                .unwrap_or_else(|| panic!("no runtime event in run {run}"));
+            if ev["event"] == json!("runtime") {
+                assert_eq!((&ev["pane"], &ev["runtime"]), (&id, &json!("pi")), "{ev}");
+                break;
+            }
+        }
+        assert!(d.terminate().success());
+    }
+}
