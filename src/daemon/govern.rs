@@ -86,18 +86,12 @@ impl Daemon {
             let keys = self.targets(&v.target);
             match &v.action {
                 Action::Pause { until } => {
-                    for &k in &keys {
-                        self.policy_pause(k, true, t);
-                    }
+                    self.policy_pause(&keys, true, t);
                     if until.is_some() {
                         timed = self.panes.key(&v.pane).or(keys.first().copied());
                     }
                 }
-                Action::Resume => {
-                    for &k in &keys {
-                        self.policy_pause(k, false, t);
-                    }
-                }
+                Action::Resume => self.policy_pause(&keys, false, t),
                 Action::Message { text } => {
                     for &k in &keys {
                         self.policy_message(k, text);
@@ -131,37 +125,49 @@ impl Daemon {
             .collect()
     }
 
-    fn policy_pause(&mut self, key: PaneKey, pause: bool, t: Timestamp) {
-        let Some(slot) = self.panes.get(key) else {
-            return;
-        };
-        let Some(pid) = slot.agent.running_pid() else {
-            return;
-        };
-        if slot.pane.paused == pause {
-            return;
-        }
+    /// Stops (or continues) the panes `keys`: each tree, then what their
+    /// agents left running, found in one scan for all of them (a scan per
+    /// pane made a global budget's pause of N panes cost N scans).
+    fn policy_pause(&mut self, keys: &[PaneKey], pause: bool, t: Timestamp) {
         let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
-        let pane_id = slot.agent.pane_id.clone();
-        if let Err(e) = self.signal_pane(pid, &pane_id, sig) {
-            log_warn!("policy: cannot signal pane {pane_id}: {e}");
+        let mut signalled = Vec::new();
+        for &key in keys {
+            let Some(slot) = self.panes.get(key) else {
+                continue;
+            };
+            let Some(pid) = slot.agent.running_pid() else {
+                continue;
+            };
+            if slot.pane.paused == pause {
+                continue;
+            }
+            if let Err(e) = platform::signal_tree(pid, sig) {
+                log_warn!("policy: cannot signal pane {}: {e}", slot.agent.pane_id);
+                continue;
+            }
+            signalled.push((key, slot.agent.pane_id.clone()));
+        }
+        if signalled.is_empty() {
             return;
         }
-        let Some(slot) = self.panes.get_mut(key) else {
-            return;
-        };
-        slot.pane.paused = pause;
-        if !pause {
-            slot.pane.rebase_quiet(t);
+        let ids: Vec<&str> = signalled.iter().map(|(_, id)| id.as_str()).collect();
+        self.signal_leftovers(&ids, sig);
+        for (key, pane) in signalled {
+            let Some(slot) = self.panes.get_mut(key) else {
+                continue;
+            };
+            slot.pane.paused = pause;
+            if !pause {
+                slot.pane.rebase_quiet(t);
+            }
+            let event = if pause {
+                WatchKind::Paused { pane }
+            } else {
+                WatchKind::Resumed { pane }
+            };
+            self.publish(event, t);
+            self.refresh_stall(key, t);
         }
-        let pane = slot.agent.pane_id.clone();
-        let event = if pause {
-            WatchKind::Paused { pane }
-        } else {
-            WatchKind::Resumed { pane }
-        };
-        self.publish(event, t);
-        self.refresh_stall(key, t);
     }
 
     /// Queues `text` on the agent's input; a stopped agent reads it when it
