@@ -186,10 +186,18 @@ impl Validator<'_> {
         let scope = self
             .opt(b.scope, &format!("{key}.scope"), |s| parse_scope(&s))
             .unwrap_or(Scope::Pane);
+        let default = BudgetRule::output();
+        // `[budgets.output]` naming no unit tunes the default budget
+        // (`enabled = true`, a scope, a warning level).
+        let tunes_default =
+            name == OUTPUT_BUDGET && b.tokens.is_none() && b.usd.is_none() && b.bytes.is_none();
         let (unit, cap) = match (b.tokens, b.usd, b.bytes) {
             (Some(t), None, None) => (Unit::Tokens, t),
             (None, Some(u), None) => (Unit::Usd, u),
             (None, None, Some(n)) => (Unit::Bytes, n),
+            (None, None, None) if tunes_default => {
+                (default.unit, toml::Spanned::new(span.clone(), default.cap))
+            }
             _ => {
                 self.invalid(
                     span,
@@ -210,6 +218,7 @@ impl Validator<'_> {
                 self.one(w, &format!("{key}.window"), |w| parse_positive_duration(&w))?,
             ),
             (None, true) => Period::Day,
+            (None, false) if tunes_default => default.period,
             _ => {
                 self.invalid(
                     span,
@@ -308,6 +317,18 @@ enabled = false
         )
         .expect("parses");
         assert!(p.budgets.is_empty());
+        // Naming no unit tunes the default.
+        let p = parse("[budgets.output]\nenabled = true\n").expect("parses");
+        assert_eq!(p.budgets, [BudgetRule::output()]);
+        let p = parse("[budgets.output]\nscope = \"global\"\nwarn_at = 0.5\n").expect("parses");
+        assert_eq!(
+            p.budgets,
+            [BudgetRule {
+                scope: Scope::Global,
+                warn_at: 0.5,
+                ..BudgetRule::output()
+            }]
+        );
         let p = parse(
             "[budgets.t]
 enabled = false

@@ -82,7 +82,7 @@ impl Daemon {
     pub(crate) fn answer_given_up_compactions(&mut self, t: Timestamp) {
         for (session, why) in self.store.take_given_up_compactions() {
             for w in self.take_compact_waiters(&session) {
-                let msg = format!("the compaction of session {session} was given up: {why}");
+                let msg = format!("the compaction of session {session}: {why}");
                 let line = protocol::err_line(w.rid.as_ref(), ErrorCode::Store, &msg);
                 self.send(w.conn, line.into(), t);
             }

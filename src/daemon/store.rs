@@ -1928,8 +1928,9 @@ impl SessionStore {
         Ok(())
     }
 
-    /// The compactions given up since the last call, with why: every
-    /// job that ends without a [`RotationDone`] is here.
+    /// The compactions given up since the last call, with why (or, for
+    /// one under a stalled writer, why it is not finished yet): every job
+    /// that ends without a [`RotationDone`] is here.
     pub fn take_given_up_compactions(&mut self) -> Vec<(String, String)> {
         std::mem::take(&mut self.compactions_given_up)
     }
@@ -1958,9 +1959,9 @@ impl SessionStore {
         };
         for (i, _) in stuck {
             let why = if self.sessions[i].repair.is_some() {
-                format!("its torn last line could not be cut{error}")
+                format!("given up: its torn last line could not be cut{error}")
             } else {
-                format!("session log writes have stalled{error}")
+                format!("given up: session log writes have stalled{error}")
             };
             self.compactions_given_up
                 .push((self.sessions[i].meta.id.clone(), why));
@@ -1976,8 +1977,9 @@ impl SessionStore {
                     .saturating_add(COMPACT_REPAIR_HEARTBEATS)
         {
             self.rotation_stall_told = true;
-            let why =
-                format!("session log writes have stalled{error}; it goes on when they resume");
+            let why = format!(
+                "not finished: session log writes have stalled{error}; it goes on when they resume"
+            );
             self.compactions_given_up
                 .push((self.sessions[*i].meta.id.clone(), why));
         }
@@ -2276,7 +2278,7 @@ impl SessionStore {
                 // Whoever asked for it hears why it will not end.
                 self.compactions_given_up.push((
                     self.sessions[i].meta.id.clone(),
-                    "its log was replaced meanwhile; ask again".to_string(),
+                    "given up: its log was replaced meanwhile; ask again".to_string(),
                 ));
             }
         }
@@ -2399,7 +2401,7 @@ impl SessionStore {
         if running || self.compact_requests.len() < queued {
             self.compactions_given_up.push((
                 id.clone(),
-                "its log was deleted ([sessions] retain)".to_string(),
+                "given up: its log was deleted ([sessions] retain)".to_string(),
             ));
         }
         self.free_slots.push(i);

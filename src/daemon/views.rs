@@ -102,6 +102,7 @@ impl Daemon {
                     failed_writes: h.failed_writes,
                     lost_bytes: h.lost_bytes,
                     replaced_logs: h.replaced_logs,
+                    retired_sessions: h.retired_sessions,
                     last_error: h.last_error,
                 }
             },

@@ -977,6 +977,9 @@ pub struct LogHealth {
     /// Logs found deleted or replaced under the daemon (each started anew).
     #[serde(default)]
     pub replaced_logs: u64,
+    /// Finished sessions whose logs `[sessions] retain` deleted.
+    #[serde(default)]
+    pub retired_sessions: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }

@@ -501,4 +501,6 @@ fn retain_deletes_old_finished_logs_and_keeps_recent_ones() {
     let gone = d.request(json!({"cmd":"get-session","session_id":"old"}));
     assert_eq!(gone["ok"], json!(false), "{gone}");
     assert_eq!(gone["code"], json!("not_found"), "{gone}");
+    let status = d.ok(json!({"cmd":"status"}));
+    assert_eq!(status["logs"]["retired_sessions"], json!(1), "{status}");
 }
