@@ -84,6 +84,12 @@ pub struct Agent {
     pub runtime_indexed: bool,
     /// This run's failure was alerted (the bus alerts one per failure).
     pub failure_alerted: bool,
+    /// What keeps the process stopped (`operator`, `guard`, `loop`,
+    /// `budget:NAME`): a policy's resume lifts its own hold only, and the
+    /// process continues once none is left (a global budget's resume must
+    /// not continue a pane the guard stopped). An operator's resume lifts
+    /// them all.
+    pub holds: Vec<String>,
     /// Recipe, origin, wanted state (`daemon::supervise`).
     pub supervision: crate::daemon::supervise::Supervision,
     /// The raw output ring and the attached clients (`daemon::attach`).
@@ -113,6 +119,7 @@ impl Agent {
             stopped_by: None,
             runtime_indexed: false,
             failure_alerted: false,
+            holds: Vec::new(),
             supervision: Default::default(),
             attach: Default::default(),
         }

@@ -11,11 +11,11 @@
 //! deadline of the pane whose line caused the pause.
 //!
 
-use crate::core::policy::{Action, LineFacts, PaneInfo, Target, Verdict};
+use crate::core::policy::{Action, LineFacts, PaneInfo, PolicyKind, Target, Verdict};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::INPUT_QUEUE_LIMIT;
-use crate::daemon::diag::log_warn;
+use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::PaneKey;
 use crate::daemon::timers::Deadline;
@@ -86,12 +86,12 @@ impl Daemon {
             let keys = self.targets(&v.target);
             match &v.action {
                 Action::Pause { until } => {
-                    self.policy_pause(&keys, true, t);
+                    self.policy_pause(&keys, true, &hold_of(&v), t);
                     if until.is_some() {
                         timed = self.panes.key(&v.pane).or(keys.first().copied());
                     }
                 }
-                Action::Resume => self.policy_pause(&keys, false, t),
+                Action::Resume => self.policy_pause(&keys, false, &hold_of(&v), t),
                 Action::Message { text } => {
                     for &k in &keys {
                         self.policy_message(k, text);
@@ -125,19 +125,36 @@ impl Daemon {
             .collect()
     }
 
-    /// Stops (or continues) the panes `keys`: each tree, then what their
+    /// Stops the panes `keys` for `hold`, or lifts `hold` and continues
+    /// those no other hold keeps stopped: each tree, then what their
     /// agents left running, found in one scan for all of them (a scan per
     /// pane made a global budget's pause of N panes cost N scans).
-    fn policy_pause(&mut self, keys: &[PaneKey], pause: bool, t: Timestamp) {
+    fn policy_pause(&mut self, keys: &[PaneKey], pause: bool, hold: &str, t: Timestamp) {
         let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
         let mut signalled = Vec::new();
         for &key in keys {
-            let Some(slot) = self.panes.get(key) else {
+            let Some(slot) = self.panes.get_mut(key) else {
                 continue;
             };
             let Some(pid) = slot.agent.running_pid() else {
                 continue;
             };
+            let holds = &mut slot.agent.holds;
+            if pause {
+                if !holds.iter().any(|h| h == hold) {
+                    holds.push(hold.to_string());
+                }
+            } else {
+                holds.retain(|h| h != hold);
+                if !holds.is_empty() {
+                    log_info!(
+                        "policy: pane {} stays paused for {}",
+                        slot.agent.pane_id,
+                        holds.join(", ")
+                    );
+                    continue;
+                }
+            }
             if slot.pane.paused == pause {
                 continue;
             }
@@ -254,6 +271,16 @@ fn keep_spare(spare: &mut Vec<LineFacts>, mut facts: Vec<LineFacts>) {
     facts.clear();
     if facts.capacity() <= FACTS_SPARE_MAX && facts.capacity() > spare.capacity() {
         *spare = facts;
+    }
+}
+
+/// The hold a pause or resume verdict puts or lifts: one per policy, and
+/// one per budget (a budget's resume lifts its own pause, not another's).
+fn hold_of(v: &Verdict) -> String {
+    match v.policy {
+        PolicyKind::Budget => format!("budget:{}", v.rule),
+        PolicyKind::Loop => "loop".to_string(),
+        PolicyKind::Guard => "guard".to_string(),
     }
 }
 

@@ -266,6 +266,7 @@ impl Daemon {
         pane.exited(status, t, &mut self.transitions);
         // An exited process is not stopped any more.
         pane.paused = false;
+        agent.holds.clear();
         let state = pane.state();
         let reason = agent
             .stopped_by

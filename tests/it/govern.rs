@@ -541,3 +541,42 @@ fn a_shared_budgets_resume_outlives_the_pane_that_armed_it() {
     });
     d.ok(json!({"cmd":"kill-agent","agent_id": quiet}));
 }
+
+/// A pane the guard stopped stays stopped when a global budget that
+/// paused every pane meanwhile resumes them: each policy lifts only its
+/// own hold, and only the operator lifts the guard's.
+#[test]
+fn a_budgets_resume_does_not_continue_a_pane_the_guard_stopped() {
+    let d = daemon_with("[budgets.all]\nscope = \"global\"\ntokens = 1000\nwindow = \"2s\"\n");
+    let (guarded, gate) = agent(
+        &d,
+        "guarded",
+        &[
+            r#"{"type":"agent_start"}"#,
+            r#"{"type":"tool_execution_start","toolCallId":"t2","toolName":"bash","args":{"command":"sh -c \"rm -fr /\""}}"#,
+        ],
+        "",
+    );
+    let mut w = watch(&d, &guarded);
+    go(&gate);
+    let pause = next(&mut w, "verdict", Some("pause"));
+    assert_eq!(pause["verdict"]["policy"], json!("guard"), "{pause}");
+    d.wait_pane(&guarded, "the guard's pause", |p| {
+        p["paused"] == json!(true)
+    });
+    let used = r#"{"type":"message_end","message":{"role":"assistant","usage":{"input":900,"output":300,"cacheRead":0,"cacheWrite":0,"totalTokens":1200,"cost":{"total":0.001}}}}"#;
+    let (spender, gate) = agent(&d, "spender", &[r#"{"type":"agent_start"}"#, used], "");
+    let mut ws = watch(&d, &spender);
+    go(&gate);
+    next(&mut ws, "paused", None);
+    // The window rolls: the budget resumes every pane it holds.
+    next(&mut ws, "resumed", None);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        d.pane(&guarded)["paused"],
+        json!(true),
+        "the guard's pause held"
+    );
+    d.ok(json!({"cmd":"resume-agent","agent_id": guarded}));
+    assert_eq!(d.pane(&guarded)["paused"], json!(false));
+}

@@ -81,6 +81,9 @@ pub(super) fn resume(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, C
     set_paused(d, &a.agent_id, false, call.t)
 }
 
+/// The hold an operator's `pause-agent` puts (see `Agent::holds`).
+const OPERATOR_HOLD: &str = "operator";
+
 fn set_paused(
     d: &mut Daemon,
     agent_id: &str,
@@ -88,13 +91,22 @@ fn set_paused(
     t: Timestamp,
 ) -> Result<Reply, CommandError> {
     let key = d.resolve(&Scope::Operator, agent_id)?;
-    let Some(Slot { pane, agent }) = d.panes.get(key) else {
+    let Some(Slot { pane, agent }) = d.panes.get_mut(key) else {
         return Err(CommandError::not_found(agent_id));
     };
     let pane_id = agent.pane_id.clone();
     let Some(pid) = agent.running_pid() else {
         return Err(CommandError::not_running(&pane_id));
     };
+    // The operator's pause holds the agent until the operator resumes it
+    // (a policy's resume does not); the operator's resume lifts every hold.
+    if pause {
+        if !agent.holds.iter().any(|h| h == OPERATOR_HOLD) {
+            agent.holds.push(OPERATOR_HOLD.to_string());
+        }
+    } else {
+        agent.holds.clear();
+    }
     let reply = |paused| {
         Reply::Pause(PauseReply {
             agent_id: pane_id.clone(),
