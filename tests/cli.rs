@@ -724,6 +724,20 @@ fn watch_prints_events_then_fails_when_the_stream_ends_or_drops() {
     );
 }
 
+/// `colibri top` piped or under cron: a sentence naming what to use instead,
+/// not the errno raw mode fails with ("terminal: No such device or
+/// address"), before any daemon is looked for.
+#[test]
+fn top_without_a_terminal_says_so_and_names_the_alternatives() {
+    let out = output(colibri(&["--socket", "/nonexistent/colibri.sock", "top"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "colibri: top needs a terminal on stdin and stdout; without one, use `colibri snapshot` or `colibri watch`\n"
+    );
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+}
+
 #[test]
 fn the_hook_forwards_its_input_to_the_pane() {
     let d = FakeDaemon::start(vec![ok(Value::Null)]);

@@ -8,7 +8,7 @@
 //! `Model` is the whole screen state and is tested without a terminal.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, IsTerminal, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -599,6 +599,13 @@ impl Drop for Screen {
 }
 
 pub fn run(socket: Option<&Path>) -> Result<u8, CliError> {
+    // Without a terminal on both sides, raw mode fails with a bare errno
+    // ("terminal: No such device or address") or the screen goes to a file.
+    if !io::stdin().is_terminal() || !io::stdout().is_terminal() {
+        return Err(CliError::Runtime(
+            "top needs a terminal on stdin and stdout; without one, use `colibri snapshot` or `colibri watch`".into(),
+        ));
+    }
     let path = resolve_socket(socket);
     let (tx, rx) = mpsc::channel();
     spawn_watch(path.clone(), tx);
