@@ -12,11 +12,13 @@ use crate::protocol::BudgetReply;
 
 #[derive(Clone, Debug, PartialEq, clap::Subcommand)]
 pub enum BudgetAction {
-    /// Set a budget's cap (its paused agents resume if now under it).
+    /// Set a budget's cap (its paused agents resume if now under it) until
+    /// colibrid restarts; colibri.toml's cap applies again after a restart.
     Raise {
-        /// The budget's name (`[budgets.NAME]`).
+        /// The budget's name (`[budgets.NAME]`, or `output`).
         name: String,
-        /// The new cap, in the budget's unit (tokens or US dollars).
+        /// The new cap, a plain number in the budget's unit: tokens, US
+        /// dollars, or bytes (`output`: 4294967296, not 4GiB).
         cap: f64,
     },
     /// Let a budget's paused agents spend on until its period rolls.
