@@ -33,6 +33,7 @@ impl Daemon {
             *at = (*at).max(rp.attached_at);
         }
         let mut unannounced = Vec::new();
+        let mut lost = Vec::new();
         for rp in rec.panes {
             let runtime = rp.runtime.as_deref().and_then(Runtime::parse);
             let max_line = self.settings.daemon.max_line;
@@ -93,7 +94,17 @@ impl Daemon {
                 None => {
                     let reason =
                         "colibrid stopped while this agent ran; the agent was lost".to_string();
+                    let before = out.len();
                     pane.fail(reason.clone(), t, &mut out);
+                    // The daemon that lost it never said so: announced
+                    // (and alerted) below, once, as the exit record
+                    // written here ends it for the next recovery.
+                    lost.extend(out[before..].iter().map(|tr| WatchKind::State {
+                        pane: rp.pane.clone(),
+                        from: tr.from,
+                        to: tr.to,
+                        reason: Some(reason.clone()),
+                    }));
                     self.store.exit(
                         &rp.session,
                         &ExitRecord {
@@ -108,10 +119,9 @@ impl Daemon {
                 }
             }
             // The daemon that lived these approvals published them (the
-            // journal holds them), and recovery publishes nothing, as for
-            // the lost agent's state, but the ends its watchers never
-            // heard; left here, the pane's next line would announce each
-            // approval as opened once more.
+            // journal holds them), and recovery publishes nothing of them
+            // but the ends its watchers never heard; left here, the pane's
+            // next line would announce each approval as opened once more.
             if latest.get(&rp.pane) == Some(&rp.attached_at) {
                 unannounced.extend(ended_unheard(pane, &open, &mut answerers));
             } else {
@@ -136,6 +146,9 @@ impl Daemon {
             heard.insert(key);
         }
         self.expire_unfound(open, &heard, t);
+        for event in lost {
+            self.publish(event, t);
+        }
         if n > 0 {
             crate::daemon::diag::log_info!("recovered {n} pane(s) from the session logs");
         }

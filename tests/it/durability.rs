@@ -671,3 +671,62 @@ fn a_pi_dialog_whose_title_splits_an_emoji_blocks_and_is_logged_verbatim() {
     );
     assert_eq!(dumped_events(&get_session_raw(&d, "dialog")), [line]);
 }
+
+/// An agent lost with a crashed colibrid is announced by the next run: a
+/// `state` event to `error` saying so, and its alert, so notify's sinks
+/// and syslog hear of it (before, the snapshot alone showed it); a
+/// restart after that announces nothing again.
+#[test]
+fn an_agent_lost_in_a_crash_is_announced_and_alerted_by_the_next_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = SyslogSink::bind(dir.path());
+    let syslog = format!("--syslog-socket={}", sink.path.display());
+    let mut d = Colibrid::start(&[&syslog]);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "echo hi; exec sleep 60"],
+        json!({"name":"doomed"}),
+    );
+    d.wait_pane(&id, "the agent's first line", |p| {
+        p["counters"]["bytes"].as_u64() > Some(0)
+    });
+    d.crash();
+    d.launch();
+    let mut seen = Vec::new();
+    let alert = sink.wait_for(&format!("pane={id}"), &mut seen);
+    assert!(
+        alert.contains(" error ") && alert.contains("lost"),
+        "{alert}"
+    );
+    let mut w = d.client();
+    w.request(&json!({"cmd":"watch","since":0}));
+    let ev = wait_for(
+        std::time::Duration::from_secs(10),
+        "the lost agent's state event",
+        || {
+            let ev = w.read_line()?;
+            (ev["event"] == json!("state") && ev["pane"] == json!(id)).then_some(ev)
+        },
+    );
+    assert_eq!(ev["to"], json!("error"), "{ev}");
+    assert!(
+        ev["reason"].as_str().unwrap_or_default().contains("lost"),
+        "{ev}"
+    );
+    // Said once: an orderly restart finds the exit record and says nothing.
+    let seq = d.client().request(&json!({"cmd":"watch"}))["data"]["seq"].clone();
+    assert!(d.terminate().success());
+    d.launch();
+    let mut w = d.client();
+    let reply = w.request(&json!({"cmd":"watch","since": seq}));
+    assert_eq!(reply["ok"], json!(true), "{reply}");
+    w.reader
+        .get_ref()
+        .set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .expect("timeout");
+    while let Some(ev) = w.read_line() {
+        assert!(
+            !(ev["event"] == json!("state") && ev["pane"] == json!(id)),
+            "announced again: {ev}"
+        );
+    }
+}
