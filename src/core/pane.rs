@@ -488,7 +488,10 @@ impl Pane {
             on_line(frame, kind);
         });
         self.framer = framer;
-        if matches!(self.dialect, Dialect::Detecting { .. }) {
+        // Lines held undecided are read in the seed contract's dialect;
+        // a program that printed no JSON (`sh`, `yes`) has no runtime, and
+        // calling it `pi` once it ended named a harness it never was.
+        if matches!(&self.dialect, Dialect::Detecting { held, .. } if !held.is_empty()) {
             self.settle_dialect(Runtime::Pi, out);
         }
     }
@@ -972,6 +975,30 @@ mod approval_tests {
         }
         let counted: u64 = p.take_facts().iter().map(|f| f.bytes).sum();
         assert_eq!(counted, n * record);
+    }
+
+    /// A program that printed no JSON has no runtime when it ends; lines
+    /// held undecided are read as the seed's Pi.
+    #[test]
+    fn a_plain_program_ends_without_a_runtime_and_undecided_lines_are_pi() {
+        let plain = |lines: &[&str]| {
+            let mut p = Pane::new(
+                PaneId("p".into()),
+                "sh".into(),
+                None,
+                1 << 20,
+                Timestamp::from_millis(1_000),
+            );
+            let mut out = Vec::new();
+            for l in lines {
+                p.ingest_line(l.as_bytes(), Timestamp::from_millis(1_001), &mut out);
+            }
+            p.exited(ExitStatus::Code(0), Timestamp::from_millis(1_002), &mut out);
+            p.runtime()
+        };
+        assert_eq!(plain(&["y", "y", "hello"]), None);
+        assert_eq!(plain(&[]), None);
+        assert_eq!(plain(&[r#"{"hello":1}"#]), Some(Runtime::Pi));
     }
 
     /// Facts are made for the lines that can move a policy (a tool call,
