@@ -59,7 +59,11 @@ pub fn run(
 fn render(r: &BudgetReply) -> String {
     let mut text = String::new();
     if r.budgets.is_empty() {
-        text.push_str("no budget has counted any spend\n");
+        // Budgets in force that counted nothing yet (the default output
+        // budget, say) have no ledger; the effective config lists them.
+        text.push_str(
+            "no budget has counted any spend yet (`colibrid --check-config` lists the budgets in force)\n",
+        );
     }
     for b in &r.budgets {
         let key = if b.key.is_empty() { "all" } else { &b.key };

@@ -337,8 +337,8 @@ pub fn status_summary(s: &StatusData, now: SystemTime) -> String {
     };
     let _ = writeln!(
         out,
-        "agents:   {} ({} running): {states}; {} stalled",
-        s.agents, s.running, s.stalled
+        "agents:   {} ({} running, {} paused): {states}; {} stalled",
+        s.agents, s.running, s.paused, s.stalled
     );
     let _ = writeln!(
         out,
@@ -960,6 +960,7 @@ pub(crate) mod tests {
             watchers: 0,
             states,
             stalled: 1,
+            paused: 1,
             stall_after_ms: 600_000,
             scope: "operator".into(),
             logs: Default::default(),
@@ -977,7 +978,7 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(
-            text.contains("agents:   3 (3 running): 1 blocked, 2 working; 1 stalled\n"),
+            text.contains("agents:   3 (3 running, 1 paused): 1 blocked, 2 working; 1 stalled\n"),
             "{text}"
         );
         assert!(text.contains("stall:    after 10m00s\n"), "{text}");

@@ -30,6 +30,7 @@ impl Daemon {
     pub(crate) fn status_data(&self, scope: &Scope, t: Timestamp) -> StatusData {
         let mut states: BTreeMap<String, usize> = BTreeMap::new();
         let mut stalled = 0;
+        let mut paused = 0;
         let mut agents = 0;
         let mut running = 0;
         let mut own_sessions: Vec<&str> = Vec::new();
@@ -46,6 +47,7 @@ impl Daemon {
             }
             if s.agent.running_pid().is_some() {
                 running += 1;
+                paused += usize::from(s.pane.paused);
             }
             own_sessions.push(s.agent.session.as_str());
         }
@@ -91,6 +93,7 @@ impl Daemon {
             },
             states,
             stalled,
+            paused,
             stall_after_ms: self.settings.daemon.stall_after.as_millis() as u64,
             scope: scope.name(),
             logs: if !operator {

@@ -932,6 +932,9 @@ pub struct StatusData {
     pub watchers: usize,
     pub states: BTreeMap<String, usize>,
     pub stalled: usize,
+    /// Running agents stopped (by the operator or a policy).
+    #[serde(default)]
+    pub paused: usize,
     pub stall_after_ms: u64,
     pub scope: String,
     /// Session-log health: what could not be written, and what waits.

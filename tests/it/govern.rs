@@ -337,6 +337,8 @@ fn an_agent_printing_in_a_loop_is_paused_by_the_output_budget_until_the_cap_is_r
         (&json!("output"), &json!("bytes"), &json!(id), &json!(true)),
         "{shown}"
     );
+    let status = d.ok(json!({"cmd":"status"}));
+    assert_eq!(status["paused"], json!(1), "{status}");
     // A byte budget is not the agent's token budget.
     let st = d.ok(json!({"cmd":"state","pane": id}));
     assert_eq!(
