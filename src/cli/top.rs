@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, BufRead, BufReader, IsTerminal, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -23,6 +25,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::{Frame, Terminal};
 use serde_json::{json, Value};
+use signal_hook::consts::{SIGHUP, SIGTERM};
 
 use crate::cli::render::{
     escape_controls, format_age, format_cost, format_tokens, parse_time, short_id, watch_line,
@@ -613,8 +616,20 @@ pub fn run(socket: Option<&Path>) -> Result<u8, CliError> {
     let mut screen = Some(Screen::enter().map_err(|e| CliError::io("terminal", e))?);
     let mut term = Terminal::new(CrosstermBackend::new(io::stdout()))
         .map_err(|e| CliError::io("terminal", e))?;
+    // A SIGTERM or SIGHUP (`timeout`, a closed ssh session) ends top
+    // through its loop, so the terminal is put back as `q` leaves it; the
+    // default action left it raw, on the alternate screen.
+    let stopped_by = Arc::new(AtomicUsize::new(0));
+    for sig in [SIGTERM, SIGHUP] {
+        signal_hook::flag::register_usize(sig, Arc::clone(&stopped_by), sig as usize)
+            .map_err(|e| CliError::io("signal handler", e))?;
+    }
     let mut snapshot_due: Option<Instant> = None;
     loop {
+        let sig = stopped_by.load(Ordering::Relaxed);
+        if sig != 0 {
+            return Ok(128u8.saturating_add(sig as u8));
+        }
         drain(&rx, &mut model, &mut snapshot_due);
         if snapshot_due.is_some_and(|d| Instant::now() >= d) {
             snapshot_due = None;

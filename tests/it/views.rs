@@ -9,7 +9,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::support::{pid_alive, wait_for, Client, Colibrid, COLIBRI};
+use crate::support::{children_of, pid_alive, wait_for, Client, Colibrid, COLIBRI};
 
 /// A tmux server of its own (a private socket), killed on drop.
 struct Tmux {
@@ -339,4 +339,42 @@ fn the_attached_window_size_reaches_the_agent() {
     t.wait_screen("the agent to see the new size", |s| {
         s.contains("size:30 100")
     });
+}
+
+/// A SIGTERM (`timeout`, a closed session's SIGHUP) ends top through its
+/// own exit, which puts the terminal back: cooked, off the alternate
+/// screen (before, the default action left it raw on the alternate one).
+#[test]
+fn top_ended_by_a_signal_puts_the_terminal_back() {
+    let d = Colibrid::start(&[]);
+    let shell = format!(
+        "sh -c '{}; echo top-exit=$?; stty -a; sleep 60'",
+        cli(&d, "top")
+    );
+    let Some(t) = Tmux::start(&d, &shell) else {
+        return;
+    };
+    t.wait_screen("top to draw", |s| s.contains("a approve"));
+    let sh: i32 =
+        String::from_utf8_lossy(&t.tmux(&["display", "-p", "-t", "v", "#{pane_pid}"]).stdout)
+            .trim()
+            .parse()
+            .expect("the pane's pid");
+    let top = wait_for(Duration::from_secs(10), "top's process", || {
+        children_of(sh).first().copied()
+    });
+    // SAFETY: a plain kill(2) of our own test child.
+    assert_eq!(unsafe { libc::kill(top, libc::SIGTERM) }, 0);
+    let screen = t.wait_screen("the shell after top", |s| s.contains("top-exit="));
+    assert!(screen.contains("top-exit=143"), "{screen}");
+    assert!(
+        !screen.contains("-icanon") && !screen.contains("-echo "),
+        "left raw: {screen}"
+    );
+    let alt = t.tmux(&["display", "-p", "-t", "v", "#{alternate_on}"]);
+    assert_eq!(
+        String::from_utf8_lossy(&alt.stdout).trim(),
+        "0",
+        "left on the alternate screen"
+    );
 }
