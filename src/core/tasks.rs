@@ -320,6 +320,84 @@ impl TaskQueue {
         }
     }
 
+    /// Forgets the finished tasks (done, failed, cancelled) but the `keep`
+    /// that finished last, and never the newest task, whose id numbers the
+    /// next (a queue that ran for months kept every task it ever had).
+    /// Returns how many it forgot.
+    pub fn forget_finished(&mut self, keep: usize) -> usize {
+        let newest = self.tasks.keys().next_back().copied();
+        let mut finished: Vec<(Timestamp, u64)> = self
+            .tasks
+            .values()
+            .filter(|t| t.status.is_final() && Some(t.id) != newest)
+            .map(|t| (t.finished_at.unwrap_or(t.created_at), t.id))
+            .collect();
+        if finished.len() <= keep {
+            return 0;
+        }
+        finished.sort_unstable();
+        let drop = finished.len() - keep;
+        for (_, id) in &finished[..drop] {
+            self.tasks.remove(id);
+        }
+        drop
+    }
+
+    /// Finished tasks held (see [`TaskQueue::forget_finished`]).
+    pub fn finished_count(&self) -> usize {
+        self.tasks.values().filter(|t| t.status.is_final()).count()
+    }
+
+    /// Events that rebuild the queue as it is, task by task: what a
+    /// compacted journal holds.
+    pub fn events(&self) -> Vec<TaskEvent> {
+        let mut out = Vec::new();
+        for t in self.tasks.values() {
+            out.push(TaskEvent::Added {
+                id: t.id,
+                at: ms(t.created_at),
+                task: t.spec.clone(),
+            });
+            let at = ms(t.claimed_at.unwrap_or(t.created_at));
+            for _ in 0..t.releases {
+                out.push(TaskEvent::Released { id: t.id, at });
+            }
+            if let (Some(by), Some(claimed)) = (&t.claimed_by, t.claimed_at) {
+                out.push(TaskEvent::Claimed {
+                    id: t.id,
+                    at: ms(claimed),
+                    by: by.clone(),
+                    ack_due: ms(t.ack_due.unwrap_or(claimed)),
+                });
+                if t.status != TaskStatus::Claimed {
+                    out.push(TaskEvent::Acked {
+                        id: t.id,
+                        at: ms(claimed),
+                    });
+                }
+            }
+            let finished = ms(t.finished_at.unwrap_or(t.created_at));
+            match t.status {
+                TaskStatus::Done => out.push(TaskEvent::Done {
+                    id: t.id,
+                    at: finished,
+                    result: t.outcome.clone(),
+                }),
+                TaskStatus::Failed => out.push(TaskEvent::Failed {
+                    id: t.id,
+                    at: finished,
+                    reason: t.outcome.clone(),
+                }),
+                TaskStatus::Cancelled => out.push(TaskEvent::Cancelled {
+                    id: t.id,
+                    at: finished,
+                }),
+                TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Working => {}
+            }
+        }
+        out
+    }
+
     fn commit(&mut self, ev: TaskEvent) -> TaskEvent {
         self.apply(&ev);
         ev
@@ -485,6 +563,64 @@ mod tests {
             role: role.map(str::to_string),
             ..NewTask::default()
         }
+    }
+
+    /// A queue of every kind of history: pending, released and claimed
+    /// again, claimed, working, done, failed, cancelled.
+    fn busy_queue() -> TaskQueue {
+        let mut q = TaskQueue::new();
+        for n in 0..8 {
+            q.add(task(&format!("t{n}"), Priority::Medium, None), at(n))
+                .unwrap();
+        }
+        q.claim("a", None, None, at(10), ACK_TIMEOUT).unwrap();
+        q.expire(at(10 + 181));
+        q.claim("a", None, None, at(200), ACK_TIMEOUT).unwrap();
+        q.ack(1, Actor::Agent("a"), at(201)).unwrap();
+        q.finish(1, Actor::Agent("a"), true, Some("ok".into()), at(202))
+            .unwrap();
+        q.claim("b", None, None, at(203), ACK_TIMEOUT).unwrap();
+        q.finish(2, Actor::Agent("b"), false, Some("no".into()), at(204))
+            .unwrap();
+        q.cancel(3, at(205)).unwrap();
+        q.claim("c", None, None, at(206), ACK_TIMEOUT).unwrap();
+        q.ack(4, Actor::Agent("c"), at(207)).unwrap();
+        q.claim("d", None, None, at(208), ACK_TIMEOUT).unwrap();
+        q
+    }
+
+    /// The events of a queue rebuild it exactly: a compacted journal.
+    #[test]
+    fn a_queues_events_rebuild_it() {
+        let q = busy_queue();
+        let mut again = TaskQueue::new();
+        for ev in q.events() {
+            again.apply(&ev);
+        }
+        let a: Vec<&Task> = q.iter().collect();
+        let b: Vec<&Task> = again.iter().collect();
+        assert_eq!(a, b);
+        assert_eq!(again.get(1).map(|t| t.releases), Some(1));
+        assert_eq!(again.next_id, q.next_id);
+    }
+
+    /// Finished tasks beyond the last `keep` are forgotten, oldest finish
+    /// first; open ones and the newest (it numbers the next) never.
+    #[test]
+    fn only_the_last_finished_tasks_are_kept() {
+        let mut q = busy_queue();
+        q.cancel(8, at(300)).unwrap();
+        assert_eq!(q.finished_count(), 4);
+        assert_eq!(
+            q.forget_finished(1),
+            2,
+            "1 and 2 go; 3 stays, 8 is the newest"
+        );
+        let ids: Vec<u64> = q.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [3, 4, 5, 6, 7, 8]);
+        assert_eq!(q.forget_finished(10), 0);
+        let ev = q.add(task("next", Priority::Low, None), at(301)).unwrap();
+        assert_eq!(ev.id(), 9, "ids go on after the forgotten");
     }
 
     /// A task for a jail goes to that jail's agents alone; one for none

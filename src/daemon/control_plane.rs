@@ -52,6 +52,10 @@ const JOURNAL_DRAIN: Duration = Duration::from_secs(2);
 pub const ACK_TIMEOUT_ENV: &str = "COLIBRI_TEST_TASK_ACK_TIMEOUT_MS";
 /// Test hook, read once at start: a slow disk, this many ms a batch.
 pub const JOURNAL_DELAY_ENV: &str = "COLIBRI_TEST_TASK_JOURNAL_DELAY_MS";
+/// Finished tasks kept (the last to finish): the rest are forgotten, in
+/// memory once twice this many have finished, and in the journal, which
+/// is compacted to the queue's own events at start.
+pub const FINISHED_TASKS_KEPT: usize = 1000;
 
 /// An agent's budget standing as `state` reports it (from the policy
 /// engine's ledgers, see `commands/control_plane.rs::governed_budget`).
@@ -263,11 +267,28 @@ impl ControlPlane {
     pub fn open(state_dir: &Path) -> ControlPlane {
         let path = state_dir.join("tasks.jsonl");
         let mut queue = TaskQueue::new();
-        let (applied, skipped, torn) = replay(&path, &mut queue);
+        let (applied, skipped, mut torn) = replay(&path, &mut queue);
         if applied > 0 || skipped > 0 {
             log_info!(
                 "task journal: {applied} event(s) replayed, {skipped} unreadable line(s) skipped"
             );
+        }
+        let forgotten = queue.forget_finished(FINISHED_TASKS_KEPT);
+        let events = queue.events();
+        // A journal of mostly forgotten or superseded events is rewritten
+        // as the queue's own; one that cannot be stays as it is (it
+        // replays to the same queue, only longer).
+        if forgotten > 0 || applied + skipped > 2 * events.len() + 100 {
+            match compact_journal(&path, &events) {
+                Ok(()) => {
+                    torn = false;
+                    log_info!(
+                        "task journal: compacted to {} event(s) ({forgotten} finished task(s) forgotten, {FINISHED_TASKS_KEPT} kept)",
+                        events.len()
+                    );
+                }
+                Err(e) => log_warn!("task journal {}: not compacted: {e}", path.display()),
+            }
         }
         let delay = std::env::var(JOURNAL_DELAY_ENV)
             .ok()
@@ -369,6 +390,29 @@ impl ControlPlane {
 /// mid-write) or a hand-edited one is skipped and counted.
 /// Returns the events applied, the lines skipped, and whether the last
 /// line lacks its newline.
+/// Writes `events` as the journal at `path`: a new file, synced, renamed
+/// over it, the directory synced.
+fn compact_journal(path: &Path, events: &[TaskEvent]) -> io::Result<()> {
+    let tmp = path.with_extension("jsonl.new");
+    let mut text = Vec::new();
+    for ev in events {
+        serde_json::to_writer(&mut text, ev).map_err(io::Error::other)?;
+        text.push(b'\n');
+    }
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    f.write_all(&text)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
 fn replay(path: &Path, queue: &mut TaskQueue) -> (usize, usize, bool) {
     let Ok(file) = File::open(path) else {
         return (0, 0, false);
@@ -431,6 +475,10 @@ impl Daemon {
             self.publish(kind, t);
         }
         self.rearm_task_timer(t);
+        let queue = &mut self.control.queue;
+        if queue.finished_count() > 2 * FINISHED_TASKS_KEPT {
+            queue.forget_finished(FINISHED_TASKS_KEPT);
+        }
     }
 
     pub(crate) fn rearm_task_timer(&mut self, t: Timestamp) {

@@ -471,3 +471,48 @@ fn a_burst_of_acknowledged_tasks_is_all_in_the_journal_after_a_restart() {
         "no id handed out twice"
     );
 }
+
+/// The queue keeps the last 1,000 finished tasks: a journal of more is
+/// replayed, the oldest finished forgotten, and rewritten as the queue's
+/// own events; open tasks and ids stay as they were.
+#[test]
+fn old_finished_tasks_are_forgotten_and_the_journal_compacted_at_start() {
+    let mut d = start(None, &[]);
+    assert!(d.terminate().success());
+    let mut journal = String::new();
+    for id in 1..=1200u64 {
+        journal.push_str(&format!(
+            "{{\"ev\":\"added\",\"id\":{id},\"at\":{},\"task\":{{\"title\":\"t{id}\"}}}}\n",
+            1_700_000_000_000u64 + id
+        ));
+        if id < 1200 {
+            journal.push_str(&format!(
+                "{{\"ev\":\"cancelled\",\"id\":{id},\"at\":{}}}\n",
+                1_700_000_100_000u64 + id
+            ));
+        }
+    }
+    let path = d.state.join("tasks.jsonl");
+    std::fs::write(&path, &journal).expect("write the journal");
+    d.launch();
+    let all = d.ok(json!({"cmd":"tasks"}));
+    let tasks = all["tasks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(tasks.len(), 1001, "1,000 finished and the open one");
+    assert_eq!(tasks[0]["task_id"], json!(200), "1 to 199 forgotten");
+    assert_eq!(all["pending"], json!(1));
+    let lines = std::fs::read_to_string(&path)
+        .expect("journal")
+        .lines()
+        .count();
+    assert_eq!(lines, 1000 * 2 + 1, "rewritten as the queue's events");
+    let id = add_task(&d, "next", json!({}));
+    assert_eq!(id, 1201);
+    assert!(d.terminate().success());
+    d.launch();
+    assert_eq!(
+        d.ok(json!({"cmd":"tasks"}))["tasks"]
+            .as_array()
+            .map(Vec::len),
+        Some(1002)
+    );
+}
