@@ -36,6 +36,7 @@ use crate::daemon::agent::{Agent, Recipe, RestartState};
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::PaneKey;
+use crate::daemon::store::ExitRecord;
 use crate::daemon::timers::Deadline;
 use crate::platform;
 use crate::protocol::{SupervisionView, WatchKind};
@@ -572,8 +573,25 @@ impl Daemon {
             }
             Err(why) => {
                 log_warn!("starting {}: {why}", recipe.argv.join(" "));
+                let reason = format!("start failed: {why}");
                 if let Some(pane) = self.panes.pane_mut(key) {
-                    pane.fail(format!("start failed: {why}"), t, &mut self.transitions);
+                    pane.fail(reason.clone(), t, &mut self.transitions);
+                }
+                // Its `attached` is logged already: without the end, the
+                // next colibrid would take the run for one it lost, and
+                // announce and alert it as lost (`recover`).
+                if let Some(agent) = self.panes.agent(key) {
+                    self.store.exit(
+                        &agent.session,
+                        &ExitRecord {
+                            pane: &agent.pane_id,
+                            state: "error",
+                            code: None,
+                            signal: None,
+                            reason: Some(&reason),
+                        },
+                        t,
+                    );
                 }
                 self.after_ingest(key, t);
                 let restart = self.restart_plan(key, AgentState::Error, Duration::ZERO, t);

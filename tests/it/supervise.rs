@@ -473,3 +473,36 @@ fn a_declared_agents_detected_runtime_is_told_again_after_colibrid_restarts() {
         assert!(d.terminate().success());
     }
 }
+
+/// A declared agent that could not start ran nothing, so the next
+/// colibrid has no lost agent to announce or alert: the failed start is
+/// logged as its run's end, as a failed `spawn-agent` is (before, every
+/// orderly restart announced it `error`, "the agent was lost").
+#[test]
+fn a_declared_agent_that_failed_to_start_is_not_announced_lost_after_a_restart() {
+    let mut d = with_config(
+        &agent_table("broken", &["no-such-program-colibri-test"], ""),
+        &[],
+    );
+    d.launch();
+    wait_named(&d, "broken", "broken's start failed", |p| {
+        p["state"] == json!("error")
+    });
+    let seq = d.client().request(&json!({"cmd":"watch"}))["data"]["seq"].clone();
+    assert!(d.terminate().success());
+    d.launch();
+    wait_named(&d, "broken", "broken's start failed again", |p| {
+        p["state"] == json!("error")
+    });
+    let mut w = d.client();
+    let reply = w.request(&json!({"cmd":"watch","since": seq}));
+    assert_eq!(reply["ok"], json!(true), "{reply}");
+    w.reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    while let Some(ev) = w.read_line() {
+        let reason = ev["reason"].as_str().unwrap_or_default();
+        assert!(!reason.contains("lost"), "announced lost: {ev}");
+    }
+}
