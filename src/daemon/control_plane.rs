@@ -386,14 +386,21 @@ impl ControlPlane {
     }
 }
 
-/// Applies every readable line of the journal; a torn last line (a crash
-/// mid-write) or a hand-edited one is skipped and counted.
-/// Returns the events applied, the lines skipped, and whether the last
-/// line lacks its newline.
 /// Writes `events` as the journal at `path`: a new file, synced, renamed
-/// over it, the directory synced.
+/// over it, the directory synced. A failure leaves the journal as it was
+/// and removes the new file (a full disk would keep it otherwise).
 fn compact_journal(path: &Path, events: &[TaskEvent]) -> io::Result<()> {
     let tmp = path.with_extension("jsonl.new");
+    write_and_rename(&tmp, path, events).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn write_and_rename(tmp: &Path, path: &Path, events: &[TaskEvent]) -> io::Result<()> {
     let mut text = Vec::new();
     for ev in events {
         serde_json::to_writer(&mut text, ev).map_err(io::Error::other)?;
@@ -403,16 +410,16 @@ fn compact_journal(path: &Path, events: &[TaskEvent]) -> io::Result<()> {
         .write(true)
         .create(true)
         .truncate(true)
-        .open(&tmp)?;
+        .open(tmp)?;
     f.write_all(&text)?;
     f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    std::fs::rename(tmp, path)
 }
 
+/// Applies every readable line of the journal; a torn last line (a crash
+/// mid-write) or a hand-edited one is skipped and counted.
+/// Returns the events applied, the lines skipped, and whether the last
+/// line lacks its newline.
 fn replay(path: &Path, queue: &mut TaskQueue) -> (usize, usize, bool) {
     let Ok(file) = File::open(path) else {
         return (0, 0, false);
@@ -509,6 +516,21 @@ mod tests {
 
     fn at(s: u64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + s * 1000)
+    }
+
+    /// A compaction that fails leaves the journal as it was and no new
+    /// file behind.
+    #[test]
+    fn a_failed_compaction_leaves_no_new_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Nothing can be renamed over a directory that holds a file.
+        let path = dir.path().join("tasks.jsonl");
+        std::fs::create_dir(&path).expect("dir");
+        std::fs::write(path.join("keep"), b"x").expect("file");
+        let ev = TaskEvent::Cancelled { id: 1, at: 1 };
+        assert!(compact_journal(&path, &[ev]).is_err());
+        assert!(!dir.path().join("tasks.jsonl.new").exists());
+        assert!(path.join("keep").exists());
     }
 
     #[test]
