@@ -369,7 +369,10 @@ impl TaskQueue {
                     by: by.clone(),
                     ack_due: ms(t.ack_due.unwrap_or(claimed)),
                 });
-                if t.status != TaskStatus::Claimed {
+                // Only a working task is known to have been acknowledged:
+                // a finished one may have finished straight from its claim,
+                // and the journal is the audit trail.
+                if t.status == TaskStatus::Working {
                     out.push(TaskEvent::Acked {
                         id: t.id,
                         at: ms(claimed),
@@ -602,6 +605,15 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(again.get(1).map(|t| t.releases), Some(1));
         assert_eq!(again.next_id, q.next_id);
+        // Task 2 failed straight from its claim: no acknowledgement is
+        // made up for it; task 4, working, was acknowledged.
+        let acked: Vec<u64> = q
+            .events()
+            .iter()
+            .filter(|e| matches!(e, TaskEvent::Acked { .. }))
+            .map(TaskEvent::id)
+            .collect();
+        assert_eq!(acked, [4]);
     }
 
     /// Finished tasks beyond the last `keep` are forgotten, oldest finish

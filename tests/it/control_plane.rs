@@ -370,6 +370,12 @@ fn activity_posts_are_limited_per_pane_and_their_texts_bounded() {
     );
     // Another pane is not held back by the first.
     assert_eq!(post(&b, "mine".into())["ok"], json!(true));
+    // An ended pane posts nothing (else each ended pane of a jail would
+    // add its own 30).
+    let ended = d.spawn(&["/bin/true"], json!({}));
+    d.wait_pane(&ended, "the exit", |p| p["exit"].is_object());
+    let r = post(&ended, "late".into());
+    assert_eq!(r["code"], json!("not_running"), "{r}");
 }
 
 #[test]

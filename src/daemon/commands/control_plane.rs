@@ -251,6 +251,16 @@ pub(super) fn activity(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply,
     let Some(pane) = caller(d, call, Some(&a.pane))? else {
         return Err(CommandError::not_found(&a.pane));
     };
+    // Only a running agent reports: posting as each ended pane of a jail
+    // would multiply the per-pane limit.
+    let running = d
+        .panes
+        .key(&pane)
+        .and_then(|k| d.panes.agent(k))
+        .is_some_and(|a| a.running_pid().is_some());
+    if !running {
+        return Err(CommandError::not_running(&pane));
+    }
     if let Err(wait_ms) = d.activity.take(&pane, call.t) {
         return Err(CommandError::new(
             ErrorCode::Busy,
