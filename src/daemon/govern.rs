@@ -27,6 +27,26 @@ use crate::protocol::{WatchKind, WireVerdict};
 const FACTS_SPARE_MAX: usize = 2048;
 
 impl Daemon {
+    /// A pane that just started joins the pauses of the shared budgets
+    /// covering it (a name's, a runtime's, everyone's).
+    pub(crate) fn join_budget_pauses(&mut self, key: PaneKey, t: Timestamp) {
+        let Some(slot) = self.panes.get(key) else {
+            return;
+        };
+        let info = PaneInfo {
+            id: slot.agent.pane_id.clone(),
+            name: slot.pane.name.clone(),
+            role: None,
+            runtime: slot.pane.runtime().map(|r| r.as_str().to_string()),
+            model: slot.pane.model().map(str::to_string),
+            cwd: slot.pane.cwd().map(str::to_string),
+        };
+        let verdicts = self.governor.budgets().paused_for(&info, t);
+        if !verdicts.is_empty() {
+            self.carry_out(verdicts, t);
+        }
+    }
+
     /// Runs the policies over the lines `key` took in since the last call.
     pub(crate) fn govern(&mut self, key: PaneKey, t: Timestamp) {
         let Some(slot) = self.panes.get_mut(key) else {

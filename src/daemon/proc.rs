@@ -333,6 +333,7 @@ impl Daemon {
                     },
                     t,
                 );
+                self.join_budget_pauses(key, t);
             }
             Err(why) => {
                 if let Some(pane) = self.panes.pane_mut(key) {

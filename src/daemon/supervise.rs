@@ -570,6 +570,7 @@ impl Daemon {
                     };
                     self.publish(event, t);
                 }
+                self.join_budget_pauses(key, t);
             }
             Err(why) => {
                 log_warn!("starting {}: {why}", recipe.argv.join(" "));

@@ -582,3 +582,25 @@ fn a_budgets_resume_does_not_continue_a_pane_the_guard_stopped() {
     d.ok(json!({"cmd":"resume-agent","agent_id": guarded}));
     assert_eq!(d.pane(&guarded)["paused"], json!(false));
 }
+
+/// A pane that starts while a shared budget holds its scope paused waits
+/// with the others, and goes on when they do (before, it spent freely
+/// until the window rolled).
+#[test]
+fn a_pane_started_during_a_shared_budgets_pause_waits_with_the_others() {
+    let d = daemon_with("[budgets.all]\nscope = \"global\"\ntokens = 1000\nwindow = \"3s\"\n");
+    let used = r#"{"type":"message_end","message":{"role":"assistant","usage":{"input":900,"output":300,"cacheRead":0,"cacheWrite":0,"totalTokens":1200,"cost":{"total":0.001}}}}"#;
+    let (spender, gate) = agent(&d, "spender", &[r#"{"type":"agent_start"}"#, used], "");
+    let mut ws = watch(&d, &spender);
+    go(&gate);
+    next(&mut ws, "paused", None);
+    let late = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({"name":"late"}));
+    let p = d.wait_pane(&late, "the late pane to wait", |p| {
+        p["paused"] == json!(true)
+    });
+    assert!(p["exit"].is_null(), "{p}");
+    d.wait_pane(&late, "the late pane to go on with the others", |p| {
+        p["paused"] == json!(false)
+    });
+    assert_eq!(d.pane(&spender)["paused"], json!(false));
+}

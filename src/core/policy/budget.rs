@@ -511,6 +511,43 @@ impl Budgets {
         Ok(out)
     }
 
+    /// The pauses of shared budgets (a name, a runtime, all panes) that
+    /// cover `pane` and still hold at `now`, as verdicts for that pane
+    /// alone: a pane that starts while its scope is paused waits with the
+    /// others (else it spent freely until the window rolled).
+    pub fn paused_for(&self, pane: &PaneInfo, now: Timestamp) -> Vec<Verdict> {
+        let mut out = Vec::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            if rule.scope == Scope::Pane {
+                continue;
+            }
+            let Some(key) = rule.key(pane) else { continue };
+            let Some(ledger) = self.ledgers.get(&(i, key)) else {
+                continue;
+            };
+            let Status::Paused { until } = ledger.status else {
+                continue;
+            };
+            if now >= until {
+                continue;
+            }
+            out.push(Verdict {
+                pane: pane.id.clone(),
+                line: 0,
+                at: now,
+                policy: PolicyKind::Budget,
+                rule: rule.name.clone(),
+                target: Target::Pane(pane.id.clone()),
+                action: Action::Pause { until: Some(until) },
+                reason: format!(
+                    "budget {}: paused for its scope; a pane that starts meanwhile waits too",
+                    rule.name
+                ),
+            });
+        }
+        out
+    }
+
     /// Drops the ledgers of per-pane rules kept for `pane` (it left the
     /// table): without this every pane that ever spent kept one.
     pub fn forget_pane(&mut self, pane: &str) {

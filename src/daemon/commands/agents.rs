@@ -236,6 +236,7 @@ impl Daemon {
                     },
                     t,
                 );
+                self.join_budget_pauses(key, t);
                 Ok(SpawnData {
                     agent_id: pane_id,
                     status: "running".into(),
