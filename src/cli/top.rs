@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, BufRead, BufReader, IsTerminal, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -613,17 +613,28 @@ pub fn run(socket: Option<&Path>) -> Result<u8, CliError> {
     let (tx, rx) = mpsc::channel();
     spawn_watch(path.clone(), tx);
     let mut model = Model::new();
+    // A SIGTERM or SIGHUP (`timeout`, a closed ssh session) ends top
+    // through its loop, so the terminal is put back as `q` leaves it; the
+    // default action left it raw, on the alternate screen. A second one
+    // ends it at once (top may be blocked on a stopped terminal).
+    let stopped_by = Arc::new(AtomicUsize::new(0));
+    let stopping = Arc::new(AtomicBool::new(false));
+    for sig in [SIGTERM, SIGHUP] {
+        let register = || -> io::Result<()> {
+            signal_hook::flag::register_conditional_shutdown(
+                sig,
+                128 + sig,
+                Arc::clone(&stopping),
+            )?;
+            signal_hook::flag::register(sig, Arc::clone(&stopping))?;
+            signal_hook::flag::register_usize(sig, Arc::clone(&stopped_by), sig as usize)?;
+            Ok(())
+        };
+        register().map_err(|e| CliError::io("signal handler", e))?;
+    }
     let mut screen = Some(Screen::enter().map_err(|e| CliError::io("terminal", e))?);
     let mut term = Terminal::new(CrosstermBackend::new(io::stdout()))
         .map_err(|e| CliError::io("terminal", e))?;
-    // A SIGTERM or SIGHUP (`timeout`, a closed ssh session) ends top
-    // through its loop, so the terminal is put back as `q` leaves it; the
-    // default action left it raw, on the alternate screen.
-    let stopped_by = Arc::new(AtomicUsize::new(0));
-    for sig in [SIGTERM, SIGHUP] {
-        signal_hook::flag::register_usize(sig, Arc::clone(&stopped_by), sig as usize)
-            .map_err(|e| CliError::io("signal handler", e))?;
-    }
     let mut snapshot_due: Option<Instant> = None;
     loop {
         let sig = stopped_by.load(Ordering::Relaxed);
