@@ -25,7 +25,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::{Frame, Terminal};
 use serde_json::{json, Value};
-use signal_hook::consts::{SIGHUP, SIGTERM};
+use signal_hook::consts::SIGTERM;
 
 use crate::cli::render::{
     escape_controls, format_age, format_cost, format_tokens, parse_time, short_id, watch_line,
@@ -613,25 +613,25 @@ pub fn run(socket: Option<&Path>) -> Result<u8, CliError> {
     let (tx, rx) = mpsc::channel();
     spawn_watch(path.clone(), tx);
     let mut model = Model::new();
-    // A SIGTERM or SIGHUP (`timeout`, a closed ssh session) ends top
-    // through its loop, so the terminal is put back as `q` leaves it; the
-    // default action left it raw, on the alternate screen. A second one
-    // ends it at once (top may be blocked on a stopped terminal).
+    // A SIGTERM (`timeout`, `kill`) ends top through its loop, so the
+    // terminal is put back as `q` leaves it; the default action left it
+    // raw, on the alternate screen. A second one ends it at once (top may
+    // be blocked on a stopped terminal). SIGHUP keeps its default: the
+    // terminal is gone, there is nothing to put back, and crossterm spins
+    // on a hung-up terminal's reads, so a flag would never be read.
     let stopped_by = Arc::new(AtomicUsize::new(0));
     let stopping = Arc::new(AtomicBool::new(false));
-    for sig in [SIGTERM, SIGHUP] {
-        let register = || -> io::Result<()> {
-            signal_hook::flag::register_conditional_shutdown(
-                sig,
-                128 + sig,
-                Arc::clone(&stopping),
-            )?;
-            signal_hook::flag::register(sig, Arc::clone(&stopping))?;
-            signal_hook::flag::register_usize(sig, Arc::clone(&stopped_by), sig as usize)?;
-            Ok(())
-        };
-        register().map_err(|e| CliError::io("signal handler", e))?;
-    }
+    let register = || -> io::Result<()> {
+        signal_hook::flag::register_conditional_shutdown(
+            SIGTERM,
+            128 + SIGTERM,
+            Arc::clone(&stopping),
+        )?;
+        signal_hook::flag::register(SIGTERM, Arc::clone(&stopping))?;
+        signal_hook::flag::register_usize(SIGTERM, Arc::clone(&stopped_by), SIGTERM as usize)?;
+        Ok(())
+    };
+    register().map_err(|e| CliError::io("signal handler", e))?;
     let mut screen = Some(Screen::enter().map_err(|e| CliError::io("terminal", e))?);
     let mut term = Terminal::new(CrosstermBackend::new(io::stdout()))
         .map_err(|e| CliError::io("terminal", e))?;

@@ -378,3 +378,27 @@ fn top_ended_by_a_signal_puts_the_terminal_back() {
         "left on the alternate screen"
     );
 }
+
+/// Its terminal hung up (the tmux server, an ssh session gone), top ends:
+/// SIGHUP keeps its default action. (A handler that only set a flag left
+/// top spinning on the dead terminal's reads, at half a CPU, for ever.)
+#[test]
+fn top_ends_when_its_terminal_hangs_up() {
+    let d = Colibrid::start(&[]);
+    let Some(t) = Tmux::start(&d, &cli(&d, "top")) else {
+        return;
+    };
+    t.wait_screen("top to draw", |s| s.contains("a approve"));
+    let top: i32 =
+        String::from_utf8_lossy(&t.tmux(&["display", "-p", "-t", "v", "#{pane_pid}"]).stdout)
+            .trim()
+            .parse()
+            .expect("the pane's pid");
+    assert!(pid_alive(top));
+    drop(t);
+    wait_for(
+        Duration::from_secs(10),
+        "top to end with its terminal",
+        || (!pid_alive(top)).then_some(()),
+    );
+}
