@@ -433,7 +433,12 @@ class Bench:
             # first reply, parsed whole, leaves many objects to trace), the
             # longest 14.3 ms, and they made the p99 of colibrid and of
             # floor_send alike (15.8 and 15.0 ms; off: 1.75 and 1.12 ms).
-            gc.disable()
+            # `--client-gc` leaves it on and counts its collections.
+            collections = []
+            if self.args.client_gc:
+                gc.callbacks.append(lambda phase, _info: collections.append((phase, time.monotonic_ns())))
+            else:
+                gc.disable()
             for _ in range(rounds):
                 cpu0 = loop_cpu()
                 ms, size = round_trip(sock, req)
@@ -453,7 +458,14 @@ class Bench:
                 if not ok:
                     raise RuntimeError(f"{cmd} failed")
                 floor_lat.append(round_trip(fconn, f"{size}\n".encode())[0])
+            if self.args.client_gc:
+                starts = [at for phase, at in collections if phase == "start"]
+                stops = [at for phase, at in collections if phase == "stop"]
+                longest = max((b - a for a, b in zip(starts, stops)), default=0) / 1e6
+                print(f"    client gc during {len(lat)} {cmd.get('schema', 'v1')} rounds: "
+                      f"{len(starts)} collections, the longest {longest:.1f} ms", flush=True)
         finally:
+            gc.callbacks.clear()
             gc.enable()
             view.release()
             sock.close()
@@ -716,6 +728,8 @@ def main():
     ap.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--scale-exits", type=int, help="exits timed at each scale while a client loops "
                     "snapshots (default 100, --quick 20); more gives a p99 that is not the maximum")
+    ap.add_argument("--client-gc", action="store_true", help="leave the bench client's garbage collector on "
+                    "while it times snapshots, and count its collections")
     ap.add_argument("--no-syslog", action="store_true", help="run colibrid with --no-syslog (what sending "
                     "alerts costs, against the default run)")
     args = ap.parse_args()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serializer;
 
 use super::{Config, LogLevel};
-use crate::core::policy::{BudgetRule, Period, Scope, Unit, OUTPUT_BUDGET};
+use crate::core::policy::{BudgetRule, Period, Scope, OUTPUT_BUDGET};
 use crate::syslog::{facility_name, Facility, Severity};
 
 /// The effective configuration as TOML, headed by the file it came from.
@@ -37,18 +37,13 @@ pub fn render_effective(config: &Config) -> String {
 fn render_budgets(budgets: &[BudgetRule], out: &mut String) {
     for b in budgets {
         let mut table = toml::map::Map::new();
-        let unit = match b.unit {
-            Unit::Tokens => "tokens",
-            Unit::Usd => "usd",
-            Unit::Bytes => "bytes",
-        };
         // A whole cap as an integer: `bytes = 1073741824`, not `….0`.
         let cap = if b.cap.fract() == 0.0 && b.cap.abs() < 9.0e15 {
             toml::Value::Integer(b.cap as i64)
         } else {
             toml::Value::Float(b.cap)
         };
-        table.insert(unit.into(), cap);
+        table.insert(b.unit.as_str().into(), cap);
         match b.period {
             Period::Window(w) => table.insert("window".into(), duration_text(w).into()),
             Period::Day => table.insert("daily".into(), true.into()),

@@ -17,7 +17,7 @@ use crate::core::time::Timestamp;
 use crate::daemon::agent::INPUT_QUEUE_LIMIT;
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
+use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::timers::Deadline;
 use crate::platform;
 use crate::protocol::{WatchKind, WireVerdict};
@@ -33,14 +33,7 @@ impl Daemon {
         let Some(slot) = self.panes.get(key) else {
             return;
         };
-        let info = PaneInfo {
-            id: slot.agent.pane_id.clone(),
-            name: slot.pane.name.clone(),
-            role: None,
-            runtime: slot.pane.runtime().map(|r| r.as_str().to_string()),
-            model: slot.pane.model().map(str::to_string),
-            cwd: slot.pane.cwd().map(str::to_string),
-        };
+        let info = pane_info(slot);
         let verdicts = self.governor.budgets().paused_for(&info, t);
         if !verdicts.is_empty() {
             self.carry_out(verdicts, t);
@@ -57,14 +50,7 @@ impl Daemon {
             self.keep_facts_buffer(facts);
             return;
         }
-        let info = PaneInfo {
-            id: slot.agent.pane_id.clone(),
-            name: slot.pane.name.clone(),
-            role: None,
-            runtime: slot.pane.runtime().map(|r| r.as_str().to_string()),
-            model: slot.pane.model().map(str::to_string),
-            cwd: slot.pane.cwd().map(str::to_string),
-        };
+        let info = pane_info(slot);
         let verdicts = self.governor.observe_lines(&info, &facts, t);
         self.keep_facts_buffer(facts);
         self.carry_out(verdicts, t);
@@ -291,6 +277,18 @@ fn keep_spare(spare: &mut Vec<LineFacts>, mut facts: Vec<LineFacts>) {
     facts.clear();
     if facts.capacity() <= FACTS_SPARE_MAX && facts.capacity() > spare.capacity() {
         *spare = facts;
+    }
+}
+
+/// What the policies know of a pane.
+fn pane_info(slot: &Slot) -> PaneInfo {
+    PaneInfo {
+        id: slot.agent.pane_id.clone(),
+        name: slot.pane.name.clone(),
+        role: None,
+        runtime: slot.pane.runtime().map(|r| r.as_str().to_string()),
+        model: slot.pane.model().map(str::to_string),
+        cwd: slot.pane.cwd().map(str::to_string),
     }
 }
 
