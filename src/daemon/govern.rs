@@ -175,22 +175,30 @@ impl Daemon {
         }
         let ids: Vec<&str> = signalled.iter().map(|(_, id)| id.as_str()).collect();
         self.signal_leftovers(&ids, sig);
-        for (key, pane) in signalled {
-            let Some(slot) = self.panes.get_mut(key) else {
-                continue;
-            };
-            slot.pane.paused = pause;
-            if !pause {
-                slot.pane.rebase_quiet(t);
-            }
-            let event = if pause {
-                WatchKind::Paused { pane }
-            } else {
-                WatchKind::Resumed { pane }
-            };
-            self.publish(event, t);
-            self.refresh_stall(key, t);
+        for (key, _) in signalled {
+            self.mark_paused(key, pause, t);
         }
+    }
+
+    /// Records that the pane's trees were stopped (or continued): its
+    /// flag, its silence clock, the `paused`/`resumed` event, its stall.
+    pub(crate) fn mark_paused(&mut self, key: PaneKey, pause: bool, t: Timestamp) {
+        let Some(slot) = self.panes.get_mut(key) else {
+            return;
+        };
+        slot.pane.paused = pause;
+        if !pause {
+            // Time spent stopped is not silence.
+            slot.pane.rebase_quiet(t);
+        }
+        let pane = slot.agent.pane_id.clone();
+        let event = if pause {
+            WatchKind::Paused { pane }
+        } else {
+            WatchKind::Resumed { pane }
+        };
+        self.publish(event, t);
+        self.refresh_stall(key, t);
     }
 
     /// Queues `text` on the agent's input; a stopped agent reads it when it

@@ -15,7 +15,7 @@ use crate::daemon::timers::Deadline;
 use crate::platform;
 use crate::protocol::{
     Command, CommandError, ErrorCode, HintReply, InputReply, KillReply, PauseReply, Reply,
-    SignalReply, WatchKind,
+    SignalReply,
 };
 
 use super::{mismatch, Call};
@@ -119,22 +119,7 @@ fn set_paused(
     let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
     d.signal_pane(pid, &pane_id, sig)
         .map_err(|e| CommandError::os(format!("signal: {e}")))?;
-    let Some(pane) = d.panes.pane_mut(key) else {
-        return Err(CommandError::not_found(agent_id));
-    };
-    pane.paused = pause;
-    if !pause {
-        // Time spent stopped is not silence.
-        pane.rebase_quiet(t);
-    }
-    let pane = pane_id.clone();
-    let event = if pause {
-        WatchKind::Paused { pane }
-    } else {
-        WatchKind::Resumed { pane }
-    };
-    d.publish(event, t);
-    d.refresh_stall(key, t);
+    d.mark_paused(key, pause, t);
     Ok(reply(pause))
 }
 
