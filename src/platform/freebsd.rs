@@ -1,11 +1,10 @@
 //! FreeBSD back end: kevents on mio's own kqueue, procctl reaping, jails.
 //!
-//! **Compiled, never run.** colibri is developed on Linux; this file is only
-//! type-checked there (`cargo check --target x86_64-unknown-freebsd`) and
-//! written from the FreeBSD 14 sources and man pages summarised in
-//! `notes/freebsd.md`. The portable tests in `platform/tests.rs` are the
-//! first thing to run on a 14.x host, then `scripts/freebsd-smoke.sh`, which
-//! exercises each item below through the real daemon; it checks:
+//! **Run on a FreeBSD kernel, in a VM.** colibri is developed on Linux;
+//! `scripts/freebsd-vm-test.sh` runs this file's tests (`platform/tests.rs`),
+//! the integration tests and `scripts/freebsd-smoke.sh` on a FreeBSD 15.1
+//! kernel with a 13.2 userland under QEMU, on every CI run. FreeBSD 14 has
+//! not run. What that run checks, among the rest:
 //! - `ExitWatch`: EVFILT_PROC/NOTE_EXIT added to mio's kqueue comes out of
 //!   `Poll::poll` with our token (mio decodes `Token(udata)`), including the
 //!   immediate note when the child is already a zombie at registration.
@@ -16,7 +15,8 @@
 //! - `signal_tree`: PROC_REAP_KILL with REAPER_KILL_SUBTREE reaches setsid'ed
 //!   and jailed descendants.
 //! - `resolve_jail` (jail_get by name), `pid_jail`/`self_rss_bytes`
-//!   (kinfo_proc size checks) and `peer_cred` (xucred `cr_pid`).
+//!   (kinfo_proc size checks), `peer_cred` (xucred `cr_pid`), the process
+//!   probes (`kinfo_proc`, `kinfo_file`) and `connect_in_jail`.
 //!
 //! Every kevent is applied with `nevents = 0`, so an error comes back as
 //! -1/errno and no pending event of mio's is consumed. mio's `Event`
@@ -38,7 +38,10 @@ use nix::errno::Errno;
 use nix::pty::PtyMaster;
 
 use super::posix::{self, JailEntry};
-use super::{DaemonSignal, JailTarget, PeerCred, Pid, PtyPair, SpawnError, SpawnSpec};
+use super::{
+    DaemonSignal, FdKind, JailTarget, OpenFd, PeerCred, Pid, ProcessInfo, ProcessState, PtyPair,
+    SpawnError, SpawnSpec,
+};
 
 /// Opens a PTY pair (see [`PtyPair`]) at [`PTY_SPEED`].
 pub fn open_pty(cols: u16, rows: u16) -> io::Result<PtyPair> {
@@ -754,6 +757,322 @@ pub fn self_rss_bytes() -> io::Result<u64> {
     Ok(pages * page_size)
 }
 
+/// One process's [`ProcessInfo`] from its `kinfo_proc`; `None` when no
+/// such process exists.
+pub fn process_info(pid: Pid) -> io::Result<Option<ProcessInfo>> {
+    match kinfo_proc(pid) {
+        Ok(info) => Ok(Some(process_info_of(&info))),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn process_info_of(info: &libc::kinfo_proc) -> ProcessInfo {
+    let state = match info.ki_stat {
+        libc::SRUN => ProcessState::Running,
+        libc::SSLEEP | libc::SWAIT | libc::SLOCK => ProcessState::Sleeping,
+        libc::SSTOP => ProcessState::Stopped,
+        libc::SZOMB => ProcessState::Zombie,
+        _ => ProcessState::Other,
+    };
+    let pages = u64::try_from(info.ki_rssize).unwrap_or(0);
+    // SAFETY: getpagesize has no preconditions.
+    let page_size = u64::try_from(unsafe { libc::getpagesize() }).unwrap_or(4096);
+    let time = |tv: libc::timeval| {
+        Duration::from_secs(u64::try_from(tv.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(tv.tv_usec).unwrap_or(0))
+    };
+    ProcessInfo {
+        ppid: info.ki_ppid,
+        state,
+        // P_WEXIT is set when exit1() begins, before the process closes its
+        // files: a PTY's last close waits there for its output to be read.
+        exiting: info.ki_flag & libc::c_long::from(libc::P_WEXIT) != 0
+            || state == ProcessState::Zombie,
+        rss_bytes: pages * page_size,
+        peak_rss_bytes: u64::try_from(info.ki_rusage.ru_maxrss).unwrap_or(0) * 1024,
+        cpu: time(info.ki_rusage.ru_utime) + time(info.ki_rusage.ru_stime),
+    }
+}
+
+/// The pids whose parent is `ppid`, from one snapshot of every process
+/// (sysctl {CTL_KERN, KERN_PROC, KERN_PROC_PROC}).
+pub fn process_children(ppid: Pid) -> io::Result<Vec<Pid>> {
+    let mib = [libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_PROC, 0];
+    let bytes = sysctl_bytes(&mib[..3])?;
+    let size = mem::size_of::<libc::kinfo_proc>();
+    let mut out = Vec::new();
+    for record in bytes.chunks_exact(size) {
+        // SAFETY: the chunk holds `size` bytes of a kinfo_proc the kernel
+        // wrote; read_unaligned copes with the Vec's alignment.
+        let info: libc::kinfo_proc = unsafe { ptr::read_unaligned(record.as_ptr().cast()) };
+        if usize::try_from(info.ki_structsize).ok() != Some(size) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "kinfo_proc size mismatch: kernel {}, libc {size}",
+                    info.ki_structsize
+                ),
+            ));
+        }
+        if info.ki_ppid == ppid {
+            out.push(info.ki_pid);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// The file descriptors `pid` holds open: the `kinfo_file` records of
+/// sysctl {CTL_KERN, KERN_PROC, KERN_PROC_FILEDESC, pid} with a descriptor
+/// number (the others are its cwd, root, jail root, text and tracing vnodes).
+pub fn process_fds(pid: Pid) -> io::Result<Vec<OpenFd>> {
+    let mib = [
+        libc::CTL_KERN,
+        libc::KERN_PROC,
+        libc::KERN_PROC_FILEDESC,
+        pid,
+    ];
+    let bytes = sysctl_bytes(&mib)?;
+    let full = mem::size_of::<libc::kinfo_file>();
+    let path_at = mem::offset_of!(libc::kinfo_file, kf_path);
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off + 12 <= bytes.len() {
+        let int_at = |at: usize| {
+            let b = &bytes[at..at + 4];
+            i32::from_ne_bytes([b[0], b[1], b[2], b[3]])
+        };
+        // Records are packed: each is kf_structsize long, its path cut short.
+        let size = int_at(off);
+        let Some(size) = usize::try_from(size).ok().filter(|s| *s >= 12) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("kinfo_file record of size {size}"),
+            ));
+        };
+        let record = &bytes[off..bytes.len().min(off + size)];
+        off += size;
+        let (kind_code, fd) = (int_at(off - size + 4), int_at(off - size + 8));
+        if fd < 0 {
+            continue;
+        }
+        let path = record
+            .get(path_at..)
+            .map(|p| String::from_utf8_lossy(c_str_bytes(p)).into_owned())
+            .unwrap_or_default();
+        let kind = match kind_code {
+            libc::KF_TYPE_VNODE if path.starts_with("/dev/") => FdKind::Device,
+            libc::KF_TYPE_VNODE => FdKind::File,
+            libc::KF_TYPE_SOCKET => FdKind::Socket,
+            libc::KF_TYPE_PIPE | libc::KF_TYPE_FIFO => FdKind::Pipe,
+            libc::KF_TYPE_PTS | libc::KF_TYPE_DEV => FdKind::Device,
+            _ => FdKind::Other,
+        };
+        let name = if path.is_empty() {
+            format!("{kind:?}:{fd}").to_lowercase()
+        } else {
+            path
+        };
+        debug_assert!(record.len() <= full);
+        out.push(OpenFd { fd, kind, name });
+    }
+    out.sort_by_key(|f| f.fd);
+    Ok(out)
+}
+
+/// Sets another process's soft and hard limit on open files, through
+/// sysctl {CTL_KERN, KERN_PROC, KERN_PROC_RLIMIT, pid, RLIMIT_NOFILE}
+/// (FreeBSD has no prlimit(2)).
+pub fn set_process_fd_limit(pid: Pid, limit: u64) -> io::Result<()> {
+    let resource = libc::c_int::try_from(libc::RLIMIT_NOFILE).map_err(io::Error::other)?;
+    let mib = [
+        libc::CTL_KERN,
+        libc::KERN_PROC,
+        libc::KERN_PROC_RLIMIT,
+        pid,
+        resource,
+    ];
+    let limit = libc::rlim_t::try_from(limit).map_err(io::Error::other)?;
+    let value = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: mib holds 5 ints; the new value is one rlimit of the given size.
+    let rc = unsafe {
+        libc::sysctl(
+            mib.as_ptr(),
+            5,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            (&value as *const libc::rlimit).cast(),
+            mem::size_of::<libc::rlimit>(),
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Connects to the Unix socket at `path` as a process of jail `jid` would:
+/// a forked child attaches to the jail, connects (the daemon reads the
+/// peer's credentials, jail included, as of the connect) and hands the
+/// connected socket back over a socketpair. For a jail's own tools and the
+/// tests of the jail sockets; the jail must see `path` at the same place.
+pub fn connect_in_jail(path: &Path, jid: i32) -> io::Result<std::os::unix::net::UnixStream> {
+    use std::os::unix::net::UnixStream;
+    // Everything the child touches is made before the fork: after it, a
+    // child of a threaded process may only make async-signal-safe calls.
+    // SAFETY: sockaddr_un is plain data; all-zero is valid.
+    let mut addr: libc::sockaddr_un = unsafe { mem::zeroed() };
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("socket path too long: {}", path.display()),
+        ));
+    }
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let addr_len = mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    addr.sun_len = addr_len as u8;
+    let (ours, theirs) = UnixStream::pair()?;
+    let theirs_fd = theirs.as_raw_fd();
+    let mut cmsg_buf = [0u8; 64];
+    // SAFETY: fork has no preconditions; the child below only calls
+    // jail_attach, socket, connect, sendmsg and _exit on memory made before
+    // the fork.
+    let pid = unsafe { libc::fork() };
+    if pid == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: async-signal-safe calls on buffers owned by this frame.
+        unsafe {
+            // The exit status says which step failed and its errno.
+            if libc::jail_attach(jid) != 0 {
+                libc::_exit(100 + (*libc::__error()).min(99));
+            }
+            let sock = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            if sock < 0
+                || libc::connect(sock, (&addr as *const libc::sockaddr_un).cast(), addr_len) != 0
+            {
+                libc::_exit((*libc::__error()).min(99));
+            }
+            let mut byte = [0u8; 1];
+            let mut iov = libc::iovec {
+                iov_base: byte.as_mut_ptr().cast(),
+                iov_len: 1,
+            };
+            let space = libc::CMSG_SPACE(mem::size_of::<libc::c_int>() as u32) as usize;
+            let mut msg: libc::msghdr = mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cmsg_buf.as_mut_ptr().cast();
+            msg.msg_controllen = space as libc::socklen_t;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len =
+                libc::CMSG_LEN(mem::size_of::<libc::c_int>() as u32) as libc::socklen_t;
+            ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), sock);
+            let sent = libc::sendmsg(theirs_fd, &msg, 0);
+            libc::_exit(if sent == 1 { 0 } else { 255 });
+        }
+    }
+    drop(theirs);
+    let status =
+        nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).map_err(io::Error::from)?;
+    if !matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)) {
+        return Err(io::Error::other(format!(
+            "connecting from jail {jid} failed in the child ({status:?}: 100 + errno \
+             of jail_attach, errno of socket or connect, 255 send)"
+        )));
+    }
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cmsg_buf.as_mut_ptr().cast();
+    msg.msg_controllen = cmsg_buf.len() as libc::socklen_t;
+    // SAFETY: msg describes buffers that live for the call.
+    let got = unsafe { libc::recvmsg(ours.as_raw_fd(), &mut msg, 0) };
+    if got != 1 {
+        return Err(io::Error::other("the jailed child sent no socket"));
+    }
+    // SAFETY: the kernel filled msg_control; CMSG_FIRSTHDR checks its length.
+    let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    // SAFETY: cmsg is null or points into cmsg_buf, as the kernel laid it out.
+    if !cmsg.is_null()
+        && unsafe {
+            (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS
+        }
+    {
+        // SAFETY: an SCM_RIGHTS message carries at least one int; the fd
+        // was installed for this process and nothing else owns it.
+        let fd = unsafe { ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>()) };
+        // SAFETY: see above: the fd is ours alone.
+        return Ok(unsafe { UnixStream::from_raw_fd(fd) });
+    }
+    Err(io::Error::other("the jailed child sent no socket"))
+}
+
+/// A sysctl node's whole value: its size first, then the value with room
+/// for what appeared in between (a process list grows).
+fn sysctl_bytes(mib: &[libc::c_int]) -> io::Result<Vec<u8>> {
+    let namelen = libc::c_uint::try_from(mib.len()).map_err(io::Error::other)?;
+    for _ in 0..4 {
+        let mut len = 0usize;
+        // SAFETY: a NULL oldp asks for the size only; mib holds namelen ints.
+        let rc = unsafe {
+            libc::sysctl(
+                mib.as_ptr(),
+                namelen,
+                ptr::null_mut(),
+                &mut len,
+                ptr::null(),
+                0,
+            )
+        };
+        if rc == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        len += len / 8 + 4096;
+        let mut buf = vec![0u8; len];
+        // SAFETY: buf is writable for len bytes; mib holds namelen ints.
+        let rc = unsafe {
+            libc::sysctl(
+                mib.as_ptr(),
+                namelen,
+                buf.as_mut_ptr().cast(),
+                &mut len,
+                ptr::null(),
+                0,
+            )
+        };
+        if rc == 0 {
+            buf.truncate(len);
+            return Ok(buf);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOMEM) {
+            return Err(e);
+        }
+    }
+    Err(io::Error::other(
+        "a sysctl value kept outgrowing its buffer",
+    ))
+}
+
 /// The kernel's name and release, e.g. `FreeBSD 14.1-RELEASE`, read with the
 /// sysctl crate (string nodes only: its `value_as` asserts on struct sizes,
 /// which is why `pid_jail` uses libc instead).
@@ -895,36 +1214,5 @@ fn reaper_descendants() -> io::Result<Vec<posix::Descendant>> {
 /// (sysctl {CTL_KERN, KERN_PROC, KERN_PROC_ENV, pid}; the kernel allows it
 /// to root and to the process's own user).
 fn process_env(pid: Pid) -> io::Result<Vec<u8>> {
-    let mib = [libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_ENV, pid];
-    for _ in 0..3 {
-        let mut len = 0usize;
-        // SAFETY: a null buffer asks only for the length, written to len.
-        let rc =
-            unsafe { libc::sysctl(mib.as_ptr(), 4, ptr::null_mut(), &mut len, ptr::null(), 0) };
-        if rc == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        // The environment may grow between the calls.
-        let mut buf = vec![0u8; len + 4096];
-        let mut got = buf.len();
-        // SAFETY: buf is writable for `got` bytes; the kernel writes at most that.
-        let rc = unsafe {
-            libc::sysctl(
-                mib.as_ptr(),
-                4,
-                buf.as_mut_ptr().cast(),
-                &mut got,
-                ptr::null(),
-                0,
-            )
-        };
-        if rc == 0 {
-            buf.truncate(got);
-            return Ok(buf);
-        }
-        if Errno::last() != Errno::ENOMEM {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Err(io::Error::from_raw_os_error(libc::ENOMEM))
+    sysctl_bytes(&[libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_ENV, pid])
 }

@@ -21,7 +21,10 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use super::posix;
-use super::{DaemonSignal, PeerCred, Pid, PtyPair, SpawnError, SpawnSpec};
+use super::{
+    DaemonSignal, FdKind, OpenFd, PeerCred, Pid, ProcessInfo, ProcessState, PtyPair, SpawnError,
+    SpawnSpec,
+};
 
 /// Opens a PTY pair (see [`PtyPair`]).
 pub fn open_pty(cols: u16, rows: u16) -> io::Result<PtyPair> {
@@ -636,6 +639,17 @@ fn parse_stat(pid: Pid, stat: &str) -> Option<ProcEntry> {
     Some(ProcEntry { pid, ppid, pgrp })
 }
 
+/// Linux has no jails to connect from.
+pub fn connect_in_jail(
+    _path: &std::path::Path,
+    _jid: i32,
+) -> io::Result<std::os::unix::net::UnixStream> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "jails are FreeBSD-only",
+    ))
+}
+
 pub fn resolve_jail(_name: &str) -> Result<super::JailTarget, SpawnError> {
     Err(SpawnError::Unsupported("jails are FreeBSD-only"))
 }
@@ -673,6 +687,136 @@ pub fn self_rss_bytes() -> io::Result<u64> {
         .and_then(|p| u64::try_from(p).ok())
         .ok_or_else(|| io::Error::other("no page size"))?;
     Ok(pages * page_size)
+}
+
+/// One process's [`ProcessInfo`] from `/proc/PID/stat`; `None` when no
+/// such process exists (reaped, or never was).
+pub fn process_info(pid: Pid) -> io::Result<Option<ProcessInfo>> {
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut info = parse_stat_info(&stat).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unexpected /proc/{pid}/stat: {stat:?}"),
+        )
+    })?;
+    // A zombie has no memory map and no VmHWM line.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    info.peak_rss_bytes = status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmHWM:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .map_or(info.rss_bytes, |kib: u64| kib * 1024);
+    Ok(Some(info))
+}
+
+/// Fields 3 on of `/proc/PID/stat` (see [`parse_stat`]).
+fn parse_stat_info(stat: &str) -> Option<ProcessInfo> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let state = match fields.first()?.chars().next()? {
+        'R' => ProcessState::Running,
+        'S' | 'D' | 'I' => ProcessState::Sleeping,
+        'T' | 't' => ProcessState::Stopped,
+        'Z' | 'X' => ProcessState::Zombie,
+        _ => ProcessState::Other,
+    };
+    // Fields 14 and 15 (utime, stime) in clock ticks; field 24 (rss) in pages.
+    let ticks = number(11)? + number(12)?;
+    let per_second = clock_ticks_per_second();
+    let cpu = Duration::from_secs(ticks / per_second)
+        + Duration::from_nanos((ticks % per_second) * 1_000_000_000 / per_second);
+    Some(ProcessInfo {
+        ppid: fields.get(1)?.parse().ok()?,
+        state,
+        exiting: state == ProcessState::Zombie,
+        rss_bytes: number(21)? * page_size(),
+        peak_rss_bytes: 0,
+        cpu,
+    })
+}
+
+fn clock_ticks_per_second() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|t| u64::try_from(t).ok())
+        .filter(|t| *t > 0)
+        .unwrap_or(100)
+}
+
+fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| u64::try_from(p).ok())
+        .unwrap_or(4096)
+}
+
+/// The pids whose parent is `ppid`, from a walk of `/proc`.
+pub fn process_children(ppid: Pid) -> io::Result<Vec<Pid>> {
+    let mut out: Vec<Pid> = scan_proc()
+        .remove(&ppid)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.pid)
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Sets another process's soft and hard limit on open files (prlimit(2)),
+/// as an operator would lower a running daemon's.
+pub fn set_process_fd_limit(pid: Pid, limit: u64) -> io::Result<()> {
+    let value = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: value is a valid rlimit; the old-value pointer may be null.
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &value, std::ptr::null_mut()) };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The file descriptors `pid` holds open, from the links in `/proc/PID/fd`.
+pub fn process_fds(pid: Pid) -> io::Result<Vec<OpenFd>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // An fd closed since the listing has no link any more.
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        let name = target.to_string_lossy().into_owned();
+        let kind = if name.starts_with("/dev/") {
+            FdKind::Device
+        } else if name.starts_with('/') {
+            FdKind::File
+        } else if name.starts_with("socket:") {
+            FdKind::Socket
+        } else if name.starts_with("pipe:") {
+            FdKind::Pipe
+        } else {
+            FdKind::Other
+        };
+        out.push(OpenFd { fd, kind, name });
+    }
+    out.sort_by_key(|f| f.fd);
+    Ok(out)
 }
 
 /// The kernel's name and release, e.g. `Linux 6.18.4`.
