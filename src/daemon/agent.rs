@@ -59,6 +59,10 @@ pub struct Proc {
     pub exit_watch: Option<ExitWatch>,
     pub exit_token: Token,
     pub status: Option<ExitStatus>,
+    /// The kernel says the process has begun to exit, before its exit is
+    /// reported (see `Daemon::held_read_check`): its output is read on
+    /// while the logs hold running agents'.
+    pub exiting: bool,
     pub input: VecDeque<u8>,
     pub write_interest: bool,
 }
@@ -128,6 +132,15 @@ impl Agent {
     /// Its process was reaped while its PTY may still hold output.
     pub fn has_exited(&self) -> bool {
         self.proc.as_ref().is_some_and(|p| p.status.is_some())
+    }
+
+    /// Its process has exited or has begun to: what its PTY holds is the
+    /// last it will write, and is read even while the logs hold running
+    /// agents ([`crate::daemon::store::SessionStore::holds_reads`]).
+    pub fn is_ending(&self) -> bool {
+        self.proc
+            .as_ref()
+            .is_some_and(|p| p.status.is_some() || p.exiting)
     }
 
     pub fn running_pid(&self) -> Option<Pid> {

@@ -80,6 +80,7 @@ impl Daemon {
                     self.approval_deadline(key, t)
                 }
                 Deadline::Govern => self.govern_tick(key, t),
+                Deadline::HeldRead => self.held_read_check(key, t),
             }
         }
     }

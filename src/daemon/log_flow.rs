@@ -12,10 +12,17 @@ use crate::core::time::Timestamp;
 use crate::daemon::alert::HOLD_FOR;
 use crate::daemon::bus;
 use crate::daemon::conn::Marks;
-use crate::daemon::diag::{log_info, log_warn};
+use crate::daemon::diag::{log_debug, log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::PaneKey;
 use crate::daemon::sched::Pending;
+use crate::daemon::timers::Deadline;
+use crate::platform;
+
+/// How often a pane whose reads the logs hold is asked whether its agent is
+/// exiting (`Daemon::held_read_check`): well inside the second FreeBSD's
+/// last close of a terminal waits for its output to be read.
+pub const HELD_READ_CHECK: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// The most ended panes' PTY masters kept open for the frames to leave
 /// first.
@@ -124,6 +131,47 @@ impl Daemon {
         }
     }
 
+    /// A pane whose reads the logs hold (`read_pty`) is asked at
+    /// [`HELD_READ_CHECK`] intervals whether its agent has begun to exit.
+    /// On FreeBSD an exiting process's last close of its terminal waits
+    /// only about a second for the master to read what is left, then
+    /// discards it (`tty_drain` in `sys/kern/tty.c`), and the exit itself
+    /// is reported only after that close: an agent held by a slow disk
+    /// would lose its last lines. An exiting agent writes nothing more of
+    /// its own, so reading it on is bounded.
+    pub(crate) fn held_read_check(&mut self, key: PaneKey, t: Timestamp) {
+        if !self.store_blocked.contains(&key) {
+            return;
+        }
+        let Some(agent) = self.panes.agent_mut(key) else {
+            return;
+        };
+        let Some(pid) = agent.running_pid() else {
+            return;
+        };
+        let exiting = match platform::process_info(pid) {
+            Ok(info) => info.is_none_or(|p| p.exiting),
+            Err(e) => {
+                log_warn!("cannot ask the kernel about pid {pid}: {e}");
+                false
+            }
+        };
+        if !exiting {
+            self.set_deadline(key, Deadline::HeldRead, t.plus(HELD_READ_CHECK), t);
+            return;
+        }
+        if let Some(p) = agent.proc.as_mut() {
+            p.exiting = true;
+            p.read_pending = true;
+        }
+        log_debug!(
+            "pane {}: its agent is exiting; reading its PTY past the held logs",
+            agent.pane_id
+        );
+        self.store_blocked.remove(&key);
+        self.push_pending(Pending::Pty(key));
+    }
+
     /// Queues the reads of panes whose session log has caught up, starting
     /// with the first pane held since the last time: the read-ahead lets a
     /// few quanta through per batch, and always starting from the lowest
@@ -150,7 +198,7 @@ impl Daemon {
                 self.store_blocked.remove(&key);
                 continue;
             };
-            if !self.store.holds_reads(&agent.session, agent.has_exited()) {
+            if !self.store.holds_reads(&agent.session, agent.is_ending()) {
                 self.store_blocked.remove(&key);
                 self.push_pending(Pending::Pty(key));
             }

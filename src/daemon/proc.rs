@@ -18,6 +18,7 @@ use crate::core::time::Timestamp;
 use crate::daemon::agent::{Proc, Recipe};
 use crate::daemon::diag::{log_debug, log_warn};
 use crate::daemon::event_loop::{Daemon, Pending};
+use crate::daemon::log_flow::HELD_READ_CHECK;
 use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::sched::EXIT_DRAIN_BUDGET;
 use crate::daemon::source::Source;
@@ -36,10 +37,17 @@ impl Daemon {
             let Some(agent) = self.panes.agent_mut(key) else {
                 return budget - left;
             };
-            if self.store.holds_reads(&agent.session, agent.has_exited()) {
-                // Backpressure: the agent waits on its PTY; nothing is lost.
+            if self.store.holds_reads(&agent.session, agent.is_ending()) {
+                // Backpressure: the agent waits on its PTY; nothing is lost
+                // while it runs (see `held_read_check` for its exit).
+                let watch_exit = platform::EXIT_DISCARDS_UNREAD_OUTPUT
+                    && !agent.is_ending()
+                    && agent.timers.due(Deadline::HeldRead).is_none();
                 self.store_blocked.insert(key);
                 self.store_blocked_first.get_or_insert(key);
+                if watch_exit {
+                    self.set_deadline(key, Deadline::HeldRead, t.plus(HELD_READ_CHECK), t);
+                }
                 break;
             }
             let Some(proc_) = agent.proc.as_mut() else {
@@ -259,6 +267,9 @@ impl Daemon {
         agent
             .timers
             .clear(Deadline::Stall, t, &mut self.timerq, key);
+        agent
+            .timers
+            .clear(Deadline::HeldRead, t, &mut self.timerq, key);
         let status = proc_.status.unwrap_or(ExitStatus::Unknown);
         // A last line without a newline is still a line.
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
@@ -449,6 +460,7 @@ impl Daemon {
             exit_watch,
             exit_token,
             status: None,
+            exiting: false,
             input: VecDeque::new(),
             write_interest: false,
         };

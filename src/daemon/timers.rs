@@ -46,9 +46,12 @@ pub enum Deadline {
     /// A governance resume: a loop's backoff or a budget window (the
     /// governor says which when it ticks).
     Govern,
+    /// Its reads are held by the logs: ask whether its agent is exiting
+    /// (`Daemon::held_read_check`).
+    HeldRead,
 }
 
-const ALL: [Deadline; 7] = [
+const ALL: [Deadline; 8] = [
     Deadline::Stall,
     Deadline::Drain,
     Deadline::Backoff,
@@ -56,6 +59,7 @@ const ALL: [Deadline; 7] = [
     Deadline::ApprovalExpiry,
     Deadline::ApprovalEscalation,
     Deadline::Govern,
+    Deadline::HeldRead,
 ];
 
 fn slot(d: Deadline) -> usize {
@@ -67,6 +71,7 @@ fn slot(d: Deadline) -> usize {
         Deadline::ApprovalExpiry => 4,
         Deadline::ApprovalEscalation => 5,
         Deadline::Govern => 6,
+        Deadline::HeldRead => 7,
     }
 }
 

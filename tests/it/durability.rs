@@ -1,6 +1,8 @@
 //! Nothing lost: every line in its session log, recovery after SIGKILL,
 //! syslog alerts, configuration errors.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use crate::support::*;
@@ -216,9 +218,10 @@ fn long_alert_values_are_cut_and_status_counts_them() {
     let arg = format!("--syslog-socket={}", sink.path.display());
     let d = Colibrid::start(&[&arg]);
     let mut seen = Vec::new();
-    // A 2.5 KB working directory: the alert's cwd value is cut.
+    // A working directory of some 800 bytes: longer than an alert value may
+    // be (512), within FreeBSD's PATH_MAX (1,024), so the cwd value is cut.
     let mut cwd = dir.path().to_path_buf();
-    for i in 0..10 {
+    for i in 0..3 {
         cwd.push(format!("{i}{}", "d".repeat(249)));
     }
     std::fs::create_dir_all(&cwd).expect("long cwd");
@@ -729,4 +732,59 @@ fn an_agent_lost_in_a_crash_is_announced_and_alerted_by_the_next_run() {
             "announced again: {ev}"
         );
     }
+}
+
+/// An agent that ends while the log writer is stuck and its reads are held
+/// still has its last lines read. FreeBSD's last close of a terminal waits
+/// about a second for the master to read what is left, then discards it,
+/// and the exit is reported only after that close; colibrid asks the kernel
+/// whether a held agent is exiting and reads it on. (Linux keeps the bytes
+/// until they are read, and reports the exit first.)
+#[test]
+fn an_agent_ending_while_its_reads_are_held_loses_no_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stall = dir.path().join("stall");
+    let stall_env = stall.display().to_string();
+    let d = Colibrid::start_with_env(&[], &[("COLIBRI_TEST_WRITER_STALL", &stall_env)]);
+    let line = format!(r#"{{"type":"message_update","text":"{}"}}"#, "x".repeat(60));
+    let marker = r#"{"type":"agent_end","messages":[],"marker":"last"}"#;
+    // 15 KB (some 32 KB of log records) go into a batch the stuck writer
+    // holds; of the next 40 KB, the read-ahead (64 KiB of records) takes
+    // all but a few KB, which wait in the PTY with the last line when the
+    // agent exits.
+    let script = format!(
+        "sleep {pause}; yes '{line}' | head -c 15000; echo; sleep {pause}; \
+         yes '{line}' | head -c 40000; echo; sleep 2; echo '{marker}'; exit 0",
+        pause = scaled(Duration::from_millis(1500)).as_secs_f64()
+    );
+    let id = d.spawn(
+        &["/bin/sh", "-c", &script],
+        json!({"session_id":"held", "runtime":"pi"}),
+    );
+    let pid = d.pane(&id)["pid"].as_i64().expect("a pid") as i32;
+    std::fs::write(&stall, "").expect("freeze the log writer");
+    wait_for(Duration::from_secs(30), "the reads to be held", || {
+        let pending = d.ok(json!({"cmd":"status"}))["logs"]["pending_bytes"].as_u64()?;
+        (pending >= 90 * 1024).then_some(())
+    });
+    wait_for(
+        Duration::from_secs(30),
+        "the agent to exit while the writer is stuck",
+        || process(pid).is_none().then_some(()),
+    );
+    assert!(stall.exists(), "the writer was stuck throughout");
+    std::fs::remove_file(&stall).expect("thaw");
+    d.wait_state(&id, "done");
+    let lines = wait_for(Duration::from_secs(20), "the exit record on disk", || {
+        let lines = log_lines(&d, "held");
+        lines
+            .iter()
+            .any(|l| l["colibri"] == json!("exit"))
+            .then_some(lines)
+    });
+    assert!(
+        lines.iter().any(|l| l["ev"]["marker"] == json!("last")),
+        "the last line, written as the agent exited, is in the log ({} lines)",
+        lines.len()
+    );
 }
