@@ -69,6 +69,39 @@ pub fn resolve_socket(explicit: Option<&Path>) -> PathBuf {
     }
 }
 
+/// The longest a connect is retried while the daemon's listen queue is full.
+pub const BUSY_RETRY: Duration = Duration::from_secs(2);
+
+/// Connects to the daemon's socket, waiting out a full listen queue.
+///
+/// FreeBSD refuses a Unix-socket connect with `ECONNREFUSED` while the
+/// listener's queue holds `kern.ipc.soacceptqueue` connections (128 by
+/// default), where Linux makes the client wait; a client in a tight
+/// connect-and-close loop can keep it full between two wakeups of the
+/// daemon. A busy daemon is not a missing one: the connect is retried,
+/// with a growing pause, for up to `min(timeout, BUSY_RETRY)`, as long as
+/// the socket file is there.
+pub fn connect_stream(path: &Path, timeout: Duration) -> io::Result<UnixStream> {
+    let give_up = std::time::Instant::now() + timeout.min(BUSY_RETRY);
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match UnixStream::connect(path) {
+            Ok(stream) => return Ok(stream),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock
+                ) && path.exists()
+                    && std::time::Instant::now() + pause < give_up =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// One connection to the daemon.
 #[derive(Debug)]
 pub struct Client {
@@ -80,7 +113,7 @@ pub struct Client {
 impl Client {
     /// Connects and sets `timeout` on both reads and writes.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Client, ClientError> {
-        let stream = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+        let stream = connect_stream(path, timeout).map_err(|source| ClientError::Connect {
             path: path.to_path_buf(),
             source,
         })?;
