@@ -557,7 +557,7 @@ fn agent_scope_sees_only_its_own_panes_approvals() {
     );
     let host = d.spawn(&[&script], json!({"runtime":"pi"}));
     wait_pending(&d, &host);
-    let mut c = Client::connect(&jail_sock);
+    let mut c = Client::connect_jailed(&jail_sock);
     let e = c.request(&json!({"cmd":"emit","agent_id":"inside","event":{"type":"extension_ui_request","id":"j","method":"confirm","title":"Inside?"}}));
     assert_eq!(e["ok"], json!(true), "{e}");
     let all = d.ok(json!({"cmd":"approvals"}));

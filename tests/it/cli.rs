@@ -452,7 +452,7 @@ fn a_jail_socket_sees_and_feeds_only_its_own_jails_panes() {
     );
     d.wait_state(&host, "working");
     recover_jailed_pane(&mut d, &[JAILED_AGENT_START]);
-    let mut c = Client::connect(&jail_sock);
+    let mut c = Client::connect_jailed(&jail_sock);
     let snap = c.request(&json!({"cmd":"glasspane-snapshot"}));
     let panes = snap["data"]["panes"].as_array().expect("panes");
     assert_eq!(panes.len(), 1, "only its own jail's pane: {snap}");
@@ -465,8 +465,9 @@ fn a_jail_socket_sees_and_feeds_only_its_own_jails_panes() {
     assert_eq!(e["ok"], json!(true), "{e}");
     let e = c.request(&json!({"cmd":"emit","agent_id": host, "event":{"type":"turn_start"}}));
     assert_eq!(e["ok"], json!(false), "another pane is invisible: {e}");
-    let mut w = Client::connect(&jail_sock);
-    assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
+    let mut w = Client::connect_jailed(&jail_sock);
+    let watch = w.request(&json!({"cmd":"watch"}));
+    assert_eq!(watch["ok"], json!(true), "{watch}");
     d.ok(json!({"cmd":"emit","agent_id": host, "event":{"type":"turn_start"}}));
     c.request(&json!({"cmd":"emit","agent_id":"inside","event":{"type":"session","id":"s2"}}));
     let ev = w.read_line().expect("event");

@@ -244,7 +244,7 @@ fn a_jail_socket_must_name_a_pane_of_its_own_jail() {
     let d = start(None, &["--jail-socket", &arg]);
     let host = idle_agent(&d);
     let id = add_task(&d, "host work", json!({}));
-    let mut c = Client::connect(&jail_sock);
+    let mut c = Client::connect_jailed(&jail_sock);
     let r = c.request(&json!({"cmd":"task-claim","pane": host}));
     assert_eq!(
         r["code"],
@@ -271,9 +271,9 @@ fn a_jailed_agent_works_a_task_through_its_jails_socket() {
     let id = add_task(&d, "inside work", json!({"role":"db"}));
     let jailed = JAILED_PANE;
     recover_jailed_pane(&mut d, &[JAILED_AGENT_START]);
-    let mut w = Client::connect(&jail_sock);
+    let mut w = Client::connect_jailed(&jail_sock);
     assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
-    let mut c = Client::connect(&jail_sock);
+    let mut c = Client::connect_jailed(&jail_sock);
     let r = c.request(&json!({"cmd":"task-claim","pane":"inside","role":"db"}));
     assert_eq!(r["data"]["task"]["task_id"], json!(id), "{r}");
     assert_eq!(r["data"]["task"]["assigned_to"], json!(jailed));
@@ -308,7 +308,7 @@ fn a_task_for_a_jail_is_claimed_only_through_that_jail() {
     recover_jailed_pane(&mut d, &[JAILED_AGENT_START]);
     let theirs = add_task(&d, "host work", json!({"priority":"urgent"}));
     let ours = add_task(&d, "inside work", json!({"jail": jail}));
-    let mut c = Client::connect(&jail_sock);
+    let mut c = Client::connect_jailed(&jail_sock);
     let listed = c.request(&json!({"cmd":"tasks","pane":"inside"}));
     assert_eq!(listed["data"]["pending"], json!(2), "{listed}");
     let r = c.request(&json!({"cmd":"task-claim","pane":"inside"}));
@@ -372,7 +372,7 @@ fn activity_posts_are_limited_per_pane_and_their_texts_bounded() {
     assert_eq!(post(&b, "mine".into())["ok"], json!(true));
     // An ended pane posts nothing (else each ended pane of a jail would
     // add its own 30).
-    let ended = d.spawn(&["/bin/true"], json!({}));
+    let ended = d.spawn(&["true"], json!({}));
     d.wait_pane(&ended, "the exit", |p| p["exit"].is_object());
     let r = post(&ended, "late".into());
     assert_eq!(r["code"], json!("not_running"), "{r}");

@@ -426,7 +426,10 @@ fn the_output_budget_pauses_a_printer_the_agent_left_behind() {
         &[
             "/bin/sh",
             "-c",
-            &format!("(setsid yes '{delta}' &); exec sleep 600"),
+            &format!(
+                "({} yes '{delta}' &); exec sleep 600",
+                crate::support::setsid()
+            ),
         ],
         json!({"runtime":"pi","cwd": cwd}),
     );

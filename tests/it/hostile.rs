@@ -14,7 +14,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 
-use crate::support::{jail_socket, wait_for, Client, Colibrid};
+use crate::support::{fd_count, jail_socket, rss_kib, scaled, wait_for, Client, Colibrid};
 
 /// A daemon with one jail-scope socket (jail `agents1`), in its own dir.
 /// Bind it as `(_dir, jail_sock, d)`: the daemon stops before its dir goes.
@@ -49,31 +49,23 @@ fn read_until_closed(s: &mut UnixStream, limit: Duration) -> Vec<u8> {
     }
 }
 
-fn fd_count(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 /// The daemon's fds as (sockets, pipes, devices and kernel objects; files
 /// on disk), each with what it names, for comparisons and failure messages.
 /// The files move on their own under load: a log rotation holds two more
 /// while it runs, and the writer's index rewrite one, so a soak compares
 /// the first part exactly and bounds the second.
 fn fd_census(pid: i32) -> (Vec<String>, Vec<String>) {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return (Vec::new(), Vec::new());
+    let fds = colibri::platform::process_fds(pid)
+        .unwrap_or_else(|e| panic!("cannot list the fds of {pid}: {e}"));
+    let (files, others): (Vec<_>, Vec<_>) = fds
+        .into_iter()
+        .partition(|f| f.kind == colibri::platform::FdKind::File);
+    let names = |fds: Vec<colibri::platform::OpenFd>| {
+        let mut names: Vec<String> = fds.into_iter().map(|f| f.name).collect();
+        names.sort();
+        names
     };
-    let (mut files, mut others): (Vec<String>, Vec<String>) = dir
-        .flatten()
-        .map(|e| {
-            let target = std::fs::read_link(e.path()).unwrap_or_default();
-            target.display().to_string()
-        })
-        .partition(|t| t.starts_with('/') && !t.starts_with("/dev/"));
-    others.sort();
-    files.sort();
-    (others, files)
+    (names(others), names(files))
 }
 
 /// [`fd_census`] taken while this test holds the daemon's only client
@@ -88,13 +80,7 @@ fn census_alone(d: &Colibrid) -> Option<(Vec<String>, Vec<String>)> {
 }
 
 fn rss_bytes(pid: i32) -> u64 {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
+    rss_kib(pid) * 1024
 }
 
 fn status_over(path: &Path) -> Value {
@@ -106,7 +92,7 @@ fn status_over(path: &Path) -> Value {
 fn idle_jail_connections_never_lock_the_operator_out() {
     let (_dir, jail_sock, d) = with_jail_socket(&[]);
     let mut idle: Vec<UnixStream> = (0..300)
-        .map(|_| UnixStream::connect(&jail_sock).expect("connect to the jail socket"))
+        .map(|_| Client::connect_jailed(&jail_sock).writer)
         .collect();
     // The daemon accepts in order: once the last one is answered, every
     // earlier one has been accepted or refused.
@@ -250,7 +236,7 @@ fn a_jail_socket_status_tells_nothing_about_the_host() {
     let op = d.ok(json!({"cmd":"status"}));
     assert_eq!(op["host"], json!("secret-host"));
     assert_eq!(op["pid"], json!(d.pid()));
-    let jail = status_over(&jail_sock);
+    let jail = Client::connect_jailed(&jail_sock).request(&json!({"cmd":"status"}));
     assert_eq!(jail["ok"], json!(true), "{jail}");
     let data = &jail["data"];
     assert_eq!(data["scope"], json!("jail:agents1"));
@@ -263,7 +249,7 @@ fn a_jail_socket_status_tells_nothing_about_the_host() {
     assert_eq!(data["version"], op["version"], "what an agent may check");
     // Nor do the snapshots (the operator's name the host).
     for cmd in ["snapshot", "glasspane-snapshot"] {
-        let snap = Client::connect(&jail_sock).request(&json!({"cmd": cmd}));
+        let snap = Client::connect_jailed(&jail_sock).request(&json!({"cmd": cmd}));
         assert_eq!(snap["ok"], json!(true), "{snap}");
         assert_eq!(snap["data"]["host"], json!(""), "{cmd}: {snap}");
         assert_eq!(d.ok(json!({"cmd": cmd}))["host"], json!("secret-host"));
@@ -522,19 +508,18 @@ fn status_within(s: &mut UnixStream, limit: Duration) -> bool {
 fn connections_waiting_for_fds_are_accepted_as_soon_as_an_agent_ends() {
     let d = Colibrid::start(&["--heartbeat", "120s"]);
     d.spawn(&["/bin/sh", "-c", "sleep 12"], json!({"session_id": "fds"}));
+    // What the agent's end frees at once: its PTY master, and on Linux its
+    // pidfd (FreeBSD watches the exit with a kevent, no fd).
+    let freed = 1 + usize::from(colibri::platform::EXIT_WATCH_HOLDS_FD);
     // Every fd the daemon holds now, plus room for two connections.
     let limit = fd_count(d.pid()) + 2;
-    let status = std::process::Command::new("prlimit")
-        .arg(format!("--pid={}", d.pid()))
-        .arg(format!("--nofile={limit}:{limit}"))
-        .status()
-        .expect("prlimit");
-    assert!(status.success(), "prlimit failed");
+    colibri::platform::set_process_fd_limit(d.pid(), limit as u64)
+        .expect("lower colibrid's fd limit");
     // Connections are served until the fds run out (the count above may
     // include a client connection still being closed).
     let mut served = Vec::new();
     let mut waiting = Vec::new();
-    while waiting.len() < 2 {
+    while waiting.len() < freed {
         assert!(served.len() < 16, "the fd limit never stopped an accept");
         let mut s = UnixStream::connect(&d.socket).expect("connect");
         if status_within(&mut s, Duration::from_secs(2)) {
@@ -550,12 +535,13 @@ fn connections_waiting_for_fds_are_accepted_as_soon_as_an_agent_ends() {
     for (i, s) in waiting.iter_mut().enumerate() {
         let t0 = Instant::now();
         let mut byte = [0u8; 1];
-        let _ = s.set_read_timeout(Some(Duration::from_secs(25)));
+        let limit = scaled(Duration::from_secs(25));
+        let _ = s.set_read_timeout(Some(limit));
         assert!(
             matches!(s.read(&mut byte), Ok(1)),
-            "connection {i} was not served within 25 s (the agent ends after 12 s)"
+            "connection {i} was not served within {limit:?} (the agent ends after 12 s)"
         );
-        assert!(t0.elapsed() < Duration::from_secs(25));
+        assert!(t0.elapsed() < limit);
     }
     // The served connections held their fds until now.
     drop(served);

@@ -276,33 +276,33 @@ fn a_second_daemon_refuses_a_live_socket_and_replaces_a_stale_one() {
 #[test]
 fn agents_hold_only_fds_0_to_2_and_get_their_environment() {
     let d = Colibrid::start(&[]);
-    let out = d.path("fds");
+    let out = d.path("env");
     let body = format!(
-        "ls /proc/$$/fd > {o}; echo \"$COLIBRI_PANE_ID $COLIBRI_SOCKET\" >> {o}; tty >> {o}; echo '{{\"type\":\"agent_start\"}}'",
+        "echo \"$COLIBRI_PANE_ID $COLIBRI_SOCKET\" > {o}; echo '{{\"type\":\"agent_start\"}}'; exec sleep 60",
         o = out.display()
     );
     let id = d.spawn(&["/bin/sh", "-c", &body], json!({}));
-    d.wait_state(&id, "done");
-    let text = std::fs::read_to_string(&out).expect("fd list");
-    let mut lines = text.lines();
-    let mut fds: Vec<u32> = Vec::new();
-    for l in lines.by_ref() {
-        match l.trim().parse::<u32>() {
-            Ok(n) => fds.push(n),
-            Err(_) => {
-                assert_eq!(l, format!("{id} {}", d.socket.display()));
-                break;
-            }
-        }
+    let pane = d.wait_state(&id, "working");
+    let pid = pane["pid"].as_i64().expect("a running pane has a pid") as i32;
+    // Read from the kernel once the shell has become `sleep`: what the
+    // agent itself holds, not what a shell opened for a redirection.
+    let fds = wait_for(Duration::from_secs(10), "the agent to exec sleep", || {
+        let text = std::fs::read_to_string(&out).ok()?;
+        (text.trim() == format!("{id} {}", d.socket.display())).then_some(())?;
+        let fds = colibri::platform::process_fds(pid).expect("the agent's fds");
+        (fds.len() == 3).then_some(fds)
+    });
+    let numbers: Vec<i32> = fds.iter().map(|f| f.fd).collect();
+    assert_eq!(numbers, [0, 1, 2], "only 0-2 inherited: {fds:?}");
+    for f in &fds {
+        assert!(
+            f.kind == colibri::platform::FdKind::Device && f.name.starts_with("/dev/pts/"),
+            "fd {} is the PTY: {f:?}",
+            f.fd
+        );
     }
-    // The shell's own redirection opens one more fd for the listing.
-    let extra: Vec<_> = fds.iter().filter(|f| **f > 2).collect();
-    assert!(extra.len() <= 1, "only 0-2 inherited: {fds:?}");
-    let tty = lines.next().unwrap_or("");
-    assert!(
-        tty.starts_with("/dev/pts/"),
-        "controlling terminal is the PTY: {tty:?}"
-    );
+    assert_eq!(fds[0].name, fds[2].name, "one terminal on 0-2: {fds:?}");
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
 }
 
 #[test]
@@ -353,10 +353,7 @@ fn orphaned_grandchildren_are_reaped_not_left_as_zombies() {
         children_of(daemon)
             .into_iter()
             .filter(|kid| {
-                let stat = std::fs::read_to_string(format!("/proc/{kid}/stat")).unwrap_or_default();
-                stat.rsplit_once(')')
-                    .and_then(|(_, r)| r.split_whitespace().next())
-                    == Some("Z")
+                process(*kid).is_some_and(|p| p.state == colibri::platform::ProcessState::Zombie)
             })
             .collect::<Vec<i32>>()
     };

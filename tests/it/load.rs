@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{status_kib, wait_for, Colibrid};
+use crate::support::{peak_rss_kib, rss_kib, wait_for, Colibrid};
 
 /// A Pi RPC `response` first (so `agent_settled` reads as idle, not done),
 /// then `lines` lines that each change the pane's state.
@@ -205,7 +205,7 @@ fn watchers_that_never_read_cost_a_bounded_amount_each() {
     const WATCHERS: u64 = 100;
     let d = Colibrid::start(&[]);
     let pid = d.pid();
-    let baseline = status_kib(pid, "VmRSS:");
+    let baseline = rss_kib(pid);
     // Connected and watching, never read (the sockets are kept open).
     let silent: Vec<UnixStream> = (0..WATCHERS)
         .map(|_| {
@@ -226,7 +226,7 @@ fn watchers_that_never_read_cost_a_bounded_amount_each() {
     wait_for(Duration::from_secs(60), "every watcher dropped", || {
         (d.ok(json!({"cmd":"status"}))["watchers"] == json!(0)).then_some(())
     });
-    let peak = status_kib(pid, "VmHWM:");
+    let peak = peak_rss_kib(pid);
     // 640 KiB of entries per watcher (768 KiB: the allocator's rounding),
     // and 32 MiB for what the flood costs with no watcher at all (18 MiB
     // measured: the journal's ring, the log's buffers) plus the frames the

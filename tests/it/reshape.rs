@@ -6,14 +6,7 @@ use std::time::Duration;
 use colibri::daemon::store::MAX_OPEN_LOGS;
 use serde_json::json;
 
-use crate::support::{wait_for, Colibrid, SyslogSink};
-
-/// Open fds of a process, from /proc.
-fn fd_count(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
+use crate::support::{fd_count, wait_for, Colibrid, SyslogSink};
 
 // See: issue 9 defect 7 (a finished pane kept its timer fd).
 #[test]
@@ -32,7 +25,7 @@ fn finished_agents_do_not_grow_the_daemons_fd_count() {
         (running(&d) == Some(0)).then_some(())
     });
     let before = fd_count(d.pid());
-    assert!(before > 0, "read no fds of colibrid from /proc");
+    assert!(before > 0, "read no fds of colibrid");
     let ids: Vec<String> = (0..30)
         .map(|_| {
             d.spawn(
@@ -317,13 +310,10 @@ fn a_finished_sessions_log_is_not_held_open() {
     d.wait_state(&id, "done");
     let log = d.state.join("sessions").join("finished.jsonl");
     let holds_log = || {
-        std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
-            .map(|fds| {
-                fds.flatten()
-                    .filter_map(|e| std::fs::read_link(e.path()).ok())
-                    .any(|t| t.to_string_lossy().contains("finished.jsonl"))
-            })
-            .unwrap_or(false)
+        colibri::platform::process_fds(d.pid())
+            .expect("the daemon's fds")
+            .iter()
+            .any(|f| f.name.contains("finished.jsonl"))
     };
     wait_for(Duration::from_secs(20), "the exit record on disk", || {
         std::fs::read_to_string(&log)

@@ -147,17 +147,22 @@ fn a_flooding_agent_starves_neither_agents_nor_clients() {
 #[test]
 fn two_hundred_agents_all_finish_with_every_line_counted() {
     let d = Colibrid::start(&[]);
+    // Under emulation (COLIBRI_TEST_SLOW) fewer: FreeBSD discards what an
+    // exiting agent wrote once its PTY has gone unread for a second (see
+    // docs/RELIABILITY.md), a window of the kernel's that does not scale,
+    // and a burst of 200 spawns keeps an emulated loop busy for longer.
+    let agents = (200.0 / slow_factor()).max(20.0) as usize;
     let lines = 50;
     let body = format!(
         "echo '{{\"type\":\"session\",\"id\":\"s\"}}'; i=0; while [ $i -lt {lines} ]; do echo '{{\"type\":\"turn_start\"}}'; i=$((i+1)); done; echo '{{\"type\":\"agent_end\",\"messages\":[]}}'"
     );
-    let ids: Vec<String> = (0..200)
+    let ids: Vec<String> = (0..agents)
         .map(|_| d.spawn(&["/bin/sh", "-c", &body], json!({"runtime":"pi"})))
         .collect();
-    wait_for(Duration::from_secs(60), "200 agents done", || {
+    wait_for(Duration::from_secs(60), "every agent done", || {
         let snap = d.snapshot();
         let panes = snap["panes"].as_array()?.clone();
-        (panes.len() == 200
+        (panes.len() == agents
             && panes
                 .iter()
                 .all(|p| p["state"] == json!("done") && !p["exit"].is_null()))
@@ -198,7 +203,7 @@ fn jail_socket_has_agent_scope_only() {
         json!({}),
     );
     d.wait_state(&host_pane, "working");
-    let mut c = Client::connect(&path);
+    let mut c = Client::connect_jailed(&path);
     let who = c.request(&json!({"cmd":"whoami"}));
     assert_eq!(who["data"]["scope"], json!("jail:agents1"), "{who}");
     assert_eq!(who["data"]["panes"], json!([]));
@@ -209,7 +214,7 @@ fn jail_socket_has_agent_scope_only() {
         "other panes are invisible"
     );
     for cmd in [
-        json!({"cmd":"spawn-agent","argv":["/bin/true"]}),
+        json!({"cmd":"spawn-agent","argv":["true"]}),
         json!({"cmd":"kill-agent","agent_id": host_pane}),
         json!({"cmd":"pause-agent","agent_id": host_pane}),
         json!({"cmd":"send-input","agent_id": host_pane, "text":"x"}),
@@ -224,11 +229,15 @@ fn jail_socket_has_agent_scope_only() {
     }
     let e = c.request(&json!({"cmd":"emit","agent_id": host_pane, "event":{"type":"agent_end"}}));
     assert_eq!(e["ok"], json!(false), "cannot emit for another jail's pane");
-    // The operator socket still has full scope, and a jail request is a
-    // clear error on Linux.
-    let r = d.request(json!({"cmd":"spawn-agent","argv":["/bin/true"],"jail":"agents1"}));
-    assert_eq!(r["ok"], json!(false));
-    assert!(r["error"].as_str().unwrap_or("").contains("FreeBSD"), "{r}");
+    // The operator socket still has full scope: it spawns into the jail on
+    // FreeBSD, and a jail request is a clear error on Linux.
+    let r = d.request(json!({"cmd":"spawn-agent","argv":["true"],"jail":"agents1"}));
+    if colibri::platform::JAILS_SUPPORTED {
+        assert_eq!(r["ok"], json!(true), "{r}");
+    } else {
+        assert_eq!(r["ok"], json!(false));
+        assert!(r["error"].as_str().unwrap_or("").contains("FreeBSD"), "{r}");
+    }
 }
 
 #[test]
@@ -334,14 +343,17 @@ fn failing_log_writes_raise_one_alert_and_never_spin() {
             (a > 0 && pending()? == a).then_some(())
         },
     );
-    // A reading that cannot be taken fails (see `cpu_ticks`): 0 is a
+    // A reading that cannot be taken fails (see `cpu_time`): 0 is a
     // measurement here, never a default.
-    let before = cpu_ticks(d.pid());
+    let before = cpu_time(d.pid());
+    let window = Instant::now();
     std::thread::sleep(Duration::from_secs(1));
-    let used = cpu_ticks(d.pid()) - before;
+    let used = cpu_time(d.pid()).saturating_sub(before);
+    let share = used.as_secs_f64() / window.elapsed().as_secs_f64();
     assert!(
-        used < 30,
-        "colibrid used {used} ticks of 100 in a second while its disk failed"
+        share < 0.3,
+        "colibrid used {used:?} of CPU in {:?} while its disk failed",
+        window.elapsed()
     );
     assert_ne!(
         d.pane(&id)["state"],
@@ -481,40 +493,18 @@ fn a_failing_log_does_not_delay_the_logs_of_other_sessions() {
     );
 }
 
-/// User plus system CPU time of a process, in clock ticks, from
-/// `/proc/PID/stat` (fields 14 and 15; the name in field 2 may hold spaces,
-/// so fields are counted after its closing parenthesis). A missing or
-/// unreadable reading fails the test rather than measuring nothing.
-fn cpu_ticks(pid: i32) -> u64 {
-    let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e} (this test needs Linux's /proc)"));
-    let after_name = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .unwrap_or_else(|| panic!("{path}: no process name in {stat:?}"));
-    // After the name come field 3 (state) onwards: utime is the 12th.
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let field = |n: usize| -> u64 {
-        fields
-            .get(n - 3)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{path}: field {n} missing or not a number in {stat:?}"))
-    };
-    field(14) + field(15)
+/// User plus system CPU time of a process. A missing reading fails the
+/// test rather than measuring nothing.
+fn cpu_time(pid: i32) -> Duration {
+    process(pid)
+        .unwrap_or_else(|| panic!("no process {pid} to measure"))
+        .cpu
 }
 
-/// Dead for our purposes: gone from /proc, or a zombie waiting for a reaper
-/// (once the daemon has exited, init reaps it whenever it gets round to it).
+/// Dead for our purposes: gone, or a zombie waiting for a reaper (once the
+/// daemon has exited, init reaps it whenever it gets round to it).
 fn dead(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, r)| r.split_whitespace().next())
-        .unwrap_or("");
-    state == "Z" || state == "X"
+    process(pid).is_none_or(|p| p.state == colibri::platform::ProcessState::Zombie)
 }
 
 /// Waits for the pid a script wrote to `file`.
@@ -536,7 +526,8 @@ fn spawn_with_setsid_child(d: &Colibrid) -> (String, i32) {
             "/bin/sh",
             "-c",
             &format!(
-                "setsid /bin/sh -c 'echo $$ > {}; exec sleep 1000' & exec sleep 1000",
+                "{} /bin/sh -c 'echo $$ > {}; exec sleep 1000' & exec sleep 1000",
+                setsid(),
                 pidfile.display()
             ),
         ],
@@ -570,8 +561,9 @@ fn an_ended_agents_leftovers_are_killed_by_kill_and_by_remove() {
     let leave_one = |name: &str| {
         let file = d.path(&format!("{name}.pid"));
         let script = format!(
-            "setsid /bin/sh -c 'echo $$ > {f}; exec sleep 1000' & \
+            "{s} /bin/sh -c 'echo $$ > {f}; exec sleep 1000' & \
              while [ ! -s {f} ]; do sleep 0.05; done; exit 0",
+            s = setsid(),
             f = file.display()
         );
         let id = d.spawn(&["/bin/sh", "-c", &script], json!({ "name": name }));
@@ -616,7 +608,8 @@ fn shutdown_kills_setsid_descendants_and_orphans() {
             "/bin/sh",
             "-c",
             &format!(
-                "(setsid sleep 1000 & echo $! > {}); exec sleep 1000",
+                "({} /bin/sh -c 'echo $$ > {}; exec sleep 1000' &); exec sleep 1000",
+                setsid(),
                 orphan_file.display()
             ),
         ],
@@ -765,8 +758,7 @@ fn agent_escape_sequences_never_reach_the_operators_terminal() {
         // override is taken, and every view must escape it.
         json!({"runtime":"pi","session_id":"hostile","name":"n\u{202e}t"}),
     );
-    let refused =
-        d.request(json!({"cmd":"spawn-agent","argv":["/bin/true"],"name":"n\u{1b}]0;t\u{7}"}));
+    let refused = d.request(json!({"cmd":"spawn-agent","argv":["true"],"name":"n\u{1b}]0;t\u{7}"}));
     assert_eq!(refused["code"], json!("invalid"), "{refused}");
     d.wait_state(&id, "error");
     let session = "hostile";
@@ -972,7 +964,8 @@ fn spawn_with_orphan(d: &Colibrid, file: &str) -> (String, i32) {
             "/bin/sh",
             "-c",
             &format!(
-                "(setsid sleep 1000 & echo $! > {}); exec sleep 1000",
+                "({} /bin/sh -c 'echo $$ > {}; exec sleep 1000' &); exec sleep 1000",
+                setsid(),
                 path.display()
             ),
         ],

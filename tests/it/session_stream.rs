@@ -10,17 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{status_kib, wait_for, Colibrid};
+use crate::support::{fd_count, peak_rss_kib, rss_kib, wait_for, Colibrid};
 
 /// Lines of about 1 KiB the loud agent prints: a log of about 52 MB,
 /// under the 64 MiB `get-session` limit.
 const LOUD_LINES: usize = 48_000;
-
-fn fd_count(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
 
 /// Spawns an agent that prints `lines` lines into session `session` and
 /// waits until it exited and its log is all on disk; returns the log.
@@ -145,7 +139,7 @@ fn clients_that_never_read_a_large_session_cost_a_bounded_amount_each() {
     let pid = d.pid();
     let log = loud_session(&d, "loud", LOUD_LINES, None);
     assert!(log.len() > 48_000_000, "a {}-byte log", log.len());
-    let baseline_rss = status_kib(pid, "VmRSS:");
+    let baseline_rss = rss_kib(pid);
     let baseline_fds = fd_count(pid);
 
     let mut sitting: Vec<UnixStream> = (0..12)
@@ -178,8 +172,8 @@ fn clients_that_never_read_a_large_session_cost_a_bounded_amount_each() {
     wait_for(Duration::from_secs(20), "13 connections", || {
         (d.ok(json!({"cmd":"status"}))["connections"] == json!(13)).then_some(())
     });
-    let rss = status_kib(pid, "VmRSS:");
-    let peak = status_kib(pid, "VmHWM:");
+    let rss = rss_kib(pid);
+    let peak = peak_rss_kib(pid);
     eprintln!(
         "12 clients not reading a {} MB session: RSS {baseline_rss} -> {rss} KiB (peak {peak} KiB)",
         log.len() >> 20

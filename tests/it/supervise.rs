@@ -381,8 +381,9 @@ fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_one
     // review: retirement removed panes without it, leaving it nameless).
     let pidfile = d.path("left.pid");
     let script = format!(
-        "setsid /bin/sh -c 'echo $$ > {f}; exec sleep 1000' & \
+        "{s} /bin/sh -c 'echo $$ > {f}; exec sleep 1000' & \
          while [ ! -s {f} ]; do sleep 0.05; done; exit 0",
+        s = crate::support::setsid(),
         f = pidfile.display()
     );
     let leaver = d.spawn(&["/bin/sh", "-c", &script], json!({"name":"leaver"}));

@@ -17,6 +17,26 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 
 pub const COLIBRID: &str = env!("CARGO_BIN_EXE_colibrid");
+
+/// How much slower than a native machine this one is: every wait in these
+/// tests is multiplied by `COLIBRI_TEST_SLOW` (a number, default 1), which
+/// the FreeBSD lane sets for its emulated CPUs. Waits only: a bound a test
+/// asserts (a reply's size, a count) never scales.
+pub fn slow_factor() -> f64 {
+    static FACTOR: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *FACTOR.get_or_init(|| {
+        std::env::var("COLIBRI_TEST_SLOW")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|f| f.is_finite() && *f >= 1.0)
+            .unwrap_or(1.0)
+    })
+}
+
+/// `d` on this machine: `d` times [`slow_factor`].
+pub fn scaled(d: Duration) -> Duration {
+    d.mul_f64(slow_factor())
+}
 pub const COLIBRI: &str = env!("CARGO_BIN_EXE_colibri");
 
 pub struct Colibrid {
@@ -95,7 +115,7 @@ impl Colibrid {
             });
         let child = cmd.spawn().expect("start colibrid");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + scaled(Duration::from_secs(20));
         loop {
             if let Ok(mut c) = Client::try_connect(&self.socket) {
                 if c.try_request(&json!({"cmd":"status"})).is_ok() {
@@ -111,7 +131,8 @@ impl Colibrid {
             }
             assert!(
                 Instant::now() < deadline,
-                "colibrid did not answer within 20 s"
+                "colibrid did not answer within {:?}",
+                scaled(Duration::from_secs(20))
             );
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -162,14 +183,17 @@ impl Colibrid {
             nix::unistd::Pid::from_raw(child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
         );
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + scaled(Duration::from_secs(20));
         loop {
             if let Ok(Some(st)) = child.try_wait() {
                 return st;
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("colibrid did not stop within 20 s of SIGTERM");
+                panic!(
+                    "colibrid did not stop within {:?} of SIGTERM",
+                    scaled(Duration::from_secs(20))
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -252,7 +276,7 @@ impl Drop for Colibrid {
                 nix::unistd::Pid::from_raw(child.id() as i32),
                 nix::sys::signal::Signal::SIGTERM,
             );
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = Instant::now() + scaled(Duration::from_secs(10));
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
                     return;
@@ -265,25 +289,55 @@ impl Drop for Colibrid {
     }
 }
 
-/// Polls `f` until it returns `Some`, or panics after `limit`.
-/// A field of `/proc/<pid>/status` in KiB (`VmRSS:`, `VmHWM:`).
-pub fn status_kib(pid: i32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+/// The command that starts the rest of a shell command line in a new
+/// session: util-linux's `setsid` where there is one, else FreeBSD's
+/// `daemon` (which forks first: the detached program's pid is the one it
+/// writes itself, never `$!`).
+pub fn setsid() -> &'static str {
+    static CMD: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    CMD.get_or_init(|| {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let found = std::env::split_paths(&path).any(|dir| dir.join("setsid").is_file());
+        if found {
+            "setsid"
+        } else {
+            "daemon"
+        }
+    })
 }
 
+/// What the kernel says about `pid` right now (`None`: no such process),
+/// through the platform probes the daemon uses, on Linux and FreeBSD alike.
+pub fn process(pid: i32) -> Option<colibri::platform::ProcessInfo> {
+    colibri::platform::process_info(pid)
+        .unwrap_or_else(|e| panic!("the kernel did not describe process {pid}: {e}"))
+}
+
+/// Resident set size of `pid` in KiB.
+pub fn rss_kib(pid: i32) -> u64 {
+    process(pid)
+        .map(|p| p.rss_bytes / 1024)
+        .unwrap_or_else(|| panic!("no process {pid}"))
+}
+
+/// The largest resident set `pid` has had so far, in KiB.
+pub fn peak_rss_kib(pid: i32) -> u64 {
+    process(pid)
+        .map(|p| p.peak_rss_bytes / 1024)
+        .unwrap_or_else(|| panic!("no process {pid}"))
+}
+
+/// Open file descriptors of `pid`.
+pub fn fd_count(pid: i32) -> usize {
+    colibri::platform::process_fds(pid)
+        .unwrap_or_else(|e| panic!("cannot count the fds of {pid}: {e}"))
+        .len()
+}
+
+/// Polls `f` until it returns `Some`, or panics after `limit` (scaled by
+/// [`slow_factor`]).
 pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
+    let deadline = Instant::now() + scaled(limit);
     loop {
         if let Some(v) = f() {
             return v;
@@ -300,9 +354,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects as colibri's own clients do ([`colibri::client::connect_stream`]:
+    /// a full listen queue is waited out, a missing daemon is not).
     pub fn try_connect(path: &Path) -> std::io::Result<Client> {
-        let s = UnixStream::connect(path)?;
-        s.set_read_timeout(Some(Duration::from_secs(20)))?;
+        let s = colibri::client::connect_stream(path, scaled(Duration::from_secs(20)))?;
+        s.set_read_timeout(Some(scaled(Duration::from_secs(20))))?;
         let w = s.try_clone()?;
         Ok(Client {
             reader: BufReader::new(s),
@@ -312,6 +368,28 @@ impl Client {
 
     pub fn connect(path: &Path) -> Client {
         Client::try_connect(path).expect("connect to colibrid")
+    }
+
+    /// Connects to a jail's socket as a process of jail [`JAIL`]: on
+    /// FreeBSD from inside the real jail (colibrid checks the peer's jail),
+    /// on Linux like any client.
+    pub fn connect_jailed(path: &Path) -> Client {
+        Client::try_connect_jailed(path).expect("connect to the jail's socket from the jail")
+    }
+
+    pub fn try_connect_jailed(path: &Path) -> std::io::Result<Client> {
+        if !colibri::platform::JAILS_SUPPORTED {
+            return Client::try_connect(path);
+        }
+        ensure_test_jail();
+        let jail = colibri::platform::resolve_jail(JAIL).map_err(std::io::Error::other)?;
+        let s = colibri::platform::connect_in_jail(path, jail.jid)?;
+        s.set_read_timeout(Some(scaled(Duration::from_secs(20))))?;
+        let w = s.try_clone()?;
+        Ok(Client {
+            reader: BufReader::new(s),
+            writer: w,
+        })
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
@@ -376,46 +454,50 @@ impl SyslogSink {
     }
 }
 
-/// Pids of processes whose parent is `ppid` (Linux /proc).
+/// Pids of processes whose parent is `ppid`.
 pub fn children_of(ppid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // Field 4 is the ppid; the command in field 2 may contain spaces.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(ppid) {
-            out.push(pid);
-        }
-    }
-    out
+    colibri::platform::process_children(ppid)
+        .unwrap_or_else(|e| panic!("cannot list the children of {ppid}: {e}"))
 }
 
+/// Whether `pid` exists; a zombie is dead but not reaped, and counts as
+/// alive so tests catch it.
 pub fn pid_alive(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // A zombie is dead but not reaped: report it as alive so tests catch it.
-    !stat.is_empty()
+    process(pid).is_some()
 }
 
 /// The jail every jail-socket test names, and the pane recovered into it.
 pub const JAIL: &str = "agents1";
 pub const JAILED_PANE: &str = "11111111-2222-4333-8444-555555555555";
 
+/// On FreeBSD, a real jail named [`JAIL`] (made once per test run, rooted
+/// at `/` so it sees the tests' paths, and left for the next run); Linux
+/// has no jails, and colibrid serves any peer on a jail's socket there.
+fn ensure_test_jail() {
+    static MADE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if !colibri::platform::JAILS_SUPPORTED {
+        return;
+    }
+    MADE.get_or_init(|| {
+        if colibri::platform::resolve_jail(JAIL).is_ok() {
+            return;
+        }
+        let out = Command::new("jail")
+            .args(["-c", &format!("name={JAIL}"), "path=/", "persist"])
+            .output()
+            .expect("jail(8): the jail-socket tests need root and jail(8) on FreeBSD");
+        assert!(
+            out.status.success() || colibri::platform::resolve_jail(JAIL).is_ok(),
+            "jail -c name={JAIL} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
 /// A socket path for jail `agents1` in a directory of its own (kept alive
 /// by the returned guard), and the `--jail-socket` value that binds it.
 pub fn jail_socket() -> (TempDir, PathBuf, String) {
+    ensure_test_jail();
     let dir = tempfile::tempdir().expect("dir");
     let sock = dir.path().join("colibri.sock");
     let arg = format!("{JAIL}={}", sock.display());
@@ -427,6 +509,7 @@ pub fn jail_socket() -> (TempDir, PathBuf, String) {
 /// `agents1` as colibrid writes them (its attach record, then `lines`, each
 /// a record without its `\n`), and starts `d` again, which recovers it.
 pub fn recover_jailed_pane(d: &mut Colibrid, lines: &[&str]) {
+    ensure_test_jail();
     assert!(d.terminate().success(), "colibrid stops cleanly");
     let sessions = d.state.join("sessions");
     std::fs::create_dir_all(&sessions).expect("sessions dir");
