@@ -369,7 +369,12 @@ fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_one
     std::fs::write(
         d.path("colibri.toml"),
         [
-            "[daemon]\nretain_finished = \"300ms\"\n".to_string(),
+            // Scaled: under emulation an exec can outlast 300 ms, and a
+            // leftover caught mid-exec shows no environment to match.
+            format!(
+                "[daemon]\nretain_finished = \"{}ms\"\n",
+                crate::support::scaled(Duration::from_millis(300)).as_millis()
+            ),
             agent_table("resident", &["/bin/sh", "-c", "exit 0"], ""),
         ]
         .concat(),
