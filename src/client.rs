@@ -82,7 +82,13 @@ pub const BUSY_RETRY: Duration = Duration::from_secs(2);
 /// with a growing pause, for up to `min(timeout, BUSY_RETRY)`, as long as
 /// the socket file is there.
 pub fn connect_stream(path: &Path, timeout: Duration) -> io::Result<UnixStream> {
-    let give_up = std::time::Instant::now() + timeout.min(BUSY_RETRY);
+    connect_stream_within(path, timeout.min(BUSY_RETRY))
+}
+
+/// [`connect_stream`] with the whole retry window given (a slow machine's
+/// tests scale it).
+pub fn connect_stream_within(path: &Path, window: Duration) -> io::Result<UnixStream> {
+    let give_up = std::time::Instant::now() + window;
     let mut pause = Duration::from_millis(1);
     loop {
         match UnixStream::connect(path) {

@@ -921,7 +921,7 @@ pub fn set_process_fd_limit(pid: Pid, limit: u64) -> io::Result<()> {
 /// peer's credentials, jail included, as of the connect) and hands the
 /// connected socket back over a socketpair. For a jail's own tools and the
 /// tests of the jail sockets; the jail must see `path` at the same place.
-pub fn connect_in_jail(path: &Path, jid: i32) -> io::Result<std::os::unix::net::UnixStream> {
+pub fn connect_in_jail(path: &Path, jid: i32) -> io::Result<super::JailConnection> {
     use std::os::unix::net::UnixStream;
     // Everything the child touches is made before the fork: after it, a
     // child of a threaded process may only make async-signal-safe calls.
@@ -980,19 +980,22 @@ pub fn connect_in_jail(path: &Path, jid: i32) -> io::Result<std::os::unix::net::
             (*cmsg).cmsg_len =
                 libc::CMSG_LEN(mem::size_of::<libc::c_int>() as u32) as libc::socklen_t;
             ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), sock);
-            let sent = libc::sendmsg(theirs_fd, &msg, 0);
-            libc::_exit(if sent == 1 { 0 } else { 255 });
+            if libc::sendmsg(theirs_fd, &msg, 0) != 1 {
+                libc::_exit(255);
+            }
+            // The peer of the connection lives as long as the connection
+            // (see JailConnection), holding nothing else: every fd this
+            // fork copied (other connections', the parent's end of the
+            // pair) is closed, and it waits for the parent to close its end.
+            if libc::dup2(theirs_fd, 3) != 3 {
+                libc::_exit(255);
+            }
+            libc::closefrom(4);
+            while libc::read(3, byte.as_mut_ptr().cast(), 1) > 0 {}
+            libc::_exit(0);
         }
     }
     drop(theirs);
-    let status =
-        nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).map_err(io::Error::from)?;
-    if !matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)) {
-        return Err(io::Error::other(format!(
-            "connecting from jail {jid} failed in the child ({status:?}: 100 + errno \
-             of jail_attach, errno of socket or connect, 255 send)"
-        )));
-    }
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
@@ -1007,7 +1010,13 @@ pub fn connect_in_jail(path: &Path, jid: i32) -> io::Result<std::os::unix::net::
     // SAFETY: msg describes buffers that live for the call.
     let got = unsafe { libc::recvmsg(ours.as_raw_fd(), &mut msg, 0) };
     if got != 1 {
-        return Err(io::Error::other("the jailed child sent no socket"));
+        // The child failed and exited (the pair reads end of file).
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None)
+            .map_err(io::Error::from)?;
+        return Err(io::Error::other(format!(
+            "connecting from jail {jid} failed in the child ({status:?}: 100 + errno \
+             of jail_attach, errno of socket or connect, 255 send)"
+        )));
     }
     // SAFETY: the kernel filled msg_control; CMSG_FIRSTHDR checks its length.
     let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
@@ -1021,8 +1030,15 @@ pub fn connect_in_jail(path: &Path, jid: i32) -> io::Result<std::os::unix::net::
         // was installed for this process and nothing else owns it.
         let fd = unsafe { ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>()) };
         // SAFETY: see above: the fd is ours alone.
-        return Ok(unsafe { UnixStream::from_raw_fd(fd) });
+        let stream = unsafe { UnixStream::from_raw_fd(fd) };
+        return Ok(super::JailConnection {
+            stream,
+            keeper: Some(ours),
+            child: pid,
+        });
     }
+    drop(ours);
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
     Err(io::Error::other("the jailed child sent no socket"))
 }
 

@@ -640,10 +640,7 @@ fn parse_stat(pid: Pid, stat: &str) -> Option<ProcEntry> {
 }
 
 /// Linux has no jails to connect from.
-pub fn connect_in_jail(
-    _path: &std::path::Path,
-    _jid: i32,
-) -> io::Result<std::os::unix::net::UnixStream> {
+pub fn connect_in_jail(_path: &std::path::Path, _jid: i32) -> io::Result<super::JailConnection> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "jails are FreeBSD-only",

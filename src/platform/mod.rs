@@ -123,6 +123,29 @@ pub enum FdKind {
     Other,
 }
 
+/// A connection made from inside a jail ([`connect_in_jail`]). The process
+/// that connected stays alive, waiting, until this is dropped: the daemon
+/// checks a jail socket's peer by the pid the kernel recorded at connect
+/// time, and a peer that is gone by the time it is accepted is refused.
+#[derive(Debug)]
+pub struct JailConnection {
+    pub stream: std::os::unix::net::UnixStream,
+    /// Our end of the pair the connecting child waits on.
+    keeper: Option<std::os::unix::net::UnixStream>,
+    child: Pid,
+}
+
+impl Drop for JailConnection {
+    fn drop(&mut self) {
+        // The child reads until end of file, then exits; the kill makes
+        // sure of it, so this never waits on a child that did not.
+        drop(self.keeper.take());
+        let child = nix::unistd::Pid::from_raw(self.child);
+        let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(child, None);
+    }
+}
+
 /// A process's scheduling state, as far as both systems agree.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ProcessState {

@@ -91,13 +91,13 @@ fn status_over(path: &Path) -> Value {
 #[test]
 fn idle_jail_connections_never_lock_the_operator_out() {
     let (_dir, jail_sock, d) = with_jail_socket(&[]);
-    let mut idle: Vec<UnixStream> = (0..300)
-        .map(|_| Client::connect_jailed(&jail_sock).writer)
+    let mut idle: Vec<Client> = (0..300)
+        .map(|_| Client::connect_jailed(&jail_sock))
         .collect();
     // The daemon accepts in order: once the last one is answered, every
     // earlier one has been accepted or refused.
     let last = idle.last_mut().expect("connections");
-    let refusal = read_until_closed(last, Duration::from_secs(20));
+    let refusal = read_until_closed(&mut last.writer, Duration::from_secs(20));
     let status = status_over(&d.socket);
     assert_eq!(
         status["ok"],

@@ -306,6 +306,24 @@ pub fn setsid() -> &'static str {
     })
 }
 
+/// Whether a test that needs an outside program (`tool`) can run here.
+/// Under CI (`CI` set; .ci/run installs them all) a missing one fails the
+/// test; elsewhere the test says on the terminal, past the test harness's
+/// capture, that it skipped and how to install the tool, so the README's
+/// `cargo test` runs everything else on a fresh machine.
+pub fn tool_present(found: bool, tool: &str, install: &str) -> bool {
+    if found {
+        return true;
+    }
+    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
+    assert!(!ci, "{tool} is missing under CI: {install}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** SKIPPED: {tool} is not installed ({install}); CI installs it ***\n"
+    );
+    false
+}
+
 /// What the kernel says about `pid` right now (`None`: no such process),
 /// through the platform probes the daemon uses, on Linux and FreeBSD alike.
 pub fn process(pid: i32) -> Option<colibri::platform::ProcessInfo> {
@@ -351,18 +369,21 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
 pub struct Client {
     pub reader: BufReader<UnixStream>,
     pub writer: UnixStream,
+    /// A connection made from inside a jail keeps its connecting process.
+    pub jailed: Option<colibri::platform::JailConnection>,
 }
 
 impl Client {
     /// Connects as colibri's own clients do ([`colibri::client::connect_stream`]:
     /// a full listen queue is waited out, a missing daemon is not).
     pub fn try_connect(path: &Path) -> std::io::Result<Client> {
-        let s = colibri::client::connect_stream(path, scaled(Duration::from_secs(20)))?;
+        let s = colibri::client::connect_stream_within(path, scaled(colibri::client::BUSY_RETRY))?;
         s.set_read_timeout(Some(scaled(Duration::from_secs(20))))?;
         let w = s.try_clone()?;
         Ok(Client {
             reader: BufReader::new(s),
             writer: w,
+            jailed: None,
         })
     }
 
@@ -383,12 +404,14 @@ impl Client {
         }
         ensure_test_jail();
         let jail = colibri::platform::resolve_jail(JAIL).map_err(std::io::Error::other)?;
-        let s = colibri::platform::connect_in_jail(path, jail.jid)?;
+        let conn = colibri::platform::connect_in_jail(path, jail.jid)?;
+        let s = conn.stream.try_clone()?;
         s.set_read_timeout(Some(scaled(Duration::from_secs(20))))?;
         let w = s.try_clone()?;
         Ok(Client {
             reader: BufReader::new(s),
             writer: w,
+            jailed: Some(conn),
         })
     }
 
