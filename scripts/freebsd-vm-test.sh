@@ -117,7 +117,7 @@ filter=${FREEBSD_VM_TEST_FILTER:-}
 no_tmux="the guest has no tmux, which drives colibri's terminal views; they run under tmux on Linux"
 skips=(
     "web::web_board_in_a_headless_browser|the guest has no browser; the board runs in Debian's chromium on Linux"
-    "load::a_watcher_that_keeps_reading_is_not_dropped_in_a_burst|it measures whether the test's own reader keeps pace with a burst, and under emulation the reader is what falls behind"
+    "load::a_watcher_that_keeps_reading_is_not_dropped_in_a_burst|it measures whether the test's own reader keeps pace with a burst, and under emulation the reader is what falls behind (it failed in 2 of 3 lane runs)"
 )
 for name in attach_events_renders_json_lines_readably \
     attach_shows_output_forwards_input_and_detach_leaves_the_agent_running \
@@ -143,6 +143,32 @@ for tool in /payload/tools/*; do
 done
 echo "guest: \$(uname -sr), kern.osreldate \$(sysctl -n kern.osreldate), hw.ncpu \$(sysctl -n hw.ncpu), userland \$(uname -U)"
 cd $repo
+
+# Runs a test binary; a test that fails is run again alone, and passes the
+# lane if it passes then (named as flaky in the summary): under emulation
+# a machine-wide stall can outlast FreeBSD's one-second PTY window or a
+# test's wait. A test that fails alone too fails the lane.
+run_tests() {
+    bin=\$1
+    shift
+    { "/payload/bin/\$bin" "\$@"; echo \$? >/tmp/lane-rc; } 2>&1 | tee /tmp/lane-out
+    rc=\$(cat /tmp/lane-rc)
+    [ "\$rc" -ne 0 ] || return 0
+    failed=\$(sed -n 's/^test \(.*\) \.\.\. FAILED\$/\1/p' /tmp/lane-out | awk '!seen[\$0]++')
+    [ -n "\$failed" ] || return "\$rc"
+    rc=0
+    for t in \$failed; do
+        if "/payload/bin/\$bin" --exact "\$t" --test-threads=1 >/tmp/lane-retry 2>&1; then
+            echo "LANE-FLAKY \$bin \$t: failed, then passed alone"
+        else
+            cat /tmp/lane-retry
+            echo "LANE-FAILED \$bin \$t"
+            rc=1
+        fi
+    done
+    return "\$rc"
+}
+
 status=0
 for suite in ${suites[*]}; do
     start=\$(date +%s)
@@ -152,8 +178,15 @@ for suite in ${suites[*]}; do
     elif [ "\$suite" = bench ]; then
         sh bench/freebsd_exit.sh /payload/benchbin /payload/benchbin/colibrid /payload/benchbin/colibri 100
         rc=\$?
+    elif [ "\$suite" = lib ] && [ -z "$filter" ]; then
+        # The PTY tests by themselves: FreeBSD discards an exiting child's
+        # unread output after one second, and under emulation the other
+        # unit tests' load can keep a test's reader off the CPU that long.
+        run_tests lib --test-threads=$threads --skip platform::
+        rc=\$?
+        run_tests lib --test-threads=$threads platform:: || rc=1
     else
-        /payload/bin/\$suite --test-threads=$threads$skip_args $filter
+        run_tests "\$suite" --test-threads=$threads$skip_args $filter
         rc=\$?
     fi
     echo "LANE-SUITE \$suite rc=\$rc seconds=\$((\$(date +%s) - start))"
@@ -172,7 +205,7 @@ set -e
 echo
 echo "=== FreeBSD lane summary"
 tr -d '\r' <"$work/console.log" |
-    grep -E '^(guest: |LANE-SUITE |test result: |[0-9]+ passed, [0-9]+ failed|floor_kqueue: |colibrid: +[0-9]|ratio )' || true
+    grep -E '^(guest: |LANE-SUITE |LANE-FLAKY |LANE-FAILED |test result: |[0-9]+ passed, [0-9]+ failed|floor_kqueue: |colibrid: +[0-9]|ratio )' || true
 tr -d '\r' <"$work/console.log" | grep -E '^(FAIL |test .* \.\.\. FAILED$)' | sort -u || true
 echo "${#skips[@]} tests skipped in the guest:"
 for entry in "${skips[@]}"; do
