@@ -19,8 +19,8 @@ struct Tmux {
 impl Tmux {
     /// `None` (with a loud message) only when tmux is not installed.
     fn start(d: &Colibrid, cmd: &str) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!("\n*** SKIPPED: tmux is not installed (apt-get install tmux) ***\n");
+        let found = Command::new("tmux").arg("-V").output().is_ok();
+        if !crate::support::tool_present(found, "tmux", "apt-get install tmux") {
             return None;
         }
         let t = Tmux {
