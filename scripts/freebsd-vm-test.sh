@@ -117,7 +117,6 @@ filter=${FREEBSD_VM_TEST_FILTER:-}
 no_tmux="the guest has no tmux, which drives colibri's terminal views; they run under tmux on Linux"
 skips=(
     "web::web_board_in_a_headless_browser|the guest has no browser; the board runs in Debian's chromium on Linux"
-    "load::a_watcher_that_keeps_reading_is_not_dropped_in_a_burst|it measures whether the test's own reader keeps pace with a burst, and under emulation the reader is what falls behind (it failed in 2 of 3 lane runs)"
 )
 for name in attach_events_renders_json_lines_readably \
     attach_shows_output_forwards_input_and_detach_leaves_the_agent_running \

@@ -85,6 +85,14 @@ pub fn connect_stream(path: &Path, timeout: Duration) -> io::Result<UnixStream> 
     connect_stream_within(path, timeout.min(BUSY_RETRY))
 }
 
+/// The receive buffer colibri's clients ask for. FreeBSD paces a Unix
+/// stream by the reader's receive buffer (64 KiB by default; measured in
+/// the FreeBSD VM: the writer's send buffer changes nothing), where Linux
+/// paces it by the writer's: a watcher that reads as fast as it can but
+/// takes 64 KiB a wakeup fell behind a burst there and was dropped. The
+/// kernel caps it (`kern.ipc.maxsockbuf`, `net.core.rmem_max`).
+pub const RECEIVE_BUFFER: usize = 1024 * 1024;
+
 /// [`connect_stream`] with the whole retry window given (a slow machine's
 /// tests scale it).
 pub fn connect_stream_within(path: &Path, window: Duration) -> io::Result<UnixStream> {
@@ -92,7 +100,15 @@ pub fn connect_stream_within(path: &Path, window: Duration) -> io::Result<UnixSt
     let mut pause = Duration::from_millis(1);
     loop {
         match UnixStream::connect(path) {
-            Ok(stream) => return Ok(stream),
+            Ok(stream) => {
+                // A smaller buffer only slows a reader down: not an error.
+                let _ = nix::sys::socket::setsockopt(
+                    &stream,
+                    nix::sys::socket::sockopt::RcvBuf,
+                    &RECEIVE_BUFFER,
+                );
+                return Ok(stream);
+            }
             Err(e)
                 if matches!(
                     e.kind(),

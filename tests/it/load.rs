@@ -27,7 +27,9 @@ fn state_changing_lines(lines: usize) -> String {
 /// Connects, sends `watch` with `args`, and reads every line on a thread
 /// until the stream ends or `stop_after_exits` `exited` events arrived.
 fn watcher(d: &Colibrid, args: Value, stop_after_exits: usize) -> mpsc::Receiver<Vec<Value>> {
-    let mut s = UnixStream::connect(&d.socket).expect("connect");
+    // As colibri's own clients connect (their receive buffer included).
+    let mut s =
+        colibri::client::connect_stream(&d.socket, Duration::from_secs(20)).expect("connect");
     let mut req = json!({"cmd":"watch"});
     if let (Some(m), Some(a)) = (req.as_object_mut(), args.as_object()) {
         for (k, v) in a {
