@@ -750,11 +750,7 @@ pub fn pid_jail(pid: i32) -> io::Result<i32> {
 /// Resident set size: kinfo_proc.ki_rssize (pages) × the page size.
 pub fn self_rss_bytes() -> io::Result<u64> {
     // SAFETY: getpid has no preconditions.
-    let info = kinfo_proc(unsafe { libc::getpid() })?;
-    let pages = u64::try_from(info.ki_rssize).unwrap_or(0);
-    // SAFETY: getpagesize has no preconditions.
-    let page_size = u64::try_from(unsafe { libc::getpagesize() }).unwrap_or(4096);
-    Ok(pages * page_size)
+    Ok(process_info_of(&kinfo_proc(unsafe { libc::getpid() })?).rss_bytes)
 }
 
 /// One process's [`ProcessInfo`] from its `kinfo_proc`; `None` when no
@@ -835,7 +831,6 @@ pub fn process_fds(pid: Pid) -> io::Result<Vec<OpenFd>> {
         pid,
     ];
     let bytes = sysctl_bytes(&mib)?;
-    let full = mem::size_of::<libc::kinfo_file>();
     let path_at = mem::offset_of!(libc::kinfo_file, kf_path);
     let mut out = Vec::new();
     let mut off = 0;
@@ -875,7 +870,6 @@ pub fn process_fds(pid: Pid) -> io::Result<Vec<OpenFd>> {
         } else {
             path
         };
-        debug_assert!(record.len() <= full);
         out.push(OpenFd { fd, kind, name });
     }
     out.sort_by_key(|f| f.fd);

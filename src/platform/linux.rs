@@ -680,10 +680,7 @@ pub fn self_rss_bytes() -> io::Result<u64> {
                 format!("unexpected /proc/self/statm: {statm:?}"),
             )
         })?;
-    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)?
-        .and_then(|p| u64::try_from(p).ok())
-        .ok_or_else(|| io::Error::other("no page size"))?;
-    Ok(pages * page_size)
+    Ok(pages * page_size())
 }
 
 /// One process's [`ProcessInfo`] from `/proc/PID/stat`; `None` when no
