@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::protocol::Response;
+use crate::protocol::{Command, Response, WatchArgs};
 
 /// The operator socket when neither `--socket` nor `COLIBRI_SOCKET` names one.
 pub const DEFAULT_SOCKET: &str = "/var/run/colibri/colibri.sock";
@@ -161,7 +161,7 @@ impl Client {
     }
 
     /// Sends one request and reads its reply envelope, whatever `ok` says.
-    pub fn request(&mut self, cmd: &Value) -> Result<Response<Value>, ClientError> {
+    pub fn request(&mut self, cmd: &Command) -> Result<Response<Value>, ClientError> {
         self.request_as(cmd)
     }
 
@@ -172,7 +172,7 @@ impl Client {
     /// recursion limit (kept: it stops a hostile line from overflowing the
     /// stack) would fail the whole reply as a `Value`, and a raw value is
     /// scanned without recursion.
-    pub fn call_raw(&mut self, cmd: &Value) -> Result<Box<RawValue>, ClientError> {
+    pub fn call_raw(&mut self, cmd: &Command) -> Result<Box<RawValue>, ClientError> {
         let resp = self.request_as::<Box<RawValue>>(cmd)?;
         if !resp.ok {
             return Err(refusal(resp.error));
@@ -184,7 +184,10 @@ impl Client {
         }
     }
 
-    fn request_as<T: DeserializeOwned>(&mut self, cmd: &Value) -> Result<Response<T>, ClientError> {
+    fn request_as<T: DeserializeOwned>(
+        &mut self,
+        cmd: &Command,
+    ) -> Result<Response<T>, ClientError> {
         self.send(cmd)?;
         let line = match read_line_capped(&mut self.reader, self.max_reply) {
             Ok(Some(line)) => line,
@@ -201,7 +204,7 @@ impl Client {
 
     /// Sends one request and returns its `data` (null when absent); a reply
     /// with `ok:false` becomes [`ClientError::Daemon`] with its message.
-    pub fn call(&mut self, cmd: &Value) -> Result<Value, ClientError> {
+    pub fn call(&mut self, cmd: &Command) -> Result<Value, ClientError> {
         into_data(self.request(cmd)?)
     }
 
@@ -215,14 +218,11 @@ impl Client {
         panes: &[String],
         since: Option<u64>,
     ) -> Result<Value, ClientError> {
-        let mut cmd = serde_json::json!({"cmd": "watch"});
-        if !panes.is_empty() {
-            cmd["panes"] = serde_json::json!(panes);
-        }
-        if let Some(s) = since {
-            cmd["since"] = serde_json::json!(s);
-        }
-        self.call(&cmd)
+        self.call(&Command::Watch(WatchArgs {
+            panes: (!panes.is_empty()).then(|| panes.to_vec()),
+            since,
+            ..WatchArgs::default()
+        }))
     }
 
     /// The event lines that follow a `watch` reply, until the daemon closes
@@ -266,10 +266,10 @@ impl Client {
         })
     }
 
-    fn send(&mut self, cmd: &Value) -> Result<(), ClientError> {
-        let mut line = serde_json::to_vec(cmd)
+    fn send(&mut self, cmd: &Command) -> Result<(), ClientError> {
+        let line = cmd
+            .to_line()
             .map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
-        line.push(b'\n');
         let stream = self.reader.get_mut();
         stream
             .write_all(&line)
@@ -398,7 +398,7 @@ mod tests {
         let (_dir, path, server) =
             fake_daemon(b"{\"ok\":true,\"error\":null,\"data\":{\"agents\":2}}\n");
         let mut c = Client::connect(&path, Duration::from_secs(5)).expect("connect");
-        let data = c.call(&serde_json::json!({"cmd":"status"})).expect("reply");
+        let data = c.call(&Command::Status).expect("reply");
         assert_eq!(data["agents"], 2);
         assert_eq!(
             server.join().expect("server"),
@@ -412,7 +412,9 @@ mod tests {
             fake_daemon(b"{\"ok\":false,\"error\":\"no such agent: x\",\"data\":null}\n");
         let mut c = Client::connect(&path, Duration::from_secs(5)).expect("connect");
         let resp = c
-            .request(&serde_json::json!({"cmd":"kill-agent","agent_id":"x"}))
+            .request(&Command::KillAgent(crate::protocol::AgentArgs {
+                agent_id: "x".into(),
+            }))
             .expect("envelope");
         assert!(!resp.ok);
         match into_data(resp) {
@@ -442,9 +444,7 @@ mod tests {
         let mut c = Client::connect(&path, Duration::from_secs(5))
             .expect("connect")
             .with_max_reply(32);
-        let err = c
-            .call(&serde_json::json!({"cmd":"status"}))
-            .expect_err("too long");
+        let err = c.call(&Command::Status).expect_err("too long");
         assert!(
             matches!(err, ClientError::Protocol(ref m) if m.contains("longer than 32")),
             "{err}"
@@ -458,9 +458,7 @@ mod tests {
         let listener = UnixListener::bind(&path).expect("bind");
         // The listener accepts (backlog) but never answers.
         let mut c = Client::connect(&path, Duration::from_millis(100)).expect("connect");
-        let err = c
-            .call(&serde_json::json!({"cmd":"status"}))
-            .expect_err("no reply");
+        let err = c.call(&Command::Status).expect_err("no reply");
         assert!(matches!(err, ClientError::Timeout(_)), "{err:?}");
         drop(listener);
     }
@@ -474,7 +472,7 @@ mod tests {
               {\"seq\":6}\n",
         );
         let mut c = Client::connect(&path, Duration::from_secs(5)).expect("connect");
-        let ack = c.call(&serde_json::json!({"cmd":"watch"})).expect("ack");
+        let ack = c.call(&Command::Watch(WatchArgs::default())).expect("ack");
         assert_eq!(ack["watching"], true);
         let items: Vec<_> = c.stream().collect();
         assert_eq!(items.len(), 2, "{items:?}");

@@ -13,12 +13,13 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::cli::render::escape_controls;
 use crate::cli::CliError;
 use crate::client::{resolve_socket, ClientError};
 use crate::protocol::attach::{self as wire, AttachFrame, AttachReply};
+use crate::protocol::{AttachArgs, AttachInputArgs, AttachResizeArgs, Command};
 
 /// Ctrl-]: detaches (never sent to the agent).
 pub const DETACH_KEY: u8 = 0x1d;
@@ -51,9 +52,8 @@ impl Drop for RawMode {
 
 type Writer = Arc<Mutex<UnixStream>>;
 
-fn send(w: &Writer, v: &Value) -> io::Result<()> {
-    let mut line = serde_json::to_vec(v).map_err(io::Error::other)?;
-    line.push(b'\n');
+fn send(w: &Writer, v: &Command) -> io::Result<()> {
+    let line = v.to_line().map_err(io::Error::other)?;
     let mut s = w.lock().map_err(|_| io::Error::other("writer poisoned"))?;
     s.write_all(&line)
 }
@@ -67,11 +67,13 @@ pub fn run(socket: Option<&Path>, pane: &str, opts: AttachOptions) -> Result<u8,
     let writer: Writer = Arc::new(Mutex::new(
         stream.try_clone().map_err(|e| CliError::io("socket", e))?,
     ));
-    let mut req = json!({"cmd": "attach", "agent_id": pane, "input": !opts.read_only});
-    if let Some((cols, rows)) = terminal_size() {
-        req["cols"] = json!(cols);
-        req["rows"] = json!(rows);
-    }
+    let size = terminal_size();
+    let req = Command::Attach(AttachArgs {
+        agent_id: pane.to_string(),
+        input: Some(!opts.read_only),
+        cols: size.map(|(cols, _)| cols),
+        rows: size.map(|(_, rows)| rows),
+    });
     send(&writer, &req).map_err(|e| CliError::io("sending attach", e))?;
     let mut reader = BufReader::new(stream);
     let reply = read_reply(&mut reader)?;
@@ -179,7 +181,9 @@ fn spawn_keyboard(writer: Writer, socket: Option<UnixStream>) {
             let detach = typed.iter().position(|b| *b == DETACH_KEY);
             let before = &typed[..detach.unwrap_or(n)];
             if !before.is_empty() {
-                let req = json!({"cmd": "attach-input", "data": wire::encode(before)});
+                let req = Command::AttachInput(AttachInputArgs {
+                    data: wire::encode(before),
+                });
                 if send(&writer, &req).is_err() {
                     return;
                 }
@@ -214,7 +218,7 @@ fn spawn_resizer(writer: Writer) {
     std::thread::spawn(move || {
         for _ in signals.forever() {
             if let Some((cols, rows)) = terminal_size() {
-                let req = json!({"cmd": "attach-resize", "cols": cols, "rows": rows});
+                let req = Command::AttachResize(AttachResizeArgs { cols, rows });
                 if send(&writer, &req).is_err() {
                     return;
                 }

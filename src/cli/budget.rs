@@ -4,11 +4,9 @@
 use std::io::Write;
 use std::path::Path;
 
-use serde_json::{json, Value};
-
 use crate::cli::remote::connect;
 use crate::cli::{print, CliError, REQUEST_TIMEOUT};
-use crate::protocol::BudgetReply;
+use crate::protocol::{BudgetArgs, BudgetReply, Command};
 
 #[derive(Clone, Debug, PartialEq, clap::Subcommand)]
 pub enum BudgetAction {
@@ -29,16 +27,21 @@ pub enum BudgetAction {
 }
 
 /// The `budget` request for an action (none: show).
-pub fn request(action: Option<&BudgetAction>) -> Value {
-    match action {
-        None => json!({"cmd": "budget"}),
-        Some(BudgetAction::Raise { name, cap }) => {
-            json!({"cmd": "budget", "action": "raise", "budget": name, "cap": cap})
-        }
-        Some(BudgetAction::Resume { name }) => {
-            json!({"cmd": "budget", "action": "resume", "budget": name})
-        }
-    }
+pub fn request(action: Option<&BudgetAction>) -> Command {
+    let args = match action {
+        None => BudgetArgs::default(),
+        Some(BudgetAction::Raise { name, cap }) => BudgetArgs {
+            action: Some("raise".into()),
+            budget: Some(name.clone()),
+            cap: Some(*cap),
+        },
+        Some(BudgetAction::Resume { name }) => BudgetArgs {
+            action: Some("resume".into()),
+            budget: Some(name.clone()),
+            cap: None,
+        },
+    };
+    Command::Budget(args)
 }
 
 pub fn run(
@@ -89,7 +92,7 @@ fn render(r: &BudgetReply) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Command, Request};
+    use crate::protocol::Request;
 
     #[test]
     fn requests_parse_as_the_daemon_reads_them() {
@@ -102,8 +105,8 @@ mod tests {
             Some(BudgetAction::Resume { name: "t".into() }),
         ] {
             let req = request(action.as_ref());
-            let parsed = Request::parse(req.to_string().as_bytes()).expect("parses");
-            assert!(matches!(parsed.command, Command::Budget(_)), "{req}");
+            let parsed = Request::parse(&req.to_line().expect("encodes")).expect("parses");
+            assert_eq!(parsed.command, req);
         }
     }
 }

@@ -25,12 +25,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cli::render::{self, format_cost, format_exit, format_tokens, Table};
-use crate::cli::request::{self, SpawnRequest};
+use crate::cli::request;
 use crate::cli::{CliError, DemoArgs};
 use crate::client::{Client, ClientError};
 use crate::core::state::AgentState;
 use crate::core::taxonomy::Runtime;
-use crate::protocol::{PaneV2, SnapshotV2, SpawnData};
+use crate::protocol::{self as wire, PaneV2, SnapshotV2, SpawnData};
 
 /// The sample recordings the demo plays, with the dialect each speaks.
 pub const SAMPLES: [(&str, Runtime); 6] = [
@@ -311,7 +311,7 @@ fn scaled(ms_at_speed_1: f64, speed: f64, floor_ms: u64) -> Duration {
     Duration::from_millis(((ms_at_speed_1 / speed) as u64).max(floor_ms))
 }
 
-fn call(socket: &Path, req: &serde_json::Value) -> Result<serde_json::Value, ClientError> {
+fn call(socket: &Path, req: &wire::Command) -> Result<serde_json::Value, ClientError> {
     Client::connect(socket, CALL_TIMEOUT)?.call(req)
 }
 
@@ -390,20 +390,20 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     for (stem, runtime) in SAMPLES {
         let file = samples.join(format!("{stem}.jsonl"));
-        let req = SpawnRequest {
-            argv: vec![
+        let req = wire::SpawnArgs {
+            argv: Some(vec![
                 exe.to_string_lossy().into_owned(),
                 "replay".into(),
                 file.to_string_lossy().into_owned(),
                 "--speed".into(),
                 speed.to_string(),
-            ],
+            ]),
             runtime: Some(runtime),
             name: Some(stem.to_string()),
             cwd: Some(dir.path.to_string_lossy().into_owned()),
-            ..SpawnRequest::default()
+            ..wire::SpawnArgs::default()
         };
-        let data = call(&socket, &request::spawn(&req)).map_err(|e| {
+        let data = call(&socket, &wire::Command::SpawnAgent(Box::new(req))).map_err(|e| {
             CliError::Runtime(format!("spawning {stem} failed: {e}{}", daemon.log_tail()))
         })?;
         let spawned: SpawnData = serde_json::from_value(data).map_err(|e| {

@@ -27,6 +27,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::client::ClientError;
 use crate::core::ingest::DEFAULT_MAX_LINE;
 use crate::core::taxonomy::Runtime;
+use crate::protocol::Command as Wire;
 
 pub mod attach;
 pub mod budget;
@@ -373,8 +374,8 @@ pub struct SpawnArgs {
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
     /// Silence after which a working or blocked agent counts as stalled.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_text)]
-    pub stall_after: Option<String>,
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    pub stall_after: Option<crate::protocol::DurationArg>,
     /// Restart the agent when it exits [default: never].
     #[arg(long, value_enum)]
     pub restart: Option<RestartPolicy>,
@@ -448,9 +449,9 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 }
 
 /// Checks a humantime duration but keeps the operator's spelling for the wire.
-fn parse_duration_text(s: &str) -> Result<String, String> {
+fn parse_duration_arg(s: &str) -> Result<crate::protocol::DurationArg, String> {
     humantime::parse_duration(s)
-        .map(|_| s.to_string())
+        .map(crate::protocol::DurationArg)
         .map_err(|e| format!("bad duration {s:?}: {e}"))
 }
 
@@ -517,13 +518,13 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Status { json } => remote::status(socket, json, &mut out),
         Command::Snapshot { json, schema } => remote::snapshot(socket, schema, json, &mut out),
         Command::Spawn(args) => remote::spawn(socket, args, &mut out),
-        Command::Kill { id } => remote::simple(socket, &request::agent("kill-agent", &id)),
-        Command::Start { id } => remote::simple(socket, &request::agent("start-agent", &id)),
-        Command::Stop { id } => remote::simple(socket, &request::agent("stop-agent", &id)),
-        Command::Restart { id } => remote::simple(socket, &request::agent("restart-agent", &id)),
-        Command::Remove { id } => remote::simple(socket, &request::agent("remove-agent", &id)),
-        Command::Pause { id } => remote::simple(socket, &request::agent("pause-agent", &id)),
-        Command::Resume { id } => remote::simple(socket, &request::agent("resume-agent", &id)),
+        Command::Kill { id } => remote::simple(socket, &request::agent(Wire::KillAgent, &id)),
+        Command::Start { id } => remote::simple(socket, &request::agent(Wire::StartAgent, &id)),
+        Command::Stop { id } => remote::simple(socket, &request::agent(Wire::StopAgent, &id)),
+        Command::Restart { id } => remote::simple(socket, &request::agent(Wire::RestartAgent, &id)),
+        Command::Remove { id } => remote::simple(socket, &request::agent(Wire::RemoveAgent, &id)),
+        Command::Pause { id } => remote::simple(socket, &request::agent(Wire::PauseAgent, &id)),
+        Command::Resume { id } => remote::simple(socket, &request::agent(Wire::ResumeAgent, &id)),
         Command::Signal { id, sig } => remote::simple(socket, &request::signal(&id, &sig)),
         Command::Send {
             id,
@@ -566,17 +567,17 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Approvals { id, json } => remote::approvals(socket, id.as_deref(), json, &mut out),
         Command::Approve { target } => remote::decide(
             socket,
-            &request::decide("approve", &target, None, None),
+            &request::decide(Wire::Approve, &target, None, None),
             &mut out,
         ),
         Command::Deny { target, message } => remote::decide(
             socket,
-            &request::decide("deny", &target, message.as_deref(), None),
+            &request::decide(Wire::Deny, &target, message.as_deref(), None),
             &mut out,
         ),
         Command::Answer { target, text } => remote::decide(
             socket,
-            &request::decide("answer", &target, None, Some(&text)),
+            &request::decide(Wire::Answer, &target, None, Some(&text)),
             &mut out,
         ),
         Command::Budget { action, json } => budget::run(socket, action.as_ref(), json, &mut out),

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cli::render;
-use crate::cli::request::{self, SpawnRequest};
+use crate::cli::request;
 use crate::cli::HookDefault;
 use crate::cli::{print, CliError, Schema, SpawnArgs, REQUEST_TIMEOUT};
 use crate::client::{resolve_socket, Client, ClientError};
@@ -24,8 +24,8 @@ use crate::core::approval::{
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::protocol::{
-    ApprovalsReply, DecideReply, HookReply, SessionSummary, SnapshotV1, SnapshotV2, SpawnData,
-    StatusData, WatchEvent, WatchKind,
+    self as wire, ApprovalsReply, DecideReply, HookReply, SessionSummary, SnapshotV1, SnapshotV2,
+    SpawnData, StatusData, WatchEvent, WatchKind,
 };
 
 /// Hooks and hints must not hold up whoever runs them.
@@ -40,7 +40,7 @@ pub fn connect(socket: Option<&Path>, timeout: Duration) -> Result<Client, Clien
     Client::connect(&resolve_socket(socket), timeout)
 }
 
-fn call(socket: Option<&Path>, req: &Value) -> Result<Value, ClientError> {
+fn call(socket: Option<&Path>, req: &wire::Command) -> Result<Value, ClientError> {
     connect(socket, REQUEST_TIMEOUT)?.call(req)
 }
 
@@ -57,7 +57,7 @@ fn decode<T: DeserializeOwned>(what: &str, data: Value) -> Result<T, CliError> {
 }
 
 /// A command whose reply carries nothing to show.
-pub fn simple(socket: Option<&Path>, req: &Value) -> Result<u8, CliError> {
+pub fn simple(socket: Option<&Path>, req: &wire::Command) -> Result<u8, CliError> {
     call(socket, req)?;
     Ok(0)
 }
@@ -112,19 +112,20 @@ pub fn spawn(socket: Option<&Path>, args: SpawnArgs, out: &mut impl Write) -> Re
                 .into_owned(),
         ),
     };
-    let req = SpawnRequest {
-        argv: args.argv,
+    let req = wire::SpawnArgs {
+        argv: Some(args.argv),
         runtime: args.runtime,
         name: args.name,
         cwd,
-        env: args.env.into_iter().collect(),
+        env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),
         stall_after: args.stall_after,
         restart: args.restart.map(|r| r.as_str().to_string()),
         max_restarts: args.max_restarts,
         jail: args.jail,
         user: args.user,
+        ..wire::SpawnArgs::default()
     };
-    let data = call(socket, &request::spawn(&req))?;
+    let data = call(socket, &wire::Command::SpawnAgent(Box::new(req)))?;
     let spawned: SpawnData = decode("spawn", data)?;
     print(out, &format!("{}\n", spawned.agent_id))?;
     Ok(0)
@@ -420,7 +421,11 @@ pub fn approvals(
 }
 
 /// `colibri approve|deny|answer`.
-pub fn decide(socket: Option<&Path>, req: &Value, out: &mut impl Write) -> Result<u8, CliError> {
+pub fn decide(
+    socket: Option<&Path>,
+    req: &wire::Command,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
     let data = call(socket, req)?;
     let r: DecideReply = decode("decide", data)?;
     print(

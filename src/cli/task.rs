@@ -8,13 +8,15 @@ use std::io::Write;
 use std::path::Path;
 
 use clap::{Subcommand, ValueEnum};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::cli::remote::connect;
 use crate::cli::render::escape_controls;
 use crate::cli::{print, CliError, REQUEST_TIMEOUT};
 use crate::client::ClientError;
+use crate::core::tasks::Priority;
 use crate::protocol::control_plane::{TaskReply, TasksReply, WireTask};
+use crate::protocol::{Command as Wire, TaskActArgs, TaskAddArgs, TaskClaimArgs, TasksArgs};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PriorityArg {
@@ -25,12 +27,12 @@ pub enum PriorityArg {
 }
 
 impl PriorityArg {
-    fn as_str(self) -> &'static str {
+    fn level(self) -> Priority {
         match self {
-            PriorityArg::Low => "low",
-            PriorityArg::Medium => "medium",
-            PriorityArg::High => "high",
-            PriorityArg::Urgent => "urgent",
+            PriorityArg::Low => Priority::Low,
+            PriorityArg::Medium => Priority::Medium,
+            PriorityArg::High => Priority::High,
+            PriorityArg::Urgent => Priority::Urgent,
         }
     }
 }
@@ -94,7 +96,7 @@ pub enum TaskCommand {
 }
 
 /// The request each subcommand sends (pure, tested).
-pub fn request(cmd: &TaskCommand) -> Result<Value, CliError> {
+pub fn request(cmd: &TaskCommand) -> Result<Wire, CliError> {
     Ok(match cmd {
         TaskCommand::Add {
             title,
@@ -111,54 +113,45 @@ pub fn request(cmd: &TaskCommand) -> Result<Value, CliError> {
                         .map_err(|e| CliError::Runtime(format!("--context is not JSON: {e}")))?,
                 ),
             };
-            let mut req = json!({"cmd": "task-add", "title": title, "priority": priority.as_str()});
-            if let Some(d) = description {
-                req["description"] = json!(d);
-            }
-            if let Some(r) = role {
-                req["role"] = json!(r);
-            }
-            if let Some(c) = context {
-                req["context"] = c;
-            }
-            if let Some(j) = jail {
-                req["jail"] = json!(j);
-            }
-            req
+            Wire::TaskAdd(Box::new(TaskAddArgs {
+                title: title.clone(),
+                description: description.clone(),
+                priority: Some(priority.level()),
+                role: role.clone(),
+                context,
+                jail: jail.clone(),
+            }))
         }
-        TaskCommand::Ls { .. } => json!({"cmd": "tasks"}),
-        TaskCommand::Show { task_id } => json!({"cmd": "tasks", "task_id": task_id}),
-        TaskCommand::Cancel { task_id } => json!({"cmd": "task-cancel", "task_id": task_id}),
-        TaskCommand::Claim { role, pane } => {
-            let mut req = json!({"cmd": "task-claim", "pane": pane});
-            if let Some(r) = role {
-                req["role"] = json!(r);
-            }
-            req
-        }
-        TaskCommand::Ack { task_id, pane } => act("task-ack", *task_id, pane, &None),
+        TaskCommand::Ls { .. } => Wire::Tasks(TasksArgs::default()),
+        TaskCommand::Show { task_id } => Wire::Tasks(TasksArgs {
+            task_id: Some(*task_id),
+            ..TasksArgs::default()
+        }),
+        TaskCommand::Cancel { task_id } => Wire::TaskCancel(act(*task_id, &None, &None)),
+        TaskCommand::Claim { role, pane } => Wire::TaskClaim(TaskClaimArgs {
+            pane: pane.clone(),
+            role: role.clone(),
+        }),
+        TaskCommand::Ack { task_id, pane } => Wire::TaskAck(act(*task_id, pane, &None)),
         TaskCommand::Done {
             task_id,
             result,
             pane,
-        } => act("task-done", *task_id, pane, result),
+        } => Wire::TaskDone(act(*task_id, pane, result)),
         TaskCommand::Fail {
             task_id,
             reason,
             pane,
-        } => act("task-fail", *task_id, pane, reason),
+        } => Wire::TaskFail(act(*task_id, pane, reason)),
     })
 }
 
-fn act(cmd: &str, task_id: u64, pane: &Option<String>, note: &Option<String>) -> Value {
-    let mut req = json!({"cmd": cmd, "task_id": task_id});
-    if let Some(p) = pane {
-        req["pane"] = json!(p);
+fn act(task_id: u64, pane: &Option<String>, note: &Option<String>) -> TaskActArgs {
+    TaskActArgs {
+        task_id,
+        pane: pane.clone(),
+        note: note.clone(),
     }
-    if let Some(n) = note {
-        req["note"] = json!(n);
-    }
-    req
 }
 
 fn decode<T: serde::de::DeserializeOwned>(data: Value) -> Result<T, CliError> {
@@ -189,7 +182,7 @@ pub fn run(socket: Option<&Path>, cmd: &TaskCommand, out: &mut impl Write) -> Re
         TaskCommand::Claim { .. } => {
             let reply: TaskReply = decode(data)?;
             // `null` when no task fits.
-            print(out, &format!("{}\n", json!(reply.task)))?;
+            print(out, &format!("{}\n", serde_json::json!(reply.task)))?;
         }
         TaskCommand::Ls { json: true } => print(out, &format!("{data}\n"))?,
         TaskCommand::Cancel { .. }
@@ -235,10 +228,14 @@ mod tests {
             context: Some(r#"{"jail":"db"}"#.into()),
             jail: Some("db".into()),
         };
-        let req = request(&cmd).unwrap();
+        let line = request(&cmd)
+            .expect("a request")
+            .to_line()
+            .expect("encodes");
+        let sent: Value = serde_json::from_slice(&line).expect("JSON");
         assert_eq!(
-            req,
-            json!({"cmd":"task-add","title":"check db","priority":"high","role":"sysadmin","context":{"jail":"db"},"jail":"db"})
+            sent,
+            serde_json::json!({"cmd":"task-add","title":"check db","priority":"high","role":"sysadmin","context":{"jail":"db"},"jail":"db"})
         );
         let bad = TaskCommand::Add {
             title: "x".into(),

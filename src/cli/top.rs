@@ -30,9 +30,9 @@ use signal_hook::consts::SIGTERM;
 use crate::cli::render::{
     escape_controls, format_age, format_cost, format_tokens, parse_time, short_id, watch_line,
 };
-use crate::cli::CliError;
+use crate::cli::{request, CliError};
 use crate::client::{resolve_socket, Client};
-use crate::protocol::{WatchEvent, WatchKind};
+use crate::protocol::{Command as Wire, WatchEvent, WatchKind};
 
 /// Events kept per pane for the detail view.
 const EVENTS_KEPT: usize = 200;
@@ -86,7 +86,7 @@ pub enum Action {
     None,
     Quit,
     /// Send this request; show its error if it fails.
-    Send(Value),
+    Send(Wire),
     /// Leave the TUI and attach to this pane.
     Attach(String),
 }
@@ -240,7 +240,7 @@ impl Model {
         }
         if let Some(id) = self.confirm_kill.take() {
             if k.code == KeyCode::Char('y') {
-                return Action::Send(json!({"cmd":"kill-agent","agent_id": id}));
+                return Action::Send(request::agent(Wire::KillAgent, &id));
             }
             self.message = "kill cancelled".into();
             return Action::None;
@@ -248,7 +248,9 @@ impl Model {
         if k.modifiers.contains(KeyModifiers::CONTROL) && k.code == KeyCode::Char('c') {
             return Action::Quit;
         }
-        let agent = |cmd: &str, id: &str| Action::Send(json!({"cmd": cmd, "agent_id": id}));
+        let agent = |verb, id: &str| Action::Send(request::agent(verb, id));
+        // A pane with one pending approval stands for that approval.
+        let decide = |verb, id: &str| Action::Send(request::decide(verb, id, None, None));
         let id = self.selected_id();
         match (k.code, id) {
             (KeyCode::Char('q'), _) => Action::Quit,
@@ -284,11 +286,11 @@ impl Model {
                 Action::None
             }
             (_, None) => Action::None,
-            (KeyCode::Char('a'), Some(id)) => agent("approve", &id),
-            (KeyCode::Char('d'), Some(id)) => agent("deny", &id),
-            (KeyCode::Char('p'), Some(id)) => agent("pause-agent", &id),
-            (KeyCode::Char('r'), Some(id)) => agent("resume-agent", &id),
-            (KeyCode::Char('R'), Some(id)) => agent("restart-agent", &id),
+            (KeyCode::Char('a'), Some(id)) => decide(Wire::Approve, &id),
+            (KeyCode::Char('d'), Some(id)) => decide(Wire::Deny, &id),
+            (KeyCode::Char('p'), Some(id)) => agent(Wire::PauseAgent, &id),
+            (KeyCode::Char('r'), Some(id)) => agent(Wire::ResumeAgent, &id),
+            (KeyCode::Char('R'), Some(id)) => agent(Wire::RestartAgent, &id),
             (KeyCode::Char('k'), Some(id)) => {
                 self.message = format!("kill {}? y to confirm", self.label(&id));
                 self.confirm_kill = Some(id);
@@ -578,7 +580,7 @@ fn follow_watch(mut stream: UnixStream, tx: &Sender<Feed>) -> String {
     }
 }
 
-fn request(path: &Path, v: &Value) -> Result<Value, String> {
+fn call(path: &Path, v: &Wire) -> Result<Value, String> {
     let mut c = Client::connect(path, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
     c.call(v).map_err(|e| e.to_string())
 }
@@ -644,7 +646,7 @@ pub fn run(socket: Option<&Path>) -> Result<u8, CliError> {
         drain(&rx, &mut model, &mut snapshot_due);
         if snapshot_due.is_some_and(|d| Instant::now() >= d) {
             snapshot_due = None;
-            match request(&path, &json!({"cmd":"snapshot","schema":"v2"})) {
+            match call(&path, &request::snapshot("v2")) {
                 Ok(snap) => model.set_snapshot(&snap),
                 Err(e) => model.message = format!("snapshot: {e}"),
             }
@@ -664,8 +666,8 @@ pub fn run(socket: Option<&Path>) -> Result<u8, CliError> {
             Action::None => {}
             Action::Quit => return Ok(0),
             Action::Send(req) => {
-                let cmd = req["cmd"].as_str().unwrap_or("").to_string();
-                model.message = match request(&path, &req) {
+                let cmd = req.name();
+                model.message = match call(&path, &req) {
                     Ok(_) => format!("{cmd}: ok"),
                     Err(e) => format!("{cmd}: {e}"),
                 };
@@ -745,12 +747,12 @@ mod tests {
         m.set_snapshot(&snap());
         assert_eq!(
             m.key(key(KeyCode::Char('p'))),
-            Action::Send(json!({"cmd":"pause-agent","agent_id":"aaaaaaaa-1"}))
+            Action::Send(request::agent(Wire::PauseAgent, "aaaaaaaa-1"))
         );
         m.key(key(KeyCode::Down));
         assert_eq!(
             m.key(key(KeyCode::Char('a'))),
-            Action::Send(json!({"cmd":"approve","agent_id":"bbbbbbbb-2"}))
+            Action::Send(request::decide(Wire::Approve, "bbbbbbbb-2", None, None))
         );
         // Kill asks first; anything but y cancels.
         assert_eq!(m.key(key(KeyCode::Char('k'))), Action::None);
@@ -758,7 +760,7 @@ mod tests {
         assert_eq!(m.key(key(KeyCode::Char('k'))), Action::None);
         assert_eq!(
             m.key(key(KeyCode::Char('y'))),
-            Action::Send(json!({"cmd":"kill-agent","agent_id":"bbbbbbbb-2"}))
+            Action::Send(request::agent(Wire::KillAgent, "bbbbbbbb-2"))
         );
         assert_eq!(
             m.key(key(KeyCode::Enter)),

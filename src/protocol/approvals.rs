@@ -196,10 +196,10 @@ impl WireApproval {
 }
 
 /// `approvals`: optionally one pane's only.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalsArgs {
     /// A pane (name, id or id prefix).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
 }
 
@@ -209,16 +209,16 @@ pub struct ApprovalsReply {
 }
 
 /// `approve`, `deny` and `answer`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DecideArgs {
     /// An approval id, or a pane (name, id or id prefix) that has exactly
     /// one pending approval.
     pub approval: String,
     /// `deny`: the reason given to the agent (Claude shows it to the model).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// `answer`: free text, or a select's option (its text or 1-based number).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
 }
 
@@ -237,12 +237,12 @@ pub struct DecideReply {
 
 /// `hook`: a Claude Code hook input, and how long its sender waits for the
 /// operator when it asks for a permission.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HookArgs {
     pub agent_id: String,
     pub event: serde_json::Value,
     /// Milliseconds to wait for a decision; 0 or absent: do not wait.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
 }
 

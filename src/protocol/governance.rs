@@ -63,16 +63,16 @@ impl WireVerdict {
 }
 
 /// `budget`: show every budget ledger, or act on one budget first.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BudgetArgs {
     /// `show` (the default), `raise` (set the cap to `cap`) or `resume`
     /// (let the budget's paused agents spend on until its period rolls).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     /// The budget's name (`[budgets.NAME]`); needed by `raise` and `resume`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cap: Option<f64>,
 }
 

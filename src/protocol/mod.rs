@@ -384,7 +384,7 @@ pub struct Request {
 
 /// Every socket command. Unknown fields are ignored so that newer clients
 /// can talk to older daemons.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "kebab-case")]
 pub enum Command {
     Status,
@@ -508,6 +508,14 @@ const fn command_names() -> [&'static str; COMMANDS.len()] {
 pub const COMMAND_NAMES: [&str; COMMANDS.len()] = command_names();
 
 impl Command {
+    /// The request line a client sends: the command as JSON and a newline.
+    /// The daemon's [`Request::parse`] reads it back to the same value.
+    pub fn to_line(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut line = serde_json::to_vec(self)?;
+        line.push(b'\n');
+        Ok(line)
+    }
+
     /// The command's row in [`COMMANDS`].
     pub fn index(&self) -> usize {
         match self {
@@ -562,59 +570,67 @@ impl Command {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotArgs {
     /// `v1` (default) or `v2`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SpawnArgs {
     /// Contract: `local` runs `model` as the executable; other providers
     /// run the argv template configured for them.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
     /// colibri: the full command line (overrides provider/model).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub argv: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<Runtime>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// A humantime duration (`90s`, `10m`) or milliseconds as a number.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_after: Option<DurationArg>,
     /// `never` (default), `on-failure`, `always`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
     /// Run inside this running jail (FreeBSD).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jail: Option<String>,
     /// Switch to this user (inside the jail, when one is named).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cols: Option<u16>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<u16>,
 }
 
 /// A duration given as `"90s"` or as milliseconds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct DurationArg(pub Duration);
+
+/// Sent as whole milliseconds, which every daemon version reads.
+impl Serialize for DurationArg {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let ms = u64::try_from(self.0.as_millis()).unwrap_or(u64::MAX);
+        s.serialize_u64(ms)
+    }
+}
 
 impl<'de> Deserialize<'de> for DurationArg {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -635,29 +651,29 @@ impl<'de> Deserialize<'de> for DurationArg {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AgentArgs {
     /// The pane id, or a pane name.
     pub agent_id: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SignalArgs {
     pub agent_id: String,
     /// A name (`TERM`, `SIGINT`) or a number.
     pub signal: Value,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InputArgs {
     pub agent_id: String,
     pub text: String,
     /// Append a newline (default true).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub newline: Option<bool>,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EmitArgs {
     pub agent_id: String,
     /// The event as a JSON object, in the pane's dialect (or Claude hook
@@ -665,25 +681,25 @@ pub struct EmitArgs {
     pub event: Value,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionArgs {
     pub session_id: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WatchArgs {
     /// Only these panes (ids or names); all when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub panes: Option<Vec<String>>,
     /// `all` (the default) or `changes`: state changes only.
     #[serde(default)]
     pub mode: WatchMode,
     /// Replay the journaled events after this seq first (see `watch.rs`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<u64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HintArgs {
     /// `resume`: the host slept; re-base every stall deadline.
     pub kind: String,
@@ -1351,6 +1367,166 @@ impl WatchKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One of every command, each field set where it has one, so a field
+    /// that serializes under another name than it parses fails here.
+    fn one_of_each() -> Vec<Command> {
+        use crate::core::tasks::{Priority, TaskStatus};
+        let agent = || AgentArgs {
+            agent_id: "w1".into(),
+        };
+        let session = || SessionArgs {
+            session_id: "s1".into(),
+        };
+        let act = || TaskActArgs {
+            task_id: 3,
+            pane: Some("w1".into()),
+            note: Some("n".into()),
+        };
+        let decide = || DecideArgs {
+            approval: "a-1".into(),
+            message: Some("m".into()),
+            text: Some("t".into()),
+        };
+        let mut env = BTreeMap::new();
+        env.insert("K".to_string(), "v".to_string());
+        vec![
+            Command::Status,
+            Command::GlasspaneSnapshot,
+            Command::Snapshot(SnapshotArgs {
+                schema: Some("v2".into()),
+            }),
+            Command::ListSessions,
+            Command::SpawnAgent(Box::new(SpawnArgs {
+                provider: Some("local".into()),
+                model: Some("m".into()),
+                session_id: Some("s".into()),
+                system_prompt: Some("be brief".into()),
+                argv: Some(vec!["pi".into(), "--mode".into()]),
+                cwd: Some("/repo".into()),
+                env: Some(env),
+                runtime: Some(Runtime::Pi),
+                name: Some("w1".into()),
+                stall_after: Some(DurationArg(Duration::from_millis(90_500))),
+                restart: Some("always".into()),
+                max_restarts: Some(4),
+                jail: Some("j".into()),
+                user: Some("u".into()),
+                cols: Some(100),
+                rows: Some(30),
+            })),
+            Command::KillAgent(agent()),
+            Command::GetSession(session()),
+            Command::CompactSession(session()),
+            Command::Watch(WatchArgs {
+                panes: Some(vec!["w1".into()]),
+                mode: WatchMode::Changes,
+                since: Some(9),
+            }),
+            Command::PauseAgent(agent()),
+            Command::ResumeAgent(agent()),
+            Command::SignalAgent(SignalArgs {
+                agent_id: "w1".into(),
+                signal: Value::from("TERM"),
+            }),
+            Command::SendInput(InputArgs {
+                agent_id: "w1".into(),
+                text: "hi".into(),
+                newline: Some(false),
+            }),
+            Command::Emit(EmitArgs {
+                agent_id: "w1".into(),
+                event: serde_json::json!({"type": "agent_end"}),
+            }),
+            Command::Whoami,
+            Command::Hint(HintArgs {
+                kind: "resume".into(),
+            }),
+            Command::State(CallerArgs {
+                pane: Some("w1".into()),
+            }),
+            Command::Tasks(TasksArgs {
+                pane: Some("w1".into()),
+                task_id: Some(2),
+                status: Some(TaskStatus::Pending),
+            }),
+            Command::TaskAdd(Box::new(TaskAddArgs {
+                title: "t".into(),
+                description: Some("d".into()),
+                priority: Some(Priority::Urgent),
+                role: Some("r".into()),
+                context: Some(serde_json::json!({"k": 1})),
+                jail: Some("j".into()),
+            })),
+            Command::TaskClaim(TaskClaimArgs {
+                pane: "w1".into(),
+                role: Some("r".into()),
+            }),
+            Command::TaskAck(act()),
+            Command::TaskDone(act()),
+            Command::TaskFail(act()),
+            Command::TaskCancel(act()),
+            Command::Activity(ActivityArgs {
+                pane: "w1".into(),
+                event_type: control_plane::ActivityType::ApprovalRequest,
+                task_id: Some(3),
+                message: Some("m".into()),
+                detail: Some("d".into()),
+                tokens: Some(12),
+            }),
+            Command::StartAgent(agent()),
+            Command::StopAgent(agent()),
+            Command::RestartAgent(agent()),
+            Command::RemoveAgent(agent()),
+            Command::Attach(AttachArgs {
+                agent_id: "w1".into(),
+                input: Some(true),
+                cols: Some(80),
+                rows: Some(24),
+            }),
+            Command::AttachInput(AttachInputArgs {
+                data: "aGk=".into(),
+            }),
+            Command::AttachResize(AttachResizeArgs { cols: 81, rows: 25 }),
+            Command::Approvals(ApprovalsArgs {
+                agent_id: Some("w1".into()),
+            }),
+            Command::Approve(decide()),
+            Command::Deny(decide()),
+            Command::Answer(decide()),
+            Command::Hook(HookArgs {
+                agent_id: "w1".into(),
+                event: serde_json::json!({"hook_event_name": "Stop"}),
+                wait_ms: Some(100),
+            }),
+            Command::Budget(BudgetArgs {
+                action: Some("raise".into()),
+                budget: Some("b".into()),
+                cap: Some(2.5),
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_command_reads_back_as_it_was_sent() {
+        let all = one_of_each();
+        let mut rows: Vec<usize> = all.iter().map(Command::index).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        assert_eq!(rows.len(), COMMANDS.len(), "one of each command");
+        for sent in all {
+            let line = sent.to_line().unwrap_or_default();
+            match Request::parse(&line) {
+                Ok(got) => assert_eq!(got.command, sent),
+                Err((_, e)) => panic!("{} does not read back: {e}", sent.name()),
+            }
+            let text = String::from_utf8_lossy(&line);
+            assert!(
+                text.starts_with(&format!("{{\"cmd\":\"{}\"", sent.name())),
+                "{text}"
+            );
+        }
+    }
 
     // A summed cost whose shortest form serde_json's default float parser
     // reads back one ulp off: clients must see the daemon's cost exactly.

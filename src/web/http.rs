@@ -11,6 +11,8 @@ use tiny_http::{Header, Method, Request, Response};
 
 use super::auth;
 use super::board::{Board, Catchup};
+use crate::cli::request;
+use crate::protocol::Command as Wire;
 
 const PAGE: &str = include_str!("assets/board.html");
 const SCRIPT: &str = include_str!("assets/board.js");
@@ -130,20 +132,23 @@ fn login(req: Request, token: &str) {
     let _ = req.respond(resp);
 }
 
-/// The daemon request an action posts: `approve`, `deny` (W14b's approvals
-/// commands, which take an approval id or a pane), `pause`, `resume`.
-fn daemon_request(action: &str, body: &Value) -> Option<Value> {
+/// The daemon request an action posts: `approve`, `deny`, `answer` (the
+/// approvals commands, which take an approval id or a pane), `pause`,
+/// `resume`.
+fn daemon_request(action: &str, body: &Value) -> Option<Wire> {
     let pane = body.get("pane").and_then(Value::as_str)?;
     let target = body.get("approval").and_then(Value::as_str).unwrap_or(pane);
-    let message = body.get("message").and_then(Value::as_str);
+    let text_of = |key: &str| {
+        body.get(key)
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+    };
     Some(match action {
-        "approve" => json!({"cmd":"approve","approval":target}),
-        "deny" => match message {
-            Some(m) if !m.is_empty() => json!({"cmd":"deny","approval":target,"message":m}),
-            _ => json!({"cmd":"deny","approval":target}),
-        },
-        "pause" => json!({"cmd":"pause-agent","agent_id":pane}),
-        "resume" => json!({"cmd":"resume-agent","agent_id":pane}),
+        "approve" => request::decide(Wire::Approve, target, None, None),
+        "deny" => request::decide(Wire::Deny, target, text_of("message"), None),
+        "answer" => request::decide(Wire::Answer, target, None, Some(text_of("text")?)),
+        "pause" => request::agent(Wire::PauseAgent, pane),
+        "resume" => request::agent(Wire::ResumeAgent, pane),
         _ => return None,
     })
 }
@@ -223,21 +228,31 @@ mod tests {
     #[test]
     fn actions_become_daemon_requests() {
         let b = json!({"pane":"p1"});
+        let sent = |action: &str, body: &Value| {
+            daemon_request(action, body).map(|c| {
+                serde_json::from_slice::<Value>(&c.to_line().expect("encodes")).expect("JSON")
+            })
+        };
         assert_eq!(
-            daemon_request("approve", &b),
+            sent("approve", &b),
             Some(json!({"cmd":"approve","approval":"p1"}))
         );
         assert_eq!(
-            daemon_request(
+            sent(
                 "deny",
                 &json!({"pane":"p1","approval":"a-1","message":"no"})
             ),
             Some(json!({"cmd":"deny","approval":"a-1","message":"no"}))
         );
         assert_eq!(
-            daemon_request("pause", &b),
+            sent("pause", &b),
             Some(json!({"cmd":"pause-agent","agent_id":"p1"}))
         );
+        assert_eq!(
+            sent("answer", &json!({"pane":"p1","text":"2"})),
+            Some(json!({"cmd":"answer","approval":"p1","text":"2"}))
+        );
+        assert_eq!(sent("answer", &b), None, "an answer needs its text");
         assert_eq!(daemon_request("rm", &b), None);
         assert_eq!(daemon_request("pause", &json!({})), None);
     }

@@ -22,7 +22,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
+use crate::cli::request;
 use crate::client::{Client, ClientError};
+use crate::protocol::Command;
 
 pub use board::Board;
 
@@ -118,7 +120,7 @@ fn follow_watch(socket: &Path, board: &Board) {
 
 fn watch_once(socket: &Path, board: &Board, epoch: &mut Option<String>) -> Result<(), ClientError> {
     let mut client = Client::connect(socket, REQUEST_TIMEOUT)?;
-    let data = client.call(&json!({"cmd":"watch"}))?;
+    let data = client.call(&request::watch(&[], None))?;
     let new_epoch = data
         .get("epoch")
         .and_then(Value::as_str)
@@ -149,8 +151,7 @@ fn refresh_loop(socket: &Path, board: &Board) {
 
 /// Takes a v2 snapshot and the pending approvals into the board.
 fn refresh(socket: &Path, board: &Board) -> Result<(), ClientError> {
-    let snap =
-        Client::connect(socket, REQUEST_TIMEOUT)?.call(&json!({"cmd":"snapshot","schema":"v2"}))?;
+    let snap = Client::connect(socket, REQUEST_TIMEOUT)?.call(&request::snapshot("v2"))?;
     let now = snap.get("observed_at").and_then(Value::as_str).map_or_else(
         || humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
         str::to_string,
@@ -161,7 +162,7 @@ fn refresh(socket: &Path, board: &Board) -> Result<(), ClientError> {
         .cloned()
         .unwrap_or_default();
     let approvals = Client::connect(socket, REQUEST_TIMEOUT)?
-        .call(&json!({"cmd":"approvals"}))
+        .call(&request::approvals(None))
         .ok()
         .and_then(|d| {
             d.get("approvals")
@@ -180,7 +181,7 @@ fn refresh(socket: &Path, board: &Board) -> Result<(), ClientError> {
 
 /// Sends one operator request; the reply envelope goes back to the page
 /// as the daemon wrote it (so an unknown command shows the daemon's error).
-pub fn forward(socket: &Path, req: &Value) -> Value {
+pub fn forward(socket: &Path, req: &Command) -> Value {
     let reply = Client::connect(socket, REQUEST_TIMEOUT).and_then(|mut c| c.request(req));
     match reply {
         Ok(resp) => serde_json::to_value(&resp)

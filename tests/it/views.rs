@@ -221,10 +221,56 @@ fn top_shows_state_changes_and_a_key_pauses_the_agent() {
     let screen = t.wait_screen("the row to show the final state", |s| {
         row(s, "waiter").is_some_and(|r| r.contains(&last) && !r.contains("paused"))
     });
-    // An unknown command (approvals may not exist yet) shows the daemon's answer.
-    t.keys(&["a"]);
-    t.wait_screen("the daemon's answer to approve", |s| s.contains("approve:"));
     assert!(screen.lines().count() <= 24);
+}
+
+/// top's `a` and `d` keys answer the selected pane's pending approval, and
+/// the agent reads the exact reply its protocol wants.
+#[test]
+fn top_approve_and_deny_keys_answer_the_agent() {
+    let d = Colibrid::start(&[]);
+    let got = d.path("asker.got").display().to_string();
+    let ask = |id: &str| {
+        format!(
+            r#"printf '%s\n' '{{"type":"extension_ui_request","id":"{id}","method":"confirm","title":"Go?"}}'
+IFS= read -r line
+printf '%s\n' "$line" >> {got}
+"#
+        )
+    };
+    let body = format!("{}{}exec sleep 60", ask("q1"), ask("q2"));
+    let script = d.script("asker", &body);
+    let id = d.spawn(&[&script], json!({"runtime": "pi", "name": "asker"}));
+    let Some(t) = Tmux::start(&d, &cli(&d, "top")) else {
+        return;
+    };
+    t.wait_screen("top to list the pane", |s| row(s, "asker").is_some());
+    d.wait_pane(&id, "the first question", |p| p["approvals"].is_array());
+    t.keys(&["a"]);
+    let answered = |n: usize| {
+        wait_for(
+            Duration::from_secs(30),
+            "the agent to read the answer",
+            || {
+                let text = std::fs::read_to_string(&got).ok()?;
+                (text.lines().count() >= n).then_some(text)
+            },
+        )
+    };
+    assert_eq!(
+        answered(1).lines().next(),
+        Some(r#"{"type":"extension_ui_response","id":"q1","confirmed":true}"#)
+    );
+    t.wait_screen("top to say the approve worked", |s| {
+        s.contains("approve: ok")
+    });
+    // The first approval closed when it was answered: an open one is q2.
+    d.wait_pane(&id, "the second question", |p| p["approvals"].is_array());
+    t.keys(&["d"]);
+    assert_eq!(
+        answered(2).lines().nth(1),
+        Some(r#"{"type":"extension_ui_response","id":"q2","confirmed":false}"#)
+    );
 }
 
 #[test]
