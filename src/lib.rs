@@ -17,4 +17,5 @@ pub mod fold;
 pub mod platform;
 pub mod protocol;
 pub mod syslog;
+pub mod terminal_text;
 pub mod web;

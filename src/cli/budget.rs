@@ -52,7 +52,8 @@ pub fn run(
 ) -> Result<u8, CliError> {
     let data = connect(socket, REQUEST_TIMEOUT)?.call(&request(action))?;
     if json {
-        return print(out, &format!("{data}\n")).map(|()| 0);
+        let text = crate::terminal_text::json_for_terminal(&data.to_string()).into_owned();
+        return print(out, &format!("{text}\n")).map(|()| 0);
     }
     let reply: BudgetReply = serde_json::from_value(data)
         .map_err(|e| CliError::Runtime(format!("unexpected budget reply: {e} (try --json)")))?;

@@ -44,8 +44,12 @@ fn call(socket: Option<&Path>, req: &wire::Command) -> Result<Value, ClientError
     connect(socket, REQUEST_TIMEOUT)?.call(req)
 }
 
+/// JSON as the daemon sent it, with what a terminal would act on escaped.
 fn print_json_line(out: &mut impl Write, v: &Value) -> Result<(), CliError> {
-    print(out, &format!("{v}\n"))
+    print(
+        out,
+        &format!("{}\n", render::json_for_terminal(&v.to_string())),
+    )
 }
 
 fn decode<T: DeserializeOwned>(what: &str, data: Value) -> Result<T, CliError> {
@@ -81,7 +85,7 @@ pub fn snapshot(
 ) -> Result<u8, CliError> {
     let data = call(socket, &request::snapshot(schema.as_str()))?;
     let text = match (json, schema) {
-        (true, _) => format!("{data}\n"),
+        (true, _) => format!("{}\n", render::json_for_terminal(&data.to_string())),
         (false, Schema::V2) => render::snapshot_table(&decode::<SnapshotV2>("snapshot", data)?),
         (false, Schema::V1) => render::snapshot_v1_table(&decode::<SnapshotV1>("snapshot", data)?),
     };

@@ -5,7 +5,6 @@
 //! when the operator's clock differs). That keeps every view unit-testable
 //! with hand-built wire values.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
@@ -18,59 +17,7 @@ use crate::protocol::{
     WatchKind, WireExit,
 };
 
-/// Makes text safe for a terminal: every control character except tab
-/// (C0, including newline and carriage return, DEL, and the C1 range
-/// U+0080..U+009F that some terminals read as CSI, OSC…) is shown as
-/// `\xNN` or `\u{NN}`, so an agent cannot set the window title, clear the
-/// screen or write the clipboard (OSC 52) through `colibri`. So are the
-/// bidirectional formatting characters ("Trojan Source": U+202E makes
-/// `rm -rf /` read as something else), so what the operator approves is
-/// what it looks like. Every human-readable output of the CLI goes through
-/// this one function; JSON output does not (the JSON encoder escapes C0
-/// itself).
-pub fn escape_controls(s: &str) -> Cow<'_, str> {
-    let is_control = |c: char| {
-        c != '\t'
-            && (c.is_ascii_control() || ('\u{80}'..='\u{9f}').contains(&c) || is_bidi_control(c))
-    };
-    if !s.chars().any(is_control) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if !is_control(c) {
-            out.push(c);
-        } else if c.is_ascii() {
-            let _ = write!(out, "\\x{:02x}", u32::from(c));
-        } else {
-            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// The characters that reorder or isolate text in a bidirectional
-/// display: ALM, LRM, RLM, the embeddings and overrides (LRE, RLE, PDF,
-/// LRO, RLO) and the isolates (LRI, RLI, FSI, PDI).
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// [`escape_controls`] on each line of a multi-line text, keeping its line
-/// breaks (a lone `\r` or any other control inside a line is escaped).
-pub fn escape_lines(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for line in text.split_inclusive('\n') {
-        match line.strip_suffix('\n') {
-            Some(body) => {
-                out.push_str(&escape_controls(body));
-                out.push('\n');
-            }
-            None => out.push_str(&escape_controls(line)),
-        }
-    }
-    out
-}
+pub use crate::terminal_text::{escape_controls, escape_lines, json_for_terminal};
 
 /// A left-aligned text table; the last column is not padded.
 #[derive(Debug, Default)]
@@ -422,7 +369,7 @@ pub fn session_dump(data: &RawValue) -> serde_json::Result<String> {
             (name, parsed.unwrap_or(Shown::Raw(raw)))
         })
         .collect();
-    serde_json::to_string_pretty(&shown)
+    serde_json::to_string_pretty(&shown).map(|t| json_for_terminal(&t).into_owned())
 }
 
 /// The `colibri sessions` table.
@@ -706,6 +653,7 @@ pub(crate) mod tests {
     use crate::core::state::AgentState;
     use crate::core::taxonomy::Runtime;
     use crate::protocol::{WireCounters, WireTool, WireUsage, SNAPSHOT_V2};
+    use std::borrow::Cow;
 
     pub(crate) fn pane(id: &str, state: AgentState) -> PaneV2 {
         PaneV2 {

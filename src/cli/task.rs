@@ -11,7 +11,7 @@ use clap::{Subcommand, ValueEnum};
 use serde_json::Value;
 
 use crate::cli::remote::connect;
-use crate::cli::render::escape_controls;
+use crate::cli::render::{escape_controls, json_for_terminal};
 use crate::cli::{print, CliError, REQUEST_TIMEOUT};
 use crate::client::ClientError;
 use crate::core::tasks::Priority;
@@ -182,9 +182,17 @@ pub fn run(socket: Option<&Path>, cmd: &TaskCommand, out: &mut impl Write) -> Re
         TaskCommand::Claim { .. } => {
             let reply: TaskReply = decode(data)?;
             // `null` when no task fits.
-            print(out, &format!("{}\n", serde_json::json!(reply.task)))?;
+            print(
+                out,
+                &format!(
+                    "{}\n",
+                    json_for_terminal(&serde_json::json!(reply.task).to_string())
+                ),
+            )?;
         }
-        TaskCommand::Ls { json: true } => print(out, &format!("{data}\n"))?,
+        TaskCommand::Ls { json: true } => {
+            print(out, &format!("{}\n", json_for_terminal(&data.to_string())))?
+        }
         TaskCommand::Cancel { .. }
         | TaskCommand::Ack { .. }
         | TaskCommand::Done { .. }

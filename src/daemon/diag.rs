@@ -123,7 +123,11 @@ fn write_line(line: &str) {
 
 /// `colibrid: LEVEL: TEXT\n`, cut at [`MAX_LINE`] on a character boundary.
 fn line(level: Level, args: std::fmt::Arguments<'_>) -> String {
-    let mut line = format!("colibrid: {}: {}", level.name(), args);
+    // Messages quote agents (names, activity texts): what a terminal would
+    // act on is shown escaped.
+    let message = args.to_string();
+    let message = crate::terminal_text::escape_controls(&message);
+    let mut line = format!("colibrid: {}: {}", level.name(), message);
     if line.len() > MAX_LINE {
         let cut = line.len() - MAX_LINE;
         let mut end = MAX_LINE;

@@ -1141,13 +1141,14 @@ impl SessionStore {
                 let l = record::trim_json_ws(l);
                 // Most parsed lines pass in one scan; the rest take the
                 // full checks.
-                let embed = (parsed && record::plain_object(l))
+                let embed = ((parsed && record::plain_object(l))
                     || (record::embeddable_event(l)
                         && if parsed {
                             scan::parsed_reads_back(l)
                         } else {
                             scan::reads_back(l)
-                        });
+                        }))
+                    && scan::nesting_within_limit(l);
                 if embed {
                     record::event_tail(out, l);
                 } else {
@@ -2542,19 +2543,21 @@ pub fn check_log_roundtrip(line: &[u8]) {
     let mut ts = TsText::default();
     let now = Timestamp::from_millis(1_779_883_200_123);
     let trimmed = record::trim_json_ws(line);
-    let as_event = record::embeddable_event(trimmed) && scan::reads_back(trimmed);
+    let as_event = record::embeddable_event(trimmed)
+        && scan::reads_back(trimmed)
+        && scan::nesting_within_limit(trimmed);
     let parsed = Runtime::ALL
         .iter()
         .any(|&rt| Adapter::new(rt).observe(line).is_ok());
     if parsed && record::embeddable_event(trimmed) {
         assert_eq!(
-            scan::parsed_reads_back(trimmed),
+            scan::parsed_reads_back(trimmed) && scan::nesting_within_limit(trimmed),
             as_event,
             "the parsed line's check disagrees: {:?}",
             String::from_utf8_lossy(line)
         );
     }
-    if parsed && record::plain_object(trimmed) {
+    if parsed && record::plain_object(trimmed) && scan::nesting_within_limit(trimmed) {
         assert!(
             as_event,
             "a plain parsed line that does not read back: {:?}",

@@ -555,3 +555,41 @@ fn kept_snapshot_texts_follow_the_clock_and_a_reloaded_stall_threshold() {
     assert_eq!(pa["stalled"], json!(false), "{pa}");
     assert_eq!(d.ok(json!({"cmd":"status"}))["reloads"], json!(2));
 }
+
+/// U+009B is a one-byte CSI to many terminals even when it arrives UTF-8
+/// encoded; JSON encoders leave it raw inside strings. Every output of the
+/// CLI that carries agent text, JSON included, shows it escaped, and the
+/// JSON still reads back to the agent's exact text.
+#[test]
+fn c1_controls_from_an_agent_never_reach_the_terminal_raw() {
+    let d = Colibrid::start(&[]);
+    let evil = "x\u{9b}2J\u{202e}gnp.exe\u{7f}";
+    let line = json!({"type": "session", "id": "c1", "cwd": format!("/{evil}")}).to_string();
+    let file = d.path("c1.jsonl");
+    std::fs::write(&file, format!("{line}\n")).expect("write line");
+    let id = d.spawn(
+        &["/bin/sh", "-c", &format!("cat {}", file.display())],
+        json!({"session_id": "c1", "runtime": "pi", "name": "c1"}),
+    );
+    d.wait_pane(&id, "the agent's exit", |p| !p["exit"].is_null());
+    let raw_c1 = |o: &Output| o.stdout.windows(2).any(|w| w == [0xc2, 0x9b]);
+    let o = colibri(&d, &["session", "c1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!raw_c1(&o), "colibri session printed a raw CSI");
+    let shown: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let rec = shown["records"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["ev"]["type"] == json!("session")))
+        .expect("the session line");
+    assert_eq!(rec["ev"]["cwd"], json!(format!("/{evil}")));
+    for args in [
+        &["snapshot", "--json", "--schema", "v2"][..],
+        &["snapshot", "--schema", "v2"][..],
+        &["sessions"][..],
+        &["sessions", "--json"][..],
+    ] {
+        let o = colibri(&d, args);
+        assert!(o.status.success(), "{args:?}");
+        assert!(!raw_c1(&o), "{args:?} printed a raw CSI: {}", stdout(&o));
+    }
+}

@@ -335,12 +335,14 @@ fn read_some(s: &mut UnixStream, into: &mut Vec<u8>) -> bool {
     }
 }
 
-/// One agent line nested past serde_json's recursion limit made `colibri
-/// session` fail for its whole session ("reply is not a response envelope:
-/// recursion limit exceeded"); the CLI now shows each record as logged,
-/// and a line 500,000 levels deep does not overflow its stack either.
+/// An agent line nested near serde_json's recursion limit (128) is valid
+/// JSON, but a reply embedding it fails a standard client's parse of the
+/// whole reply (serde_json: "recursion limit exceeded"; Python's `json`:
+/// `RecursionError`). Such a line is logged as `raw` text, so `get-session`
+/// parses everywhere, and `colibri session` shows it; a line 500,000 levels
+/// deep overflows no stack on the way.
 #[test]
-fn colibri_session_shows_lines_nested_past_the_recursion_limit_as_logged() {
+fn a_line_nested_past_128_levels_is_logged_as_text_and_every_reply_parses() {
     let d = Colibrid::start(&[]);
     let deep = |n: usize| {
         format!(
@@ -350,9 +352,10 @@ fn colibri_session_shows_lines_nested_past_the_recursion_limit_as_logged() {
         )
     };
     let lines = [
+        deep(118),
         deep(130),
         deep(500_000),
-        r#"{"type":"message_update","n":1e400}"#.to_string(),
+        r#"{"type":"message_update","n":1}"#.to_string(),
         r#"{"type":"agent_settled"}"#.to_string(),
     ];
     let file = d.path("deep.jsonl");
@@ -362,6 +365,52 @@ fn colibri_session_shows_lines_nested_past_the_recursion_limit_as_logged() {
         json!({"session_id": "deep", "runtime": "pi"}),
     );
     d.wait_pane(&id, "the agent's exit", |p| !p["exit"].is_null());
+    // The reply as a client reads it: one line, parsed whole by
+    // serde_json's default (recursion-limited) parser.
+    let mut s = UnixStream::connect(&d.socket).expect("connect");
+    s.write_all(b"{\"cmd\":\"get-session\",\"session_id\":\"deep\"}\n")
+        .expect("ask");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let mut reply = String::new();
+    std::io::BufReader::new(&s)
+        .read_line(&mut reply)
+        .expect("the reply line");
+    let r: Value =
+        serde_json::from_str(&reply).unwrap_or_else(|e| panic!("the reply does not parse: {e}"));
+    let records = r["data"]["records"].as_array().expect("records");
+    let ev_of = |want: &str| {
+        records
+            .iter()
+            .any(|rec| rec["ev"].to_string().as_str() == want || rec["raw"] == json!(want))
+    };
+    for l in &lines[..3] {
+        assert!(ev_of(l), "not logged: {}", &l[..l.len().min(60)]);
+    }
+    let shallow = records.iter().filter(|rec| rec["ev"].is_object()).count();
+    let texts = records.iter().filter(|rec| rec["raw"].is_string()).count();
+    assert_eq!(shallow, 3, "119 deep and the last two are embedded");
+    assert_eq!(texts, 2, "130 and 500,000 deep are text");
+    // Python's json, where the machine has it, reads the same reply.
+    if let Ok(mut py) = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import json,sys; d=json.loads(sys.stdin.read()); print(len(d['data']['records']))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    {
+        if let Some(mut stdin) = py.stdin.take() {
+            stdin.write_all(reply.as_bytes()).expect("feed python");
+        }
+        let o = py.wait_with_output().expect("python");
+        assert!(o.status.success(), "python's json failed on the reply");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            records.len().to_string()
+        );
+    }
     let o = std::process::Command::new(crate::support::COLIBRI)
         .args(["session", "deep"])
         .env("COLIBRI_SOCKET", &d.socket)
@@ -370,14 +419,11 @@ fn colibri_session_shows_lines_nested_past_the_recursion_limit_as_logged() {
         .expect("run colibri");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "colibri session failed: {err}");
-    let text = String::from_utf8(o.stdout).expect("utf-8");
-    for l in &lines {
-        assert!(
-            text.contains(l.as_str()),
-            "not shown as logged: {}",
-            &l[..l.len().min(80)]
-        );
-    }
+    let shown: Value = serde_json::from_slice(&o.stdout).expect("colibri session prints JSON");
+    assert_eq!(
+        shown["records"].as_array().map(Vec::len),
+        Some(records.len())
+    );
 }
 
 // See: the review of compact-session in slices (a client that half-closed

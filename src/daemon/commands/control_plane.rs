@@ -299,7 +299,7 @@ pub(super) fn activity(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply,
         "activity from {pane}: {:?} task={:?} {}",
         a.event_type,
         a.task_id,
-        crate::cli::render::escape_controls(a.message.as_deref().unwrap_or(""))
+        crate::terminal_text::escape_controls(a.message.as_deref().unwrap_or(""))
     );
     d.publish(kind, call.t);
     Ok(Reply::Activity(ActivityReply { seq: d.bus.seq() }))

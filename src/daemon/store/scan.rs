@@ -185,6 +185,52 @@ pub(super) fn reads_back(line: &[u8]) -> bool {
     serde_json::from_slice::<&RawValue>(line).is_ok()
 }
 
+/// The deepest nesting an embedded line may have. serde_json's default
+/// recursion limit is 128 (Python's `json` stops near 1,000, JavaScript
+/// engines some thousands later), and `get-session`'s reply wraps each
+/// record four levels deep (envelope, `data`, `records`, the record): a
+/// line nested past 120 would fail a standard client's parse of the whole
+/// reply. The daemon reads a deeper line without recursion; it is logged
+/// as `raw` text, like a line that is not JSON, and folds the same.
+pub const MAX_EMBED_DEPTH: usize = 120;
+
+/// Whether the arrays and objects of `line` nest at most
+/// [`MAX_EMBED_DEPTH`] deep. A line with no more opening brackets than
+/// that (every event line in practice) passes on one counting scan that
+/// vectorises; any other is walked, strings and escapes skipped.
+pub(super) fn nesting_within_limit(line: &[u8]) -> bool {
+    let opens = line
+        .iter()
+        .fold(0usize, |n, &b| n + usize::from(b == b'[' || b == b'{'));
+    if opens <= MAX_EMBED_DEPTH {
+        return true;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in line {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_EMBED_DEPTH {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
 /// [`reads_back`] for a line serde_json already parsed whole into an
 /// adapter's struct, which [`super::record::embeddable_event`] also
 /// passed (UTF-8). The reader's parse (`&RawValue`: serde_json's

@@ -1104,13 +1104,48 @@ fn a_second_store_on_the_same_directory_is_refused() {
 /// JSON a serde `Value` refuses but agents print: deeper than serde's
 /// recursion limit, a number out of f64 range, a lone surrogate escape.
 fn hostile_events() -> Vec<Vec<u8>> {
-    let deep = format!("{{\"d\":{}1{}}}", "[".repeat(130), "]".repeat(130));
+    // As deep as a line may be and still be embedded (a deeper one is
+    // logged as text: `a_line_nested_too_deep_is_logged_as_text`).
+    let depth = scan::MAX_EMBED_DEPTH - 1;
+    let deep = format!("{{\"d\":{}1{}}}", "[".repeat(depth), "]".repeat(depth));
     vec![
         deep.into_bytes(),
         br#"{"type":"x","n":1e400}"#.to_vec(),
         br#"{"type":"message_update","t":"\ud83d"}"#.to_vec(),
         br#"{"t":"\udc00\ud83d tail"}"#.to_vec(),
     ]
+}
+
+#[test]
+fn a_line_nested_too_deep_is_logged_as_text() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let (mut store, _) = open(&cfg);
+    store.attach("s1", &attach_rec("p1", &["pi".to_string()]), at(0));
+    let depth = scan::MAX_EMBED_DEPTH;
+    let nest = |n: usize| format!("{{\"d\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+    // The object counts one level: `nest(depth - 1)` is `depth` deep.
+    let (fits, deeper) = (nest(depth - 1), nest(depth));
+    for (n, line) in [&fits, &deeper].iter().enumerate() {
+        let l = line.as_bytes();
+        store.append("s1", "p1", LineRecord::Parsed(l), at(1 + n as u64));
+        store.append("s1", "p1", LineRecord::Event(l), at(1 + n as u64));
+    }
+    let dump = store.dump("s1").expect("dump");
+    let kinds: Vec<(bool, bool)> = dump.records[1..]
+        .iter()
+        .map(|r| {
+            let f = scan::RecordFields::parse(r.get().as_bytes()).expect("a record");
+            (f.ev.is_some(), f.raw.as_deref() == Some(deeper.as_str()))
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [(true, false), (true, false), (false, true), (false, true)]
+    );
+    // The whole reply parses with serde_json's default recursion limit.
+    let reply = crate::protocol::ok_line(None, &dump);
+    assert!(serde_json::from_slice::<serde_json::Value>(&reply).is_ok());
 }
 
 #[test]
@@ -1368,7 +1403,10 @@ mod roundtrip {
                 for (n, l) in lines.iter().enumerate() {
                     store.append("s1", "p1", LineRecord::Event(l), at(1 + n as u64));
                     let t = record::trim_json_ws(l);
-                    if record::embeddable_event(t) && scan::reads_back(t) {
+                    if record::embeddable_event(t)
+                        && scan::reads_back(t)
+                        && scan::nesting_within_limit(t)
+                    {
                         want.push(t.to_vec());
                     }
                 }
