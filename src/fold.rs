@@ -26,13 +26,15 @@ pub struct RecordedAnswer {
 
 /// Folds `bytes` with the answers the daemon recorded, each replayed where
 /// it happened (`Pane::replay_answer`, as the daemon's recovery does), so
-/// the approvals it closed close in the fold too.
+/// the approvals it closed close in the fold too. `exit` is how the run
+/// ended, and whether colibri stopped it on purpose (as the daemon folds a
+/// planned stop: `Pane::stopped`).
 pub fn fold_answered(
     runtime: Option<Runtime>,
     max_line: usize,
     bytes: &[u8],
     answers: &[RecordedAnswer],
-    exit: Option<ExitStatus>,
+    exit: Option<(ExitStatus, bool)>,
 ) -> FoldReport {
     let t0 = Timestamp::from_millis(0);
     let mut pane = Pane::new(PaneId("fold".into()), "fold".into(), runtime, max_line, t0);
@@ -52,7 +54,8 @@ pub fn fold_answered(
     }
     pane.ingest(&bytes[at..], t0, &mut transitions);
     match exit {
-        Some(status) => pane.exited(status, t0, &mut transitions),
+        Some((status, true)) => pane.stopped(status, t0, &mut transitions),
+        Some((status, false)) => pane.exited(status, t0, &mut transitions),
         None => pane.finish_stream(t0, &mut transitions),
     }
     approvals.extend(pane.take_approval_events());

@@ -91,6 +91,7 @@ fn every_watch_kind() -> Vec<WatchKind> {
             pane: p(),
             code: Some(0),
             signal: None,
+            planned: false,
         },
         WatchKind::RestartScheduled {
             pane: p(),

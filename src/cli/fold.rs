@@ -24,6 +24,8 @@ pub struct Unwrapped {
     /// Empty for plain input, whose numbering is already the input's.
     pub line_map: Vec<u64>,
     pub exit: Option<ExitStatus>,
+    /// The exit was a planned stop (colibri ended the agent on purpose).
+    pub planned_stop: bool,
     /// The answers a session log recorded, at their place in `stream`.
     pub answers: Vec<RecordedAnswer>,
     /// The pane of a session log folded: the one asked for, or the first.
@@ -157,6 +159,17 @@ pub fn unwrap_input(input: Vec<u8>, pane: Option<&str>) -> Result<Unwrapped, Cli
                 ended = true;
                 continue;
             }
+            Action::Stopped { code, signal } => {
+                let narrow = |n: i64| i32::try_from(n).unwrap_or(i32::MAX);
+                out.exit = Some(match (code, signal) {
+                    (_, Some(sig)) => ExitStatus::Signal(narrow(*sig)),
+                    (Some(c), None) => ExitStatus::Code(narrow(*c)),
+                    (None, None) => ExitStatus::Unknown,
+                });
+                out.planned_stop = true;
+                ended = true;
+                continue;
+            }
             // The pane started again (a restart): its first run is over,
             // and the next is a run of its own (the daemon starts its
             // pane afresh).
@@ -196,7 +209,13 @@ pub fn fold_input(
     pane: Option<&str>,
 ) -> Result<FoldReport, CliError> {
     let u = unwrap_input(input, pane)?;
-    let mut report = fold_answered(runtime, max_line, &u.stream, &u.answers, u.exit);
+    let mut report = fold_answered(
+        runtime,
+        max_line,
+        &u.stream,
+        &u.answers,
+        u.exit.map(|status| (status, u.planned_stop)),
+    );
     report.pane = u.pane.clone();
     report.other_panes = u.other_panes.clone();
     if !u.line_map.is_empty() {

@@ -218,6 +218,13 @@ impl Notifier {
     fn admit(&mut self, i: usize, ev: &Value, info: &PaneInfo, now: Instant) -> bool {
         let s = &mut self.sinks[i];
         let event = ev["event"].as_str().unwrap_or_default();
+        // What colibri did on purpose (a stop, a restart, an orderly
+        // shutdown) needs nobody: its exit and the approvals it closed.
+        let planned = (event == "exited" && ev["planned"] == json!(true))
+            || (event == "approval_expired" && ev["reason"] == json!("stopped"));
+        if planned {
+            return false;
+        }
         let wanted = if event == "state" {
             let to = ev["to"].as_str().unwrap_or_default();
             s.sink.states.iter().any(|x| x == to)
@@ -503,6 +510,26 @@ mod tests {
 
     fn blocked(seq: u64, pane: &str, reason: &str) -> Value {
         json!({"seq":seq,"at":"x","event":"state","pane":pane,"from":"working","to":"blocked","reason":reason})
+    }
+
+    #[test]
+    fn what_colibri_did_on_purpose_notifies_nobody() {
+        let mut n = notifier(
+            "[[notify]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/\"\nstates = [\"exited\", \"error\"]\n",
+        );
+        let info = PaneInfo::default();
+        let now = Instant::now();
+        let stop =
+            json!({"seq":1,"at":"x","event":"exited","pane":"p1","signal":15,"planned":true});
+        assert!(!n.admit(0, &stop, &info, now), "a planned stop");
+        let closed = json!({"seq":2,"at":"x","event":"approval_expired","pane":"p1",
+            "approval":"a1","reason":"stopped"});
+        assert!(!n.admit(0, &closed, &info, now), "an approval it closed");
+        let crash = json!({"seq":3,"at":"x","event":"exited","pane":"p1","signal":9});
+        assert!(n.admit(0, &crash, &info, now), "a crash still notifies");
+        let abandoned = json!({"seq":4,"at":"x","event":"approval_expired","pane":"p1",
+            "approval":"a2","reason":"exited"});
+        assert!(n.admit(0, &abandoned, &info, now));
     }
 
     #[test]

@@ -34,9 +34,12 @@ struct Line<'a> {
     colibri: Option<&'a RawValue>,
     #[serde(default)]
     oversize: Option<u64>,
-    /// A session log's `exit` record: the agent's exit code or signal.
+    /// A session log's `exit` record: the agent's exit code or signal,
+    /// and the state the daemon folded it to.
     #[serde(default)]
     code: Option<i64>,
+    #[serde(borrow, default)]
+    state: Option<Cow<'a, str>>,
     #[serde(default)]
     signal: Option<i64>,
 }
@@ -57,6 +60,12 @@ pub enum Action<'a> {
     /// A session log's record that the agent ended with no status of its
     /// own (lost with a daemon that crashed).
     Ended,
+    /// A session log's record of a planned stop: colibri ended the agent
+    /// on purpose (its state `done` beside an exit that is no success).
+    Stopped {
+        code: Option<i64>,
+        signal: Option<i64>,
+    },
     /// A session log's record of an agent (re)started.
     Attach,
     /// A timed line with nothing to replay (a session log's own records).
@@ -124,7 +133,12 @@ impl Clock {
             Action::Exit(code)
         } else if l.colibri.map(RawValue::get) == Some("\"exit\"") {
             // The daemon logged how the agent ended.
+            let failed = l.signal.is_some() || l.code.is_some_and(|c| c != 0);
             match (l.code, l.signal) {
+                _ if failed && l.state.as_deref() == Some("done") => Action::Stopped {
+                    code: l.code,
+                    signal: l.signal,
+                },
                 (Some(code), _) => Action::Exit(code),
                 (None, Some(sig)) => Action::Killed(sig),
                 (None, None) => Action::Ended,

@@ -491,15 +491,18 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
         WatchKind::Removed { pane } => format!("{} removed", who(pane)),
         WatchKind::Paused { pane } => format!("{} paused", who(pane)),
         WatchKind::Resumed { pane } => format!("{} resumed", who(pane)),
-        WatchKind::Exited { pane, code, signal } => {
-            format!(
-                "{} exited ({})",
-                who(pane),
-                format_exit(&WireExit {
-                    code: *code,
-                    signal: *signal
-                })
-            )
+        WatchKind::Exited {
+            pane,
+            code,
+            signal,
+            planned,
+        } => {
+            let how = format_exit(&WireExit {
+                code: *code,
+                signal: *signal,
+            });
+            let what = if *planned { "stopped" } else { "exited" };
+            format!("{} {what} ({how})", who(pane))
         }
         WatchKind::RestartScheduled {
             pane,
@@ -848,6 +851,7 @@ pub(crate) mod tests {
                 pane: "p".into(),
                 code: None,
                 signal: Some(9),
+                planned: false,
             },
         };
         assert_eq!(watch_line(&ev, &names), "x #13 p exited (signal 9)");

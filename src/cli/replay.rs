@@ -78,7 +78,11 @@ pub fn replay(
             }
             Action::Exit(code) => return Ok(recording::exit_code(code)),
             // As a shell reports a death by signal.
-            Action::Killed(sig) => return Ok(recording::exit_code(128 + sig)),
+            Action::Killed(sig)
+            | Action::Stopped {
+                signal: Some(sig), ..
+            } => return Ok(recording::exit_code(128 + sig)),
+            Action::Stopped { code, .. } => return Ok(recording::exit_code(code.unwrap_or(0))),
             // A player plays one agent's lines: the log's own records of
             // runs are not its to act on.
             Action::Skip | Action::Ended | Action::Attach => {}

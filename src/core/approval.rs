@@ -776,6 +776,9 @@ pub enum ExpiryReason {
     TimedOut,
     /// The agent exited.
     Exited,
+    /// colibri stopped the agent on purpose (`stop-agent`, a restart, an
+    /// orderly shutdown): nobody abandoned it, and nobody need act on it.
+    Stopped,
     /// Too many were pending; the oldest was dropped.
     Overflow,
 }
@@ -787,6 +790,7 @@ impl ExpiryReason {
             ExpiryReason::Resolved => "resolved",
             ExpiryReason::TimedOut => "timed_out",
             ExpiryReason::Exited => "exited",
+            ExpiryReason::Stopped => "stopped",
             ExpiryReason::Overflow => "overflow",
         }
     }

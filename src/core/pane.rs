@@ -518,6 +518,18 @@ impl Pane {
         self.transition(&signal, now, 0, out);
     }
 
+    /// The process ended because colibri stopped it on purpose (a planned
+    /// stop: `stop-agent`, `restart-agent`, a reload, an orderly
+    /// shutdown). The SIGTERM's exit is no failure of the agent's: the
+    /// pane ends `done` (unless it had already failed on its own), and its
+    /// open approvals close as `stopped`, not as abandoned.
+    pub fn stopped(&mut self, status: ExitStatus, now: Timestamp, out: &mut Vec<Transition>) {
+        self.finish_stream(now, out);
+        self.exit = Some(status);
+        self.close_all_approvals(ExpiryReason::Stopped, now, 0);
+        self.transition(&Signal::Exited { success: true }, now, 0, out);
+    }
+
     /// Records a failure that did not come from the agent (a failed spawn,
     /// a daemon restart that lost the agent).
     pub fn fail(&mut self, reason: String, now: Timestamp, out: &mut Vec<Transition>) {

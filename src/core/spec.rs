@@ -514,13 +514,15 @@ impl Actual {
 /// | actual     | v1 state                                   |
 /// |------------|--------------------------------------------|
 /// | running    | the pane's own (idle, working, blocked, …) |
-/// | backoff    | error (it failed and waits to restart)     |
+/// | backoff    | done after a clean exit, else error        |
 /// | exited     | the pane's own (done or error)             |
 /// | stopped    | done: a planned stop is not a failure      |
 /// | given-up   | error                                      |
 pub fn v1_state(actual: Actual, pane: AgentState) -> AgentState {
     match actual {
         Actual::Running | Actual::Exited => pane,
+        // A clean exit waiting to restart (`restart = always`) is no failure.
+        Actual::Backoff if pane == AgentState::Done => AgentState::Done,
         Actual::Backoff | Actual::GivenUp => AgentState::Error,
         Actual::Stopped => AgentState::Done,
     }
@@ -978,7 +980,12 @@ mod tests {
             assert_eq!(v1_state(Actual::Running, pane), pane);
             assert_eq!(v1_state(Actual::Stopped, pane), AgentState::Done);
             assert_eq!(v1_state(Actual::GivenUp, pane), AgentState::Error);
-            assert_eq!(v1_state(Actual::Backoff, pane), AgentState::Error);
+            let waiting = if pane == AgentState::Done {
+                AgentState::Done
+            } else {
+                AgentState::Error
+            };
+            assert_eq!(v1_state(Actual::Backoff, pane), waiting, "{pane:?}");
             assert!(!alerts(Actual::Stopped, pane), "planned stop, {pane:?}");
             assert!(alerts(Actual::GivenUp, pane));
         }

@@ -274,7 +274,12 @@ impl Daemon {
         // A last line without a newline is still a line.
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
         pane.finish_stream_with(t, &mut self.transitions, |f, k| log.line(f, k));
-        pane.exited(status, t, &mut self.transitions);
+        let planned = agent.supervision.planned_stop();
+        if planned {
+            pane.stopped(status, t, &mut self.transitions);
+        } else {
+            pane.exited(status, t, &mut self.transitions);
+        }
         // An exited process is not stopped any more.
         pane.paused = false;
         agent.holds.clear();
@@ -308,6 +313,7 @@ impl Daemon {
                 pane: pane_id,
                 code,
                 signal,
+                planned,
             },
             t,
         );

@@ -78,18 +78,22 @@ impl Daemon {
             let mut answerers = HashMap::new();
             unmatched += replay(pane, &rp, &mut out, &mut answerers);
             match rp.exit {
-                Some((_, code, signal)) => {
+                Some((state, code, signal)) => {
                     let status = match (code, signal) {
                         (Some(c), _) => ExitStatus::Code(c),
                         (None, Some(s)) => ExitStatus::Signal(s),
                         (None, None) => ExitStatus::Unknown,
                     };
-                    pane.exited(
-                        status,
-                        rp.attached_at
-                            .max(pane.last_event_at().unwrap_or(rp.attached_at)),
-                        &mut out,
-                    );
+                    let at = rp
+                        .attached_at
+                        .max(pane.last_event_at().unwrap_or(rp.attached_at));
+                    // `done` beside an exit that is no success: the run
+                    // was a planned stop, folded as the daemon folded it.
+                    if state == "done" && !status.success() {
+                        pane.stopped(status, at, &mut out);
+                    } else {
+                        pane.exited(status, at, &mut out);
+                    }
                 }
                 None => {
                     let reason =

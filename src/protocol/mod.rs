@@ -1226,6 +1226,9 @@ pub enum WatchKind {
         code: Option<i32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signal: Option<i32>,
+        /// colibri stopped it on purpose (a planned stop); absent if not.
+        #[serde(default, skip_serializing_if = "is_false")]
+        planned: bool,
     },
     RestartScheduled {
         pane: String,

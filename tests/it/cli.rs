@@ -92,12 +92,26 @@ fn the_cli_drives_the_real_daemon() {
 #[test]
 fn a_planned_stop_is_not_an_error_in_the_table_or_the_status_counts() {
     let d = Colibrid::start(&[]);
-    let id = d.spawn(&["/bin/sh", "-c", "sleep 60"], json!({"name":"halt"}));
+    let mut watch = Client::connect(&d.socket);
+    watch.request(&json!({"cmd":"watch"}));
+    // `restart = always`: the stop must also keep it down, and still read
+    // as no failure (v2 said `error` here).
+    let id = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"halt", "restart": "always"}),
+    );
     let o = colibri(&d, &["stop", "halt"]);
     assert!(o.status.success(), "{o:?}");
-    d.wait_pane(&id, "the planned stop", |p| {
+    let p = d.wait_pane(&id, "the planned stop", |p| {
         p["supervision"]["actual"] == json!("stopped")
     });
+    assert_eq!(p["state"], json!("done"), "v2 reads the planned stop: {p}");
+    assert!(p["last_error"].is_null(), "no error of the agent's: {p}");
+    let exited = wait_for(Duration::from_secs(30), "the exited event", || {
+        let ev = watch.read_line()?;
+        (ev["event"] == json!("exited")).then_some(ev)
+    });
+    assert_eq!(exited["planned"], json!(true), "{exited}");
     let o = colibri(&d, &["snapshot", "--json", "--schema", "v1"]);
     let v1: Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v1["panes"][0]["state"], json!("done"), "{v1}");

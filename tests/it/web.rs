@@ -581,4 +581,17 @@ fn web_board_in_a_headless_browser() {
     let left = left["approvals"].as_array().cloned().unwrap_or_default();
     assert!(left.is_empty(), "still pending: {left:?}");
     browser.screenshot("board-after-actions.png");
+
+    // A planned stop reads "stopped", not the red "error" of its SIGTERM,
+    // and a pane with no process offers no pause.
+    d.ok(json!({"cmd":"stop-agent","agent_id":id}));
+    browser.wait_eval("the row to say stopped", &state_js, |v| {
+        *v == json!("stopped")
+    });
+    browser.wait_eval(
+        "the pause button to go",
+        &format!("return document.querySelector(\"{row} button.pause\").hidden;"),
+        |v| *v == json!(true),
+    );
+    browser.screenshot("board-stopped.png");
 }

@@ -89,7 +89,12 @@ function applyEvent(ev) {
       case "unstalled": i.stalled = false; break;
       case "paused": i.paused = true; break;
       case "resumed": i.paused = false; break;
-      case "attached": if (ev.name) i.name = ev.name; i.agent = ev.agent; break;
+      case "attached": if (ev.name) i.name = ev.name; i.agent = ev.agent; i.running = true; i.supervision = null; break;
+      case "restarted": i.running = true; i.supervision = null; break;
+      case "exited":
+        i.running = false; i.paused = false;
+        if (ev.planned) i.supervision = Object.assign({}, i.supervision, { actual: "stopped" });
+        break;
       case "runtime": i.runtime = ev.runtime; break;
     }
     p.dirty = true;
@@ -193,16 +198,30 @@ function buildRow(id) {
   return tr;
 }
 
+// What a row says: a pane a planned stop ended reads "stopped" (not the
+// state the stream last said), in its own colour.
+function shownState(i) {
+  return i.supervision && i.supervision.actual === "stopped" ? "stopped" : i.state;
+}
+
+// Pause and resume act on a running process only; colibri's own notifier
+// is not the operator's to pause from here.
+function pausable(i) {
+  const running = i.running !== undefined ? i.running : i.pid != null;
+  return running && i.name !== "colibri-notify";
+}
+
 function renderRow(id, p) {
   if (!p.row) { p.row = buildRow(id); tbody.appendChild(p.row); }
   const i = p.info, c = p.row.children;
   c[0].textContent = i.name || i.agent || id.slice(0, 8);
   c[0].title = id;
   c[1].textContent = "";
-  c[1].appendChild(el("span", "state s-" + i.state, i.state));
+  const shown = shownState(i);
+  c[1].appendChild(el("span", "state s-" + shown, shown));
   if (i.paused) c[1].appendChild(el("span", "flag", "paused"));
   if (i.stalled) c[1].appendChild(el("span", "flag", "stalled"));
-  p.row.dataset.state = i.state;
+  p.row.dataset.state = shown;
   c[2].textContent = ago(i.state_since);
   // The timeline is redrawn only when it gained a state.
   const tlKey = p.timeline.length + ":" + (p.timeline.length ? p.timeline[p.timeline.length - 1][0] : "");
@@ -215,6 +234,7 @@ function renderRow(id, p) {
   c[5].textContent = "$" + ((i.usage && i.usage.cost_usd) || 0).toFixed(4);
   c[6].textContent = i.last_tool ? i.last_tool.name + ": " + (i.last_tool.summary || "") : "";
   c[7].firstChild.textContent = i.paused ? "resume" : "pause";
+  c[7].firstChild.hidden = !pausable(i);
   applyFilter(p.row);
   p.dirty = false;
 }
@@ -323,7 +343,8 @@ function render() {
   const counts = {};
   for (const [id, p] of panes) {
     if (p.dirty || dirtyAll) renderRow(id, p);
-    counts[p.info.state] = (counts[p.info.state] || 0) + 1;
+    const shown = shownState(p.info);
+    counts[shown] = (counts[shown] || 0) + 1;
   }
   $("counts").textContent = Object.entries(counts).map(([s, n]) => n + " " + s).join(" · ") || "no agents";
   const d = $("daemon");
