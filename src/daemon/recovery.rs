@@ -35,6 +35,10 @@ impl Daemon {
         let mut unannounced = Vec::new();
         let mut lost = Vec::new();
         for rp in rec.panes {
+            // Removed on purpose: it stays removed, and its name is free.
+            if rp.removed {
+                continue;
+            }
             let runtime = rp.runtime.as_deref().and_then(Runtime::parse);
             let max_line = self.settings.daemon.max_line;
             let key = match self.panes.key(&rp.pane) {
@@ -305,6 +309,7 @@ mod tests {
                 .collect(),
             events_truncated: false,
             answers,
+            removed: false,
         }
     }
 

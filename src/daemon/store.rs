@@ -454,6 +454,8 @@ pub struct RecoveredPane {
     /// The answer records since the last attach, each at its place among
     /// `events` (dropped with them when the cap releases them).
     pub answers: Vec<RecoveredAnswer>,
+    /// A `removed` record follows the last attach: not rebuilt.
+    pub removed: bool,
 }
 
 /// An answer to one of a recovered pane's approvals, as its log recorded it.
@@ -1191,6 +1193,22 @@ impl SessionStore {
         let before = s.buf.len();
         record::encode_exit(&mut s.buf, &mut self.ts, now, rec);
         self.index_dirty = true;
+        self.commit(i, before, false);
+    }
+
+    /// Records that the pane was removed (`remove-agent`, retention), so a
+    /// later start does not rebuild it from the log and its name is free.
+    /// Never dropped.
+    pub fn removed(&mut self, session: &str, pane: &str, now: Timestamp) {
+        self.note_now(now);
+        let Some(i) = self.session_index(session, now) else {
+            self.reject(session, 0);
+            return;
+        };
+        let s = &mut self.sessions[i];
+        refill(&mut s.buf, &mut self.session_spares);
+        let before = s.buf.len();
+        record::encode_removed(&mut s.buf, &mut self.ts, now, pane);
         self.commit(i, before, false);
     }
 

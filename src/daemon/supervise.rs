@@ -945,6 +945,7 @@ impl Daemon {
                 self.set_deadline(other, Deadline::Govern, at, t);
             }
             let pane = slot.pane.id.0.clone();
+            self.store.removed(&slot.agent.session, &pane, t);
             // What was kept by pane id goes with it: a daemon that runs
             // agents for months would otherwise keep a bucket and a ledger
             // for every pane it ever had.

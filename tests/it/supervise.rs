@@ -246,6 +246,20 @@ fn a_planned_stop_raises_no_alert_while_a_crash_does_and_remove_frees_the_name()
         sessions_hold_pane(&d, &calm_id),
         "no session holds {calm_id}"
     );
+    // A pane removed stays removed when colibrid starts again from the
+    // same logs (it came back, holding its name, before the removal was
+    // recorded), and the name still belongs to the new pane alone.
+    d.ok(json!({"cmd":"kill-agent","agent_id": again}));
+    d.wait_pane(&again, "the new calm to end", |p| !p["exit"].is_null());
+    d.ok(json!({"cmd":"remove-agent","agent_id": again}));
+    assert!(d.terminate().success(), "colibrid stops cleanly");
+    d.launch();
+    assert!(d.pane(&calm_id).is_null(), "the removed pane came back");
+    assert!(d.pane(&again).is_null(), "the removed pane came back");
+    // `calm` is still declared: the name is its new pane's alone.
+    let declared = wait_named(&d, "calm", "the declared calm to start", running);
+    let id = declared["id"].as_str().unwrap_or_default();
+    assert!(id != calm_id && id != again, "{declared}");
     drop(d);
 }
 
@@ -413,6 +427,12 @@ fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_one
     );
     // Its session log stays.
     assert!(sessions_hold_pane(&d, &gone), "no session holds {gone}");
+    // Retired is removed: a restart of colibrid does not bring it back.
+    assert!(d.terminate().success(), "colibrid stops cleanly");
+    d.launch();
+    assert!(d.pane(&gone).is_null(), "a retired pane came back");
+    assert!(d.pane(&leaver).is_null(), "a retired pane came back");
+    d.spawn(&["/bin/sh", "-c", "exit 0"], json!({"name":"passing"}));
 }
 
 #[test]

@@ -258,6 +258,13 @@ pub(super) fn encode_exit(
     out.extend_from_slice(b"}\n");
 }
 
+/// `{"ts":…,"pane":…,"colibri":"removed"}\n`: the operator (or retention)
+/// removed the pane; recovery does not bring it back.
+pub(super) fn encode_removed(out: &mut Vec<u8>, ts: &mut TsText, now: Timestamp, pane: &str) {
+    push_head(out, ts, now, pane);
+    out.extend_from_slice(b",\"colibri\":\"removed\"}\n");
+}
+
 /// `{"ts":…,"pane":…,"colibri":"answer","approval":…,"decision":…
 /// [,"message":…][,"text":…],"by":…[,"uid":n]}\n`.
 pub(super) fn encode_answer(

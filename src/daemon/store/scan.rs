@@ -368,6 +368,7 @@ impl PaneSlots<'_> {
             events: Vec::new(),
             events_truncated: false,
             answers: Vec::new(),
+            removed: false,
         });
         let i = rb.panes.len() - 1;
         self.slots.insert(pane.to_string(), i);
@@ -489,6 +490,10 @@ fn apply_record(
         p.events = Vec::new();
         p.events_truncated = false;
         p.answers = Vec::new();
+        p.removed = false;
+    } else if rec.is("removed") {
+        let i = slots.slot(rb, pane, ts);
+        rb.panes[i].removed = true;
     } else if rec.is("exit") {
         let state = rec.state.as_deref().unwrap_or("error").to_string();
         sum.live.retain(|p| p != pane);
