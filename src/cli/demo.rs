@@ -20,7 +20,7 @@ use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -286,25 +286,35 @@ impl Drop for DaemonProcess {
     }
 }
 
-/// Set by the SIGINT handler: the operator pressed Ctrl-C.
+/// Set by the signal handler: the operator pressed Ctrl-C, the terminal
+/// closed (SIGHUP) or somebody asked the demo to end (SIGTERM).
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Which of those signals came (the exit status is 128 + it).
+static INTERRUPTED_BY: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_sigint(_: libc::c_int) {
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    INTERRUPTED_BY.store(sig, Ordering::SeqCst);
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Ctrl-C ends the live view early but still prints the summary and stops
-/// the daemon (which sits in its own process group, so the terminal's
-/// SIGINT reaches only the demo).
-fn catch_sigint() {
+/// Ctrl-C, a closed terminal and SIGTERM end the live view early; the demo
+/// still stops its daemon (in a process group of its own, so the
+/// terminal's SIGINT and SIGHUP reach only the demo), its agents with it,
+/// and removes its scratch directory. Left at their default, SIGHUP and
+/// SIGTERM killed the demo and left all three behind. After a hang-up the
+/// summary cannot be printed; the failed write takes the same way out.
+fn catch_stop_signals() {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let action = SigAction::new(
-        SigHandler::Handler(on_sigint),
+        SigHandler::Handler(on_stop_signal),
         SaFlags::SA_RESTART,
         SigSet::empty(),
     );
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    let _ = unsafe { sigaction(Signal::SIGINT, &action) };
+    for sig in [Signal::SIGINT, Signal::SIGHUP, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to atomics, which is
+        // async-signal-safe.
+        let _ = unsafe { sigaction(sig, &action) };
+    }
 }
 
 fn scaled(ms_at_speed_1: f64, speed: f64, floor_ms: u64) -> Duration {
@@ -374,7 +384,7 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
         .spawn()
         .map_err(|e| CliError::io(format!("cannot start {}", colibrid.display()), e))?;
     let mut daemon = DaemonProcess { child, log };
-    catch_sigint();
+    catch_stop_signals();
 
     let stdout = io::stdout();
     let tty = stdout.is_terminal();
@@ -508,8 +518,9 @@ pub fn run(args: DemoArgs) -> Result<u8, CliError> {
     }
     out.flush().map_err(CliError::Stdout)?;
     if INTERRUPTED.load(Ordering::SeqCst) {
-        // The shell's convention for "ended by SIGINT".
-        return Ok(130);
+        // The shell's convention for "ended by a signal".
+        let sig = INTERRUPTED_BY.load(Ordering::SeqCst);
+        return Ok(u8::try_from(128 + sig).unwrap_or(130));
     }
     if timed_out {
         return Err(CliError::Runtime(format!(

@@ -607,3 +607,57 @@ fn c1_controls_from_an_agent_never_reach_the_terminal_raw() {
         assert!(!raw_c1(&o), "{args:?} printed a raw CSI: {}", stdout(&o));
     }
 }
+
+/// The demo ended by SIGTERM or by its terminal closing (SIGHUP) stops its
+/// private colibrid and the agents under it and removes its scratch
+/// directory, as Ctrl-C does; before, both signals killed the demo and
+/// left all three behind.
+#[test]
+fn the_demo_cleans_up_when_ended_by_sigterm_or_sighup() {
+    for (sig, name) in [(libc::SIGTERM, "TERM"), (libc::SIGHUP, "HUP")] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut demo = Command::new(COLIBRI)
+            .args(["demo", "--speed", "0.2"])
+            .env("TMPDIR", tmp.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run demo");
+        let pid = i32::try_from(demo.id()).expect("pid");
+        // Running: its colibrid is up with agents under it.
+        let daemon = wait_for(Duration::from_secs(60), "the demo's colibrid", || {
+            children_of(pid)
+                .into_iter()
+                .find(|&c| !children_of(c).is_empty())
+        });
+        let agents = children_of(daemon);
+        let scratch: Vec<_> = std::fs::read_dir(tmp.path())
+            .expect("tmp")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(scratch.len(), 1, "one scratch directory: {scratch:?}");
+        // SAFETY: a plain kill(2) of the child this test spawned.
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "kill -{name}");
+        let status = wait_for(Duration::from_secs(60), "the demo to end", || {
+            demo.try_wait().expect("wait")
+        });
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            None,
+            "SIG{name} killed the demo before it could clean up"
+        );
+        wait_for(
+            Duration::from_secs(30),
+            &format!("colibrid and its agents gone after SIG{name}"),
+            || (!pid_alive(daemon) && agents.iter().all(|&a| !pid_alive(a))).then_some(()),
+        );
+        assert!(
+            !scratch[0].exists(),
+            "SIG{name} left {}",
+            scratch[0].display()
+        );
+    }
+}
