@@ -205,6 +205,12 @@ impl Notifier {
                 obj.insert("runtime".into(), json!(r));
             }
         }
+        // The words a person reads, for webhook and exec sinks too (ntfy
+        // sends them as its title and message).
+        let (title, body) = message(&payload);
+        if let Some(obj) = payload.as_object_mut() {
+            obj.insert("notice".into(), json!({"title": title, "body": body}));
+        }
         let now = Instant::now();
         for i in 0..self.sinks.len() {
             if !self.admit(i, ev, &info, now) {
@@ -228,6 +234,11 @@ impl Notifier {
         let wanted = if event == "state" {
             let to = ev["to"].as_str().unwrap_or_default();
             s.sink.states.iter().any(|x| x == to)
+        } else if event == "verdict" {
+            // `guard`, `loop`, `budget`: that policy's verdicts; `verdict`:
+            // every policy's.
+            let policy = ev["verdict"]["policy"].as_str().unwrap_or_default();
+            s.sink.states.iter().any(|x| x == "verdict" || x == policy)
         } else if event.starts_with("approval") {
             s.sink.approvals
         } else {
@@ -265,12 +276,18 @@ impl Notifier {
                 ev["pane"].as_str().unwrap_or_default()
             )
         } else {
+            // A verdict's own reason and rule: two policies' verdicts on
+            // one pane are two things to tell.
+            let v = &ev["verdict"];
             format!(
-                "{}\u{1f}{event}\u{1f}{}\u{1f}{}\u{1f}{}",
+                "{}\u{1f}{event}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
                 ev["pane"].as_str().unwrap_or_default(),
                 ev["to"].as_str().unwrap_or_default(),
                 ev["reason"].as_str().unwrap_or_default(),
                 ev["id"].as_str().unwrap_or_default(),
+                v["policy"].as_str().unwrap_or_default(),
+                v["rule"].as_str().unwrap_or_default(),
+                v["action"].as_str().unwrap_or_default(),
             )
         };
         let window = s.sink.dedupe;
@@ -463,6 +480,9 @@ fn message(ev: &Value) -> (String, String) {
         .unwrap_or("colibrid")
         .to_string();
     let event = ev["event"].as_str().unwrap_or("event");
+    if event == "verdict" {
+        return verdict_message(&who, &ev["verdict"]);
+    }
     let what = match event {
         "state" => ev["to"].as_str().unwrap_or("changed").to_string(),
         other => other.replace('_', " "),
@@ -473,6 +493,47 @@ fn message(ev: &Value) -> (String, String) {
         .map(str::to_string)
         .unwrap_or_else(|| title.clone());
     (title, body)
+}
+
+/// What a governance verdict did, to whom, under which rule, and how the
+/// operator undoes it: "fixer paused by the guard (rm_recursive)" and a
+/// body with the agent's attempt and the resume command.
+fn verdict_message(who: &str, v: &Value) -> (String, String) {
+    let text = |k: &str| v[k].as_str().unwrap_or_default();
+    let (policy, rule, action) = (text("policy"), text("rule"), text("action"));
+    let by = match policy {
+        "budget" => format!("budget {rule}"),
+        "loop" => format!("loop detection ({})", rule.replace('_', " ")),
+        "guard" => format!("the guard ({rule})"),
+        other => format!("{other} {rule}"),
+    };
+    let title = match action {
+        "pause" => format!("{who} paused by {by}"),
+        "deny" => format!("{who}: {by} denied a tool call"),
+        "kill" => format!("{who} killed by {by}"),
+        "warn" => format!("{who}: warning from {by}"),
+        "message" => format!("{who}: {by} told the agent to change course"),
+        "resume" => format!("{who} resumed by {by}"),
+        "escalate" => format!("{who}: {by} escalates to you"),
+        other => format!("{who}: {by} {other}"),
+    };
+    let mut body = text("reason").to_string();
+    if let Some(said) = v["text"].as_str() {
+        body.push_str(&format!("\nTold the agent: {said}"));
+    }
+    if action == "pause" {
+        let resume = match policy {
+            "budget" => format!(
+                "colibri budget resume {rule} (or colibri budget raise {rule} CAP, or colibri resume {who})"
+            ),
+            _ => format!("colibri resume {who}"),
+        };
+        match v["until"].as_str() {
+            Some(at) => body.push_str(&format!("\nResumes by itself at {at}; now: {resume}")),
+            None => body.push_str(&format!("\nTo resume: {resume}")),
+        }
+    }
+    (title, body.trim_start().to_string())
 }
 
 /// `text` fit for an HTTP header value: control characters (a newline
@@ -510,6 +571,41 @@ mod tests {
 
     fn blocked(seq: u64, pane: &str, reason: &str) -> Value {
         json!({"seq":seq,"at":"x","event":"state","pane":pane,"from":"working","to":"blocked","reason":reason})
+    }
+
+    #[test]
+    fn verdicts_are_filtered_by_policy_and_read_as_sentences() {
+        let mut n = notifier(
+            "[[notify]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/\"\nstates = [\"guard\", \"budget\"]\n",
+        );
+        let info = PaneInfo::default();
+        let now = Instant::now();
+        let verdict = |seq: u64, policy: &str, rule: &str, action: &str, until: Option<&str>| {
+            json!({"seq":seq,"at":"x","event":"verdict","pane":"p1","name":"fixer",
+                "verdict":{"line":3,"policy":policy,"rule":rule,"action":action,
+                "target":"pane","until":until,"reason":"rm -rf / (recursive delete of /)"}})
+        };
+        let guard = verdict(1, "guard", "rm_recursive", "pause", None);
+        assert!(n.admit(0, &guard, &info, now), "listed: guard");
+        let looped = verdict(2, "loop", "action_repeat", "pause", None);
+        assert!(!n.admit(0, &looped, &info, now), "loop is not listed");
+        let (title, body) = message(&guard);
+        assert_eq!(title, "fixer paused by the guard (rm_recursive)");
+        assert_eq!(
+            body,
+            "rm -rf / (recursive delete of /)\nTo resume: colibri resume fixer"
+        );
+        let budget = verdict(3, "budget", "daily", "pause", Some("2026-11-29T00:00:00Z"));
+        assert!(n.admit(0, &budget, &info, now));
+        let (title, body) = message(&budget);
+        assert_eq!(title, "fixer paused by budget daily");
+        assert!(
+            body.ends_with(
+                "Resumes by itself at 2026-11-29T00:00:00Z; now: colibri budget resume daily \
+                 (or colibri budget raise daily CAP, or colibri resume fixer)"
+            ),
+            "{body}"
+        );
     }
 
     #[test]

@@ -46,8 +46,9 @@ pub struct Sink {
     /// `notify[N]` or the `name` key: for messages.
     pub label: String,
     pub kind: SinkKind,
-    /// Event names (`stalled`, `exited`, `restarts_exhausted`) and states
-    /// entered (`blocked`, `error`, `idle`, ...) that notify.
+    /// Event names (`stalled`, `exited`, `restarts_exhausted`), states
+    /// entered (`blocked`, `error`, `idle`, ...) and policies whose
+    /// verdicts notify (`guard`, `loop`, `budget`, or `verdict` for all).
     pub states: Vec<String>,
     /// Approval events (`approval_*`) notify too.
     pub approvals: bool,

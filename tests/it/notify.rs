@@ -525,3 +525,58 @@ fn a_long_replay_arrives_whole_and_in_order_across_many_slices() {
         expect += 1;
     }
 }
+
+/// A guard verdict reaches a sink that lists `guard` (a documented filter),
+/// with words a person reads: what the agent tried, which rule, how to
+/// resume. Before, only an undocumented `verdict` entry let it through,
+/// and ntfy's text was "NAME verdict".
+#[test]
+fn a_guard_pause_reaches_a_sink_that_lists_guard_in_words() {
+    let d = Colibrid::start(&[]);
+    let out = d.dir.path().join("out");
+    std::fs::create_dir(&out).expect("out dir");
+    let config = d.dir.path().join("colibri.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[notify]]\nkind = \"exec\"\nstates = [\"guard\"]\ncommand = [\"/bin/sh\", \"-c\", \"cat > \\\"$0/$COLIBRI_SEQ.tmp\\\" && mv \\\"$0/$COLIBRI_SEQ.tmp\\\" \\\"$0/$COLIBRI_SEQ.json\\\"\", \"{}\"]\n",
+            out.display()
+        ),
+    )
+    .expect("config");
+    let cursor = d.dir.path().join("cursor");
+    let _notify = Notify::start(&d, &config, &cursor);
+    let a = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"wrecker", "runtime":"pi"}),
+    );
+    d.ok(json!({"cmd":"emit","agent_id": a, "event":{"type":"agent_start"}}));
+    d.ok(
+        json!({"cmd":"emit","agent_id": a, "event":{"type":"tool_execution_start",
+        "toolCallId":"t","toolName":"bash","args":{"command":"rm -rf /"}}}),
+    );
+    d.wait_pane(&a, "the guard to pause the agent", |p| {
+        p["paused"] == json!(true)
+    });
+    let got: Value = wait_for(Duration::from_secs(30), "the sink's delivery", || {
+        std::fs::read_dir(&out)
+            .ok()?
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .filter_map(|e| serde_json::from_slice::<Value>(&std::fs::read(e.path()).ok()?).ok())
+            .find(|v| v["verdict"]["action"] == json!("pause"))
+    });
+    assert_eq!(got["event"], json!("verdict"), "{got}");
+    assert_eq!(got["verdict"]["policy"], json!("guard"), "{got}");
+    let title = got["notice"]["title"].as_str().unwrap_or_default();
+    let body = got["notice"]["body"].as_str().unwrap_or_default();
+    assert!(
+        title.starts_with("wrecker paused by the guard ("),
+        "{title}"
+    );
+    assert!(body.contains("rm -rf /"), "what it tried: {body}");
+    assert!(
+        body.contains("colibri resume wrecker"),
+        "how to resume: {body}"
+    );
+}
