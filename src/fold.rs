@@ -35,11 +35,12 @@ pub fn fold_answered(
     bytes: &[u8],
     answers: &[RecordedAnswer],
     exit: Option<(ExitStatus, bool)>,
+    policies: Policies,
 ) -> FoldReport {
     let t0 = Timestamp::from_millis(0);
     let mut pane = Pane::new(PaneId("fold".into()), "fold".into(), runtime, max_line, t0);
     pane.record_facts();
-    let mut governor = Governor::new(Policies::default());
+    let mut governor = Governor::new(policies);
     let mut verdicts: Vec<Verdict> = Vec::new();
     let mut transitions: Vec<Transition> = Vec::new();
     let mut approvals: Vec<ApprovalEvent> = Vec::new();

@@ -11,6 +11,7 @@ use crate::cli::CliError;
 use crate::core::approval::LoggedAnswer;
 use crate::core::ingest::is_blank;
 use crate::core::pane::ExitStatus;
+use crate::core::policy::Policies;
 use crate::core::taxonomy::Runtime;
 use crate::fold::{fold_answered, RecordedAnswer};
 use crate::protocol::FoldReport;
@@ -201,12 +202,24 @@ pub fn unwrap_input(input: Vec<u8>, pane: Option<&str>) -> Result<Unwrapped, Cli
     Ok(out)
 }
 
-/// Folds `input` into a report (line numbers refer to `input`).
+/// Folds `input` into a report (line numbers refer to `input`), under
+/// the built-in policies.
 pub fn fold_input(
     input: Vec<u8>,
     runtime: Option<Runtime>,
     max_line: usize,
     pane: Option<&str>,
+) -> Result<FoldReport, CliError> {
+    fold_input_governed(input, runtime, max_line, pane, Policies::default())
+}
+
+/// [`fold_input`] under the given policies (`colibri fold --config`).
+pub fn fold_input_governed(
+    input: Vec<u8>,
+    runtime: Option<Runtime>,
+    max_line: usize,
+    pane: Option<&str>,
+    policies: Policies,
 ) -> Result<FoldReport, CliError> {
     let u = unwrap_input(input, pane)?;
     let mut report = fold_answered(
@@ -215,6 +228,7 @@ pub fn fold_input(
         &u.stream,
         &u.answers,
         u.exit.map(|status| (status, u.planned_stop)),
+        policies,
     );
     report.pane = u.pane.clone();
     report.other_panes = u.other_panes.clone();

@@ -408,6 +408,10 @@ pub struct FoldArgs {
     /// start of it; default: the first).
     #[arg(long, value_name = "ID")]
     pub pane: Option<String>,
+    /// Govern with this colibri.toml's policies (its budgets, loop and
+    /// guard settings), as colibrid did; default: the built-in ones.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
     /// A JSONL stream or recording; - for stdin.
     pub file: PathBuf,
 }
@@ -642,8 +646,21 @@ fn read_input(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
 }
 
 fn fold_cmd(args: FoldArgs, out: &mut impl Write) -> Result<u8, CliError> {
+    let policies = match &args.config {
+        Some(path) => crate::config::load_file(path)
+            .map_err(|e| CliError::Runtime(e.to_string()))?
+            .governance
+            .unwrap_or_default(),
+        None => crate::core::policy::Policies::default(),
+    };
     let input = read_input(&args.file)?;
-    let report = fold::fold_input(input, args.runtime, args.max_line, args.pane.as_deref())?;
+    let report = fold::fold_input_governed(
+        input,
+        args.runtime,
+        args.max_line,
+        args.pane.as_deref(),
+        policies,
+    )?;
     let text = if args.json {
         let mut s = serde_json::to_string(&report)
             .map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;

@@ -219,7 +219,37 @@ pub fn snapshot_table(snap: &SnapshotV2) -> String {
         snap.observed_at
     );
     out.push_str(&t.render());
+    for p in snap.panes.iter().filter(|p| !p.holds.is_empty()) {
+        let name = p
+            .name
+            .clone()
+            .unwrap_or_else(|| short_id(&p.id).to_string());
+        for h in &p.holds {
+            out.push_str(&format!("{name} {}\n", hold_text(h)));
+        }
+    }
     escape_lines(&out)
+}
+
+/// Why a pane is paused, in one line: "paused by the guard
+/// (rm_outside_cwd) since …: rm -rf /; until an operator resumes it".
+pub fn hold_text(h: &crate::protocol::WireHold) -> String {
+    let by = match (h.by.as_str(), h.rule.as_deref()) {
+        ("operator", _) => "the operator".to_string(),
+        ("budget", Some(rule)) => format!("budget {rule}"),
+        ("loop", Some(rule)) => format!("loop detection ({})", rule.replace('_', " ")),
+        (by, Some(rule)) => format!("the {by} ({rule})"),
+        (by, None) => by.to_string(),
+    };
+    let mut text = format!("paused by {by} since {}", h.since);
+    if let Some(reason) = &h.reason {
+        text.push_str(&format!(": {reason}"));
+    }
+    match &h.until {
+        Some(at) => text.push_str(&format!("; resumes at {at}")),
+        None => text.push_str("; until an operator resumes it"),
+    }
+    text
 }
 
 /// The contract's v1 snapshot as a table (fewer facts than v2).
@@ -686,6 +716,7 @@ pub(crate) mod tests {
             restart: None,
             supervision: None,
             approvals: Vec::new(),
+            holds: Vec::new(),
         }
     }
 

@@ -507,6 +507,16 @@ fn draw_detail(f: &mut Frame, m: &Model, area: ratatui::layout::Rect, now: Syste
             format_cost(cost(p)),
             escape_controls(&activity(p)),
         )));
+        // Why it is paused: each hold, as `colibri snapshot` says it.
+        let holds: Vec<crate::protocol::WireHold> = p
+            .get("holds")
+            .and_then(|h| serde_json::from_value(h.clone()).ok())
+            .unwrap_or_default();
+        for h in &holds {
+            lines.push(Line::from(
+                escape_controls(&crate::cli::render::hold_text(h)).into_owned(),
+            ));
+        }
     }
     let timeline: Vec<String> = m
         .timeline

@@ -88,12 +88,11 @@ pub struct Agent {
     pub runtime_indexed: bool,
     /// This run's failure was alerted (the bus alerts one per failure).
     pub failure_alerted: bool,
-    /// What keeps the process stopped (`operator`, `guard`, `loop`,
-    /// `budget:NAME`): a policy's resume lifts its own hold only, and the
-    /// process continues once none is left (a global budget's resume must
-    /// not continue a pane the guard stopped). An operator's resume lifts
-    /// them all.
-    pub holds: Vec<String>,
+    /// What keeps the process stopped: a policy's resume lifts its own
+    /// hold only, and the process continues once none is left (a global
+    /// budget's resume must not continue a pane the guard stopped). An
+    /// operator's resume lifts them all.
+    pub holds: Vec<Hold>,
     /// Recipe, origin, wanted state (`daemon::supervise`).
     pub supervision: crate::daemon::supervise::Supervision,
     /// The raw output ring and the attached clients (`daemon::attach`).
@@ -162,6 +161,35 @@ impl Agent {
         RestartRule {
             policy: self.restart.policy,
             max: self.restart.max,
+        }
+    }
+}
+
+/// One reason a pane is paused.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hold {
+    /// What lifts it: `operator`, `guard`, `loop` or `budget:NAME` (a
+    /// resume of the same key).
+    pub key: String,
+    /// The guard rule, loop type or budget name that paused it.
+    pub rule: Option<String>,
+    /// What the agent did (the verdict's reason), or who paused it.
+    pub reason: Option<String>,
+    pub since: Timestamp,
+    /// A timed resume; `None`: until an operator.
+    pub until: Option<Timestamp>,
+}
+
+impl Hold {
+    /// As a v2 snapshot lists it.
+    pub fn wire(&self) -> crate::protocol::WireHold {
+        let by = self.key.split(':').next().unwrap_or_default();
+        crate::protocol::WireHold {
+            by: by.to_string(),
+            rule: self.rule.clone(),
+            reason: self.reason.clone(),
+            since: self.since.to_rfc3339(),
+            until: self.until.map(|t| t.to_rfc3339()),
         }
     }
 }

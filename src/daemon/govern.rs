@@ -14,7 +14,7 @@
 use crate::core::policy::{Action, LineFacts, PaneInfo, PolicyKind, Target, Verdict};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
-use crate::daemon::agent::INPUT_QUEUE_LIMIT;
+use crate::daemon::agent::{Hold, INPUT_QUEUE_LIMIT};
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::{PaneKey, Slot};
@@ -92,12 +92,19 @@ impl Daemon {
             let keys = self.targets(&v.target);
             match &v.action {
                 Action::Pause { until } => {
-                    self.policy_pause(&keys, true, &hold_of(&v), t);
+                    let hold = Hold {
+                        key: hold_of(&v),
+                        rule: Some(v.rule.clone()),
+                        reason: Some(v.reason.clone()),
+                        since: t,
+                        until: *until,
+                    };
+                    self.policy_pause(&keys, Some(&hold), &hold.key, t);
                     if until.is_some() {
                         timed = self.panes.key(&v.pane).or(keys.first().copied());
                     }
                 }
-                Action::Resume => self.policy_pause(&keys, false, &hold_of(&v), t),
+                Action::Resume => self.policy_pause(&keys, None, &hold_of(&v), t),
                 Action::Message { text } => {
                     for &k in &keys {
                         self.policy_message(k, text);
@@ -131,11 +138,19 @@ impl Daemon {
             .collect()
     }
 
-    /// Stops the panes `keys` for `hold`, or lifts `hold` and continues
-    /// those no other hold keeps stopped: each tree, then what their
-    /// agents left running, found in one scan for all of them (a scan per
-    /// pane made a global budget's pause of N panes cost N scans).
-    fn policy_pause(&mut self, keys: &[PaneKey], pause: bool, hold: &str, t: Timestamp) {
+    /// Stops the panes `keys` for `hold` (`Some`), or lifts the hold
+    /// `key` and continues those no other hold keeps stopped: each tree,
+    /// then what their agents left running, found in one scan for all of
+    /// them (a scan per pane made a global budget's pause of N panes cost
+    /// N scans).
+    fn policy_pause(
+        &mut self,
+        keys: &[PaneKey],
+        hold: Option<&Hold>,
+        hold_key: &str,
+        t: Timestamp,
+    ) {
+        let pause = hold.is_some();
         let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
         let mut signalled = Vec::new();
         for &key in keys {
@@ -146,17 +161,23 @@ impl Daemon {
                 continue;
             };
             let holds = &mut slot.agent.holds;
-            if pause {
-                if !holds.iter().any(|h| h == hold) {
-                    holds.push(hold.to_string());
+            if let Some(hold) = hold {
+                match holds.iter_mut().find(|h| h.key == hold_key) {
+                    // The same policy again: its latest word stands.
+                    Some(held) => {
+                        held.reason = hold.reason.clone();
+                        held.until = hold.until;
+                    }
+                    None => holds.push(hold.clone()),
                 }
             } else {
-                holds.retain(|h| h != hold);
+                holds.retain(|h| h.key != hold_key);
                 if !holds.is_empty() {
+                    let left: Vec<&str> = holds.iter().map(|h| h.key.as_str()).collect();
                     log_info!(
                         "policy: pane {} stays paused for {}",
                         slot.agent.pane_id,
-                        holds.join(", ")
+                        left.join(", ")
                     );
                     continue;
                 }

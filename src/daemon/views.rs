@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
+use crate::daemon::agent::Hold;
 use crate::daemon::agent::RestartPolicy;
 use crate::daemon::approvals::ApprovalDesk;
 use crate::daemon::conn::Scope;
@@ -194,6 +195,10 @@ pub(crate) fn pane_v2<'a>(
     v.pid = a.running_pid();
     v.generation = a.generation;
     v.supervision = Some(a.supervision.wire(a));
+    // Holds outlive nothing: an exited process is not stopped.
+    if s.pane.paused {
+        v.holds = a.holds.iter().map(Hold::wire).collect();
+    }
     for w in &mut v.approvals {
         w.escalated = approvals.escalated(&w.id);
     }

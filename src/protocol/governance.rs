@@ -62,6 +62,26 @@ impl WireVerdict {
     }
 }
 
+/// Why a pane is paused: one hold, as a v2 snapshot lists it. A pane's
+/// process continues once no hold is left.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireHold {
+    /// `operator`, `guard`, `loop` or `budget`.
+    pub by: String,
+    /// The guard rule, the loop type or the budget's name; absent for
+    /// the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The verdict's reason (what the agent did), or who paused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the hold began (RFC 3339).
+    pub since: String,
+    /// A timed resume (RFC 3339); absent: until an operator resumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+}
+
 /// `budget`: show every budget ledger, or act on one budget first.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BudgetArgs {

@@ -42,7 +42,7 @@ pub use attach::{
     AttachArgs, AttachInputArgs, AttachInputReply, AttachReply, AttachResizeArgs, AttachResizeReply,
 };
 mod governance;
-pub use governance::{BudgetArgs, BudgetReply, WireBudget, WireVerdict};
+pub use governance::{BudgetArgs, BudgetReply, WireBudget, WireHold, WireVerdict};
 
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
@@ -187,6 +187,9 @@ pub struct PaneV2 {
     /// Pending approvals, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<WireApproval>,
+    /// Why it is paused: each hold, oldest first (none while not paused).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<WireHold>,
 }
 
 impl PaneV2 {
@@ -230,6 +233,7 @@ impl PaneV2 {
                 .iter()
                 .map(|a| WireApproval::new(a, p.id.as_str(), p.name.as_deref(), false))
                 .collect(),
+            holds: Vec::new(),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use super::json_text::Object;
-use super::{WireApproval, WireCounters, WireExit, WireUsage};
+use super::{WireApproval, WireCounters, WireExit, WireHold, WireUsage};
 use crate::core::pane::{Pane, ToolRecord};
 use crate::core::state::AgentState;
 use crate::core::taxonomy::Runtime;
@@ -95,6 +95,8 @@ pub struct PaneV2View<'a> {
     /// Owned: pending approvals are few, and most panes have none (an empty
     /// `Vec` does not allocate).
     pub approvals: Vec<WireApproval>,
+    /// Owned too: a paused pane has one or two.
+    pub holds: Vec<WireHold>,
 }
 
 impl<'a> PaneV2View<'a> {
@@ -131,6 +133,7 @@ impl<'a> PaneV2View<'a> {
                 .iter()
                 .map(|a| WireApproval::new(a, p.id.as_str(), p.name.as_deref(), false))
                 .collect(),
+            holds: Vec::new(),
         }
     }
 
@@ -215,6 +218,9 @@ impl<'a> PaneV2View<'a> {
         }
         if !self.approvals.is_empty() {
             o.value("approvals", &self.approvals)?;
+        }
+        if !self.holds.is_empty() {
+            o.value("holds", &self.holds)?;
         }
         o.end();
         Ok(stalled_at)

@@ -661,3 +661,53 @@ fn the_demo_cleans_up_when_ended_by_sigterm_or_sighup() {
         );
     }
 }
+
+/// `colibri fold --config` governs with the file's budgets, so a budget's
+/// pause is replayed like the guard's: the sample's first message (5,394
+/// tokens, cache reads aside) trips a 5,000-token budget at its line.
+#[test]
+fn fold_with_a_config_shows_budget_pauses_like_guard_pauses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("colibri.toml");
+    std::fs::write(&config, "[budgets.tight]\ntokens = 5000\nwindow = \"1h\"\n").expect("config");
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/pi-success.jsonl");
+    let fold = |extra: &[&str]| {
+        let o = Command::new(COLIBRI)
+            .arg("fold")
+            .arg("--json")
+            .args(extra)
+            .arg(&sample)
+            .output()
+            .expect("fold");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<Value>(&o.stdout).expect("report")
+    };
+    let plain = fold(&[]);
+    let budget_verdicts = |r: &Value| -> Vec<Value> {
+        r["verdicts"]
+            .as_array()
+            .map(|v| {
+                v.iter()
+                    .filter(|v| v["policy"] == json!("budget"))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(budget_verdicts(&plain).is_empty(), "{plain}");
+    let governed = fold(&["--config", &config.display().to_string()]);
+    let paused = budget_verdicts(&governed)
+        .into_iter()
+        .find(|v| v["action"] == json!("pause"))
+        .unwrap_or_else(|| panic!("no budget pause: {governed}"));
+    assert_eq!(paused["rule"], json!("tight"), "{paused}");
+    assert_eq!(paused["line"], json!(7), "the first message_end: {paused}");
+    // The human text names it as it names a guard pause.
+    let o = Command::new(COLIBRI)
+        .args(["fold", "--config", &config.display().to_string()])
+        .arg(&sample)
+        .output()
+        .expect("fold");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("budget pause (tight)"), "{text}");
+}

@@ -607,3 +607,55 @@ fn a_pane_started_during_a_shared_budgets_pause_waits_with_the_others() {
     });
     assert_eq!(d.pane(&spender)["paused"], json!(false));
 }
+
+/// Why a pane is paused is said wherever paused is: each hold (who or
+/// which rule, what the agent did, since when, until when) in snapshot
+/// v2 and in `colibri snapshot`; an operator's resume lifts them all.
+#[test]
+fn every_hold_of_a_paused_pane_is_shown_with_its_reason() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "sleep 60"],
+        json!({"name":"wrecker", "runtime":"pi"}),
+    );
+    d.ok(json!({"cmd":"emit","agent_id": id, "event":{"type":"agent_start"}}));
+    d.ok(
+        json!({"cmd":"emit","agent_id": id, "event":{"type":"tool_execution_start",
+        "toolCallId":"t","toolName":"bash","args":{"command":"rm -rf /"}}}),
+    );
+    let p = d.wait_pane(&id, "the guard's pause", |p| p["paused"] == json!(true));
+    let holds = p["holds"].as_array().cloned().unwrap_or_default();
+    assert_eq!(holds.len(), 1, "{p}");
+    assert_eq!(holds[0]["by"], json!("guard"), "{p}");
+    assert_eq!(holds[0]["rule"], json!("rm_outside_cwd"), "{p}");
+    assert!(
+        holds[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("rm -rf /")),
+        "{p}"
+    );
+    assert!(holds[0]["until"].is_null(), "until an operator: {p}");
+    d.ok(json!({"cmd":"pause-agent","agent_id": id}));
+    let p = d.pane(&id);
+    let by: Vec<&str> = p["holds"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|h| h["by"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(by, ["guard", "operator"], "{p}");
+    let o = std::process::Command::new(crate::support::COLIBRI)
+        .args(["snapshot"])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .output()
+        .expect("colibri snapshot");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("wrecker paused by the guard (rm_outside_cwd) since ")
+            && text.contains("rm -rf /; until an operator resumes it")
+            && text.contains("wrecker paused by the operator since "),
+        "{text}"
+    );
+    d.ok(json!({"cmd":"resume-agent","agent_id": id}));
+    let p = d.pane(&id);
+    assert_eq!(p["paused"], json!(false), "{p}");
+    assert!(p["holds"].is_null(), "{p}");
+}

@@ -541,6 +541,14 @@ fn web_board_in_a_headless_browser() {
     browser.wait_eval("the row's button to offer resume", &pause_label, |v| {
         *v == json!("resume")
     });
+    // The row says why: the operator's hold (the next snapshot brings it).
+    browser.wait_eval(
+        "the row to say who paused it",
+        &format!(
+            "const f = document.querySelector(\"{row} span.flag\"); return f ? f.textContent : '';"
+        ),
+        |v| *v == json!("paused by the operator"),
+    );
     browser.click(&format!("{row} button.pause"));
     wait_for(
         Duration::from_secs(30),

@@ -6,8 +6,7 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use crate::core::lifecycle::{Life, LifeEvent};
-use crate::core::time::Timestamp;
-use crate::daemon::agent::INPUT_QUEUE_LIMIT;
+use crate::daemon::agent::{Hold, INPUT_QUEUE_LIMIT};
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::{PaneKey, Slot};
@@ -71,14 +70,14 @@ pub(super) fn pause(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     let Command::PauseAgent(a) = c else {
         return Err(mismatch(&c));
     };
-    set_paused(d, &a.agent_id, true, call.t)
+    set_paused(d, &a.agent_id, true, call)
 }
 
 pub(super) fn resume(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
     let Command::ResumeAgent(a) = c else {
         return Err(mismatch(&c));
     };
-    set_paused(d, &a.agent_id, false, call.t)
+    set_paused(d, &a.agent_id, false, call)
 }
 
 /// The hold an operator's `pause-agent` puts (see `Agent::holds`).
@@ -88,8 +87,9 @@ fn set_paused(
     d: &mut Daemon,
     agent_id: &str,
     pause: bool,
-    t: Timestamp,
+    call: &Call,
 ) -> Result<Reply, CommandError> {
+    let t = call.t;
     let key = d.resolve(&Scope::Operator, agent_id)?;
     let Some(Slot { pane, agent }) = d.panes.get_mut(key) else {
         return Err(CommandError::not_found(agent_id));
@@ -101,8 +101,14 @@ fn set_paused(
     // The operator's pause holds the agent until the operator resumes it
     // (a policy's resume does not); the operator's resume lifts every hold.
     if pause {
-        if !agent.holds.iter().any(|h| h == OPERATOR_HOLD) {
-            agent.holds.push(OPERATOR_HOLD.to_string());
+        if !agent.holds.iter().any(|h| h.key == OPERATOR_HOLD) {
+            agent.holds.push(Hold {
+                key: OPERATOR_HOLD.to_string(),
+                rule: None,
+                reason: Some(format!("pause-agent on connection {}", call.conn.0)),
+                since: t,
+                until: None,
+            });
         }
     } else {
         agent.holds.clear();

@@ -219,7 +219,15 @@ function renderRow(id, p) {
   c[1].textContent = "";
   const shown = shownState(i);
   c[1].appendChild(el("span", "state s-" + shown, shown));
-  if (i.paused) c[1].appendChild(el("span", "flag", "paused"));
+  if (i.paused) {
+    const flag = el("span", "flag", "paused");
+    // Why: each hold, as colibri snapshot says it (the title shows them).
+    const why = (i.holds || []).map((h) =>
+      "by " + (h.by === "operator" ? "the operator" : h.by + (h.rule ? " (" + h.rule + ")" : "")) +
+      (h.reason ? ": " + h.reason : "") + (h.until ? "; resumes at " + h.until : "; until an operator resumes it"));
+    if (why.length) { flag.title = why.join("\n"); flag.textContent = "paused " + why[0].split(":")[0]; }
+    c[1].appendChild(flag);
+  }
   if (i.stalled) c[1].appendChild(el("span", "flag", "stalled"));
   p.row.dataset.state = shown;
   c[2].textContent = ago(i.state_since);
