@@ -609,6 +609,10 @@ pub struct WebArgs {
     /// [default: ~/.config/colibri/web-token].
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+    /// The key that signs phone action URLs, shared with colibri notify
+    /// (created 0600 at first start) [default: ~/.config/colibri/web-action-key].
+    #[arg(long, value_name = "PATH")]
+    pub action_key_file: Option<PathBuf>,
 }
 
 fn web_cmd(
@@ -622,6 +626,9 @@ fn web_cmd(
         token_file: args
             .token_file
             .unwrap_or_else(crate::web::auth::default_path),
+        action_key_file: args
+            .action_key_file
+            .unwrap_or_else(crate::web::action::default_path),
     };
     crate::web::run(&opts, out).map_err(|e| CliError::Runtime(e.to_string()))?;
     Ok(0)

@@ -21,13 +21,14 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
 use crate::cli::CliError;
 use crate::client::{resolve_socket, Client};
 use crate::config::notify::{load_sinks, Sink, SinkKind, NOTIFY_PANE};
+use crate::web::action::{Action, ActionKey, Decision as ActionDecision};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reconnect back-off after the daemon went away.
@@ -60,6 +61,8 @@ pub struct Notifier {
     http: ureq::Agent,
     /// Retry schedule; tests shorten nothing, it is the same everywhere.
     retry_first: Duration,
+    /// Phone action keys by file, read once (an error is said once).
+    action_keys: HashMap<PathBuf, Option<ActionKey>>,
 }
 
 pub fn run(socket: Option<&Path>, config: &Path, cursor: &Path) -> Result<u8, CliError> {
@@ -105,7 +108,22 @@ impl Notifier {
             cursor_path,
             http,
             retry_first: RETRY_FIRST,
+            action_keys: HashMap::new(),
         }
+    }
+
+    /// The key in `path`, read (or created) the first time it is asked.
+    fn action_key(&mut self, path: &Path) -> Option<ActionKey> {
+        self.action_keys
+            .entry(path.to_path_buf())
+            .or_insert_with(|| match ActionKey::load_or_create(path) {
+                Ok(key) => Some(key),
+                Err(e) => {
+                    eprintln!("colibri notify: {e}; ntfy messages go without buttons");
+                    None
+                }
+            })
+            .clone()
     }
 
     fn read_cursor(&self) -> Option<u64> {
@@ -336,6 +354,8 @@ impl Notifier {
                 url,
                 priority,
                 board_url,
+                action_key,
+                action_ttl,
             } => {
                 let (title, body) = message(payload);
                 let mut headers = vec![
@@ -343,20 +363,12 @@ impl Notifier {
                     ("Priority", priority.to_string()),
                     ("Tags", "robot".to_string()),
                 ];
-                if let (Some(board), Some(pane)) = (&board_url, payload["pane"].as_str()) {
-                    if payload["to"] == json!("blocked")
-                        || payload["event"]
-                            .as_str()
-                            .is_some_and(|e| e.starts_with("approval"))
-                    {
-                        let board = board.trim_end_matches('/');
-                        headers.push((
-                            "Actions",
-                            format!(
-                                "http, Approve, {board}/approve/{pane}, method=POST, clear=true; \
-                                 http, Deny, {board}/deny/{pane}, method=POST, clear=true"
-                            ),
-                        ));
+                if let Some(board) = &board_url {
+                    let key = self.action_key(&action_key);
+                    if let Some(actions) = key.and_then(|k| {
+                        phone_actions(&k, board, payload, SystemTime::now() + action_ttl)
+                    }) {
+                        headers.push(("Actions", actions));
                     }
                 }
                 self.post_with_retry(&label, &url, &headers, body);
@@ -493,6 +505,38 @@ fn message(ev: &Value) -> (String, String) {
         .map(str::to_string)
         .unwrap_or_else(|| title.clone());
     (title, body)
+}
+
+/// ntfy's `Actions` header for a pane that waits on an approval (it
+/// turned `blocked`, or the approval opened): an Approve and a Deny button,
+/// each a signed URL for that one decision on that one approval, usable
+/// until `expires` (`web::action`). `None` for any other event.
+fn phone_actions(key: &ActionKey, board: &str, ev: &Value, expires: SystemTime) -> Option<String> {
+    let pane = ev["pane"].as_str()?;
+    let asked = match ev["event"].as_str()? {
+        "approval_opened" => ev["approval"]["asked_at"].as_str()?,
+        "state" if ev["to"] == json!("blocked") => ev["at"].as_str()?,
+        _ => return None,
+    };
+    let unix_ms = |t: SystemTime| t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis());
+    let asked_ms = u64::try_from(unix_ms(humantime::parse_rfc3339(asked).ok()?)?).ok()?;
+    let expires = u64::try_from(unix_ms(expires)? / 1000).ok()?;
+    let url = |decision| {
+        key.url(
+            board,
+            &Action {
+                pane: pane.to_string(),
+                asked_ms,
+                decision,
+                expires,
+            },
+        )
+    };
+    Some(format!(
+        "http, Approve, {}, method=POST, clear=true; http, Deny, {}, method=POST, clear=true",
+        url(ActionDecision::Approve),
+        url(ActionDecision::Deny)
+    ))
 }
 
 /// What a governance verdict did, to whom, under which rule, and how the

@@ -99,6 +99,7 @@ pub fn decide(
         approval: target.to_string(),
         message: message.map(str::to_string),
         text: text.map(str::to_string),
+        via: None,
     })
 }
 

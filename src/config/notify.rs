@@ -8,7 +8,7 @@
 //! states = ["blocked", "error"]    # default ["blocked"]
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -36,8 +36,13 @@ pub enum SinkKind {
     Ntfy {
         url: String,
         priority: u8,
-        /// Where approve/deny buttons point (`<board>/approve/<pane>`).
+        /// The board the approve/deny buttons call (`<board>/act?…`,
+        /// signed: `web::action`).
         board_url: Option<String>,
+        /// The key that signs them, shared with `colibri web`.
+        action_key: PathBuf,
+        /// How long a button may be used.
+        action_ttl: Duration,
     },
 }
 
@@ -86,6 +91,10 @@ struct RawSink {
     priority: Option<u8>,
     #[serde(default)]
     board_url: Option<String>,
+    #[serde(default)]
+    action_key: Option<PathBuf>,
+    #[serde(default)]
+    action_ttl: Option<String>,
     #[serde(default)]
     states: Option<Vec<String>>,
     #[serde(default)]
@@ -163,6 +172,15 @@ fn sink(i: usize, r: RawSink) -> Result<Sink, String> {
             url: need_url("ntfy")?,
             priority: r.priority.unwrap_or(DEFAULT_NTFY_PRIORITY).clamp(1, 5),
             board_url: r.board_url.clone(),
+            action_key: r
+                .action_key
+                .clone()
+                .unwrap_or_else(crate::web::action::default_path),
+            action_ttl: duration(
+                &format!("{label}.action_ttl"),
+                r.action_ttl.clone(),
+                crate::web::action::DEFAULT_TTL,
+            )?,
         },
         other => {
             return Err(format!(

@@ -220,6 +220,10 @@ pub struct DecideArgs {
     /// `answer`: free text, or a select's option (its text or 1-based number).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// How the operator answered, for the record (`board`, `phone action`):
+    /// the answer's `by` reads `operator via phone action`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1394,6 +1394,7 @@ mod tests {
             approval: "a-1".into(),
             message: Some("m".into()),
             text: Some("t".into()),
+            via: Some("board".into()),
         };
         let mut env = BTreeMap::new();
         env.insert("K".to_string(), "v".to_string());

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response};
 
+use super::action::{self, ActionKey};
 use super::auth;
 use super::board::{Board, Catchup};
 use crate::cli::request;
@@ -32,6 +33,8 @@ pub struct Ctx {
     pub token: String,
     pub socket: PathBuf,
     pub board: Arc<Board>,
+    /// Checks phone action URLs (`super::action`).
+    pub action_key: ActionKey,
 }
 
 static STREAMS: AtomicUsize = AtomicUsize::new(0);
@@ -80,6 +83,11 @@ fn query_token(url: &str) -> Option<&str> {
 pub fn handle(ctx: &Ctx, req: Request) {
     let url = req.url().to_string();
     let path = url.split('?').next().unwrap_or("/").to_string();
+    // A phone action carries its own credential (its signature), never the
+    // login token: it is checked before, and instead of, the login.
+    if path == action::ROUTE {
+        return phone_action(ctx, req, &url);
+    }
     // Login: a right token in the query becomes a cookie.
     if let Some(given) = query_token(&url) {
         if *req.method() == Method::Get && auth::same(given, &ctx.token) {
@@ -112,6 +120,84 @@ pub fn handle(ctx: &Ctx, req: Request) {
         (Method::Get, "/events") => events(ctx, req),
         (Method::Post, p) if p.starts_with("/api/") => action(ctx, req, &p["/api/".len()..]),
         _ => reply(req, 404, "text/plain; charset=utf-8", "404 not found\n"),
+    }
+}
+
+/// `POST /act?pane=…&at=…&d=…&exp=…&sig=…`: one decision on one
+/// approval, as a push notification's button sends it. Refused unless the
+/// signature holds, the time has not passed, and the pane still waits on
+/// the approval it asked at `at` (so a URL answers once).
+fn phone_action(ctx: &Ctx, req: Request, url: &str) {
+    let text = "text/plain; charset=utf-8";
+    if *req.method() != Method::Post {
+        // A link preview or prefetch must not decide anything.
+        return reply(req, 405, text, "405: phone actions are POSTed\n");
+    }
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let Some((act, sig)) = action::Action::parse_query(query) else {
+        return reply(req, 400, text, "400: not an action URL\n");
+    };
+    if !ctx.action_key.verify(&act, &sig) {
+        return reply(
+            req,
+            403,
+            text,
+            "403: the action's signature does not hold\n",
+        );
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if now > act.expires {
+        return reply(req, 410, text, "410: this action has expired\n");
+    }
+    let Some(approval) = pending_asked_at(ctx, &act) else {
+        return reply(
+            req,
+            410,
+            text,
+            "410: nothing to answer: the approval was answered or is no longer pending\n",
+        );
+    };
+    let verb = match act.decision {
+        action::Decision::Approve => Wire::Approve,
+        action::Decision::Deny => Wire::Deny,
+    };
+    let mut cmd = request::decide(verb, &approval, None, None);
+    set_via(&mut cmd, "phone action");
+    let resp = super::forward(&ctx.socket, &cmd);
+    if resp["ok"] == json!(true) {
+        let done = format!("{}: {approval}\n", act.decision.as_str());
+        return reply(req, 200, text, done);
+    }
+    let why = resp["error"].as_str().unwrap_or("the daemon refused");
+    reply(req, 409, text, format!("409: {why}\n"))
+}
+
+/// The id of the approval `act.pane` asked at `act.asked_ms` and still
+/// waits on; `None` if there is none, or more than one (never a guess).
+fn pending_asked_at(ctx: &Ctx, act: &action::Action) -> Option<String> {
+    let data = super::forward(&ctx.socket, &request::approvals(Some(&act.pane)));
+    let list = data["data"]["approvals"].as_array()?;
+    let asked_ms = |a: &Value| {
+        let at = humantime::parse_rfc3339(a["asked_at"].as_str()?).ok()?;
+        let ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+        u64::try_from(ms).ok()
+    };
+    let mut matching = list
+        .iter()
+        .filter(|a| a["pane"] == json!(act.pane) && asked_ms(a) == Some(act.asked_ms));
+    let first = matching.next()?;
+    if matching.next().is_some() {
+        return None;
+    }
+    first["id"].as_str().map(str::to_string)
+}
+
+/// Records how an operator decided (`board`, `phone action`).
+fn set_via(cmd: &mut Wire, how: &str) {
+    if let Wire::Approve(a) | Wire::Deny(a) | Wire::Answer(a) = cmd {
+        a.via = Some(how.to_string());
     }
 }
 
@@ -164,6 +250,8 @@ fn action(ctx: &Ctx, mut req: Request, action: &str) {
         let msg = json!({"ok":false,"error":format!("unknown action {action:?} or no \"pane\"")});
         return reply(req, 400, "application/json", msg.to_string());
     };
+    let mut cmd = cmd;
+    set_via(&mut cmd, "board");
     let resp = super::forward(&ctx.socket, &cmd);
     reply(req, 200, "application/json", resp.to_string())
 }

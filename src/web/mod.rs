@@ -11,6 +11,7 @@
 //! fraction of axum + tokio's time. Every path needs the token (a cookie
 //! set by `/?token=…`, or `Authorization: Bearer`); see docs/WEB.md.
 
+pub mod action;
 pub mod auth;
 pub mod board;
 mod http;
@@ -41,6 +42,9 @@ pub struct WebOptions {
     pub socket: PathBuf,
     pub listen: SocketAddr,
     pub token_file: PathBuf,
+    /// The key of phone action URLs (`action`), shared with `colibri
+    /// notify`.
+    pub action_key_file: PathBuf,
 }
 
 /// Why the board could not start.
@@ -50,11 +54,14 @@ pub enum WebError {
     Listen { addr: SocketAddr, msg: String },
     #[error(transparent)]
     Token(#[from] auth::TokenError),
+    #[error(transparent)]
+    ActionKey(#[from] action::KeyError),
 }
 
 /// Runs the board until the process is killed.
 pub fn run(opts: &WebOptions, out: &mut impl std::io::Write) -> Result<(), WebError> {
     let (token, created) = auth::load_or_create(&opts.token_file)?;
+    let action_key = action::ActionKey::load_or_create(&opts.action_key_file)?;
     let server = tiny_http::Server::http(opts.listen).map_err(|e| WebError::Listen {
         addr: opts.listen,
         msg: e.to_string(),
@@ -85,6 +92,7 @@ pub fn run(opts: &WebOptions, out: &mut impl std::io::Write) -> Result<(), WebEr
         token,
         socket: opts.socket.clone(),
         board,
+        action_key,
     });
     for req in server.incoming_requests() {
         let ctx = Arc::clone(&ctx);

@@ -27,6 +27,8 @@ impl Web {
             .arg(&d.socket)
             .args(["web", "--listen", "127.0.0.1:0", "--token-file"])
             .arg(&token_file)
+            .arg("--action-key-file")
+            .arg(d.path("web-action-key"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -460,9 +462,13 @@ const PI_CONFIRMED: &str = r#"{"type":"extension_ui_response","id":"w1","confirm
 /// input (so the test can time the state change), writes the next line it
 /// reads (the answer) to the returned file, then ends its run.
 fn pi_asking_agent(d: &Colibrid) -> (String, String) {
-    let got = d.path("pi-answer").display().to_string();
+    pi_asking_agent_named(d, "pi-asker")
+}
+
+fn pi_asking_agent_named(d: &Colibrid, name: &str) -> (String, String) {
+    let got = d.path(&format!("{name}.answer")).display().to_string();
     let script = d.script(
-        "pi-asker",
+        name,
         &format!(
             "IFS= read -r cue\nprintf '%s\\n' '{PI_CONFIRM}'\nIFS= read -r line\nprintf '%s\\n' \"$line\" > {got}.tmp\nmv {got}.tmp {got}\nprintf '%s\\n' '{{\"type\":\"agent_end\",\"messages\":[]}}'\nexec sleep 600"
         ),
@@ -602,4 +608,196 @@ fn web_board_in_a_headless_browser() {
         |v| *v == json!(true),
     );
     browser.screenshot("board-stopped.png");
+}
+
+/// A stand-in for an ntfy server: each published message's headers go to
+/// the channel, answered 200 as ntfy does.
+fn ntfy_server(listener: TcpListener, got: std::sync::mpsc::Sender<String>) {
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { return };
+        let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+        let (mut head, mut len) = (String::new(), 0usize);
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+            head.push_str(&line);
+        }
+        let mut body = vec![0; len];
+        let _ = reader.read_exact(&mut body);
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+        if got.send(head).is_err() {
+            return;
+        }
+    }
+}
+
+/// The `http` actions of an ntfy `Actions` header: (label, method, URL).
+fn ntfy_actions(head: &str) -> Vec<(String, String, String)> {
+    let header = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Actions: ")
+                .or_else(|| l.strip_prefix("actions: "))
+        })
+        .unwrap_or_default();
+    header
+        .split(';')
+        .filter_map(|a| {
+            let parts: Vec<&str> = a.split(',').map(str::trim).collect();
+            let method = parts
+                .iter()
+                .find_map(|p| p.strip_prefix("method="))
+                .unwrap_or("POST");
+            (parts.first() == Some(&"http")).then(|| {
+                (
+                    parts[1].to_string(),
+                    method.to_string(),
+                    parts[2].to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The phone's Approve and Deny buttons work, and only as meant: `colibri
+/// notify` publishes to ntfy two signed URLs for one approval, and the test
+/// performs each exactly as the ntfy app does (the action's method and
+/// URL, no headers, no body) against the real board. Approve reaches the
+/// agent; the same URL again, and the Deny of an answered approval, are
+/// refused; a URL changed in any field is refused; the login token never
+/// appears in what ntfy received. Before, the buttons pointed at
+/// `/approve/<pane>`, a route the board did not serve, and answered 401.
+#[test]
+fn a_phone_action_answers_one_approval_once_as_ntfy_performs_it() {
+    let d = Colibrid::start(&[]);
+    let (script, got) = pi_asking_agent(&d);
+    let id = d.spawn(&[&script], json!({"name":"asker","runtime":"pi"}));
+    let web = Web::start(&d);
+    let ntfy = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let ntfy_addr = ntfy.local_addr().expect("addr");
+    let (tx, published) = std::sync::mpsc::channel();
+    std::thread::spawn(move || ntfy_server(ntfy, tx));
+    let config = d.path("notify.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[notify]]\nkind = \"ntfy\"\nurl = \"http://{ntfy_addr}/colibri\"\nboard_url = \"http://{}\"\naction_key = \"{}\"\n",
+            web.addr,
+            d.path("web-action-key").display()
+        ),
+    )
+    .expect("config");
+    let cursor = d.path("notify.cursor");
+    let mut notify = Command::new(COLIBRI)
+        .arg("--socket")
+        .arg(&d.socket)
+        .arg("notify")
+        .arg("--config")
+        .arg(&config)
+        .arg("--cursor")
+        .arg(&cursor)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("colibri notify");
+    wait_for(Duration::from_secs(20), "notify to watch", || {
+        cursor.exists().then_some(())
+    });
+    d.ok(json!({"cmd":"send-input","agent_id":id,"text":"ask"}));
+    let head = published
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a message published to ntfy");
+    let _ = notify.kill();
+    let _ = notify.wait();
+    assert!(
+        !head.contains(&web.token),
+        "the login token went to ntfy: {head}"
+    );
+    let actions = ntfy_actions(&head);
+    let labels: Vec<&str> = actions.iter().map(|(l, _, _)| l.as_str()).collect();
+    assert_eq!(labels, ["Approve", "Deny"], "{head}");
+    let perform = |method: &str, url: &str| {
+        let path = url
+            .strip_prefix(&format!("http://{}", web.addr))
+            .unwrap_or_else(|| panic!("{url} is not on the board"));
+        http(&web.addr, method, path, &[], "")
+    };
+    let (_, approve_method, approve_url) = &actions[0];
+    let (_, deny_method, deny_url) = &actions[1];
+    // A changed URL: the decision swapped into the Approve URL's signature.
+    let forged = approve_url.replace("&d=approve&", "&d=deny&");
+    let (status, _, body) = perform(approve_method, &forged);
+    assert_eq!(status, 403, "{body}");
+    // A link preview's GET decides nothing.
+    let (status, _, _) = perform("GET", approve_url);
+    assert_eq!(status, 405);
+    assert!(!d.ok(json!({"cmd":"approvals"}))["approvals"]
+        .as_array()
+        .is_none_or(Vec::is_empty));
+    let (status, _, body) = perform(approve_method, approve_url);
+    assert_eq!(status, 200, "{body}");
+    let answer = wait_for(
+        Duration::from_secs(30),
+        "the agent to read the answer",
+        || std::fs::read_to_string(&got).ok(),
+    );
+    assert_eq!(answer, format!("{PI_CONFIRMED}\n"));
+    // Once only: the same button again, and the other button, find
+    // nothing to answer.
+    let (status, _, body) = perform(approve_method, approve_url);
+    assert_eq!(status, 410, "{body}");
+    let (status, _, body) = perform(deny_method, deny_url);
+    assert_eq!(status, 410, "{body}");
+    // The answer's record says how it was given.
+    let answered = std::fs::read_dir(d.state.join("sessions"))
+        .expect("sessions")
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .find(|t| t.contains("\"colibri\":\"answer\""))
+        .expect("an answer record");
+    assert!(
+        answered.contains("\"by\":\"operator via phone action\""),
+        "{answered}"
+    );
+
+    // A second agent's Deny button denies its approval.
+    let (script, got2) = pi_asking_agent_named(&d, "second");
+    let id2 = d.spawn(&[&script], json!({"name":"second","runtime":"pi"}));
+    let mut notify = Command::new(COLIBRI)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["notify", "--config"])
+        .arg(&config)
+        .arg("--cursor")
+        .arg(&cursor)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("colibri notify");
+    d.ok(json!({"cmd":"send-input","agent_id":id2,"text":"ask"}));
+    let head = loop {
+        let head = published
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the second message");
+        if head.contains(&format!("pane={id2}")) {
+            break head;
+        }
+    };
+    let _ = notify.kill();
+    let _ = notify.wait();
+    let actions = ntfy_actions(&head);
+    let (_, deny_method, deny_url) = &actions[1];
+    let (status, _, body) = perform(deny_method, deny_url);
+    assert_eq!(status, 200, "{body}");
+    let answer = wait_for(Duration::from_secs(30), "the denial", || {
+        std::fs::read_to_string(&got2).ok()
+    });
+    assert_eq!(
+        answer,
+        "{\"type\":\"extension_ui_response\",\"id\":\"w1\",\"confirmed\":false}\n"
+    );
 }

@@ -56,6 +56,9 @@ pub(super) fn answer(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, C
     decide(d, call, &a, Decision::Answer { text })
 }
 
+/// The longest `via` an answer's record keeps.
+const MAX_VIA: usize = 64;
+
 fn decide(
     d: &mut Daemon,
     call: &Call,
@@ -68,10 +71,18 @@ fn decide(
         .get(call.conn.0)
         .and_then(|c| platform::peer_cred(c.stream.as_fd()).ok())
         .map(|cred| cred.uid);
-    let who = Answerer {
-        by: call.scope.name(),
-        uid,
+    let by = match a.via.as_deref() {
+        None => call.scope.name(),
+        Some(via) if via.chars().count() <= MAX_VIA && !via.chars().any(char::is_control) => {
+            format!("{} via {via}", call.scope.name())
+        }
+        Some(_) => {
+            return Err(CommandError::invalid(format!(
+                "via must be at most {MAX_VIA} characters, none a control character"
+            )))
+        }
     };
+    let who = Answerer { by, uid };
     d.decide(key, &id, decision, who, call.t).map(Reply::Decide)
 }
 
