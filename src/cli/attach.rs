@@ -11,6 +11,7 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -79,20 +80,29 @@ pub fn run(socket: Option<&Path>, pane: &str, opts: AttachOptions) -> Result<u8,
     let reply = read_reply(&mut reader)?;
     let tty = crossterm::tty::IsTty::is_tty(&io::stdin());
     let raw = if tty { Some(RawMode::enter()) } else { None };
-    let stdout = io::stdout();
-    let mut out = stdout.lock();
+    // Not locked for the session: the keyboard thread echoes through it.
+    let mut out = io::stdout();
     let mut screen = Screen::new(opts.events);
+    let line_mode = Arc::new(AtomicBool::new(reply.line_mode));
     let role = if reply.input { "input" } else { "read only" };
     screen.note(
         &mut out,
         &format!("attached to {} ({role}); Ctrl-] detaches", reply.pane),
     )?;
-    screen.bytes(&mut out, &wire::decode(&reply.data).unwrap_or_default())?;
-    spawn_keyboard(writer.clone(), reader.get_ref().try_clone().ok());
+    let recent = wire::decode(&reply.data).unwrap_or_default();
+    screen.bytes(&mut out, &recent, reply.line_mode)?;
+    // What is typed is echoed here in line mode (the agent's terminal does
+    // not echo: the daemon's own input must not come back as output).
+    let echo = if tty && reply.input {
+        Some(Arc::clone(&line_mode))
+    } else {
+        None
+    };
+    spawn_keyboard(writer.clone(), reader.get_ref().try_clone().ok(), echo);
     if tty {
         spawn_resizer(writer.clone());
     }
-    let code = follow(&mut reader, &mut screen, &mut out)?;
+    let code = follow(&mut reader, &mut screen, &mut out, &line_mode)?;
     drop(raw);
     Ok(code)
 }
@@ -120,6 +130,7 @@ fn follow(
     reader: &mut impl BufRead,
     screen: &mut Screen,
     out: &mut impl Write,
+    line_mode: &AtomicBool,
 ) -> Result<u8, CliError> {
     let mut line = String::new();
     loop {
@@ -143,8 +154,12 @@ fn follow(
             continue;
         }
         match serde_json::from_value::<AttachFrame>(v) {
-            Ok(AttachFrame::Output { data }) => {
-                screen.bytes(out, &wire::decode(&data).unwrap_or_default())?
+            Ok(AttachFrame::Output {
+                data,
+                line_mode: lines,
+            }) => {
+                line_mode.store(lines, Ordering::Relaxed);
+                screen.bytes(out, &wire::decode(&data).unwrap_or_default(), lines)?
             }
             Ok(AttachFrame::Exited { code, signal }) => {
                 let how = match (code, signal) {
@@ -166,10 +181,13 @@ fn follow(
 }
 
 /// Reads the keyboard and forwards it; the detach key ends the session.
-fn spawn_keyboard(writer: Writer, socket: Option<UnixStream>) {
+/// With `echo`, what is typed is shown while the agent's terminal is in
+/// line mode.
+fn spawn_keyboard(writer: Writer, socket: Option<UnixStream>, echo: Option<Arc<AtomicBool>>) {
     std::thread::spawn(move || {
         let mut stdin = io::stdin();
         let mut buf = [0u8; 4096];
+        let mut line = LineEcho::default();
         loop {
             let n = match stdin.read(&mut buf) {
                 Ok(0) => return,
@@ -180,6 +198,13 @@ fn spawn_keyboard(writer: Writer, socket: Option<UnixStream>) {
             let typed = &buf[..n];
             let detach = typed.iter().position(|b| *b == DETACH_KEY);
             let before = &typed[..detach.unwrap_or(n)];
+            if echo.as_ref().is_some_and(|e| e.load(Ordering::Relaxed)) {
+                let shown = line.echo(before);
+                let _ = io::stdout().lock().write_all(&shown);
+                let _ = io::stdout().flush();
+            } else {
+                line = LineEcho::default();
+            }
             if !before.is_empty() {
                 let req = Command::AttachInput(AttachInputArgs {
                     data: wire::encode(before),
@@ -227,10 +252,90 @@ fn spawn_resizer(writer: Writer) {
     });
 }
 
+/// What a line-mode terminal would echo for typed bytes: the text, a new
+/// line at Enter, Backspace erasing what this line typed, `^C` for an
+/// interrupt. The agent's own terminal echoes nothing (see
+/// `platform::TerminalMode`), so attach shows the operator their typing.
+#[derive(Debug, Default)]
+struct LineEcho {
+    /// Characters typed on the current line (what Backspace may erase).
+    typed: usize,
+    /// Inside a key's escape sequence (an arrow, a function key): not shown.
+    escape: Escape,
+}
+
+#[derive(Debug, Default, PartialEq)]
+enum Escape {
+    #[default]
+    None,
+    /// After ESC.
+    Started,
+    /// After ESC `[`: up to the final byte.
+    Csi,
+}
+
+impl LineEcho {
+    fn echo(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(bytes.len() + 2);
+        for &b in bytes {
+            match self.escape {
+                Escape::Started => {
+                    self.escape = if b == b'[' || b == b'O' {
+                        Escape::Csi
+                    } else {
+                        Escape::None
+                    };
+                    continue;
+                }
+                Escape::Csi => {
+                    if (0x40..=0x7e).contains(&b) {
+                        self.escape = Escape::None;
+                    }
+                    continue;
+                }
+                Escape::None => {}
+            }
+            match b {
+                0x1b => self.escape = Escape::Started,
+                b'\r' | b'\n' => {
+                    out.extend_from_slice(b"\r\n");
+                    self.typed = 0;
+                }
+                0x7f | 0x08 if self.typed > 0 => {
+                    out.extend_from_slice(b"\x08 \x08");
+                    self.typed -= 1;
+                }
+                0x7f | 0x08 => {}
+                0x03 => {
+                    out.extend_from_slice(b"^C\r\n");
+                    self.typed = 0;
+                }
+                0x15 => {
+                    out.extend(
+                        std::iter::repeat_n(b"\x08 \x08".iter().copied(), self.typed).flatten(),
+                    );
+                    self.typed = 0;
+                }
+                // UTF-8 continuation bytes belong to the character begun.
+                0x80..=0xbf => out.push(b),
+                b if b >= 0x20 => {
+                    out.push(b);
+                    self.typed += 1;
+                }
+                // Other controls (arrows' escapes too) are not echoed.
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
 /// The local side of the terminal: raw bytes, or JSON lines rendered.
 struct Screen {
     events: bool,
     partial: Vec<u8>,
+    /// The last byte written was `\r` (a `\r\n` split across frames).
+    after_cr: bool,
 }
 
 impl Screen {
@@ -238,7 +343,23 @@ impl Screen {
         Screen {
             events,
             partial: Vec::new(),
+            after_cr: false,
         }
+    }
+
+    /// In line mode the program's `\n` is a new line; the attacher's raw
+    /// terminal needs `\r\n` for it (what `ONLCR` would have written), or
+    /// the output staircases. Raw output (a TUI's) is passed as it is.
+    fn newlines(&mut self, bytes: &[u8], line_mode: bool) -> Vec<u8> {
+        let mut out = Vec::with_capacity(bytes.len() + 8);
+        for &b in bytes {
+            if line_mode && b == b'\n' && !self.after_cr {
+                out.push(b'\r');
+            }
+            out.push(b);
+            self.after_cr = b == b'\r';
+        }
+        out
     }
 
     fn note(&mut self, out: &mut impl Write, msg: &str) -> Result<(), CliError> {
@@ -246,9 +367,15 @@ impl Screen {
         write_all(out, text.as_bytes())
     }
 
-    fn bytes(&mut self, out: &mut impl Write, bytes: &[u8]) -> Result<(), CliError> {
+    fn bytes(
+        &mut self,
+        out: &mut impl Write,
+        bytes: &[u8],
+        line_mode: bool,
+    ) -> Result<(), CliError> {
         if !self.events {
-            return write_all(out, bytes);
+            let shown = self.newlines(bytes, line_mode);
+            return write_all(out, &shown);
         }
         self.partial.extend_from_slice(bytes);
         while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
@@ -316,6 +443,27 @@ mod tests {
         assert_eq!(usable_size((0, 0)), None);
         assert_eq!(usable_size((80, 0)), None);
         assert_eq!(usable_size((120, 40)), Some((120, 40)));
+    }
+
+    #[test]
+    fn line_mode_output_gets_its_carriage_returns_and_raw_output_none() {
+        let mut s = Screen::new(false);
+        assert_eq!(s.newlines(b"a\nb\r\nc\r", true), b"a\r\nb\r\nc\r");
+        // A `\r\n` cut between two frames stays one.
+        assert_eq!(s.newlines(b"\nd\n", true), b"\nd\r\n");
+        assert_eq!(s.newlines(b"x\ny", false), b"x\ny");
+    }
+
+    #[test]
+    fn typing_is_echoed_as_a_line_mode_terminal_would() {
+        let mut e = LineEcho::default();
+        assert_eq!(e.echo(b"hel"), b"hel");
+        assert_eq!(e.echo(b"\x7f\x7fy"), b"\x08 \x08\x08 \x08y");
+        assert_eq!(e.echo("é\r".as_bytes()), "é\r\n".as_bytes());
+        // Nothing left on the new line to erase; a key's escape sequence
+        // (an arrow, even cut between reads) is not shown.
+        assert_eq!(e.echo(b"\x7f\x1b["), b"");
+        assert_eq!(e.echo(b"Az"), b"z");
     }
 
     #[test]

@@ -180,6 +180,15 @@ impl Daemon {
         agent.runtime_indexed = true;
         self.store
             .ensure_session(&agent.session, Some(rt.as_str()), None, t);
+        // Detected from the output: a harness colibri writes JSON to needs
+        // the raw terminal it would have started with.
+        if rt.reads_json_input() {
+            if let Some(proc_) = agent.proc.as_ref() {
+                if let Err(e) = platform::set_raw(proc_.master.as_fd()) {
+                    log_warn!("pane {}: cannot make its terminal raw: {e}", agent.pane_id);
+                }
+            }
+        }
         // `attached` carried the runtime the recipe named; one detected
         // from the output is told now (notify's `runtimes` filters need it).
         if agent.recipe.as_ref().is_some_and(|r| r.runtime.is_none()) {
@@ -371,7 +380,17 @@ impl Daemon {
         recipe: &Recipe,
         t: Timestamp,
     ) -> Result<i32, String> {
-        let pair = platform::open_pty(recipe.cols, recipe.rows)
+        // The harnesses colibri writes JSON to get a raw terminal; every
+        // other program a terminal in line mode, as a fresh one is.
+        let runtime = recipe
+            .runtime
+            .or_else(|| self.panes.pane(key).and_then(|p| p.runtime()));
+        let mode = if runtime.is_some_and(crate::core::taxonomy::Runtime::reads_json_input) {
+            platform::TerminalMode::Raw
+        } else {
+            platform::TerminalMode::Line
+        };
+        let pair = platform::open_pty(recipe.cols, recipe.rows, mode)
             .map_err(|e| format!("cannot open a PTY: {e}"))?;
         let jail = match &recipe.jail {
             Some(name) => {

@@ -40,12 +40,12 @@ use nix::pty::PtyMaster;
 use super::posix::{self, JailEntry};
 use super::{
     DaemonSignal, FdKind, JailTarget, OpenFd, PeerCred, Pid, ProcessInfo, ProcessState, PtyPair,
-    SpawnError, SpawnSpec,
+    SpawnError, SpawnSpec, TerminalMode,
 };
 
 /// Opens a PTY pair (see [`PtyPair`]) at [`PTY_SPEED`].
-pub fn open_pty(cols: u16, rows: u16) -> io::Result<PtyPair> {
-    posix::open_pty_with(cols, rows, pts_name, Some(PTY_SPEED))
+pub fn open_pty(cols: u16, rows: u16, mode: TerminalMode) -> io::Result<PtyPair> {
+    posix::open_pty_with(cols, rows, mode, pts_name, Some(PTY_SPEED))
 }
 
 /// FreeBSD sizes a terminal's queues for 0.2 s of data at its line speed

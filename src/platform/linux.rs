@@ -23,13 +23,19 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use super::posix;
 use super::{
     DaemonSignal, FdKind, OpenFd, PeerCred, Pid, ProcessInfo, ProcessState, PtyPair, SpawnError,
-    SpawnSpec,
+    SpawnSpec, TerminalMode,
 };
 
 /// Opens a PTY pair (see [`PtyPair`]).
-pub fn open_pty(cols: u16, rows: u16) -> io::Result<PtyPair> {
+pub fn open_pty(cols: u16, rows: u16, mode: TerminalMode) -> io::Result<PtyPair> {
     // Linux sizes PTY buffers without regard to the line speed.
-    posix::open_pty_with(cols, rows, |master| Ok(nix::pty::ptsname_r(master)?), None)
+    posix::open_pty_with(
+        cols,
+        rows,
+        mode,
+        |master| Ok(nix::pty::ptsname_r(master)?),
+        None,
+    )
 }
 
 /// Starts `spec.argv` on the PTY slave as a session leader whose controlling
@@ -902,7 +908,7 @@ mod tests {
 
     #[test]
     fn jails_are_unsupported() {
-        let pair = super::open_pty(80, 24).expect("open_pty");
+        let pair = super::open_pty(80, 24, super::TerminalMode::Raw).expect("open_pty");
         let jail = super::super::JailTarget {
             name: "j".into(),
             jid: 1,

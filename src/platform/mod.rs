@@ -48,8 +48,8 @@ pub use os::{
     SignalSource,
 };
 pub use posix::{
-    effective_uid, ensure_std_fds, hostname, lookup_user, peer_hung_up, raise_fd_limit,
-    read_master, reap, reap_any, set_window_size, signal_group, utc_offset_seconds,
+    effective_uid, ensure_std_fds, hostname, line_mode, lookup_user, peer_hung_up, raise_fd_limit,
+    read_master, reap, reap_any, set_raw, set_window_size, signal_group, utc_offset_seconds,
     write_nonblocking,
 };
 
@@ -174,8 +174,30 @@ pub const EXIT_WATCH_HOLDS_FD: bool = cfg!(target_os = "linux");
 /// Whether `spawn-agent {"jail": …}` can work here: jails are FreeBSD's.
 pub const JAILS_SUPPORTED: bool = cfg!(target_os = "freebsd");
 
+/// How an agent's terminal starts (the program may change it, as a TUI
+/// does when it takes the screen).
+///
+/// Neither mode echoes or post-processes output: what the daemon writes
+/// must not come back as agent output, and the agent's `\n` must reach the
+/// log as `\n`. They differ in the input:
+/// - `Raw` (`cfmakeraw`): bytes as written, no line limit. For harnesses
+///   colibri speaks JSON to (Pi's RPC, Claude's stream-json): a terminal
+///   in canonical mode cuts a line at 4,095 bytes on Linux (`N_TTY`), and
+///   FreeBSD waits for a newline that cannot fit its 23 KB input queue,
+///   where a prompt or a task is often longer.
+/// - `Line`: canonical input with `ICRNL` and signals, as a fresh terminal
+///   has it, so a program that reads lines (`read`, `input()`, a REPL)
+///   gets one when the operator presses Enter in `colibri attach` (which
+///   sends `\r`), Backspace edits, and Ctrl-C interrupts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TerminalMode {
+    Raw,
+    Line,
+}
+
 /// A PTY pair. The master is non-blocking and close-on-exec; the slave is
-/// close-on-exec, in raw mode (`cfmakeraw`) and has its window size set.
+/// close-on-exec, in the [`TerminalMode`] asked for, and has its window
+/// size set.
 ///
 /// The caller hands `slave` to [`spawn_on_pty`] and must drop it right after:
 /// the master reports EOF only once every slave descriptor is closed.

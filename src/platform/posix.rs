@@ -17,10 +17,13 @@ use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::pty::PtyMaster;
 use nix::sys::stat::Mode;
-use nix::sys::termios::{cfmakeraw, cfsetspeed, tcgetattr, tcsetattr, BaudRate, SetArg};
+use nix::sys::termios::{
+    cfmakeraw, cfsetspeed, tcgetattr, tcsetattr, BaudRate, InputFlags, LocalFlags, SetArg,
+};
 
 use super::{
-    ExitStatus, Pid, PtyPair, ReadOutcome, SpawnError, SpawnSpec, UserIds, DEFAULT_AGENT_PATH,
+    ExitStatus, Pid, PtyPair, ReadOutcome, SpawnError, SpawnSpec, TerminalMode, UserIds,
+    DEFAULT_AGENT_PATH,
 };
 
 /// Opens a PTY pair; `pts_name` (the slave's path) and `speed` (the line
@@ -29,6 +32,7 @@ use super::{
 pub(super) fn open_pty_with(
     cols: u16,
     rows: u16,
+    mode: TerminalMode,
     pts_name: fn(&PtyMaster) -> io::Result<String>,
     speed: Option<BaudRate>,
 ) -> io::Result<PtyPair> {
@@ -44,16 +48,40 @@ pub(super) fn open_pty_with(
         OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )?;
-    // Raw mode: no ONLCR (`\n` stays `\n`), no echo of what the daemon writes
-    // (it would come back as agent output), no canonical line limit, no IXON.
+    // Raw first: no ONLCR (`\n` stays `\n`), no echo of what the daemon
+    // writes (it would come back as agent output), no IXON (a ^S in the
+    // input would stall the agent's output).
     let mut termios = tcgetattr(&slave)?;
     cfmakeraw(&mut termios);
+    if mode == TerminalMode::Line {
+        termios.input_flags |= InputFlags::ICRNL;
+        termios.local_flags |= LocalFlags::ICANON | LocalFlags::ISIG | LocalFlags::IEXTEN;
+    }
     if let Some(speed) = speed {
         cfsetspeed(&mut termios, speed)?;
     }
     tcsetattr(&slave, SetArg::TCSANOW, &termios)?;
     set_window_size(slave.as_fd(), cols, rows)?;
     Ok(PtyPair { master, slave })
+}
+
+/// Whether the terminal is in canonical (line) input mode now: the mode
+/// it started in, or one its program set. Read through the master, which
+/// reports the slave's settings on Linux and FreeBSD alike.
+pub fn line_mode(master: BorrowedFd<'_>) -> io::Result<bool> {
+    Ok(tcgetattr(master)?.local_flags.contains(LocalFlags::ICANON))
+}
+
+/// Puts the terminal in [`TerminalMode::Raw`] (a harness colibri speaks
+/// JSON to was detected on a pane that started in line mode).
+pub fn set_raw(master: BorrowedFd<'_>) -> io::Result<()> {
+    let mut termios = tcgetattr(master)?;
+    termios.input_flags.remove(InputFlags::ICRNL);
+    termios
+        .local_flags
+        .remove(LocalFlags::ICANON | LocalFlags::ISIG | LocalFlags::IEXTEN);
+    tcsetattr(master, SetArg::TCSANOW, &termios)?;
+    Ok(())
 }
 
 fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {

@@ -85,7 +85,7 @@ impl PtyChild {
     fn spawn(spec: &SpawnSpec) -> PtyChild {
         let poll = Poll::new().expect("poll");
         let spawning = slave_lock();
-        let pair = open_pty(80, 24).expect("open_pty");
+        let pair = open_pty(80, 24, super::TerminalMode::Raw).expect("open_pty");
         let pid = spawn_on_pty(spec, &pair.slave).expect("spawn_on_pty");
         // The master reports EOF only once every slave descriptor is closed.
         drop(pair.slave);
@@ -163,9 +163,66 @@ fn fd_flags(fd: &OwnedFd) -> (bool, bool) {
     )
 }
 
+/// A line-mode terminal hands a reader its line at Enter (`\r` becomes
+/// `\n`), echoes nothing back and leaves output as written; a raw one
+/// passes `\r` as it is. The master reports the mode, and `set_raw`
+/// changes it.
+#[test]
+fn line_mode_reads_enter_as_a_newline_and_set_raw_leaves_it() {
+    let pair = open_pty(80, 24, super::TerminalMode::Line).expect("open_pty");
+    assert_eq!(line_mode(pair.master.as_fd()).ok(), Some(true));
+    write_all_master(&pair.master, b"hi\r");
+    let mut buf = [0u8; 16];
+    let n = read_slave_within(&pair.slave, &mut buf, Duration::from_secs(5));
+    assert_eq!(&buf[..n], b"hi\n", "Enter submits the line");
+    // No echo: the master has nothing to read.
+    let mut out = [0u8; 16];
+    assert!(
+        matches!(
+            read_master(pair.master.as_fd(), &mut out),
+            Ok(ReadOutcome::WouldBlock)
+        ),
+        "nothing echoed"
+    );
+    set_raw(pair.master.as_fd()).expect("set_raw");
+    assert_eq!(line_mode(pair.master.as_fd()).ok(), Some(false));
+    write_all_master(&pair.master, b"x\r");
+    let n = read_slave_within(&pair.slave, &mut buf, Duration::from_secs(5));
+    assert_eq!(&buf[..n], b"x\r", "raw: as written");
+}
+
+fn write_all_master(master: &OwnedFd, bytes: &[u8]) {
+    let mut done = 0;
+    while done < bytes.len() {
+        match write_nonblocking(master.as_fd(), &bytes[done..]) {
+            Ok(Some(n)) => done += n,
+            Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) => panic!("writing the master: {e}"),
+        }
+    }
+}
+
+/// One read of the slave, waiting up to `within` for bytes.
+fn read_slave_within(slave: &OwnedFd, buf: &mut [u8], within: Duration) -> usize {
+    let mut fds = [nix::poll::PollFd::new(
+        slave.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let ms = i32::try_from(within.as_millis()).unwrap_or(i32::MAX);
+    let ready = nix::poll::poll(
+        &mut fds,
+        nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX),
+    );
+    assert!(
+        matches!(ready, Ok(n) if n > 0),
+        "the slave had nothing to read"
+    );
+    nix::unistd::read(slave.as_fd(), buf).expect("read the slave")
+}
+
 #[test]
 fn open_pty_sets_flags_and_window_size() {
-    let pair = open_pty(132, 43).expect("open_pty");
+    let pair = open_pty(132, 43, super::TerminalMode::Raw).expect("open_pty");
     assert_eq!(
         fd_flags(&pair.master),
         (true, true),
@@ -446,7 +503,7 @@ fn spawn_switches_user_when_root() {
 
 #[test]
 fn spawn_rejects_bad_specs() {
-    let pair = open_pty(80, 24).expect("open_pty");
+    let pair = open_pty(80, 24, super::TerminalMode::Raw).expect("open_pty");
     assert!(matches!(
         spawn_on_pty(&SpawnSpec::default(), &pair.slave),
         Err(SpawnError::EmptyArgv)
@@ -481,7 +538,7 @@ fn spawn_rejects_bad_specs() {
 #[test]
 fn exit_watch_on_a_reaped_child_reports_already_exited() {
     let spawning = slave_lock();
-    let pair = open_pty(80, 24).expect("open_pty");
+    let pair = open_pty(80, 24, super::TerminalMode::Raw).expect("open_pty");
     let pid = spawn_on_pty(
         &SpawnSpec {
             argv: argv(&["/bin/sh", "-c", "exit 0"]),
@@ -714,7 +771,7 @@ fn child_pid_gone() -> Pid {
 
 #[test]
 fn write_nonblocking_reports_would_block() {
-    let pair = open_pty(80, 24).expect("open_pty");
+    let pair = open_pty(80, 24, super::TerminalMode::Raw).expect("open_pty");
     let chunk = [b'x'; 4096];
     // Nobody reads the slave, so its input queue fills up.
     let blocked = (0..10_000).any(|_| {

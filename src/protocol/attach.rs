@@ -46,6 +46,13 @@ pub struct AttachReply {
     /// The recent output (the pane's ring), base64: what the screen was
     /// showing before the live frames that follow.
     pub data: String,
+    /// The terminal is in line mode (canonical input, no output
+    /// processing; `platform::TerminalMode`): a `\n` the program writes
+    /// is a new line, which the attacher's own terminal (raw, for the
+    /// keys) needs as `\r\n`, and nothing typed is echoed by the agent's
+    /// terminal. False once the program takes the terminal raw (a TUI).
+    #[serde(default)]
+    pub line_mode: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,8 +70,13 @@ pub struct AttachResizeReply {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "attach", rename_all = "snake_case")]
 pub enum AttachFrame {
-    /// PTY output, base64.
-    Output { data: String },
+    /// PTY output, base64; `line_mode` as in [`AttachReply`], read when
+    /// the output was.
+    Output {
+        data: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        line_mode: bool,
+    },
     /// The agent's process ended; the stream stays open (a restart may
     /// follow) until the client leaves.
     Exited {
@@ -79,9 +91,10 @@ pub enum AttachFrame {
 }
 
 impl AttachFrame {
-    pub fn output(bytes: &[u8]) -> AttachFrame {
+    pub fn output(bytes: &[u8], line_mode: bool) -> AttachFrame {
         AttachFrame::Output {
             data: base64::engine::general_purpose::STANDARD.encode(bytes),
+            line_mode,
         }
     }
 
@@ -112,10 +125,10 @@ mod tests {
     #[test]
     fn output_frames_carry_any_bytes() {
         let bytes = [0u8, 0xff, b'\n', 0x1b, b'['];
-        let line = AttachFrame::output(&bytes).line();
+        let line = AttachFrame::output(&bytes, false).line();
         assert_eq!(line.last(), Some(&b'\n'));
         let back: AttachFrame = serde_json::from_slice(&line).expect("parses");
-        let AttachFrame::Output { data } = back else {
+        let AttachFrame::Output { data, .. } = back else {
             panic!("not output");
         };
         assert_eq!(decode(&data).expect("decodes"), bytes);

@@ -76,12 +76,12 @@ fn cli(d: &Colibrid, args: &str) -> String {
     format!("{COLIBRI} --socket {} {args}", d.socket.display())
 }
 
-/// An agent that reads lines (CR ends a line, as a terminal's Enter) and
-/// answers each.
+/// An agent that reads lines and answers each. It sets nothing on its
+/// terminal: Enter (`\r` from attach) must end a line as on a fresh one.
 fn echo_agent(d: &Colibrid) -> String {
     let script = d.script(
         "echo-agent",
-        "stty icrnl 2>/dev/null\necho booted-and-ready\nwhile read l; do echo \"got:$l\"; done",
+        "echo booted-and-ready\nwhile read l; do echo \"got:$l\"; done",
     );
     d.spawn(&[&script], json!({"name": "echoer"}))
 }
@@ -108,6 +108,72 @@ fn attach_shows_output_forwards_input_and_detach_leaves_the_agent_running() {
     assert!(pane["exit"].is_null(), "the agent ended: {pane}");
     let pid = pane["pid"].as_i64().expect("pid") as i32;
     assert!(pid_alive(pid), "the agent's process is gone after a detach");
+}
+
+/// attach is a terminal for a program that reads lines, as tmux is: what
+/// is typed shows (the agent's terminal does not echo), Backspace edits
+/// the line, Enter submits it, and the program's `\n`-only output starts
+/// each line at the left edge, while its session log keeps the bytes it
+/// wrote (no `\r` added). Before, Enter arrived as `\r` and the program
+/// never got its line, and its output staircased.
+#[test]
+fn attach_is_a_terminal_for_a_line_reading_program() {
+    let d = Colibrid::start(&[]);
+    let script = d.script(
+        "asker",
+        "printf 'first\\nsecond\\nname? '\nread name\nprintf 'hello %s\\nbye\\n' \"$name\"\nsleep 60",
+    );
+    let id = d.spawn(&[&script], json!({"name": "asker"}));
+    let Some(t) = Tmux::start(&d, &cli(&d, "attach asker")) else {
+        return;
+    };
+    // capture-pane drops trailing blanks.
+    t.wait_screen("the question", |s| s.contains("name?"));
+    t.keys(&["wrold", "BSpace", "BSpace", "BSpace", "BSpace", "orld"]);
+    t.wait_screen("the typing echoed and edited", |s| {
+        s.contains("name? world")
+    });
+    t.keys(&["Enter"]);
+    let screen = t.wait_screen("the answer", |s| s.contains("bye"));
+    let lines: Vec<&str> = screen.lines().collect();
+    for want in ["first", "second", "name? world", "hello world", "bye"] {
+        assert!(
+            lines.iter().any(|l| *l == want),
+            "{want:?} is not a line of its own at the left edge:\n{screen}"
+        );
+    }
+    // The log holds what the program wrote, `\n` and all, no `\r`, and
+    // nothing typed (only the program's own bytes: no echo came back).
+    let log = std::fs::read_dir(d.state.join("sessions"))
+        .expect("sessions")
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .find(|t| t.contains(&id) && t.contains("hello world"))
+        .expect("the session log");
+    assert!(log.contains(r#""raw":"name? hello world""#), "{log}");
+    assert!(!log.contains("\\r"), "a \\r reached the log: {log}");
+}
+
+/// A program that takes its terminal raw (as a TUI does) gets each key as
+/// typed, Enter as `\r`, and nothing is echoed for it by attach.
+#[test]
+fn attach_passes_keys_as_typed_to_a_raw_mode_program() {
+    let d = Colibrid::start(&[]);
+    let script = d.script(
+        "tui",
+        "stty raw -echo\necho raw-ready\ndd bs=1 count=3 2>/dev/null | od -An -tx1\nsleep 60",
+    );
+    d.spawn(&[&script], json!({"name": "tui"}));
+    let Some(t) = Tmux::start(&d, &cli(&d, "attach tui")) else {
+        return;
+    };
+    t.wait_screen("the program to go raw", |s| s.contains("raw-ready"));
+    t.keys(&["a", "C-c", "Enter"]);
+    let screen = t.wait_screen("the bytes it read", |s| s.contains("61 03 0d"));
+    assert!(
+        !screen.contains("^C"),
+        "attach echoed for a raw program:\n{screen}"
+    );
 }
 
 fn attach_on(d: &Colibrid, id: &str, input: bool) -> (Client, Value) {
@@ -193,7 +259,7 @@ fn row<'a>(screen: &'a str, name: &str) -> Option<&'a str> {
 #[test]
 fn top_shows_state_changes_and_a_key_pauses_the_agent() {
     let d = Colibrid::start(&[]);
-    let script = d.script("waiter", "stty icrnl 2>/dev/null\nread l\nexit 3");
+    let script = d.script("waiter", "read l\nexit 3");
     let id = d.spawn(&[&script], json!({"name": "waiter"}));
     let Some(t) = Tmux::start(&d, &cli(&d, "top")) else {
         return;

@@ -45,6 +45,13 @@ impl Runtime {
         Runtime::OpenCode,
     ];
 
+    /// Whether colibri writes JSON lines to this harness's input (Pi's RPC
+    /// commands, Claude's stream-json user messages), which its terminal
+    /// must pass whatever their length (`platform::TerminalMode::Raw`).
+    pub const fn reads_json_input(self) -> bool {
+        matches!(self, Runtime::Pi | Runtime::Claude)
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Runtime::Pi => "pi",
