@@ -138,7 +138,7 @@ fn attach_is_a_terminal_for_a_line_reading_program() {
     let lines: Vec<&str> = screen.lines().collect();
     for want in ["first", "second", "name? world", "hello world", "bye"] {
         assert!(
-            lines.iter().any(|l| *l == want),
+            lines.contains(&want),
             "{want:?} is not a line of its own at the left edge:\n{screen}"
         );
     }
