@@ -72,6 +72,12 @@ pub trait ReplyBody: std::fmt::Debug {
     /// the daemon as it is now (a snapshot reads its panes from it, and
     /// keeps their text: `daemon::pane_text`).
     fn next_slice(&mut self, d: &mut Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress>;
+
+    /// An observation of the daemon's state now (a snapshot), which waits
+    /// for no writer ([`Marks::OBSERVED`]).
+    fn observation(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -119,6 +125,13 @@ impl Marks {
         log: u64::MAX,
         journal: u64::MAX,
     };
+
+    /// A reply that reports the daemon's state now (`status`, a snapshot,
+    /// `approvals`, …) and acknowledges nothing: it leaves as soon as the
+    /// frames before it have. Held for the writers, it waited on the state
+    /// file system, and a frozen one (`fsfreeze`, a stalled NFS server)
+    /// left the operator with no answer at all.
+    pub const OBSERVED: Marks = Marks { log: 0, journal: 0 };
 
     /// Whether both writers have confirmed what a frame with these marks
     /// waits for.
@@ -292,7 +305,12 @@ impl Conn {
     ) -> io::Result<()> {
         if !slice.is_empty() {
             self.out_bytes += slice.len();
-            self.out.push_back((OutFrame::Owned(slice), UNSTAMPED));
+            let marks = if body.observation() {
+                Marks::OBSERVED
+            } else {
+                UNSTAMPED
+            };
+            self.out.push_back((OutFrame::Owned(slice), marks));
         }
         match progress {
             Ok(BodyProgress::More) => {
@@ -352,12 +370,22 @@ impl Conn {
     /// Queues a frame. Returns false when the queue passed its limit (the
     /// caller decides: drop a watcher, close a non-reader).
     pub fn enqueue(&mut self, frame: Rc<[u8]>) -> bool {
+        self.enqueue_marked(frame, UNSTAMPED)
+    }
+
+    /// [`Conn::enqueue`] for a reply that waits for no writer
+    /// ([`Marks::OBSERVED`]).
+    pub fn enqueue_observation(&mut self, frame: Rc<[u8]>) -> bool {
+        self.enqueue_marked(frame, Marks::OBSERVED)
+    }
+
+    fn enqueue_marked(&mut self, frame: Rc<[u8]>, marks: Marks) -> bool {
         self.out_bytes += frame.len();
         if self.body.is_some() {
             self.held_bytes += frame.len();
             self.held.push_back(frame);
         } else {
-            self.out.push_back((OutFrame::Shared(frame), UNSTAMPED));
+            self.out.push_back((OutFrame::Shared(frame), marks));
         }
         if self.watch.is_none() {
             return self.out_bytes <= REPLY_QUEUE_LIMIT;
@@ -421,6 +449,9 @@ impl Conn {
     /// what they report.
     pub fn stamp(&mut self, mark: Marks) {
         for f in self.out.iter_mut().rev() {
+            if f.1 == Marks::OBSERVED {
+                continue;
+            }
             if f.1 != UNSTAMPED {
                 break;
             }

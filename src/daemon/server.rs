@@ -320,13 +320,35 @@ impl Daemon {
         if crate::core::ingest::is_blank(line) {
             return;
         }
-        let reply = match protocol::Request::parse(line) {
-            Ok(req) => self.handle(id, req, t),
-            Err((rid, e)) => Some(protocol::err_line(rid.as_ref(), e.code(), &e.to_string())),
+        let (reply, observed) = match protocol::Request::parse(line) {
+            Ok(req) => {
+                let observed = is_observation(&req.command);
+                (self.handle(id, req, t), observed)
+            }
+            Err((rid, e)) => (
+                Some(protocol::err_line(rid.as_ref(), e.code(), &e.to_string())),
+                true,
+            ),
         };
-        if let Some(reply) = reply {
+        let Some(reply) = reply else {
+            return;
+        };
+        if observed {
+            self.send_observation(id, Rc::from(reply), t);
+        } else {
             self.send(id, Rc::from(reply), t);
         }
+    }
+
+    /// [`Daemon::send`] for a reply that waits for no writer.
+    fn send_observation(&mut self, id: ConnId, frame: Rc<[u8]>, t: Timestamp) {
+        let Some(conn) = self.conns.get_mut(id.0) else {
+            return;
+        };
+        if !conn.enqueue_observation(frame) && conn.watch.is_none() {
+            refuse_backlog(conn, t);
+        }
+        self.dirty_conns.insert(id.0);
     }
 
     /// Queues a reply; a client far behind on plain replies is closed.
@@ -335,15 +357,7 @@ impl Daemon {
             return;
         };
         if !conn.enqueue(frame) && conn.watch.is_none() {
-            log_warn!("closing a client that does not read its replies");
-            conn.drop_backlog_and_close(
-                Rc::from(protocol::err_line(
-                    None,
-                    ErrorCode::Busy,
-                    "reply queue full; closing",
-                )),
-                t,
-            );
+            refuse_backlog(conn, t);
         }
         self.dirty_conns.insert(id.0);
     }
@@ -419,4 +433,38 @@ impl Daemon {
 fn is_the_operator(scope: &Scope, peer: Option<PeerKey>) -> bool {
     *scope == Scope::Operator
         && peer.is_some_and(|p| p.jail == 0 && (p.uid == 0 || p.uid == platform::effective_uid()))
+}
+
+/// A client far behind on plain replies is closed.
+fn refuse_backlog(conn: &mut crate::daemon::conn::Conn, t: Timestamp) {
+    log_warn!("closing a client that does not read its replies");
+    conn.drop_backlog_and_close(
+        Rc::from(protocol::err_line(
+            None,
+            ErrorCode::Busy,
+            "reply queue full; closing",
+        )),
+        t,
+    );
+}
+
+/// Commands whose reply reports the daemon's state now and acknowledges
+/// nothing logged: answered without waiting for the log and journal
+/// writers (`Marks::OBSERVED`). Every other reply (a spawn, an emit, an
+/// answer, a task's change) leaves only once what it did is written.
+fn is_observation(c: &protocol::Command) -> bool {
+    use protocol::Command as C;
+    match c {
+        C::Status
+        | C::GlasspaneSnapshot
+        | C::Snapshot(_)
+        | C::ListSessions
+        | C::Whoami
+        | C::State(_)
+        | C::Tasks(_)
+        | C::Approvals(_)
+        | C::Watch(_) => true,
+        C::Budget(b) => b.action.as_deref().is_none_or(|a| a == "show"),
+        _ => false,
+    }
 }

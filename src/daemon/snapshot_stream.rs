@@ -115,6 +115,10 @@ impl ReplyBody for SnapshotStream {
         self.tail(out)?;
         Ok(BodyProgress::Done)
     }
+
+    fn observation(&self) -> bool {
+        true
+    }
 }
 
 impl SnapshotStream {

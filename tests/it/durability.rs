@@ -1,7 +1,9 @@
 //! Nothing lost: every line in its session log, recovery after SIGKILL,
 //! syslog alerts, configuration errors.
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -789,4 +791,151 @@ fn an_agent_ending_while_its_reads_are_held_loses_no_line() {
         "the last line, written as the agent exited, is in the log ({} lines)",
         lines.len()
     );
+}
+
+/// A frozen state file system (`fsfreeze`; a stalled NFS server is the
+/// same to colibrid) holds the log and journal writers, never the loop:
+/// `status`, `snapshot` and a `watch` subscription answer within a few
+/// milliseconds throughout a 10 s freeze while an agent keeps writing, and
+/// what it wrote is all logged once the freeze ends. Before, every reply
+/// waited for the log writer: 1 of 4 `status` answered within 2 s. Needs
+/// root and a loop device (Linux); skipped with a message elsewhere.
+#[test]
+fn a_frozen_state_file_system_does_not_stall_the_answers() {
+    let Some(fs) = FrozenFs::mount() else {
+        return;
+    };
+    let d = Colibrid::start_with_state(&fs.mount.join("state"), &[]);
+    // Dropped first, should an assertion fail while frozen: colibrid's
+    // shutdown flush must find the file system thawed.
+    let _thaw = Thaw(&fs);
+    let id = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo \"{\\\"type\\\":\\\"tick\\\",\\\"n\\\":$i}\"; sleep 0.05; done; sleep 60",
+        ],
+        json!({"name":"ticker"}),
+    );
+    d.wait_pane(&id, "the first lines", |p| {
+        p["counters"]["events"].as_u64() > Some(5)
+    });
+    fs.freeze();
+    let mut worst = Duration::ZERO;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        for cmd in [
+            json!({"cmd":"status"}),
+            json!({"cmd":"snapshot","schema":"v2"}),
+            json!({"cmd":"watch"}),
+        ] {
+            let asked = Instant::now();
+            let mut c = Client::connect(&d.socket);
+            let r = c.request(&cmd);
+            worst = worst.max(asked.elapsed());
+            assert_eq!(r["ok"], json!(true), "{cmd} during the freeze: {r}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let seen = d.pane(&id)["counters"]["events"].as_u64().unwrap_or(0);
+    fs.thaw();
+    eprintln!("frozen state fs: slowest answer {worst:?}; {seen} lines read meanwhile");
+    assert!(
+        worst < crate::support::scaled(Duration::from_millis(500)),
+        "an answer took {worst:?} during the freeze"
+    );
+    // The loop read on during the freeze, and every line reaches the log.
+    assert!(seen > 100, "the agent's lines were not read: {seen}");
+    d.wait_pane(&id, "all 400 lines read", |p| {
+        p["counters"]["events"].as_u64() == Some(400)
+    });
+    let logged = wait_for(Duration::from_secs(60), "all 400 lines logged", || {
+        let text = std::fs::read_dir(d.state.join("sessions"))
+            .ok()?
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .find(|t| t.contains(&id))?;
+        let n = text.matches("\"type\":\"tick\"").count();
+        (n == 400).then_some(n)
+    });
+    assert_eq!(logged, 400);
+}
+
+/// An ext4 image on a loop device, mounted for the test; thawed and
+/// unmounted on drop.
+struct FrozenFs {
+    /// Holds the image and the mount point; removed after the unmount.
+    _dir: tempfile::TempDir,
+    mount: PathBuf,
+    frozen: std::cell::Cell<bool>,
+}
+
+impl FrozenFs {
+    fn mount() -> Option<FrozenFs> {
+        let skip = |why: &str| {
+            eprintln!("\n*** SKIPPED: the freeze test needs {why} ***\n");
+            None
+        };
+        if !cfg!(target_os = "linux") {
+            return skip("Linux's fsfreeze (FreeBSD has no file system freeze)");
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return skip("root (mount and fsfreeze)");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let image = dir.path().join("state.img");
+        let mount = dir.path().join("mnt");
+        std::fs::create_dir(&mount).expect("mount point");
+        let ok = |cmd: &mut Command| cmd.output().is_ok_and(|o| o.status.success());
+        if !ok(Command::new("truncate").arg("-s").arg("64M").arg(&image))
+            || !ok(Command::new("mkfs.ext4").arg("-q").arg(&image))
+        {
+            return skip("mkfs.ext4 (e2fsprogs)");
+        }
+        if !ok(Command::new("mount")
+            .arg("-o")
+            .arg("loop")
+            .arg(&image)
+            .arg(&mount))
+        {
+            return skip("a loop device (mount -o loop failed: a container without one?)");
+        }
+        Some(FrozenFs {
+            _dir: dir,
+            mount,
+            frozen: std::cell::Cell::new(false),
+        })
+    }
+
+    fn freeze(&self) {
+        let o = Command::new("fsfreeze")
+            .arg("-f")
+            .arg(&self.mount)
+            .output()
+            .expect("fsfreeze");
+        assert!(o.status.success(), "fsfreeze -f: {o:?}");
+        self.frozen.set(true);
+    }
+
+    fn thaw(&self) {
+        if self.frozen.replace(false) {
+            let _ = Command::new("fsfreeze").arg("-u").arg(&self.mount).output();
+        }
+    }
+}
+
+struct Thaw<'a>(&'a FrozenFs);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        self.0.thaw();
+    }
+}
+
+impl Drop for FrozenFs {
+    fn drop(&mut self) {
+        self.thaw();
+        let _ = Command::new("umount").arg("-l").arg(&self.mount).output();
+    }
 }

@@ -68,10 +68,25 @@ impl Colibrid {
         Colibrid::start_as(extra, env, true)
     }
 
+    /// Like `start`, with the state directory at `state` (a file system
+    /// of the test's own).
+    pub fn start_with_state(state: &Path, extra: &[&str]) -> Colibrid {
+        Colibrid::start_in(Some(state), extra, &[], false)
+    }
+
     fn start_as(extra: &[&str], env: &[(&str, &str)], stderr_unread: bool) -> Colibrid {
+        Colibrid::start_in(None, extra, env, stderr_unread)
+    }
+
+    fn start_in(
+        state: Option<&Path>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        stderr_unread: bool,
+    ) -> Colibrid {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("colibri.sock");
-        let state = dir.path().join("state");
+        let state = state.map_or_else(|| dir.path().join("state"), Path::to_path_buf);
         let mut d = Colibrid {
             dir,
             socket,
