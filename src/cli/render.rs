@@ -709,6 +709,7 @@ pub(crate) mod tests {
             generation: 0,
             counters: WireCounters::default(),
             usage: WireUsage::default(),
+            usage_total: None,
             last_tool: None,
             last_error: None,
             blocked_reason: None,

@@ -93,6 +93,9 @@ pub struct Agent {
     /// budget's resume must not continue a pane the guard stopped). An
     /// operator's resume lifts them all.
     pub holds: Vec<Hold>,
+    /// What the pane's earlier runs spent (each restart starts its pane's
+    /// own usage over): with this run's, the pane's whole life.
+    pub usage_earlier: crate::core::usage::Usage,
     /// Recipe, origin, wanted state (`daemon::supervise`).
     pub supervision: crate::daemon::supervise::Supervision,
     /// The raw output ring and the attached clients (`daemon::attach`).
@@ -123,6 +126,7 @@ impl Agent {
             runtime_indexed: false,
             failure_alerted: false,
             holds: Vec::new(),
+            usage_earlier: crate::core::usage::Usage::default(),
             supervision: Default::default(),
             attach: Default::default(),
         }

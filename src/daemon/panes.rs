@@ -205,6 +205,7 @@ impl PaneTable {
             return;
         };
         let old = &slot.pane;
+        slot.agent.usage_earlier.add(old.usage());
         let mut fresh = Pane::new(old.id.clone(), old.agent.clone(), runtime, max_line, now);
         fresh.name = old.name.clone();
         fresh.stall_after = old.stall_after;

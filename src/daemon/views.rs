@@ -195,6 +195,11 @@ pub(crate) fn pane_v2<'a>(
     v.pid = a.running_pid();
     v.generation = a.generation;
     v.supervision = Some(a.supervision.wire(a));
+    if a.usage_earlier != crate::core::usage::Usage::default() {
+        let mut total = a.usage_earlier;
+        total.add(s.pane.usage());
+        v.usage_total = Some(crate::protocol::WireUsage::from(&total));
+    }
     // Holds outlive nothing: an exited process is not stopped.
     if s.pane.paused {
         v.holds = a.holds.iter().map(Hold::wire).collect();

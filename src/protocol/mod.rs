@@ -171,6 +171,10 @@ pub struct PaneV2 {
     pub generation: u32,
     pub counters: WireCounters,
     pub usage: WireUsage,
+    /// The pane's whole life, its earlier runs (restarts) included; absent
+    /// while it equals `usage` (no earlier run spent anything).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_total: Option<WireUsage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_tool: Option<WireTool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +226,7 @@ impl PaneV2 {
             generation: 0,
             counters: WireCounters::from(p.counters()),
             usage: WireUsage::from(p.usage()),
+            usage_total: None,
             last_tool: p.last_tool().map(WireTool::from),
             last_error: p.last_error().map(str::to_string),
             blocked_reason: p.blocked_reason().map(str::to_string),

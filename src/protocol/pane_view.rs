@@ -86,6 +86,7 @@ pub struct PaneV2View<'a> {
     pub generation: u32,
     pub counters: WireCounters,
     pub usage: WireUsage,
+    pub usage_total: Option<WireUsage>,
     pub last_tool: Option<&'a ToolRecord>,
     pub last_error: Option<&'a str>,
     pub blocked_reason: Option<&'a str>,
@@ -122,6 +123,7 @@ impl<'a> PaneV2View<'a> {
             generation: 0,
             counters: WireCounters::from(p.counters()),
             usage: WireUsage::from(p.usage()),
+            usage_total: None,
             last_tool: p.last_tool(),
             last_error: p.last_error(),
             blocked_reason: p.blocked_reason(),
@@ -176,15 +178,10 @@ impl<'a> PaneV2View<'a> {
         counters.uint("unknown", c.unknown);
         counters.uint("bytes", c.bytes);
         counters.end();
-        let u = &self.usage;
-        let mut usage = o.object("usage");
-        usage.uint("input_tokens", u.input_tokens);
-        usage.uint("output_tokens", u.output_tokens);
-        usage.uint("cache_read_tokens", u.cache_read_tokens);
-        usage.uint("cache_write_tokens", u.cache_write_tokens);
-        // Floats as serde_json prints them (shortest round trip).
-        usage.value("cost_usd", &u.cost_usd)?;
-        usage.end();
+        write_usage(&mut o, "usage", &self.usage)?;
+        if let Some(total) = &self.usage_total {
+            write_usage(&mut o, "usage_total", total)?;
+        }
         if let Some(t) = self.last_tool {
             let mut tool = o.object("last_tool");
             tool.str("name", &t.name);
@@ -225,6 +222,18 @@ impl<'a> PaneV2View<'a> {
         o.end();
         Ok(stalled_at)
     }
+}
+
+fn write_usage(o: &mut Object<'_>, key: &str, u: &WireUsage) -> serde_json::Result<()> {
+    let mut usage = o.object(key);
+    usage.uint("input_tokens", u.input_tokens);
+    usage.uint("output_tokens", u.output_tokens);
+    usage.uint("cache_read_tokens", u.cache_read_tokens);
+    usage.uint("cache_write_tokens", u.cache_write_tokens);
+    // Floats as serde_json prints them (shortest round trip).
+    usage.value("cost_usd", &u.cost_usd)?;
+    usage.end();
+    Ok(())
 }
 
 /// [`super::WireRestart`], borrowed.

@@ -301,8 +301,10 @@ fn apply_to_pane(entry: &mut PaneEntry, kind: &str, ev: &Value, at: &Value) {
     }
 }
 
+/// A chart point of the pane's whole life: its earlier runs' spend too
+/// (`usage_total`), so the chart does not drop at a restart.
 fn usage_point(p: &Value, now: &str) -> Value {
-    let u = p.get("usage");
+    let u = p.get("usage_total").or_else(|| p.get("usage"));
     let tokens: u64 = ["input_tokens", "output_tokens"]
         .iter()
         .filter_map(|k| u.and_then(|u| u.get(*k)).and_then(Value::as_u64))
@@ -373,6 +375,20 @@ mod tests {
             b.after("r1", 99, Duration::ZERO),
             Catchup::Snapshot(..)
         ));
+    }
+
+    /// A restarted pane's chart goes on from its whole life's spend, not
+    /// from the new run's zero (the header once fell to $0.0000).
+    #[test]
+    fn the_chart_follows_a_panes_whole_life_across_restarts() {
+        assert_eq!(
+            usage_point(
+                &json!({"usage":{"input_tokens":1,"output_tokens":0,"cost_usd":0.1},
+                    "usage_total":{"input_tokens":30,"output_tokens":5,"cost_usd":0.7}}),
+                "t"
+            ),
+            json!(["t", 35, 0.7])
+        );
     }
 
     #[test]

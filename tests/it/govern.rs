@@ -659,3 +659,42 @@ fn every_hold_of_a_paused_pane_is_shown_with_its_reason() {
     assert_eq!(p["paused"], json!(false), "{p}");
     assert!(p["holds"].is_null(), "{p}");
 }
+
+/// A pane's spend over its whole life, restarts included, is in snapshot
+/// v2's `usage_total` (each run's own `usage` starts over), so the board's
+/// charts do not drop at a restart; over the panes, it sums to what a
+/// global budget counted.
+#[test]
+fn a_panes_lifetime_spend_survives_its_restarts_and_sums_to_the_global_budget() {
+    let mut d = Colibrid::start(&[]);
+    d.relaunch_with_config(
+        "budget.toml",
+        "[restart]\nbackoff = [\"100ms\"]\n[budgets.everything]\nscope = \"global\"\nusd = 100.0\ndaily = true\n",
+    );
+    let spend = r#"{"type":"message_end","message":{"role":"assistant","content":[],"usage":{"input":1000,"output":100,"cacheRead":0,"cacheWrite":0,"totalTokens":1100,"cost":{"total":0.25}}}}"#;
+    let script = d.script(
+        "spender",
+        &format!("printf '%s\\n' '{spend}'\nsleep 0.3\nexit 0"),
+    );
+    let id = d.spawn(
+        &[&script],
+        json!({"name":"spender","runtime":"pi","restart":"always","max_restarts":2}),
+    );
+    let p = d.wait_pane(&id, "three runs' spend", |p| {
+        p["usage_total"]["cost_usd"].as_f64() >= Some(0.75)
+    });
+    assert_eq!(p["usage_total"]["input_tokens"], json!(3000), "{p}");
+    assert!(
+        p["usage"]["cost_usd"].as_f64() <= Some(0.25),
+        "this run's own: {p}"
+    );
+    let budget = d.ok(json!({"cmd":"budget"}));
+    let global = budget["budgets"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["budget"] == json!("everything")))
+        .cloned()
+        .unwrap_or_default();
+    let spent = global["spent"].as_f64().unwrap_or(-1.0);
+    let total = p["usage_total"]["cost_usd"].as_f64().unwrap_or(0.0);
+    assert!((spent - total).abs() < 1e-9, "budget {global} vs pane {p}");
+}

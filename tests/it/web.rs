@@ -608,6 +608,35 @@ fn web_board_in_a_headless_browser() {
         |v| *v == json!(true),
     );
     browser.screenshot("board-stopped.png");
+
+    // A select question is answered on the board with one of its options,
+    // and the agent reads Pi's exact reply for it.
+    let got2 = d.path("chooser.answer").display().to_string();
+    let select = r#"{"type":"extension_ui_request","id":"s1","method":"select","title":"Which?","options":["alpha","beta","gamma"]}"#;
+    let script = d.script(
+        "chooser",
+        &format!(
+            "printf '%s\\n' '{select}'\nIFS= read -r line\nprintf '%s\\n' \"$line\" > {got2}.tmp\nmv {got2}.tmp {got2}\nexec sleep 600"
+        ),
+    );
+    let chooser = d.spawn(&[&script], json!({"name":"chooser","runtime":"pi"}));
+    let item = format!("#approvals li[data-pane='{chooser}']");
+    browser.wait_eval(
+        "the select question with its options",
+        &format!("return document.querySelectorAll(\"{item} select option\").length;"),
+        |v| *v == json!(3),
+    );
+    browser.eval(&format!(
+        "document.querySelector(\"{item} select\").value = 'beta'; return true;"
+    ));
+    browser.click(&format!("{item} button.answer"));
+    let answer = wait_for(Duration::from_secs(30), "the chosen option", || {
+        std::fs::read_to_string(&got2).ok()
+    });
+    assert_eq!(
+        answer,
+        "{\"type\":\"extension_ui_response\",\"id\":\"s1\",\"value\":\"beta\"}\n"
+    );
 }
 
 /// A stand-in for an ntfy server: each published message's headers go to

@@ -34,8 +34,13 @@ function ago(at) {
   return Math.floor(s / 3600) + "h";
 }
 
+// A pane's whole life: its earlier runs (restarts) included.
+function usageOf(info) {
+  return info.usage_total || info.usage || {};
+}
+
 function tokensOf(info) {
-  const u = info.usage || {};
+  const u = usageOf(info);
   return (u.input_tokens || 0) + (u.output_tokens || 0);
 }
 
@@ -169,9 +174,10 @@ function timelineSvg(timeline) {
   return svg;
 }
 
-function action(kind, pane, approval) {
+function action(kind, pane, approval, text) {
   const body = { pane };
   if (approval) body.approval = approval;
+  if (text !== undefined) body.text = text;
   if (kind === "deny") {
     const m = prompt("Deny: a message for the agent (optional)", "");
     if (m === null) return;
@@ -239,7 +245,7 @@ function renderRow(id, p) {
     c[3].appendChild(timelineSvg(p.timeline));
   }
   c[4].textContent = tokensOf(i).toLocaleString();
-  c[5].textContent = "$" + ((i.usage && i.usage.cost_usd) || 0).toFixed(4);
+  c[5].textContent = "$" + (usageOf(i).cost_usd || 0).toFixed(4);
   c[6].textContent = i.last_tool ? i.last_tool.name + ": " + (i.last_tool.summary || "") : "";
   c[7].firstChild.textContent = i.paused ? "resume" : "pause";
   c[7].firstChild.hidden = !pausable(i);
@@ -267,11 +273,27 @@ function renderApprovals() {
     li.dataset.pane = a.pane;
     li.appendChild(el("strong", "", paneName(a.pane)));
     li.appendChild(el("span", "q", a.question || a.summary || a.message || a.title || a.kind || ""));
-    const yes = el("button", "approve", "approve");
-    yes.addEventListener("click", () => action("approve", a.pane, a.id));
+    // What the question takes: one of its options, a text, or yes and no.
+    if (a.kind === "select" && (a.options || []).length) {
+      const pick = el("select", "answer-options");
+      for (const o of a.options) { const opt = el("option", "", o); opt.value = o; pick.appendChild(opt); }
+      const send = el("button", "answer", "answer");
+      send.addEventListener("click", () => action("answer", a.pane, a.id, pick.value));
+      li.append(pick, " ", send);
+    } else if (a.kind === "input") {
+      const text = el("input", "answer-text");
+      text.placeholder = "your answer";
+      const send = el("button", "answer", "answer");
+      send.addEventListener("click", () => { if (text.value) action("answer", a.pane, a.id, text.value); });
+      li.append(text, " ", send);
+    } else {
+      const yes = el("button", "approve", "approve");
+      yes.addEventListener("click", () => action("approve", a.pane, a.id));
+      li.append(yes);
+    }
     const no = el("button", "deny", "deny");
     no.addEventListener("click", () => action("deny", a.pane, a.id));
-    li.append(yes, " ", no);
+    li.append(" ", no);
     ul.appendChild(li);
   }
 }
