@@ -610,7 +610,7 @@ fn spawn_sends_argv_and_options_and_prints_the_id() {
     assert_eq!(
         d.request(),
         json!({"cmd":"spawn-agent","argv":["zot","--json","hi"],"runtime":"zot","name":"w1","cwd":"/","env":{"A":"1"},
-               "stall_after":"90s","restart":"on-failure","max_restarts":2})
+               "stall_after":90000,"restart":"on-failure","max_restarts":2})
     );
 }
 

@@ -165,7 +165,7 @@ mod tests {
     #[test]
     fn absent_options_are_omitted_not_sent_as_null() {
         let line = watch(&[], None).to_line().expect("encodes");
-        assert_eq!(line, b"{\"cmd\":\"watch\",\"mode\":\"all\"}\n");
+        assert_eq!(line, b"{\"cmd\":\"watch\"}\n");
         let line = approvals(None).to_line().expect("encodes");
         assert_eq!(line, b"{\"cmd\":\"approvals\"}\n");
     }

@@ -701,7 +701,7 @@ pub struct WatchArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub panes: Option<Vec<String>>,
     /// `all` (the default) or `changes`: state changes only.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "WatchMode::is_all")]
     pub mode: WatchMode,
     /// Replay the journaled events after this seq first (see `watch.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

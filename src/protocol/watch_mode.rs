@@ -16,3 +16,10 @@ pub enum WatchMode {
     /// event as in `all`, in order.
     Changes,
 }
+
+impl WatchMode {
+    /// The default, left out of a request.
+    pub fn is_all(&self) -> bool {
+        *self == WatchMode::All
+    }
+}
