@@ -289,9 +289,11 @@ const HOOK_REPLY_GRACE: Duration = Duration::from_secs(3);
 /// down or busy must never change what the agent does, so every problem is
 /// reported on stderr only and the exit status stays 0. Stdout carries only
 /// a decision (Claude Code parses a hook's stdout as instructions): the
-/// operator's, the guard's, or the default when the wait ran out. With the
-/// daemon absent nothing is printed and Claude Code asks in its terminal
-/// (or, for a `PreToolUse`, runs the tool).
+/// operator's, the guard's, or the `--default` when nobody answered: the
+/// wait ran out, or colibrid could not be asked or went away while it
+/// waited (a permission is not granted because the supervisor is down).
+/// Other events with the daemon absent print nothing (a `PreToolUse`
+/// runs the tool).
 pub fn hook(
     socket: Option<&Path>,
     opts: &HookOptions<'_>,
@@ -299,17 +301,36 @@ pub fn hook(
     stdout: &mut impl Write,
     stderr: &mut impl Write,
 ) -> u8 {
-    match forward_hook(socket, opts, stdin) {
-        Ok(Some(line)) => {
-            let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
-        }
-        Ok(None) => {}
-        Err(e) => {
-            let text = format!("colibri hook {}: {e}", opts.event.unwrap_or("-"));
+    let line = match forward_hook(socket, opts, stdin) {
+        Ok(line) => line,
+        Err(HookFailure { error, fallback }) => {
+            let text = format!("colibri hook {}: {error}", opts.event.unwrap_or("-"));
             let _ = writeln!(stderr, "{}", render::escape_controls(&text));
+            fallback
         }
+    };
+    if let Some(line) = line {
+        let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
     }
     0
+}
+
+/// Why a hook got no answer, and what it prints instead: for a permission
+/// it waits on, the `--default` decision (the daemon gone, the connection
+/// lost, no reply: nobody answered, as when the wait runs out); else
+/// nothing.
+struct HookFailure {
+    error: CliError,
+    fallback: Option<String>,
+}
+
+impl<E: Into<CliError>> From<E> for HookFailure {
+    fn from(e: E) -> HookFailure {
+        HookFailure {
+            error: e.into(),
+            fallback: None,
+        }
+    }
 }
 
 /// The decision line to print, if any.
@@ -317,13 +338,14 @@ fn forward_hook(
     socket: Option<&Path>,
     opts: &HookOptions<'_>,
     stdin: &mut impl Read,
-) -> Result<Option<String>, CliError> {
+) -> Result<Option<String>, HookFailure> {
     let pane = match std::env::var("COLIBRI_PANE_ID") {
         Ok(p) if !p.is_empty() => p,
         _ => {
             return Err(CliError::Runtime(
                 "COLIBRI_PANE_ID is not set (not running under colibrid?)".into(),
-            ))
+            )
+            .into())
         }
     };
     let mut text = String::new();
@@ -354,36 +376,46 @@ fn forward_hook(
         return Ok(None);
     }
     let wait_ms = u64::try_from(opts.wait.as_millis()).unwrap_or(u64::MAX);
-    let mut client = connect(socket, opts.wait + HOOK_REPLY_GRACE)?;
+    let unanswered = |error: CliError| HookFailure {
+        error,
+        fallback: default_decision(opts, true),
+    };
+    let mut client =
+        connect(socket, opts.wait + HOOK_REPLY_GRACE).map_err(|e| unanswered(e.into()))?;
     let reply = match client.call(&request::hook(&pane, ev, wait_ms)) {
         Ok(v) => v,
         // The daemon took the request but never answered in time.
-        Err(ClientError::Timeout(_)) => return Ok(default_decision(opts)),
-        Err(e) => return Err(e.into()),
+        Err(ClientError::Timeout(_)) => return Ok(default_decision(opts, false)),
+        // Gone while it waited (stopped, crashed, the connection cut).
+        Err(e) => return Err(unanswered(e.into())),
     };
-    let reply: HookReply = decode("hook", reply)?;
+    let reply: HookReply = decode("hook", reply).map_err(unanswered)?;
     if let Some(out) = reply.output {
         return Ok(Some(out));
     }
     match reply.reason.as_deref() {
-        Some("timed_out") => Ok(default_decision(opts)),
+        Some("timed_out") => Ok(default_decision(opts, false)),
         _ => Ok(None),
     }
 }
 
 /// What to print when nobody decided: Claude Code's deny, built by the
 /// same encoder the daemon uses, or nothing.
-fn default_decision(opts: &HookOptions<'_>) -> Option<String> {
+fn default_decision(opts: &HookOptions<'_>, unreachable: bool) -> Option<String> {
     if opts.default_answer == HookDefault::None {
         return None;
     }
     let mut req = ApprovalRequest::new(ApprovalKind::ToolPermission, "".into());
     req.channel = AnswerChannel::HookOutput;
     let approval = Approval::from_request(String::new(), &req, Timestamp::from_millis(0), 0);
-    let message = format!(
-        "No answer from the operator within {}; denied by default.",
-        humantime::format_duration(opts.wait)
-    );
+    let message = if unreachable {
+        "The supervisor (colibrid) could not be asked; denied by default.".to_string()
+    } else {
+        format!(
+            "No answer from the operator within {}; denied by default.",
+            humantime::format_duration(opts.wait)
+        )
+    };
     let line = encode_answer(
         Runtime::Claude,
         &approval,

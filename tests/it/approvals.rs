@@ -521,7 +521,37 @@ fn colibri_hook_prints_its_default_when_nobody_answers() {
     let out = hook.wait_with_output().expect("hook exits");
     assert!(out.status.success());
     assert!(out.stdout.is_empty());
-    // No daemon: still exit 0, nothing printed, at once.
+    // colibrid dies while the hook waits: the default, at once (before,
+    // nothing: Claude Code then asked in a terminal nobody watches).
+    let mut dying = Colibrid::start(&[]);
+    let pane = dying.spawn(
+        &["/bin/sh", "-c", "exec sleep 60"],
+        json!({"runtime":"claude"}),
+    );
+    let hook = permission_hook(&dying, &pane, &["--wait", "60s"]);
+    wait_for(Duration::from_secs(30), "the hook's approval", || {
+        let data = dying.ok(json!({"cmd":"approvals"}));
+        data["approvals"]
+            .as_array()
+            .filter(|a| !a.is_empty())
+            .map(|_| ())
+    });
+    let asked = std::time::Instant::now();
+    dying.crash();
+    let out = hook.wait_with_output().expect("hook exits");
+    assert!(out.status.success());
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).expect("the default decision");
+    assert_eq!(
+        printed["hookSpecificOutput"]["decision"]["behavior"],
+        json!("deny"),
+        "{printed}"
+    );
+    // No daemon at all: still exit 0, and the default deny at once.
     let mut lost = Colibrid::start(&[]);
     let socket = lost.socket.clone();
     lost.terminate();
@@ -541,7 +571,11 @@ fn colibri_hook_prints_its_default_when_nobody_answers() {
         .expect("write");
     let out = hook.wait_with_output().expect("hook exits");
     assert!(out.status.success());
-    assert!(out.stdout.is_empty());
+    let printed: Value = serde_json::from_slice(&out.stdout).expect("the default decision");
+    let reason = printed["hookSpecificOutput"]["decision"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(reason.contains("could not be asked"), "{printed}");
 }
 
 #[test]

@@ -372,7 +372,16 @@ fn a_session_log_deleted_under_the_daemon_is_restarted_counted_and_alerted() {
     d.wait_pane(&id, "the second line", |p| {
         p["counters"]["events"] == json!(2)
     });
-    let status = d.ok(json!({"cmd":"status"}));
+    // `status` reports the writer's progress as it stands (it waits for no
+    // writer): the replacement shows once the line's write found the log gone.
+    let status = wait_for(
+        std::time::Duration::from_secs(20),
+        "the replaced log counted",
+        || {
+            let s = d.ok(json!({"cmd":"status"}));
+            (s["logs"]["pending_bytes"] == json!(0)).then_some(s)
+        },
+    );
     assert_eq!(status["logs"]["replaced_logs"], json!(1), "{status}");
     let reply = get_session_raw(&d, "deleted");
     let dump: RawDump<'_> = serde_json::from_str(&reply).expect("reply");
