@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Two or more colibrid binaries, one PTY stream each, taking turns: the
-paired figures in docs/PERFORMANCE.md ("Figures after the third pass").
+paired figures of the third pass (in git history of docs/PERFORMANCE.md).
 
 Each round starts each binary on a fresh socket and state dir, spawns one
 `bench/streamer LINES` (42-byte Pi lines) with `runtime: pi`, and times the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How long colibrid's heartbeat holds the loop with many sessions: the
-paired figures in docs/PERFORMANCE.md ("Figures after the sixth pass").
+paired figures of the sixth pass (in git history of docs/PERFORMANCE.md).
 
 Each binary in turn starts on a fresh socket and state dir with a short
 heartbeat, spawns N idle agents (`bench/idle_agent`, one session each) and

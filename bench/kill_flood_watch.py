@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A watcher that reads, while flooding agents are killed all at once:
-the check in docs/PERFORMANCE.md ("Figures after the eleventh pass") that
+the check of docs/PERFORMANCE.md ("End to end, next to C floors") that
 the per-watcher event limit does not drop a watcher that keeps reading.
 
 Starts `colibrid` on a fresh socket and state dir, connects one watcher
