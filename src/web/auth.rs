@@ -1,13 +1,27 @@
 //! The board's token: generated at first start, kept 0600, compared in
-//! constant time.
+//! constant time; and the sessions a login opens.
+//!
+//! A browser never holds the token, and no credential of the board's is a
+//! cookie: browsers send a host's cookies to every port of it, so a cookie
+//! set by the board reached every other server on 127.0.0.1 the browser
+//! visited (an agent's dev server among them). A login turns the token into
+//! a session id that the page keeps in its tab (`sessionStorage`) and sends
+//! itself, as `Authorization: Bearer` (or in the `/events` URL, which an
+//! `EventSource` cannot give a header), so nothing is sent that the page
+//! did not send.
 
+use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-/// The cookie `/?token=…` sets.
-pub const COOKIE: &str = "colibri_web";
+/// How long a session lasts from its login.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Sessions kept at most; a login past it ends the oldest.
+pub const MAX_SESSIONS: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
@@ -81,18 +95,64 @@ pub fn same(given: &str, token: &str) -> bool {
     diff == 0 && a.len() == b.len()
 }
 
-/// Whether the request's `Cookie` or `Authorization` header carries `token`.
-pub fn authorized(cookie: Option<&str>, authorization: Option<&str>, token: &str) -> bool {
-    if let Some(bearer) = authorization.and_then(|h| h.strip_prefix("Bearer ")) {
-        if same(bearer.trim(), token) {
-            return true;
+/// The sessions logins opened: ids of 256 random bits, each valid for
+/// [`SESSION_TTL`], at most [`MAX_SESSIONS`].
+#[derive(Debug, Default)]
+pub struct Sessions {
+    until: Mutex<HashMap<String, Instant>>,
+}
+
+impl Sessions {
+    /// A new session's id.
+    pub fn open(&self) -> String {
+        let id = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let now = Instant::now();
+        let mut until = self
+            .until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        until.retain(|_, t| *t > now);
+        while until.len() >= MAX_SESSIONS {
+            let Some(oldest) = until
+                .iter()
+                .min_by_key(|(_, t)| **t)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            until.remove(&oldest);
         }
+        until.insert(id.clone(), now + SESSION_TTL);
+        id
     }
-    cookie.is_some_and(|c| {
-        c.split(';')
-            .filter_map(|kv| kv.trim().split_once('='))
-            .any(|(k, v)| k == COOKIE && same(v, token))
-    })
+
+    /// Whether `id` is a session that has not expired.
+    pub fn valid(&self, id: &str) -> bool {
+        let now = Instant::now();
+        let until = self
+            .until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Compared in constant time, as the token is.
+        until.iter().any(|(k, t)| same(id, k) && *t > now)
+    }
+}
+
+/// Whether `credential` (a bearer value, or the `/events` URL's session)
+/// is the token or an open session.
+pub fn authorized(credential: Option<&str>, token: &str, sessions: &Sessions) -> bool {
+    credential
+        .map(str::trim)
+        .is_some_and(|c| !c.is_empty() && (same(c, token) || sessions.valid(c)))
+}
+
+/// The bearer value of an `Authorization` header.
+pub fn bearer(authorization: Option<&str>) -> Option<&str> {
+    authorization.and_then(|h| h.strip_prefix("Bearer "))
 }
 
 #[cfg(test)]
@@ -115,20 +175,28 @@ mod tests {
     }
 
     #[test]
-    fn cookie_or_bearer_must_match_exactly() {
+    fn the_token_or_an_open_session_must_match_exactly() {
         let t = "0123456789abcdef0123";
-        assert!(authorized(
-            Some("a=b; colibri_web=0123456789abcdef0123"),
-            None,
-            t
-        ));
-        assert!(authorized(None, Some("Bearer 0123456789abcdef0123"), t));
-        assert!(!authorized(
-            Some("colibri_web=0123456789abcdef012"),
-            None,
-            t
-        ));
-        assert!(!authorized(None, Some("Bearer 0123456789abcdef01234"), t));
-        assert!(!authorized(None, None, t));
+        let sessions = Sessions::default();
+        let auth = |c: Option<&str>| authorized(c, t, &sessions);
+        assert!(auth(bearer(Some("Bearer 0123456789abcdef0123"))));
+        assert!(!auth(bearer(Some("Bearer 0123456789abcdef012"))));
+        assert!(!auth(bearer(Some("Bearer 0123456789abcdef01234"))));
+        assert!(!auth(bearer(Some("colibri_web=0123456789abcdef0123"))));
+        assert!(!auth(None));
+        assert!(!auth(Some("")));
+        let id = sessions.open();
+        assert_eq!(id.len(), 64);
+        assert!(auth(Some(&id)));
+        assert!(!auth(Some(&id[..63])));
+    }
+
+    #[test]
+    fn sessions_are_bounded_and_the_oldest_goes_first() {
+        let sessions = Sessions::default();
+        let first = sessions.open();
+        let rest: Vec<String> = (0..MAX_SESSIONS).map(|_| sessions.open()).collect();
+        assert!(!sessions.valid(&first), "the oldest was ended");
+        assert!(rest.iter().all(|id| sessions.valid(id)));
     }
 }

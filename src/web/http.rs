@@ -31,6 +31,7 @@ const MAX_BODY: u64 = 64 << 10;
 
 pub struct Ctx {
     pub token: String,
+    pub sessions: auth::Sessions,
     pub socket: PathBuf,
     pub board: Arc<Board>,
     /// Checks phone action URLs (`super::action`).
@@ -71,12 +72,12 @@ fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
-fn query_token(url: &str) -> Option<&str> {
+fn query_value<'a>(url: &'a str, key: &str) -> Option<&'a str> {
     let (_, query) = url.split_once('?')?;
     query
         .split('&')
         .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == "token")
+        .find(|(k, _)| *k == key)
         .map(|(_, v)| v)
 }
 
@@ -88,38 +89,76 @@ pub fn handle(ctx: &Ctx, req: Request) {
     if path == action::ROUTE {
         return phone_action(ctx, req, &url);
     }
-    // Login: a right token in the query becomes a cookie.
-    if let Some(given) = query_token(&url) {
-        if *req.method() == Method::Get && auth::same(given, &ctx.token) {
-            return login(req, &ctx.token);
+    let text = "text/plain; charset=utf-8";
+    let method = req.method().clone();
+    // The page and its assets hold no data: served to anyone. A login URL
+    // (`/?token=…`) opens a session the page keeps in its tab.
+    match (&method, path.as_str()) {
+        (Method::Get, "/") => {
+            if let Some(given) = query_value(&url, "token") {
+                if !auth::same(given, &ctx.token) {
+                    return reply(req, 401, text, UNAUTHORIZED);
+                }
+                return login(req, &ctx.sessions.open());
+            }
+            return reply(req, 200, "text/html; charset=utf-8", PAGE);
         }
+        (Method::Get, "/board.js") => {
+            return reply(req, 200, "text/javascript; charset=utf-8", SCRIPT)
+        }
+        (Method::Get, "/board.css") => return reply(req, 200, "text/css; charset=utf-8", STYLE),
+        _ => {}
     }
-    let authorized = auth::authorized(
-        header_value(&req, "Cookie"),
-        header_value(&req, "Authorization"),
-        &ctx.token,
-    );
-    if !authorized {
-        return reply(
-            req,
-            401,
-            "text/plain; charset=utf-8",
-            "401 unauthorized: open the URL colibri web printed (…/?token=…), \
-             or send Authorization: Bearer TOKEN\n",
-        );
+    // An `EventSource` cannot send a header: its session is in the URL.
+    let credential = auth::bearer(header_value(&req, "Authorization")).or_else(|| {
+        (path == "/events")
+            .then(|| query_value(&url, "session"))
+            .flatten()
+    });
+    if !auth::authorized(credential, &ctx.token, &ctx.sessions) {
+        return reply(req, 401, text, UNAUTHORIZED);
     }
-    match (req.method().clone(), path.as_str()) {
-        (Method::Get, "/") => reply(req, 200, "text/html; charset=utf-8", PAGE),
-        (Method::Get, "/board.js") => reply(req, 200, "text/javascript; charset=utf-8", SCRIPT),
-        (Method::Get, "/board.css") => reply(req, 200, "text/css; charset=utf-8", STYLE),
+    match (method, path.as_str()) {
         (Method::Get, "/api/snapshot") => {
             let (snap, seq) = ctx.board.snapshot();
             let body = json!({"run": ctx.board.run(), "seq": seq, "board": snap});
             reply(req, 200, "application/json", body.to_string())
         }
         (Method::Get, "/events") => events(ctx, req),
-        (Method::Post, p) if p.starts_with("/api/") => action(ctx, req, &p["/api/".len()..]),
-        _ => reply(req, 404, "text/plain; charset=utf-8", "404 not found\n"),
+        (Method::Post, p) if p.starts_with("/api/") => {
+            if let Err(why) = same_origin(&req) {
+                return reply(req, 403, text, format!("403: {why}\n"));
+            }
+            action(ctx, req, &p["/api/".len()..])
+        }
+        _ => reply(req, 404, text, "404 not found\n"),
+    }
+}
+
+const UNAUTHORIZED: &str = "401 unauthorized: open the URL colibri web printed (…/?token=…), \
+                            or send Authorization: Bearer TOKEN\n";
+
+/// A state-changing request must come from the board's own page (or from
+/// a script, which sends neither header): a browser says where a request
+/// comes from in `Origin` and `Sec-Fetch-Site`, and a page of another
+/// origin (another port of the same host included) is refused, whatever
+/// credential it found.
+fn same_origin(req: &Request) -> Result<(), String> {
+    if let Some(site) = header_value(req, "Sec-Fetch-Site") {
+        if !matches!(site, "same-origin" | "none") {
+            return Err(format!("a request from another site ({site})"));
+        }
+    }
+    let Some(origin) = header_value(req, "Origin") else {
+        return Ok(());
+    };
+    let authority = origin.split_once("://").map_or(origin, |(_, a)| a);
+    match header_value(req, "Host") {
+        Some(host) if host.eq_ignore_ascii_case(authority) => Ok(()),
+        host => Err(format!(
+            "a request from {origin}, not from the board ({})",
+            host.unwrap_or("no Host")
+        )),
     }
 }
 
@@ -201,17 +240,19 @@ fn set_via(cmd: &mut Wire, how: &str) {
     }
 }
 
-/// Sets the cookie and sends the browser to `/` (never to a path from the
-/// request: `//host` there would be a redirect off the board).
-fn login(req: Request, token: &str) {
-    let cookie = format!(
-        "{}={token}; Path=/; HttpOnly; SameSite=Strict",
-        auth::COOKIE
-    );
+/// Sends the browser to `/` with the new session in the fragment, which
+/// never leaves the browser: the page moves it into its tab's storage and
+/// drops it from the address (never a path from the request: `//host`
+/// there would be a redirect off the board). No cookie is set.
+fn login(req: Request, session: &str) {
     let mut resp = Response::empty(303);
-    for h in [header("Set-Cookie", &cookie), header("Location", "/")]
-        .into_iter()
-        .flatten()
+    for h in [
+        header("Location", &format!("/#session={session}")),
+        header("Cache-Control", "no-store"),
+        header("Referrer-Policy", "no-referrer"),
+    ]
+    .into_iter()
+    .flatten()
     {
         resp.add_header(h);
     }
@@ -347,8 +388,8 @@ mod tests {
 
     #[test]
     fn the_login_token_is_read_from_the_query() {
-        assert_eq!(query_token("/?token=abc&x=1"), Some("abc"));
-        assert_eq!(query_token("/?x=1"), None);
-        assert_eq!(query_token("/"), None);
+        assert_eq!(query_value("/?token=abc&x=1", "token"), Some("abc"));
+        assert_eq!(query_value("/?x=1", "token"), None);
+        assert_eq!(query_value("/", "token"), None);
     }
 }

@@ -8,8 +8,9 @@
 //!
 //! The HTTP server is tiny_http: a blocking server with a thread per
 //! request suits a board for a handful of operators, and it builds in a
-//! fraction of axum + tokio's time. Every path needs the token (a cookie
-//! set by `/?token=…`, or `Authorization: Bearer`); see docs/WEB.md.
+//! fraction of axum + tokio's time. Every data path needs the token or a
+//! session a login opened (`Authorization: Bearer`; no cookie: see
+//! `auth`); see docs/WEB.md.
 
 pub mod action;
 pub mod auth;
@@ -90,6 +91,7 @@ pub fn run(opts: &WebOptions, out: &mut impl std::io::Write) -> Result<(), WebEr
     let _ = out.flush();
     let ctx = Arc::new(http::Ctx {
         token,
+        sessions: auth::Sessions::default(),
         socket: opts.socket.clone(),
         board,
         action_key,

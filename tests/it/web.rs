@@ -129,45 +129,87 @@ fn web_refuses_without_the_token_and_serves_with_it() {
     let d = Colibrid::start(&[]);
     let web = Web::start(&d);
     let bearer = format!("Bearer {}", web.token);
-    for path in ["/", "/events", "/api/snapshot", "/board.js"] {
+    for path in ["/events", "/api/snapshot"] {
         let (status, _, _) = http(&web.addr, "GET", path, &[], "");
         assert_eq!(status, 401, "{path} without a token");
+    }
+    // The page and its assets hold no data: anyone may load them.
+    for path in ["/", "/board.js", "/board.css"] {
+        let (status, _, _) = http(&web.addr, "GET", path, &[], "");
+        assert_eq!(status, 200, "{path}");
     }
     let (status, _, _) = http(
         &web.addr,
         "GET",
-        "/",
+        "/api/snapshot",
         &[("Authorization", "Bearer nope")],
         "",
     );
     assert_eq!(status, 401, "a wrong bearer token");
     let (status, _, _) = http(&web.addr, "POST", "/api/pause", &[], r#"{"pane":"x"}"#);
     assert_eq!(status, 401, "an action without a token");
+    let (status, _, body) = http(
+        &web.addr,
+        "GET",
+        "/api/snapshot",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
 
-    let (status, _, body) = http(&web.addr, "GET", "/", &[("Authorization", &bearer)], "");
-    assert_eq!(status, 200);
-    assert!(body.contains("<title>colibri board</title>"), "{body}");
-
-    // Login: the token in the query becomes an HttpOnly cookie.
+    // Login: the token in the query opens a session, handed to the page in
+    // the URL's fragment; no cookie (a cookie reaches every port of the
+    // host, where the board's once reached an agent's dev server).
+    let (status, _, _) = http(&web.addr, "GET", "/?token=wrong", &[], "");
+    assert_eq!(status, 401);
     let (status, head, _) = http(&web.addr, "GET", &format!("/?token={}", web.token), &[], "");
     assert_eq!(status, 303);
-    let cookie = format!("colibri_web={}", web.token);
-    assert!(
-        head.contains(&cookie) && head.contains("HttpOnly"),
-        "{head}"
+    assert!(!head.to_ascii_lowercase().contains("set-cookie"), "{head}");
+    assert!(!head.contains(&web.token), "the token came back: {head}");
+    let session = head
+        .lines()
+        .find_map(|l| l.split_once("#session=").map(|(_, s)| s.trim().to_string()))
+        .unwrap_or_else(|| panic!("no session in {head}"));
+    let as_session = format!("Bearer {session}");
+    let (status, _, _) = http(
+        &web.addr,
+        "GET",
+        "/api/snapshot",
+        &[("Authorization", &as_session)],
+        "",
     );
-    let (status, _, body) = http(&web.addr, "GET", "/board.js", &[("Cookie", &cookie)], "");
-    assert_eq!(status, 200);
-    assert!(body.contains("EventSource"));
+    assert_eq!(status, 200, "the session's own requests");
 
-    // An action reaches the daemon and returns its reply.
+    // An action reaches the daemon and returns its reply; one a page of
+    // another origin makes (another port of the same host) is refused,
+    // whatever credential it holds.
     let id = d.spawn(&["sh", "-c", "sleep 600"], json!({"name":"sleeper"}));
+    let pause = json!({"pane": id}).to_string();
+    for (name, value) in [
+        ("Origin", "http://127.0.0.1:3000"),
+        ("Sec-Fetch-Site", "same-site"),
+    ] {
+        let (status, _, body) = http(
+            &web.addr,
+            "POST",
+            "/api/pause",
+            &[("Authorization", &as_session), (name, value)],
+            &pause,
+        );
+        assert_eq!(status, 403, "{name}: {value}: {body}");
+    }
+    assert_eq!(d.pane(&id)["paused"], json!(false));
+    let own = format!("http://{}", web.addr);
     let (status, _, body) = http(
         &web.addr,
         "POST",
         "/api/pause",
-        &[("Authorization", &bearer)],
-        &json!({"pane": id}).to_string(),
+        &[
+            ("Authorization", &as_session),
+            ("Origin", &own),
+            ("Sec-Fetch-Site", "same-origin"),
+        ],
+        &pause,
     );
     assert_eq!(status, 200, "{body}");
     let reply: Value = serde_json::from_str(&body).expect("json");
@@ -500,6 +542,15 @@ fn web_board_in_a_headless_browser() {
         "the pane's row",
         &format!("return document.querySelector(\"{row}\") !== null;"),
         |v| *v == json!(true),
+    );
+    // The session lives in the tab: no cookie, and not in the address.
+    let kept = browser.eval("return [document.cookie, location.href];");
+    assert_eq!(kept[0], json!(""), "a cookie was set: {kept}");
+    assert!(
+        kept[1]
+            .as_str()
+            .is_some_and(|u| !u.contains("session") && !u.contains("token")),
+        "{kept}"
     );
 
     // A state change in the daemon reaches the page: the cue makes the

@@ -14,6 +14,19 @@ const FEED_MAX = 200, TIMELINE_MAX = 24, SERIES_MAX = 90;
 const $ = (id) => document.getElementById(id);
 const tbody = document.querySelector("#panes tbody");
 
+// The session a login opened arrives in the address's fragment (never sent
+// to a server); it is kept in this tab only and sent by the page itself,
+// never as a cookie (a cookie reaches every port of the host).
+const SESSION_KEY = "colibri-session";
+(() => {
+  const m = location.hash.match(/session=([0-9a-f]+)/);
+  if (m) {
+    sessionStorage.setItem(SESSION_KEY, m[1]);
+    history.replaceState(null, "", location.pathname);
+  }
+})();
+const session = sessionStorage.getItem(SESSION_KEY);
+
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -183,7 +196,11 @@ function action(kind, pane, approval, text) {
     if (m === null) return;
     body.message = m;
   }
-  fetch("/api/" + kind, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) })
+  fetch("/api/" + kind, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "Authorization": "Bearer " + session },
+    body: JSON.stringify(body),
+  })
     .then((r) => r.json())
     .then((r) => {
       const box = $("action-error");
@@ -392,7 +409,7 @@ function render() {
 function connect() {
   // EventSource resends Last-Event-ID on its own reconnects: the server
   // resumes from there, or sends a snapshot.
-  const es = new EventSource("/events");
+  const es = new EventSource("/events?session=" + encodeURIComponent(session));
   es.addEventListener("snapshot", (e) => applySnapshot(JSON.parse(e.data)));
   es.addEventListener("batch", (e) => {
     for (const item of JSON.parse(e.data)) applyItem(item);
@@ -408,4 +425,9 @@ $("filter").addEventListener("input", () => { for (const p of panes.values()) if
 setInterval(() => {
   for (const p of panes.values()) if (p.row) p.row.children[2].textContent = ago(p.info.state_since);
 }, 5000);
-connect();
+if (session) {
+  connect();
+} else {
+  document.body.dataset.ready = "1";
+  $("daemon").textContent = "401 unauthorized: open the URL colibri web printed (…/?token=…)";
+}
