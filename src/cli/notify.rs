@@ -429,7 +429,10 @@ impl Notifier {
         let Some((prog, args)) = command.split_first() else {
             return;
         };
-        let s = |k: &str| payload[k].as_str().unwrap_or_default().to_string();
+        // The whole event is on stdin; a variable is cut at ENV_VALUE_MAX
+        // (an agent's reason of 200 KB passed Linux's 128 KiB limit for
+        // one argument or variable, and the command never ran: E2BIG).
+        let s = |k: &str| env_value(payload[k].as_str().unwrap_or_default());
         let spawned = Command::new(prog)
             .args(args)
             .env("COLIBRI_EVENT", s("event"))
@@ -449,13 +452,25 @@ impl Notifier {
                 return;
             }
         };
+        // The timeout counts from the start: a command that does not read a
+        // large event (over a pipe's 64 KiB) held the write, and notify
+        // with it, past its timeout (25 s for a 2 s timeout).
+        let deadline = Instant::now() + timeout;
         if let Some(mut stdin) = child.stdin.take() {
-            // A command that does not read its stdin is its own business.
-            let _ = stdin.write_all(format!("{payload}\n").as_bytes());
+            let line = format!("{payload}\n");
+            // A thread of its own: it ends when the command reads the
+            // event, exits, or is killed at its deadline (the write then
+            // fails with EPIPE).
+            let writer = std::thread::Builder::new()
+                .name("notify-exec-stdin".into())
+                .spawn(move || {
+                    let _ = stdin.write_all(line.as_bytes());
+                });
+            if let Err(e) = writer {
+                eprintln!("colibri notify: {label}: cannot start a writer for {prog}: {e}");
+            }
         }
-        self.sinks[i]
-            .running
-            .push((child, Instant::now() + timeout));
+        self.sinks[i].running.push((child, deadline));
     }
 
     /// Waits for every command still running (at exit and in tests).
@@ -467,6 +482,20 @@ impl Notifier {
             }
         }
     }
+}
+
+/// The longest value of a `COLIBRI_*` variable an exec command gets.
+const ENV_VALUE_MAX: usize = 4096;
+
+fn env_value(text: &str) -> String {
+    if text.len() <= ENV_VALUE_MAX {
+        return text.to_string();
+    }
+    let mut end = ENV_VALUE_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// Collects commands that ended, killing those past their deadline.
@@ -649,6 +678,35 @@ mod tests {
                  (or colibri budget raise daily CAP, or colibri resume fixer)"
             ),
             "{body}"
+        );
+    }
+
+    /// A command that does not read its (large) event on stdin holds
+    /// neither notify nor its own timeout.
+    #[test]
+    fn an_exec_timeout_holds_for_a_command_that_does_not_read() {
+        let mut n = notifier(
+            "[[notify]]\nkind = \"exec\"\ncommand = [\"sleep\", \"30\"]\ntimeout = \"500ms\"\n",
+        );
+        let big = "x".repeat(200_000);
+        let ev = json!({"seq":1,"at":"x","event":"state","pane":"p1","to":"blocked","reason":big});
+        let started = Instant::now();
+        n.exec(
+            0,
+            &["sleep".into(), "30".into()],
+            Duration::from_millis(500),
+            1,
+            &ev,
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "exec held notify"
+        );
+        n.settle();
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "the 500 ms timeout took {took:?}"
         );
     }
 

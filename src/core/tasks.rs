@@ -209,6 +209,28 @@ pub enum TaskError {
     AlreadyHolding(String, u64),
     #[error("a task needs a title")]
     NoTitle,
+    #[error("the task's context nests {0} levels deep; at most {MAX_CONTEXT_DEPTH} are taken")]
+    ContextTooDeep(usize),
+    #[error("the task's context is {0} bytes as JSON; at most {MAX_CONTEXT_BYTES} are taken")]
+    ContextTooLarge(usize),
+}
+
+/// The deepest task context taken: every reply that carries a task (a
+/// `tasks` list wraps it five levels deep) must parse in a standard client
+/// (serde_json stops at 128 levels; a context of 125 made a claimed task
+/// that colibri's own client could not read).
+pub const MAX_CONTEXT_DEPTH: usize = 32;
+/// The largest task context taken, as JSON text.
+pub const MAX_CONTEXT_BYTES: usize = 64 << 10;
+
+/// How deep `v` nests (a scalar is 0). `v` came from a parser with a
+/// recursion limit, so this recursion is bounded too.
+fn json_depth(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Array(a) => 1 + a.iter().map(json_depth).max().unwrap_or(0),
+        serde_json::Value::Object(m) => 1 + m.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -410,6 +432,16 @@ impl TaskQueue {
         if task.title.trim().is_empty() {
             return Err(TaskError::NoTitle);
         }
+        if let Some(context) = &task.context {
+            let depth = json_depth(context);
+            if depth > MAX_CONTEXT_DEPTH {
+                return Err(TaskError::ContextTooDeep(depth));
+            }
+            let bytes = serde_json::to_string(context).map_or(usize::MAX, |t| t.len());
+            if bytes > MAX_CONTEXT_BYTES {
+                return Err(TaskError::ContextTooLarge(bytes));
+            }
+        }
         let id = self.next_id.max(1);
         Ok(self.commit(TaskEvent::Added {
             id,
@@ -554,6 +586,37 @@ impl TaskQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A context a standard client could not read back is refused at
+    /// intake, with the reason, and nothing is queued.
+    #[test]
+    fn a_context_too_deep_or_too_large_is_refused_at_intake() {
+        let mut q = TaskQueue::default();
+        let nested = |n: usize| {
+            let text = format!("{}1{}", "[".repeat(n), "]".repeat(n));
+            serde_json::from_str::<serde_json::Value>(&text).ok()
+        };
+        let task = |context| NewTask {
+            title: "t".into(),
+            description: String::new(),
+            priority: Priority::Medium,
+            role: None,
+            context,
+            jail: None,
+        };
+        let at = Timestamp::from_millis(1);
+        assert!(q.add(task(nested(MAX_CONTEXT_DEPTH)), at).is_ok());
+        assert!(matches!(
+            q.add(task(nested(MAX_CONTEXT_DEPTH + 1)), at),
+            Err(TaskError::ContextTooDeep(33))
+        ));
+        let big = serde_json::Value::String("x".repeat(MAX_CONTEXT_BYTES));
+        assert!(matches!(
+            q.add(task(Some(big)), at),
+            Err(TaskError::ContextTooLarge(_))
+        ));
+        assert_eq!(q.iter().count(), 1, "only the first was queued");
+    }
 
     fn at(s: u64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + s * 1000)

@@ -47,9 +47,11 @@ fn task_error(e: TaskError) -> CommandError {
     let code = match e {
         TaskError::NotFound(_) => ErrorCode::NotFound,
         TaskError::NotYours { .. } | TaskError::OperatorOnly(_) => ErrorCode::Forbidden,
-        TaskError::WrongStatus { .. } | TaskError::AlreadyHolding(..) | TaskError::NoTitle => {
-            ErrorCode::Invalid
-        }
+        TaskError::WrongStatus { .. }
+        | TaskError::AlreadyHolding(..)
+        | TaskError::NoTitle
+        | TaskError::ContextTooDeep(_)
+        | TaskError::ContextTooLarge(_) => ErrorCode::Invalid,
     };
     CommandError::new(code, e.to_string())
 }
