@@ -86,6 +86,10 @@ fn every_watch_kind() -> Vec<WatchKind> {
         },
         WatchKind::Unstalled { pane: p() },
         WatchKind::Paused { pane: p() },
+        WatchKind::PauseBroken {
+            pane: p(),
+            reason: p(),
+        },
         WatchKind::Resumed { pane: p() },
         WatchKind::Exited {
             pane: p(),
@@ -197,6 +201,7 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::Stalled { .. }
             | WatchKind::Unstalled { .. }
             | WatchKind::Paused { .. }
+            | WatchKind::PauseBroken { .. }
             | WatchKind::Resumed { .. }
             | WatchKind::Exited { .. }
             | WatchKind::RestartScheduled { .. }

@@ -520,6 +520,9 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
         WatchKind::Unstalled { pane } => format!("{} no longer stalled", who(pane)),
         WatchKind::Removed { pane } => format!("{} removed", who(pane)),
         WatchKind::Paused { pane } => format!("{} paused", who(pane)),
+        WatchKind::PauseBroken { pane, reason } => {
+            format!("{} ran while paused ({reason}); stopped again", who(pane))
+        }
         WatchKind::Resumed { pane } => format!("{} resumed", who(pane)),
         WatchKind::Exited {
             pane,

@@ -18,6 +18,12 @@ use crate::core::time::Timestamp;
 use crate::daemon::timers::PaneTimers;
 use crate::platform::{ExitWatch, Pid};
 
+/// How long after a pause output may still come (written before the stop
+/// took, read after): only output later than this gives a pause away.
+pub const PAUSE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+/// One `pause_broken` event per pane in this long, at most.
+pub const PAUSE_BROKEN_QUIET: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Input queued for an agent's PTY beyond this is refused.
 pub const INPUT_QUEUE_LIMIT: usize = 256 * 1024;
 
@@ -93,6 +99,12 @@ pub struct Agent {
     /// budget's resume must not continue a pane the guard stopped). An
     /// operator's resume lifts them all.
     pub holds: Vec<Hold>,
+    /// When the pane was last paused (see `Daemon::hold_pause`).
+    pub paused_at: Option<Timestamp>,
+    /// When a broken pause was last told (one event per
+    /// [`PAUSE_BROKEN_QUIET`]: a helper that continues it in a loop must
+    /// not flood the watchers).
+    pub pause_broken_told: Option<Timestamp>,
     /// What the pane's earlier runs spent (each restart starts its pane's
     /// own usage over): with this run's, the pane's whole life.
     pub usage_earlier: crate::core::usage::Usage,
@@ -126,6 +138,8 @@ impl Agent {
             runtime_indexed: false,
             failure_alerted: false,
             holds: Vec::new(),
+            paused_at: None,
+            pause_broken_told: None,
             usage_earlier: crate::core::usage::Usage::default(),
             supervision: Default::default(),
             attach: Default::default(),

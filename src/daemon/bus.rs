@@ -525,6 +525,10 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
             AlertKind::RestartsExhausted,
             Some(format!("{attempts} restarts used; not restarted again")),
         )),
+        WatchKind::PauseBroken { reason, .. } => Some((
+            AlertKind::Policy,
+            Some(format!("ran while paused ({reason}); stopped again")),
+        )),
         WatchKind::Verdict { verdict, .. } => match verdict.action.as_str() {
             "warn" | "pause" | "kill" | "escalate" => {
                 Some((AlertKind::Policy, Some(verdict.reason.clone())))

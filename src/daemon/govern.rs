@@ -14,12 +14,12 @@
 use crate::core::policy::{Action, LineFacts, PaneInfo, PolicyKind, Target, Verdict};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
-use crate::daemon::agent::{Hold, INPUT_QUEUE_LIMIT};
+use crate::daemon::agent::{Hold, INPUT_QUEUE_LIMIT, PAUSE_BROKEN_QUIET, PAUSE_GRACE};
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::timers::Deadline;
-use crate::platform;
+use crate::platform::{self, ProcessState};
 use crate::protocol::{WatchKind, WireVerdict};
 
 /// The largest facts buffer kept between reads, in facts (of about 200
@@ -208,6 +208,7 @@ impl Daemon {
             return;
         };
         slot.pane.paused = pause;
+        slot.agent.paused_at = pause.then_some(t);
         if !pause {
             // Time spent stopped is not silence.
             slot.pane.rebase_quiet(t);
@@ -220,6 +221,64 @@ impl Daemon {
         };
         self.publish(event, t);
         self.refresh_stall(key, t);
+    }
+
+    /// A paused pane must stay stopped: its agent's process found running,
+    /// or output read from it well after the pause, means something
+    /// continued it (a helper it started, in a session of its own, sending
+    /// SIGCONT to its group). Its tree and what carries its identity are
+    /// stopped again, and the operator is told (`pause_broken`, alerted).
+    /// Checked on every read of a paused pane and at every heartbeat.
+    pub(crate) fn hold_pause(&mut self, key: PaneKey, output: bool, t: Timestamp) {
+        let Some(slot) = self.panes.get(key) else {
+            return;
+        };
+        let a = &slot.agent;
+        let Some(pid) = a.running_pid() else {
+            return;
+        };
+        if !slot.pane.paused {
+            return;
+        }
+        let settled = a.paused_at.is_none_or(|at| t.since(at) >= PAUSE_GRACE);
+        let leader_runs = platform::process_info(pid)
+            .ok()
+            .flatten()
+            .is_some_and(|p| !matches!(p.state, ProcessState::Stopped | ProcessState::Zombie));
+        let reason = match (leader_runs, output && settled) {
+            (true, _) => "its process was running",
+            (false, true) => "it wrote output",
+            (false, false) => {
+                // Nothing gave it away; what it left running is stopped
+                // again all the same (a quiet helper).
+                if !output {
+                    let pane_id = a.pane_id.clone();
+                    self.signal_leftovers(&[&pane_id], libc::SIGSTOP);
+                }
+                return;
+            }
+        };
+        let pane_id = a.pane_id.clone();
+        let tell = a
+            .pause_broken_told
+            .is_none_or(|at| t.since(at) >= PAUSE_BROKEN_QUIET);
+        if let Err(e) = self.signal_pane(pid, &pane_id, libc::SIGSTOP) {
+            log_warn!("pane {pane_id}: cannot stop it again: {e}");
+        }
+        log_warn!("pane {pane_id} ran while paused ({reason}); stopped again");
+        if !tell {
+            return;
+        }
+        if let Some(agent) = self.panes.agent_mut(key) {
+            agent.pause_broken_told = Some(t);
+        }
+        self.publish(
+            WatchKind::PauseBroken {
+                pane: pane_id,
+                reason: reason.to_string(),
+            },
+            t,
+        );
     }
 
     /// Queues `text` on the agent's input; a stopped agent reads it when it

@@ -89,6 +89,9 @@ impl Daemon {
         }
         if read_any {
             self.after_ingest(key, t);
+            if self.panes.pane(key).is_some_and(|p| p.paused) && budget > left {
+                self.hold_pause(key, true, t);
+            }
         }
         budget - left
     }

@@ -125,6 +125,15 @@ impl Daemon {
 
     pub(crate) fn on_heartbeat(&mut self, t: Timestamp) {
         self.retire_finished(t);
+        let paused: Vec<_> = self
+            .panes
+            .iter()
+            .filter(|(_, s)| s.pane.paused && s.agent.running_pid().is_some())
+            .map(|(k, _)| k)
+            .collect();
+        for key in paused {
+            self.hold_pause(key, false, t);
+        }
         let n = self.panes.len();
         self.publish(WatchKind::Heartbeat { panes: n }, t);
         if let Some(session) = self.store.heartbeat(t) {

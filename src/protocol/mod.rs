@@ -1229,6 +1229,13 @@ pub enum WatchKind {
     Resumed {
         pane: String,
     },
+    /// A paused pane's process (or one its agent left running) was found
+    /// running: something continued it behind the operator's back. It was
+    /// stopped again; `reason` says what gave it away.
+    PauseBroken {
+        pane: String,
+        reason: String,
+    },
     Exited {
         pane: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1357,6 +1364,7 @@ impl WatchKind {
             | WatchKind::Unstalled { pane }
             | WatchKind::Paused { pane }
             | WatchKind::Resumed { pane }
+            | WatchKind::PauseBroken { pane, .. }
             | WatchKind::Exited { pane, .. }
             | WatchKind::RestartScheduled { pane, .. }
             | WatchKind::Restarted { pane, .. }

@@ -698,3 +698,53 @@ fn a_panes_lifetime_spend_survives_its_restarts_and_sums_to_the_global_budget() 
     let total = p["usage_total"]["cost_usd"].as_f64().unwrap_or(0.0);
     assert!((spent - total).abs() < 1e-9, "budget {global} vs pane {p}");
 }
+
+/// A pause holds: something that continues a paused agent behind the
+/// operator's back (here the test, as a helper of the agent's would, sends
+/// SIGCONT to its process group) finds it stopped again at once, the
+/// snapshot still says paused, and the operator is told (`pause_broken`).
+/// Before, it printed at full speed while every view said paused.
+#[test]
+fn a_paused_agent_continued_behind_the_operators_back_is_stopped_again() {
+    let d = Colibrid::start(&[]);
+    let mut w = watch_all(&d);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "while :; do echo tick; sleep 0.05; done"],
+        json!({"name":"ticker"}),
+    );
+    d.wait_pane(&id, "some output", |p| {
+        p["counters"]["bytes"].as_u64() > Some(20)
+    });
+    d.ok(json!({"cmd":"pause-agent","agent_id": id}));
+    let pid = d.pane(&id)["pid"].as_i64().expect("pid") as i32;
+    wait_for(Duration::from_secs(10), "the agent stopped", || {
+        let p = crate::support::process(pid)?;
+        (p.state == colibri::platform::ProcessState::Stopped).then_some(())
+    });
+    // Past the pause's grace, the "helper" continues the whole group.
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) of the test's own agent's process group.
+    let rc = unsafe { libc::kill(-pid, libc::SIGCONT) };
+    assert_eq!(rc, 0, "SIGCONT to the group");
+    let ev = wait_for(Duration::from_secs(30), "the pause_broken event", || {
+        let ev = w.read_line()?;
+        (ev["event"] == json!("pause_broken")).then_some(ev)
+    });
+    assert_eq!(ev["pane"], json!(id), "{ev}");
+    wait_for(Duration::from_secs(10), "the agent stopped again", || {
+        let p = crate::support::process(pid)?;
+        (p.state == colibri::platform::ProcessState::Stopped).then_some(())
+    });
+    let p = d.pane(&id);
+    assert_eq!(p["paused"], json!(true), "{p}");
+    // It stays stopped: no more output.
+    let before = p["counters"]["bytes"].as_u64();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(d.pane(&id)["counters"]["bytes"].as_u64(), before);
+}
+
+fn watch_all(d: &Colibrid) -> Client {
+    let mut w = Client::connect(&d.socket);
+    w.request(&json!({"cmd":"watch"}));
+    w
+}
