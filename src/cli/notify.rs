@@ -461,11 +461,12 @@ impl Notifier {
             // A thread of its own: it ends when the command reads the
             // event, exits, or is killed at its deadline (the write then
             // fails with EPIPE).
+            // Non-blocking, and given up at the deadline: a command that
+            // passed its stdin to a child of its own, which never reads it,
+            // would otherwise keep this thread for good.
             let writer = std::thread::Builder::new()
                 .name("notify-exec-stdin".into())
-                .spawn(move || {
-                    let _ = stdin.write_all(line.as_bytes());
-                });
+                .spawn(move || write_until(&mut stdin, line.as_bytes(), deadline));
             if let Err(e) = writer {
                 eprintln!("colibri notify: {label}: cannot start a writer for {prog}: {e}");
             }
@@ -480,6 +481,31 @@ impl Notifier {
                 reap(&mut s.running);
                 std::thread::sleep(Duration::from_millis(10));
             }
+        }
+    }
+}
+
+/// Writes `bytes` to a command's stdin until done, the pipe closes, or
+/// `deadline` passes.
+fn write_until(stdin: &mut std::process::ChildStdin, mut bytes: &[u8], deadline: Instant) {
+    use std::os::fd::AsFd;
+    let fd = stdin.as_fd();
+    let nonblocking = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).and_then(|flags| {
+        let flags = nix::fcntl::OFlag::from_bits_retain(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+        nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(flags))
+    });
+    if nonblocking.is_err() {
+        return;
+    }
+    while !bytes.is_empty() && Instant::now() < deadline {
+        match stdin.write(bytes) {
+            Ok(0) => return,
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
         }
     }
 }

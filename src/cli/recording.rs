@@ -41,6 +41,8 @@ struct Line<'a> {
     #[serde(borrow, default)]
     state: Option<Cow<'a, str>>,
     #[serde(default)]
+    planned: bool,
+    #[serde(default)]
     signal: Option<i64>,
 }
 
@@ -133,9 +135,12 @@ impl Clock {
             Action::Exit(code)
         } else if l.colibri.map(RawValue::get) == Some("\"exit\"") {
             // The daemon logged how the agent ended.
+            // A planned stop, as the record says (a log from before it did:
+            // `done` beside an exit that is no success).
             let failed = l.signal.is_some() || l.code.is_some_and(|c| c != 0);
+            let planned = l.planned || (failed && l.state.as_deref() == Some("done"));
             match (l.code, l.signal) {
-                _ if failed && l.state.as_deref() == Some("done") => Action::Stopped {
+                _ if planned => Action::Stopped {
                     code: l.code,
                     signal: l.signal,
                 },
@@ -183,6 +188,42 @@ mod tests {
                 action: Action::Event(r#"{"type":"turn_start","b":1,"a":2}"#),
                 pane: None,
             }
+        );
+    }
+
+    /// A planned stop reads as one whatever its status: the record says
+    /// so (an exit 0 under SIGTERM included), and a log from before the
+    /// record did is read by `done` beside a failure.
+    #[test]
+    fn an_exit_record_of_a_planned_stop_is_a_stop() {
+        let mut c = Clock::default();
+        let action = |c: &mut Clock, line: &'static [u8]| c.parse(line).expect("parses").action;
+        assert_eq!(
+            action(
+                &mut c,
+                br#"{"ts":"2026-05-27T12:00:00.000Z","pane":"p","colibri":"exit","state":"done","code":0,"planned":true}"#
+            ),
+            Action::Stopped {
+                code: Some(0),
+                signal: None
+            }
+        );
+        assert_eq!(
+            action(
+                &mut c,
+                br#"{"ts":"2026-05-27T12:00:00.000Z","pane":"p","colibri":"exit","state":"done","signal":15}"#
+            ),
+            Action::Stopped {
+                code: None,
+                signal: Some(15)
+            }
+        );
+        assert_eq!(
+            action(
+                &mut c,
+                br#"{"ts":"2026-05-27T12:00:00.000Z","pane":"p","colibri":"exit","state":"error","signal":9}"#
+            ),
+            Action::Killed(9)
         );
     }
 

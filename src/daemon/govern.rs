@@ -237,26 +237,29 @@ impl Daemon {
         let Some(pid) = a.running_pid() else {
             return;
         };
-        if !slot.pane.paused {
+        // Being ended on purpose (stop, restart, kill, shutdown): it was
+        // continued to receive its SIGTERM, which is no broken pause.
+        let ending = self.is_stopping()
+            || a.stopped_by.is_some()
+            || a.timers.due(Deadline::StopGrace).is_some();
+        if !slot.pane.paused || ending {
             return;
         }
-        let settled = a.paused_at.is_none_or(|at| t.since(at) >= PAUSE_GRACE);
+        // A pause takes a moment to land (a policy's pause comes from the
+        // line just read): nothing counts before the grace.
+        if a.paused_at.is_some_and(|at| t.since(at) < PAUSE_GRACE) {
+            return;
+        }
+        // Running on a CPU, or asleep in `S` (waiting, not stopped); a
+        // process in uninterruptible I/O (`D`, slow NFS) is not evidence.
         let leader_runs = platform::process_info(pid)
             .ok()
             .flatten()
-            .is_some_and(|p| !matches!(p.state, ProcessState::Stopped | ProcessState::Zombie));
-        let reason = match (leader_runs, output && settled) {
+            .is_some_and(|p| matches!(p.state, ProcessState::Running | ProcessState::Sleeping));
+        let reason = match (leader_runs, output) {
             (true, _) => "its process was running",
             (false, true) => "it wrote output",
-            (false, false) => {
-                // Nothing gave it away; what it left running is stopped
-                // again all the same (a quiet helper).
-                if !output {
-                    let pane_id = a.pane_id.clone();
-                    self.signal_leftovers(&[&pane_id], libc::SIGSTOP);
-                }
-                return;
-            }
+            (false, false) => return,
         };
         let pane_id = a.pane_id.clone();
         let tell = a

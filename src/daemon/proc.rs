@@ -313,6 +313,7 @@ impl Daemon {
                 code,
                 signal,
                 reason: reason.as_deref(),
+                planned,
             },
             t,
         );

@@ -91,9 +91,10 @@ impl Daemon {
                     let at = rp
                         .attached_at
                         .max(pane.last_event_at().unwrap_or(rp.attached_at));
-                    // `done` beside an exit that is no success: the run
-                    // was a planned stop, folded as the daemon folded it.
-                    if state == "done" && !status.success() {
+                    // A planned stop, folded as the daemon folded it (a
+                    // log from before the record said so: `done` beside
+                    // an exit that is no success).
+                    if rp.planned_exit || (state == "done" && !status.success()) {
                         pane.stopped(status, at, &mut out);
                     } else {
                         pane.exited(status, at, &mut out);
@@ -121,6 +122,7 @@ impl Daemon {
                             code: None,
                             signal: None,
                             reason: Some(&reason),
+                            planned: false,
                         },
                         t,
                     );
@@ -310,6 +312,7 @@ mod tests {
             events_truncated: false,
             answers,
             removed: false,
+            planned_exit: false,
         }
     }
 

@@ -129,10 +129,16 @@ impl Daemon {
             .panes
             .iter()
             .filter(|(_, s)| s.pane.paused && s.agent.running_pid().is_some())
-            .map(|(k, _)| k)
+            .map(|(k, s)| (k, s.agent.pane_id.clone()))
             .collect();
-        for key in paused {
-            self.hold_pause(key, false, t);
+        for (key, _) in &paused {
+            self.hold_pause(*key, false, t);
+        }
+        // What their agents left running (a quiet helper) is stopped again,
+        // in one scan for all of them.
+        if !paused.is_empty() && !self.is_stopping() {
+            let ids: Vec<&str> = paused.iter().map(|(_, id)| id.as_str()).collect();
+            self.signal_leftovers(&ids, libc::SIGSTOP);
         }
         let n = self.panes.len();
         self.publish(WatchKind::Heartbeat { panes: n }, t);

@@ -230,6 +230,9 @@ pub struct ExitRecord<'a> {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub reason: Option<&'a str>,
+    /// colibri ended it on purpose (`Pane::stopped`): recovery and `colibri
+    /// fold` fold it the same way.
+    pub planned: bool,
 }
 
 /// An answer to an approval, as the session log keeps it (`fold` replays it).
@@ -456,6 +459,8 @@ pub struct RecoveredPane {
     pub answers: Vec<RecoveredAnswer>,
     /// A `removed` record follows the last attach: not rebuilt.
     pub removed: bool,
+    /// The exit record says colibri ended the run on purpose.
+    pub planned_exit: bool,
 }
 
 /// An answer to one of a recovered pane's approvals, as its log recorded it.
@@ -1201,6 +1206,11 @@ impl SessionStore {
     /// Never dropped.
     pub fn removed(&mut self, session: &str, pane: &str, now: Timestamp) {
         self.note_now(now);
+        // A session retention already deleted holds nothing to rebuild:
+        // its log is not made anew for this one record.
+        if !self.by_id.contains_key(session) {
+            return;
+        }
         let Some(i) = self.session_index(session, now) else {
             self.reject(session, 0);
             return;

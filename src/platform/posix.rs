@@ -55,6 +55,11 @@ pub(super) fn open_pty_with(
     cfmakeraw(&mut termios);
     if mode == TerminalMode::Line {
         termios.input_flags |= InputFlags::ICRNL;
+        // Backspace erases a whole UTF-8 character, not its last byte.
+        #[cfg(target_os = "linux")]
+        {
+            termios.input_flags |= InputFlags::IUTF8;
+        }
         termios.local_flags |= LocalFlags::ICANON | LocalFlags::ISIG | LocalFlags::IEXTEN;
     }
     if let Some(speed) = speed {

@@ -257,6 +257,7 @@ impl Daemon {
                         code: None,
                         signal: None,
                         reason: Some(&reason),
+                        planned: false,
                     },
                     t,
                 );

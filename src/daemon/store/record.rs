@@ -255,6 +255,9 @@ pub(super) fn encode_exit(
     push_field_int(out, "code", rec.code);
     push_field_int(out, "signal", rec.signal);
     push_field_str(out, "reason", rec.reason);
+    if rec.planned {
+        out.extend_from_slice(b",\"planned\":true");
+    }
     out.extend_from_slice(b"}\n");
 }
 
@@ -421,6 +424,7 @@ mod tests {
                 code: Some(1),
                 signal: None,
                 reason: Some("boom"),
+                planned: false,
             },
         );
         encode_compacted(&mut out, &mut ts, now, 7);

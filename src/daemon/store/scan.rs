@@ -55,6 +55,9 @@ pub(super) struct RecordFields<'a> {
     pub code: Option<i32>,
     #[serde(default)]
     pub signal: Option<i32>,
+    /// An exit record's planned stop.
+    #[serde(default)]
+    pub planned: bool,
     #[serde(default)]
     pub dropped: Option<u64>,
     #[serde(borrow, default)]
@@ -369,6 +372,7 @@ impl PaneSlots<'_> {
             events_truncated: false,
             answers: Vec::new(),
             removed: false,
+            planned_exit: false,
         });
         let i = rb.panes.len() - 1;
         self.slots.insert(pane.to_string(), i);
@@ -491,6 +495,7 @@ fn apply_record(
         p.events_truncated = false;
         p.answers = Vec::new();
         p.removed = false;
+        p.planned_exit = false;
     } else if rec.is("removed") {
         let i = slots.slot(rb, pane, ts);
         rb.panes[i].removed = true;
@@ -503,6 +508,7 @@ fn apply_record(
         }
         let i = slots.slot(rb, pane, ts);
         rb.panes[i].exit = Some(exit);
+        rb.panes[i].planned_exit = rec.planned;
         if !rb.panes[i].events.is_empty() {
             rb.finished.push_back(i);
         }

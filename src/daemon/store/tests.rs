@@ -124,6 +124,7 @@ fn append_flush_reopen_recovers_every_event_byte_exactly() {
                 code: Some(0),
                 signal: None,
                 reason: None,
+                planned: false,
             },
             at(30),
         );
@@ -379,6 +380,7 @@ fn write_failures_are_counted_data_kept_then_dropped_and_store_keeps_going() {
             code: None,
             signal: Some(9),
             reason: Some("killed"),
+            planned: false,
         },
         at(500),
     );
@@ -820,6 +822,7 @@ fn list_get_and_dump() {
             code: Some(0),
             signal: None,
             reason: None,
+            planned: false,
         },
         at(3),
     );
@@ -1009,6 +1012,7 @@ fn recovery_caps_event_bytes_releasing_finished_panes_first() {
                 code: Some(0),
                 signal: None,
                 reason: None,
+                planned: false,
             },
             at(3),
         );
@@ -2409,6 +2413,7 @@ fn finished(store: &mut SessionStore, session: &str, pane: &str, t: Timestamp) {
             code: Some(0),
             signal: None,
             reason: None,
+            planned: false,
         },
         t,
     );
@@ -2510,6 +2515,7 @@ fn a_compaction_asked_for_while_retain_deletes_the_log_is_given_up() {
             code: Some(0),
             signal: None,
             reason: None,
+            planned: false,
         },
         t,
     );
