@@ -14,6 +14,7 @@ use crate::core::ingest::Frame;
 use crate::core::lifecycle::LifeEvent;
 use crate::core::pane::{ExitStatus, LineKind, Transition};
 use crate::core::state::AgentState;
+use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Proc, Recipe};
 use crate::daemon::diag::{log_debug, log_warn};
@@ -389,7 +390,9 @@ impl Daemon {
         let runtime = recipe
             .runtime
             .or_else(|| self.panes.pane(key).and_then(|p| p.runtime()));
-        let mode = if runtime.is_some_and(crate::core::taxonomy::Runtime::reads_json_input) {
+        let json_input = runtime.is_some_and(Runtime::reads_json_input)
+            || Runtime::argv_reads_json_input(&recipe.argv);
+        let mode = if json_input {
             platform::TerminalMode::Raw
         } else {
             platform::TerminalMode::Line

@@ -45,6 +45,19 @@ impl Runtime {
         Runtime::OpenCode,
     ];
 
+    /// Whether `argv` asks a harness for JSON lines on its input, whatever
+    /// runtime the spawn named (or did not): Claude Code's `--input-format
+    /// stream-json`, Pi's `--mode rpc`. Such an agent needs a raw terminal
+    /// from the start: Claude prints nothing before its first input, so its
+    /// runtime is not detected in time for it.
+    pub fn argv_reads_json_input(argv: &[String]) -> bool {
+        let flag_is = |flag: &str, value: &str| {
+            argv.windows(2).any(|w| w[0] == flag && w[1] == value)
+                || argv.iter().any(|a| *a == format!("{flag}={value}"))
+        };
+        flag_is("--input-format", "stream-json") || flag_is("--mode", "rpc")
+    }
+
     /// Whether colibri writes JSON lines to this harness's input (Pi's RPC
     /// commands, Claude's stream-json user messages), which its terminal
     /// must pass whatever their length (`platform::TerminalMode::Raw`).
@@ -347,6 +360,34 @@ pub(crate) fn de_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_argv_that_asks_for_json_input_is_known_before_any_output() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(Runtime::argv_reads_json_input(&argv(&[
+            "claude",
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json"
+        ])));
+        assert!(Runtime::argv_reads_json_input(&argv(&[
+            "claude",
+            "--input-format=stream-json"
+        ])));
+        assert!(Runtime::argv_reads_json_input(&argv(&[
+            "pi", "--mode", "rpc"
+        ])));
+        assert!(!Runtime::argv_reads_json_input(&argv(&[
+            "pi", "--mode", "json", "fix it"
+        ])));
+        assert!(!Runtime::argv_reads_json_input(&argv(&[
+            "sh",
+            "-c",
+            "echo --mode rpc"
+        ])));
+    }
 
     #[test]
     fn a_pi_dialog_whose_title_splits_an_emoji_is_blocked() {
