@@ -99,8 +99,6 @@ pub struct Agent {
     /// budget's resume must not continue a pane the guard stopped). An
     /// operator's resume lifts them all.
     pub holds: Vec<Hold>,
-    /// When the pane was last paused (see `Daemon::hold_pause`).
-    pub paused_at: Option<Timestamp>,
     /// When a broken pause was last told (one event per
     /// [`PAUSE_BROKEN_QUIET`]: a helper that continues it in a loop must
     /// not flood the watchers).
@@ -138,7 +136,6 @@ impl Agent {
             runtime_indexed: false,
             failure_alerted: false,
             holds: Vec::new(),
-            paused_at: None,
             pause_broken_told: None,
             usage_earlier: crate::core::usage::Usage::default(),
             supervision: Default::default(),
@@ -158,6 +155,19 @@ impl Agent {
         self.proc
             .as_ref()
             .is_some_and(|p| p.status.is_some() || p.exiting)
+    }
+
+    /// Whether its terminal is in line mode now (`platform::TerminalMode`):
+    /// what an attacher needs to show its output and echo its typing.
+    pub fn line_mode(&self) -> bool {
+        self.proc.as_ref().is_some_and(|p| {
+            crate::platform::line_mode(std::os::fd::AsFd::as_fd(&p.master)).unwrap_or(false)
+        })
+    }
+
+    /// When its pause began: the oldest hold (see `Daemon::hold_pause`).
+    pub fn paused_since(&self) -> Option<Timestamp> {
+        self.holds.iter().map(|h| h.since).min()
     }
 
     pub fn running_pid(&self) -> Option<Pid> {

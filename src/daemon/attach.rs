@@ -87,10 +87,7 @@ impl Daemon {
         if agent.attach.clients.is_empty() {
             return;
         }
-        let line_mode = agent
-            .proc
-            .as_ref()
-            .is_some_and(|p| platform::line_mode(p.master.as_fd()).unwrap_or(false));
+        let line_mode = agent.line_mode();
         let frame: Rc<[u8]> = Rc::from(AttachFrame::output(chunk, line_mode).line());
         self.attach_send(key, &frame, t);
     }

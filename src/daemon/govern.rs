@@ -208,7 +208,6 @@ impl Daemon {
             return;
         };
         slot.pane.paused = pause;
-        slot.agent.paused_at = pause.then_some(t);
         if !pause {
             // Time spent stopped is not silence.
             slot.pane.rebase_quiet(t);
@@ -247,7 +246,7 @@ impl Daemon {
         }
         // A pause takes a moment to land (a policy's pause comes from the
         // line just read): nothing counts before the grace.
-        if a.paused_at.is_some_and(|at| t.since(at) < PAUSE_GRACE) {
+        if a.paused_since().is_some_and(|at| t.since(at) < PAUSE_GRACE) {
             return;
         }
         // Running on a CPU, or asleep in `S` (waiting, not stopped); a

@@ -1208,11 +1208,7 @@ impl SessionStore {
         self.note_now(now);
         // A session retention already deleted holds nothing to rebuild:
         // its log is not made anew for this one record.
-        if !self.by_id.contains_key(session) {
-            return;
-        }
-        let Some(i) = self.session_index(session, now) else {
-            self.reject(session, 0);
+        let Some(&i) = self.by_id.get(session) else {
             return;
         };
         let s = &mut self.sessions[i];

@@ -194,13 +194,7 @@ impl Action {
     /// The action and signature of a query string; `None` when a field is
     /// missing or malformed (pane ids are UUIDs: hex digits and dashes).
     pub fn parse_query(query: &str) -> Option<(Action, String)> {
-        let field = |name: &str| {
-            query
-                .split('&')
-                .filter_map(|kv| kv.split_once('='))
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v)
-        };
+        let field = |name: &str| query_field(query, name);
         let pane = field("pane")?;
         if pane.is_empty()
             || pane.len() > 64
@@ -216,6 +210,16 @@ impl Action {
         };
         Some((action, field("sig")?.to_string()))
     }
+}
+
+/// The value of `key` in a URL's query string (the first, as written:
+/// nothing is percent-decoded, so an encoded value matches nothing).
+pub fn query_field<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
 }
 
 fn encode_hex(bytes: &[u8]) -> String {

@@ -73,12 +73,7 @@ fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 }
 
 fn query_value<'a>(url: &'a str, key: &str) -> Option<&'a str> {
-    let (_, query) = url.split_once('?')?;
-    query
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v)
+    action::query_field(url.split_once('?')?.1, key)
 }
 
 pub fn handle(ctx: &Ctx, req: Request) {

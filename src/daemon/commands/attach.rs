@@ -31,9 +31,7 @@ pub(super) fn attach(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, C
     }
     let pane = agent.pane_id.clone();
     let recent = agent.attach.recent();
-    let line_mode = agent.proc.as_ref().is_some_and(|p| {
-        crate::platform::line_mode(std::os::fd::AsFd::as_fd(&p.master)).unwrap_or(false)
-    });
+    let line_mode = agent.line_mode();
     d.attached.insert(call.conn, key);
     if let (true, Some(cols), Some(rows)) = (owns_input, a.cols, a.rows) {
         resize(d, key, cols, rows)?;
