@@ -26,6 +26,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::client::ClientError;
 use crate::core::ingest::DEFAULT_MAX_LINE;
+use crate::core::spec::RestartPolicy;
 use crate::core::taxonomy::Runtime;
 use crate::protocol::Command as Wire;
 
@@ -337,27 +338,6 @@ pub enum HintKind {
     Resume,
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum RestartPolicy {
-    /// Never restart.
-    Never,
-    /// Restart when the pane ends in the error state (a failed run, a
-    /// non-zero exit, a signal).
-    OnFailure,
-    /// Restart after every exit.
-    Always,
-}
-
-impl RestartPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RestartPolicy::Never => "never",
-            RestartPolicy::OnFailure => "on-failure",
-            RestartPolicy::Always => "always",
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct SpawnArgs {
     /// The agent's JSONL dialect (detected from its output when absent).
@@ -376,8 +356,9 @@ pub struct SpawnArgs {
     /// Silence after which a working or blocked agent counts as stalled.
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
     pub stall_after: Option<crate::protocol::DurationArg>,
-    /// Restart the agent when it exits [default: never].
-    #[arg(long, value_enum)]
+    /// Restart the agent when it exits: never (the default), on-failure
+    /// (after an exit in the error state) or always.
+    #[arg(long, value_name = "POLICY", value_parser = parse_restart)]
     pub restart: Option<RestartPolicy>,
     /// Give up restarting after this many restarts.
     #[arg(long, value_name = "N")]
@@ -443,6 +424,11 @@ fn parse_runtime(s: &str) -> Result<Runtime, String> {
         let names: Vec<&str> = Runtime::ALL.iter().map(|r| r.as_str()).collect();
         format!("unknown runtime {s:?} (one of: {})", names.join(", "))
     })
+}
+
+fn parse_restart(s: &str) -> Result<RestartPolicy, String> {
+    RestartPolicy::parse(s)
+        .ok_or_else(|| format!("unknown restart policy {s:?} (one of: never, on-failure, always)"))
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {

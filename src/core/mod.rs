@@ -15,7 +15,6 @@ pub mod resolve;
 pub mod signal;
 pub mod spec;
 pub mod state;
-pub mod supervisor;
 pub mod tasks;
 pub mod taxonomy;
 pub mod time;

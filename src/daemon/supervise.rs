@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::lifecycle::{Life, LifeEvent, RestartPolicy as LoopPolicy};
+use crate::core::lifecycle::{Life, LifeEvent};
 use crate::core::pane::{Pane, PaneId};
 use crate::core::reconcile::{self, AgentChange, Occasion, Origin, TableEntry};
 use crate::core::spec::{
     check_agent_name, default_resume_template, known_runtime, Actual, AgentRecord, AgentSpec,
-    RestartPolicy as SpecPolicy, StopCause, Wanted,
+    RestartPolicy, StopCause, Wanted,
 };
 use crate::core::state::AgentState;
 use crate::core::time::Timestamp;
@@ -240,11 +240,6 @@ impl RecordsWriter {
             let _ = handle.join();
         }
     }
-}
-
-/// The restart policy of the loop for a recipe's.
-fn loop_policy(spec: &AgentSpec) -> LoopPolicy {
-    LoopPolicy::parse(spec.restart.as_str()).unwrap_or(LoopPolicy::Never)
 }
 
 fn recipe_of(spec: &AgentSpec, argv: Vec<String>) -> Recipe {
@@ -481,7 +476,7 @@ impl Daemon {
             spec.jail.clone(),
             None,
             RestartState {
-                policy: LoopPolicy::Never,
+                policy: RestartPolicy::Never,
                 max: 0,
                 attempts: 0,
             },
@@ -504,7 +499,7 @@ impl Daemon {
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
-        agent.restart.policy = loop_policy(&spec);
+        agent.restart.policy = spec.restart;
         agent.restart.max = spec.max_restarts.unwrap_or(max_default);
         let argv = spec.argv.clone();
         agent.recipe = Some(recipe_of(&spec, argv));
@@ -768,8 +763,7 @@ impl Daemon {
         spec.env = recipe.env.iter().cloned().collect();
         spec.user = recipe.user.clone();
         spec.jail = recipe.jail.clone();
-        spec.restart =
-            SpecPolicy::parse(agent.restart.policy.as_str()).unwrap_or(SpecPolicy::Never);
+        spec.restart = agent.restart.policy;
         spec.max_restarts = max_restarts;
         spec.resume = known_runtime(&spec)
             .and_then(default_resume_template)
