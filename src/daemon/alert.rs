@@ -19,10 +19,9 @@
 //! larger local datagram with EMSGSIZE (`net.local.dgram.maxdgram`, 2 KiB),
 //! so the alert would be lost. Long values are cut, marked with `…`, and the
 //! message says `truncated=N` (bytes cut); [`AlertStats::truncated`] counts
-//! such alerts. The header is written
-//! here, not by `syslog::Formatter5424`: that formatter takes MSGID as a `u32`
-//! and reads the clock itself, and colibri needs a word as MSGID and the
-//! caller's time. The `syslog` crate still supplies [`Facility`].
+//! such alerts. The header is written here, with a word as MSGID and the
+//! caller's time (a syslog crate's formatter takes a number and reads the
+//! clock itself).
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
