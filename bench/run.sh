@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 if [ "$what" = all ] || [ "$what" = ingest-core ]; then
-  cargo bench --bench ingest 2>&1 | grep -E '^[a-z_0-9]+/|time:|thrpt:'
+  cargo bench -p colibri-benches --bench ingest 2>&1 | grep -E '^[a-z_0-9]+/|time:|thrpt:'
 fi
 if [ "$what" = all ] || [ "$what" = daemon ]; then
-  cargo bench --bench daemon -- all
+  cargo build --release --bin colibrid
+  cargo bench -p colibri-benches --bench daemon -- all
 fi

@@ -1,7 +1,8 @@
 //! Benchmarks of the real daemon: each scenario starts `colibrid` on a
 //! temporary socket, drives it as a client would, and prints figures.
 //!
-//! Run one: `cargo bench --bench daemon -- exit` (or `spawn`, `snapshot`,
+//! Run one: `cargo build --release --bin colibrid && cargo bench -p
+//! colibri-benches --bench daemon -- exit` (or `spawn`, `snapshot`,
 //! `idle`, `rss`, `ingest`, `all`). `bench/run.sh` runs them all. Linux
 //! only: it reads /proc for the daemon's RSS, CPU time and context switches,
 //! and uses a pidfd to see an agent's exit independently of the daemon.
@@ -14,7 +15,27 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-const COLIBRID: &str = env!("CARGO_BIN_EXE_colibrid");
+/// The daemon under test: `$COLIBRID`, or the release build beside this
+/// bench's own binary (`target/release/colibrid`, which `bench/run.sh`
+/// builds first). The benches are their own package, so cargo does not
+/// build colibrid for them.
+fn colibrid() -> PathBuf {
+    if let Some(path) = std::env::var_os("COLIBRID") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|release| release.join("colibrid"))
+        .expect("the bench runs from target/<profile>/deps");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --release --bin colibrid` first, or set COLIBRID",
+        path.display()
+    );
+    path
+}
 
 struct Daemon {
     _dir: tempfile::TempDir,
@@ -31,7 +52,7 @@ impl Daemon {
             None => tempfile::tempdir().expect("tempdir"),
         };
         let socket = dir.path().join("c.sock");
-        let child = Command::new(COLIBRID)
+        let child = Command::new(colibrid())
             .arg("--socket")
             .arg(&socket)
             .arg("--state-dir")

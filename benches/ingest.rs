@@ -7,7 +7,7 @@
 //! parses each line into a full `serde_json::Value` tree before matching on
 //! its type: what a straightforward implementation does.
 //!
-//! Run: `cargo bench --bench ingest`. Figures go in docs/PERFORMANCE.md.
+//! Run: `cargo bench -p colibri-benches --bench ingest`. Figures go in docs/PERFORMANCE.md.
 
 use std::hint::black_box;
 use std::io::BufRead;

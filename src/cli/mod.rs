@@ -30,10 +30,12 @@ use crate::core::spec::RestartPolicy;
 use crate::core::taxonomy::Runtime;
 use crate::protocol::Command as Wire;
 
+#[cfg(feature = "tui")]
 pub mod attach;
 pub mod budget;
 pub mod demo;
 pub mod fold;
+#[cfg(feature = "notify-http")]
 pub mod notify;
 pub mod recording;
 pub mod remote;
@@ -41,6 +43,7 @@ pub mod render;
 pub mod replay;
 pub mod request;
 pub mod task;
+#[cfg(feature = "tui")]
 pub mod top;
 
 /// Why a subcommand failed.
@@ -62,6 +65,14 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// A command this build left out (`cargo build --no-default-features`).
+    #[cfg(not(all(feature = "tui", feature = "web", feature = "notify-http")))]
+    fn without_feature(command: &str, feature: &str) -> CliError {
+        CliError::Runtime(format!(
+            "colibri {command}: this build has no `{feature}` feature (rebuild with --features {feature})"
+        ))
+    }
+
     pub fn io(context: impl Into<String>, source: io::Error) -> CliError {
         CliError::Io {
             context: context.into(),
@@ -528,11 +539,11 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             read_only,
         } => {
             drop(out);
-            attach::run(socket, &id, attach::AttachOptions { events, read_only })
+            attach_cmd(socket, &id, events, read_only)
         }
         Command::Top => {
             drop(out);
-            top::run(socket)
+            top_cmd(socket)
         }
         Command::Sessions { json } => remote::sessions(socket, json, &mut out),
         Command::Session { id } => remote::session(socket, &id, &mut out),
@@ -553,7 +564,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             &mut out,
             &mut io::stderr(),
         )),
-        Command::Notify { config, cursor } => notify::run(socket, &config, &cursor),
+        Command::Notify { config, cursor } => notify_cmd(socket, &config, &cursor),
         Command::Approvals { id, json } => remote::approvals(socket, id.as_deref(), json, &mut out),
         Command::Approve { target } => remote::decide(
             socket,
@@ -601,6 +612,55 @@ pub struct WebArgs {
     pub action_key_file: Option<PathBuf>,
 }
 
+#[cfg(feature = "tui")]
+fn attach_cmd(
+    socket: Option<&std::path::Path>,
+    id: &str,
+    events: bool,
+    read_only: bool,
+) -> Result<u8, CliError> {
+    attach::run(socket, id, attach::AttachOptions { events, read_only })
+}
+
+#[cfg(not(feature = "tui"))]
+fn attach_cmd(_: Option<&std::path::Path>, _: &str, _: bool, _: bool) -> Result<u8, CliError> {
+    Err(CliError::without_feature("attach", "tui"))
+}
+
+#[cfg(feature = "tui")]
+fn top_cmd(socket: Option<&std::path::Path>) -> Result<u8, CliError> {
+    top::run(socket)
+}
+
+#[cfg(not(feature = "tui"))]
+fn top_cmd(_: Option<&std::path::Path>) -> Result<u8, CliError> {
+    Err(CliError::without_feature("top", "tui"))
+}
+
+#[cfg(feature = "notify-http")]
+fn notify_cmd(
+    socket: Option<&std::path::Path>,
+    config: &std::path::Path,
+    cursor: &std::path::Path,
+) -> Result<u8, CliError> {
+    notify::run(socket, config, cursor)
+}
+
+#[cfg(not(feature = "notify-http"))]
+fn notify_cmd(
+    _: Option<&std::path::Path>,
+    _: &std::path::Path,
+    _: &std::path::Path,
+) -> Result<u8, CliError> {
+    Err(CliError::without_feature("notify", "notify-http"))
+}
+
+#[cfg(not(feature = "web"))]
+fn web_cmd(_: Option<&std::path::Path>, _: WebArgs, _: &mut impl Write) -> Result<u8, CliError> {
+    Err(CliError::without_feature("web", "web"))
+}
+
+#[cfg(feature = "web")]
 fn web_cmd(
     socket: Option<&std::path::Path>,
     args: WebArgs,
@@ -614,7 +674,7 @@ fn web_cmd(
             .unwrap_or_else(crate::web::auth::default_path),
         action_key_file: args
             .action_key_file
-            .unwrap_or_else(crate::web::action::default_path),
+            .unwrap_or_else(crate::web::auth::action_key_path),
     };
     crate::web::run(&opts, out).map_err(|e| CliError::Runtime(e.to_string()))?;
     Ok(0)

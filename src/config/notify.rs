@@ -175,11 +175,11 @@ fn sink(i: usize, r: RawSink) -> Result<Sink, String> {
             action_key: r
                 .action_key
                 .clone()
-                .unwrap_or_else(crate::web::action::default_path),
+                .unwrap_or_else(crate::web::auth::action_key_path),
             action_ttl: duration(
                 &format!("{label}.action_ttl"),
                 r.action_ttl.clone(),
-                crate::web::action::DEFAULT_TTL,
+                crate::web::auth::ACTION_TTL,
             )?,
         },
         other => {

@@ -16,13 +16,11 @@ use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
-/// How long a published action URL may be used (`[[notify]] action_ttl`).
-pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+pub use super::auth::{action_key_path as default_path, ACTION_TTL as DEFAULT_TTL};
 /// The route the board serves them on.
 pub const ROUTE: &str = "/act";
 
@@ -46,11 +44,6 @@ impl std::fmt::Debug for ActionKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ActionKey(…)")
     }
-}
-
-/// `web-action-key` beside the board's token file.
-pub fn default_path() -> PathBuf {
-    super::auth::default_path().with_file_name("web-action-key")
 }
 
 impl ActionKey {

@@ -43,6 +43,16 @@ pub fn default_path() -> PathBuf {
     base.join("colibri").join("web-token")
 }
 
+/// `web-action-key` beside the board's token file: the key that signs the
+/// phone action URLs (`web::action`), shared by `colibri notify` and the
+/// board. Here, not in `action`, so the config reads it in any build.
+pub fn action_key_path() -> PathBuf {
+    default_path().with_file_name("web-action-key")
+}
+
+/// How long a published action URL may be used (`[[notify]] action_ttl`).
+pub const ACTION_TTL: Duration = Duration::from_secs(3600);
+
 /// The token in `path`, creating it (0600) when absent; `true` when created.
 pub fn load_or_create(path: &Path) -> Result<(String, bool), TokenError> {
     match std::fs::read_to_string(path) {
