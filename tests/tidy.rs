@@ -370,21 +370,80 @@ fn the_core_does_no_io_and_reads_no_clock() {
     );
 }
 
-/// The top-level modules of src/ and which of them each one imports
-/// (`crate::NAME`). `config` once imported `daemon::alert` while the daemon
-/// imported `config`: a circle that made neither usable alone.
-#[test]
-fn top_level_modules_import_each_other_without_a_circle() {
-    const MODULES: [&str; 9] = [
-        "core", "protocol", "syslog", "config", "platform", "daemon", "client", "fold", "cli",
-    ];
-    let mut imports: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> =
+/// The parts picture as data: each top-level module of src/ and the modules
+/// it may import (`crate::NAME`). A new edge fails here until someone adds
+/// it to this table (and to docs/ARCHITECTURE.md's picture), so a layer
+/// never grows an upward arrow by accident: `config` once imported
+/// `daemon::alert` while the daemon imported `config`, and the daemon once
+/// imported the CLI's text escaper.
+const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
+    // Leaves.
+    ("core", &[]),
+    ("syslog", &[]),
+    ("terminal_text", &[]),
+    // The wire and the OS edge sit on the core.
+    ("protocol", &["core"]),
+    ("platform", &["core"]),
+    ("config", &["core", "platform", "syslog"]),
+    ("fold", &["core", "protocol"]),
+    // colibrid.
+    (
+        "daemon",
+        &[
+            "core",
+            "protocol",
+            "platform",
+            "config",
+            "syslog",
+            "terminal_text",
+        ],
+    ),
+    // Clients of the wire.
+    ("client", &["protocol"]),
+    ("web", &["client", "protocol", "config"]),
+    (
+        "cli",
+        &[
+            "client",
+            "protocol",
+            "core",
+            "config",
+            "fold",
+            "terminal_text",
+            "web",
+            "platform",
+        ],
+    ),
+];
+
+/// Modules that must never import each other, whatever the table says.
+const NEVER: &[(&str, &str)] = &[
+    ("core", "daemon"),
+    ("core", "platform"),
+    ("core", "protocol"),
+    ("core", "config"),
+    ("protocol", "daemon"),
+    ("config", "daemon"),
+    ("platform", "daemon"),
+    ("client", "daemon"),
+    ("cli", "daemon"),
+    ("web", "daemon"),
+    ("daemon", "cli"),
+    ("daemon", "web"),
+    ("daemon", "client"),
+];
+
+/// Which top-level modules each module's code names (`crate::NAME`).
+fn imports_of(
+    modules: &[&'static str],
+) -> std::collections::BTreeMap<&'static str, std::collections::BTreeSet<&'static str>> {
+    let mut imports: std::collections::BTreeMap<_, std::collections::BTreeSet<_>> =
         Default::default();
-    for module in MODULES {
+    for &module in modules {
         let deps = imports.entry(module).or_default();
         for (_, code) in rust_sources_in(module) {
             for line in &code {
-                for other in MODULES {
+                for &other in modules {
                     let path = format!("crate::{other}");
                     if other != module
                         && line.match_indices(&path).any(|(i, _)| {
@@ -398,25 +457,48 @@ fn top_level_modules_import_each_other_without_a_circle() {
             }
         }
     }
-    // The named layering, so a new edge is a decision and not an accident.
-    let leaves = ["core", "syslog"];
-    for leaf in leaves {
+    imports
+}
+
+#[test]
+fn top_level_modules_import_only_what_the_parts_picture_allows() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules: Vec<&'static str> = ALLOWED_IMPORTS.iter().map(|(m, _)| *m).collect();
+    // Every module of src/ is on the picture (the binaries are not modules).
+    for entry in std::fs::read_dir(&src).expect("read src").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let module = name.strip_suffix(".rs").unwrap_or(&name);
+        if ["lib", "bin"].contains(&module) {
+            continue;
+        }
         assert!(
-            imports[leaf]
-                .iter()
-                .all(|d| leaves.contains(d) && *d != leaf),
-            "src/{leaf} is a leaf but imports {:?}",
-            imports[leaf]
+            modules.contains(&module),
+            "src/{name} is not on the parts picture: add it to ALLOWED_IMPORTS"
         );
     }
-    assert!(
-        !imports["config"].contains("daemon"),
-        "src/config/ imports the daemon: config is read by the daemon, not the reverse"
-    );
-    // Any circle at all: depth-first search for a back edge.
+    let imports = imports_of(&modules);
+    let mut offenders = Vec::new();
+    for (module, allowed) in ALLOWED_IMPORTS {
+        for dep in &imports[module] {
+            if !allowed.contains(dep) {
+                offenders.push(format!("{module} -> {dep} is not on the picture"));
+            }
+        }
+    }
+    for (from, to) in NEVER {
+        if imports[from].contains(to) {
+            offenders.push(format!("{from} -> {to} must never be"));
+        }
+        let allowed = ALLOWED_IMPORTS.iter().find(|(m, _)| m == from);
+        assert!(
+            allowed.is_some_and(|(_, deps)| !deps.contains(to)),
+            "ALLOWED_IMPORTS allows {from} -> {to}, which NEVER forbids"
+        );
+    }
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+    // The table itself has no circle: depth-first search for a back edge.
     fn visit<'a>(
         m: &'a str,
-        imports: &std::collections::BTreeMap<&'a str, std::collections::BTreeSet<&'a str>>,
         path: &mut Vec<&'a str>,
         done: &mut std::collections::BTreeSet<&'a str>,
     ) {
@@ -427,14 +509,18 @@ fn top_level_modules_import_each_other_without_a_circle() {
             return;
         }
         path.push(m);
-        for dep in &imports[m] {
-            visit(dep, imports, path, done);
+        let deps = ALLOWED_IMPORTS
+            .iter()
+            .find(|(name, _)| *name == m)
+            .map_or(&[][..], |(_, deps)| *deps);
+        for dep in deps {
+            visit(dep, path, done);
         }
         path.pop();
     }
     let mut done = Default::default();
-    for module in MODULES {
-        visit(module, &imports, &mut Vec::new(), &mut done);
+    for module in &modules {
+        visit(module, &mut Vec::new(), &mut done);
     }
 }
 
@@ -528,5 +614,107 @@ fn no_json_macro_in_the_daemon_outside_tests() {
     assert!(
         offenders.is_empty(),
         "json! outside tests in: {offenders:?}"
+    );
+}
+
+/// The code lines of every `.rs` file under src/, test modules left out (a
+/// `#[cfg(test)] mod` runs to the end of its file here, and `tests.rs` files
+/// are test modules).
+fn production_sources() -> Vec<(String, Vec<String>)> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&src).expect("read src").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let module = name.strip_suffix(".rs").unwrap_or(&name).to_owned();
+        if module == "lib" {
+            continue;
+        }
+        for (file, code) in rust_sources_in(&module) {
+            if file.ends_with("/tests.rs") {
+                continue;
+            }
+            let end = code
+                .windows(2)
+                .position(|w| {
+                    w[0].trim() == "#[cfg(test)]" && w[1].trim_start().starts_with("mod ")
+                })
+                .unwrap_or(code.len());
+            out.push((file, code[..end].to_vec()));
+        }
+    }
+    out
+}
+
+/// `core` is public (fold, the fixtures and the property tests use it), so
+/// the compiler's dead-code lint never sees its functions: a `pub fn` that
+/// only its own tests call would live on as a twin of the real one (as
+/// `after_exit` did beside `plan_restart`). Every `pub fn` under src/core/
+/// must be named by production code somewhere other than its definition.
+#[test]
+fn every_pub_fn_in_the_core_is_used_outside_tests() {
+    let sources = production_sources();
+    let mut unused = Vec::new();
+    for (file, code) in sources.iter().filter(|(f, _)| f.starts_with("src/core/")) {
+        for (i, line) in code.iter().enumerate() {
+            let Some(rest) = line.trim_start().strip_prefix("pub fn ") else {
+                continue;
+            };
+            // A test helper shared across modules says so.
+            if i > 0 && code[i - 1].trim() == "#[cfg(test)]" {
+                continue;
+            }
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let uses = sources
+                .iter()
+                .flat_map(|(_, code)| code)
+                .filter(|l| mentions_word(l, &name))
+                .count();
+            // One mention is the definition itself.
+            if uses < 2 {
+                unused.push(format!("{file}: pub fn {name}"));
+            }
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "pub fns in src/core/ that only tests use (delete them, or make them #[cfg(test)]):\n{}",
+        unused.join("\n")
+    );
+}
+
+/// Tests read process facts (fds, children, RSS, CPU time, liveness) only
+/// through `colibri::platform`'s probes, which read `/proc` on Linux and
+/// `kern.proc` on FreeBSD and fail when they cannot measure. A test that
+/// read `/proc` itself would pass on FreeBSD measuring nothing.
+#[test]
+fn no_code_outside_the_platform_reads_proc() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut offenders = Vec::new();
+    let mut stack = vec![root.join("src"), root.join("tests")];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            if path.ends_with("platform") {
+                continue;
+            }
+            let entries = std::fs::read_dir(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            stack.extend(entries.flatten().map(|e| e.path()));
+            continue;
+        }
+        if path.extension().is_none_or(|ext| ext != "rs") || path.ends_with("tidy.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        for (n, line) in text.lines().enumerate() {
+            if !line.trim_start().starts_with("//") && line.contains("\"/proc") {
+                offenders.push(format!("{}:{}", path.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "/proc read outside src/platform (use the platform probes): {offenders:?}"
     );
 }

@@ -25,11 +25,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cli::render::{self, format_cost, format_exit, format_tokens, Table};
-use crate::cli::request;
 use crate::cli::{CliError, DemoArgs};
 use crate::client::{Client, ClientError};
 use crate::core::state::AgentState;
 use crate::core::taxonomy::Runtime;
+use crate::protocol::request;
 use crate::protocol::{self as wire, PaneV2, SnapshotV2, SpawnData};
 
 /// The sample recordings the demo plays, with the dialect each speaks.

@@ -28,6 +28,7 @@ use crate::client::ClientError;
 use crate::core::ingest::DEFAULT_MAX_LINE;
 use crate::core::spec::RestartPolicy;
 use crate::core::taxonomy::Runtime;
+use crate::protocol::request;
 use crate::protocol::Command as Wire;
 
 #[cfg(feature = "tui")]
@@ -41,7 +42,6 @@ pub mod recording;
 pub mod remote;
 pub mod render;
 pub mod replay;
-pub mod request;
 pub mod task;
 #[cfg(feature = "tui")]
 pub mod top;
@@ -671,10 +671,10 @@ fn web_cmd(
         listen: args.listen,
         token_file: args
             .token_file
-            .unwrap_or_else(crate::web::auth::default_path),
+            .unwrap_or_else(crate::config::web_token_path),
         action_key_file: args
             .action_key_file
-            .unwrap_or_else(crate::web::auth::action_key_path),
+            .unwrap_or_else(crate::config::action_key_path),
     };
     crate::web::run(&opts, out).map_err(|e| CliError::Runtime(e.to_string()))?;
     Ok(0)

@@ -146,7 +146,7 @@ impl Notifier {
     fn follow(&mut self, socket: &Path) -> Result<(), String> {
         let mut c = Client::connect(socket, CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
         let snap = c
-            .call(&crate::cli::request::snapshot("v2"))
+            .call(&crate::protocol::request::snapshot("v2"))
             .map_err(|e| e.to_string())?;
         self.learn_snapshot(&snap);
         let since = self.read_cursor();

@@ -14,7 +14,6 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cli::render;
-use crate::cli::request;
 use crate::cli::HookDefault;
 use crate::cli::{print, CliError, Schema, SpawnArgs, REQUEST_TIMEOUT};
 use crate::client::{resolve_socket, Client, ClientError};
@@ -23,6 +22,7 @@ use crate::core::approval::{
 };
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
+use crate::protocol::request;
 use crate::protocol::{
     self as wire, ApprovalsReply, DecideReply, HookReply, SessionSummary, SnapshotV1, SnapshotV2,
     SpawnData, StatusData, WatchEvent, WatchKind,

@@ -30,8 +30,9 @@ use signal_hook::consts::SIGTERM;
 use crate::cli::render::{
     escape_controls, format_age, format_cost, format_tokens, parse_time, short_id, watch_line,
 };
-use crate::cli::{request, CliError};
+use crate::cli::CliError;
 use crate::client::{resolve_socket, Client};
+use crate::protocol::request;
 use crate::protocol::{Command as Wire, WatchEvent, WatchKind};
 
 /// Events kept per pane for the detail view.

@@ -52,6 +52,25 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 pub const DEFAULT_STATE_DIR: &str = "/var/db/colibri";
 /// Per-jail listeners live here unless `[jails.NAME] socket` says otherwise.
 pub const DEFAULT_JAILS_DIR: &str = "/var/run/colibri/jails";
+/// The board's login token (`colibri web`):
+/// `$XDG_CONFIG_HOME/colibri/web-token`, else `~/.config/colibri/web-token`.
+pub fn web_token_path() -> PathBuf {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("colibri").join("web-token")
+}
+
+/// `web-action-key` beside the board's token: the key that signs the phone
+/// action URLs (`web::action`), shared by `colibri notify` and the board.
+pub fn action_key_path() -> PathBuf {
+    web_token_path().with_file_name("web-action-key")
+}
+
+/// How long a published action URL may be used (`[[notify]] action_ttl`).
+pub const DEFAULT_ACTION_TTL: Duration = Duration::from_secs(3600);
 /// The contract's stall threshold was 4 hours; an operator learns nothing
 /// useful that late, so colibri defaults to 10 minutes.
 pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(10 * 60);

@@ -172,14 +172,11 @@ fn sink(i: usize, r: RawSink) -> Result<Sink, String> {
             url: need_url("ntfy")?,
             priority: r.priority.unwrap_or(DEFAULT_NTFY_PRIORITY).clamp(1, 5),
             board_url: r.board_url.clone(),
-            action_key: r
-                .action_key
-                .clone()
-                .unwrap_or_else(crate::web::auth::action_key_path),
+            action_key: r.action_key.clone().unwrap_or_else(super::action_key_path),
             action_ttl: duration(
                 &format!("{label}.action_ttl"),
                 r.action_ttl.clone(),
-                crate::web::auth::ACTION_TTL,
+                super::DEFAULT_ACTION_TTL,
             )?,
         },
         other => {

@@ -105,12 +105,7 @@ pub fn plan_restart(
     backoff: &[Duration],
     now: Timestamp,
 ) -> RestartPlan {
-    let wanted = match rule.policy {
-        RestartPolicy::Never => false,
-        RestartPolicy::OnFailure => state == AgentState::Error,
-        RestartPolicy::Always => true,
-    };
-    if !wanted {
+    if !rule.policy.restarts_after(state) {
         return RestartPlan::No;
     }
     let attempts = match backoff.last() {

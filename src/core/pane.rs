@@ -316,10 +316,6 @@ impl Pane {
     pub fn take_approval_events(&mut self) -> Vec<ApprovalEvent> {
         self.approvals.events.drain(..).collect()
     }
-    /// Approval events dropped because they were not taken in time.
-    pub fn approval_events_dropped(&self) -> u64 {
-        self.approvals.events_dropped
-    }
 
     /// Records that the operator's `decision` was written to the agent;
     /// returns the approval it closed, `None` if `id` is not pending.
@@ -1151,7 +1147,7 @@ mod approval_tests {
         // The oldest were dropped; the newest is still answerable.
         let last = p.pending_approvals().last().expect("one pending");
         assert_eq!(last.request_id, format!("req_{}", total - 1));
-        assert!(p.approval_events_dropped() > 0);
+        assert!(p.approvals.events_dropped > 0);
         assert_eq!(p.take_approval_events().len(), MAX_APPROVAL_EVENTS);
     }
 

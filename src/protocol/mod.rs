@@ -8,6 +8,8 @@
 
 pub mod json_text;
 mod pane_view;
+/// Client-side constructors of [`Command`] values (the CLI, top, the board).
+pub mod request;
 pub use pane_view::{PaneV1View, PaneV2View, RestartView, SupervisionView};
 mod watch_mode;
 pub use watch_mode::WatchMode;

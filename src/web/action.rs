@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
-pub use super::auth::{action_key_path as default_path, ACTION_TTL as DEFAULT_TTL};
+pub use crate::config::{action_key_path as default_path, DEFAULT_ACTION_TTL as DEFAULT_TTL};
 /// The route the board serves them on.
 pub const ROUTE: &str = "/act";
 

@@ -33,25 +33,7 @@ pub enum TokenError {
     Short(PathBuf),
 }
 
-/// `$XDG_CONFIG_HOME/colibri/web-token`, else `~/.config/colibri/web-token`.
-pub fn default_path() -> PathBuf {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
-        .unwrap_or_else(|| PathBuf::from("."));
-    base.join("colibri").join("web-token")
-}
-
-/// `web-action-key` beside the board's token file: the key that signs the
-/// phone action URLs (`web::action`), shared by `colibri notify` and the
-/// board. Here, not in `action`, so the config reads it in any build.
-pub fn action_key_path() -> PathBuf {
-    default_path().with_file_name("web-action-key")
-}
-
-/// How long a published action URL may be used (`[[notify]] action_ttl`).
-pub const ACTION_TTL: Duration = Duration::from_secs(3600);
+pub use crate::config::web_token_path as default_path;
 
 /// The token in `path`, creating it (0600) when absent; `true` when created.
 pub fn load_or_create(path: &Path) -> Result<(String, bool), TokenError> {

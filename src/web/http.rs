@@ -12,7 +12,7 @@ use tiny_http::{Header, Method, Request, Response};
 use super::action::{self, ActionKey};
 use super::auth;
 use super::board::{Board, Catchup};
-use crate::cli::request;
+use crate::protocol::request;
 use crate::protocol::Command as Wire;
 
 const PAGE: &str = include_str!("assets/board.html");

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
-use crate::cli::request;
 use crate::client::{Client, ClientError};
+use crate::protocol::request;
 use crate::protocol::Command;
 
 pub use super::board::Board;

@@ -87,7 +87,8 @@ pub struct BudgetRule {
 
 impl BudgetRule {
     /// Coleo's TokenThrottle: 50,000 tokens per pane in 10 minutes, a
-    /// warning at 70 %.
+    /// warning at 70 %; the tests' sample rule.
+    #[cfg(test)]
     pub fn token_throttle() -> BudgetRule {
         BudgetRule {
             name: "throttle".into(),

@@ -1,4 +1,5 @@
-//! Request values for each daemon subcommand, built from parsed arguments.
+//! Request values for each daemon subcommand, built from a client's
+//! arguments (the CLI's, top's, the board's).
 //!
 //! Each is a [`protocol::Command`](crate::protocol::Command), the type the
 //! daemon parses, so a client cannot send a field the daemon does not read:
