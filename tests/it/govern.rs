@@ -73,6 +73,43 @@ fn next(w: &mut Client, kind: &str, action: Option<&str>) -> Value {
     }
 }
 
+/// The pane's logged bytes once they stop moving: the same in five reads
+/// 100 ms apart. A pause stops the process, but what its PTY already held
+/// is still read and logged, at whatever pace this host allows.
+fn settled_bytes(d: &Colibrid, id: &str) -> u64 {
+    let bytes = || d.pane(id)["counters"]["bytes"].as_u64().unwrap_or(0);
+    let (mut last, mut same) = (bytes(), 0);
+    wait_for(
+        Duration::from_secs(30),
+        "the logged bytes to settle",
+        || {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = bytes();
+            same = if now == last { same + 1 } else { 0 };
+            last = now;
+            (same >= 5).then_some(now)
+        },
+    )
+}
+
+/// Lets a second of the daemon's own clock pass: a control agent that says
+/// one line and then nothing, with a 1 s stall threshold, is stalled. A
+/// paused agent that could print has had that second to print in.
+fn a_daemon_second(d: &Colibrid) {
+    let control = d.spawn(
+        &[
+            "/bin/sh",
+            "-c",
+            "echo '{\"type\":\"agent_start\"}'; exec sleep 60",
+        ],
+        json!({"stall_after":"1s"}),
+    );
+    d.wait_pane(&control, "the control agent to stall", |p| {
+        p["stalled"] == json!(true)
+    });
+    d.ok(json!({"cmd":"kill-agent","agent_id": control}));
+}
+
 fn go(path: &str) {
     std::fs::write(path, b"").expect("write go file");
 }
@@ -314,17 +351,20 @@ fn an_agent_printing_in_a_loop_is_paused_by_the_output_budget_until_the_cap_is_r
         let shown = d.ok(json!({"cmd":"budget"}));
         shown["budgets"][0]["spent"].as_f64().unwrap_or(0.0) as u64
     };
-    let bytes = |d: &Colibrid| d.pane(&id)["counters"]["bytes"].as_u64().unwrap_or(0);
     // What the PTY held when the agent stopped is still read and logged;
     // then nothing more comes.
-    std::thread::sleep(Duration::from_millis(500));
-    let (held, logged) = (spent(&d), bytes(&d));
+    let logged = settled_bytes(&d, &id);
+    let held = spent(&d);
     assert!(
         (MIB..2 * MIB).contains(&held),
         "{held} log bytes at the pause"
     );
-    std::thread::sleep(Duration::from_millis(1000));
-    assert_eq!(bytes(&d), logged, "a paused agent printed on");
+    a_daemon_second(&d);
+    assert_eq!(
+        d.pane(&id)["counters"]["bytes"].as_u64(),
+        Some(logged),
+        "a paused agent printed on"
+    );
     let shown = d.ok(json!({"cmd":"budget"}));
     let ledger = &shown["budgets"][0];
     assert_eq!(
@@ -350,7 +390,7 @@ fn an_agent_printing_in_a_loop_is_paused_by_the_output_budget_until_the_cap_is_r
     assert_eq!(raised["resumed"], json!(1), "{raised}");
     next(&mut w, "resumed", None);
     next(&mut w, "paused", None);
-    std::thread::sleep(Duration::from_millis(500));
+    settled_bytes(&d, &id);
     let held = spent(&d);
     assert!(
         (4 * MIB..5 * MIB).contains(&held),
@@ -435,11 +475,9 @@ fn the_output_budget_pauses_a_printer_the_agent_left_behind() {
     );
     let mut w = watch(&d, &id);
     next(&mut w, "paused", None);
-    let bytes = |d: &Colibrid| d.pane(&id)["counters"]["bytes"].as_u64().unwrap_or(0);
-    std::thread::sleep(Duration::from_millis(500));
-    let logged = bytes(&d);
-    std::thread::sleep(Duration::from_millis(1000));
-    let after = bytes(&d);
+    let logged = settled_bytes(&d, &id);
+    a_daemon_second(&d);
+    let after = d.pane(&id)["counters"]["bytes"].as_u64().unwrap_or(0);
     d.ok(json!({"cmd":"kill-agent","agent_id": id}));
     assert_eq!(
         after, logged,
@@ -576,7 +614,7 @@ fn a_budgets_resume_does_not_continue_a_pane_the_guard_stopped() {
     next(&mut ws, "paused", None);
     // The window rolls: the budget resumes every pane it holds.
     next(&mut ws, "resumed", None);
-    std::thread::sleep(Duration::from_millis(300));
+    a_daemon_second(&d);
     assert_eq!(
         d.pane(&guarded)["paused"],
         json!(true),
@@ -721,8 +759,8 @@ fn a_paused_agent_continued_behind_the_operators_back_is_stopped_again() {
         let p = crate::support::process(pid)?;
         (p.state == colibri::platform::ProcessState::Stopped).then_some(())
     });
-    // Past the pause's grace, the "helper" continues the whole group.
-    std::thread::sleep(Duration::from_millis(500));
+    // Past the pause's grace (250 ms), the "helper" continues the group.
+    a_daemon_second(&d);
     // SAFETY: kill(2) of the test's own agent's process group.
     let rc = unsafe { libc::kill(-pid, libc::SIGCONT) };
     assert_eq!(rc, 0, "SIGCONT to the group");
@@ -738,9 +776,9 @@ fn a_paused_agent_continued_behind_the_operators_back_is_stopped_again() {
     let p = d.pane(&id);
     assert_eq!(p["paused"], json!(true), "{p}");
     // It stays stopped: no more output.
-    let before = p["counters"]["bytes"].as_u64();
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(d.pane(&id)["counters"]["bytes"].as_u64(), before);
+    let before = settled_bytes(&d, &id);
+    a_daemon_second(&d);
+    assert_eq!(d.pane(&id)["counters"]["bytes"].as_u64(), Some(before));
 }
 
 fn watch_all(d: &Colibrid) -> Client {
