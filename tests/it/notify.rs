@@ -580,3 +580,68 @@ fn a_guard_pause_reaches_a_sink_that_lists_guard_in_words() {
         "how to resume: {body}"
     );
 }
+
+/// A webhook whose server takes the connection and never answers holds
+/// only itself: the exec sink listed after it gets every event at once,
+/// and the cursor stays before what the webhook still owes, so a restart
+/// of notify sends it again. Before, every sink waited behind the
+/// webhook's 10 s timeout and retries, up to 15 minutes per event.
+#[test]
+fn a_webhook_that_never_answers_holds_no_other_sink() {
+    let d = Colibrid::start(&[]);
+    // Connections complete in the kernel's backlog; nobody accepts them,
+    // so every request waits for an answer that never comes.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let out = d.dir.path().join("out");
+    std::fs::create_dir(&out).expect("out dir");
+    let config = d.dir.path().join("colibri.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[notify]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:{port}/hook\"\n\n\
+             [[notify]]\nkind = \"exec\"\ncommand = [\"/bin/sh\", \"-c\", \"cat > \\\"$0/$COLIBRI_PANE.tmp\\\" && mv \\\"$0/$COLIBRI_PANE.tmp\\\" \\\"$0/$COLIBRI_PANE.json\\\"\", \"{}\"]\n",
+            out.display()
+        ),
+    )
+    .expect("config");
+    let panes: Vec<String> = (0..3)
+        .map(|i| {
+            d.spawn(
+                &["/bin/sh", "-c", "sleep 60"],
+                json!({"name": format!("p{i}"), "runtime":"pi"}),
+            )
+        })
+        .collect();
+    let cursor = d.dir.path().join("cursor");
+    let _notify = Notify::start(&d, &config, &cursor);
+    for pane in &panes {
+        block(&d, pane);
+    }
+    // Well inside the webhook's first 10 s timeout.
+    let events: Vec<Value> = panes
+        .iter()
+        .map(|pane| {
+            wait_for(Duration::from_secs(8), "the exec sink's event", || {
+                std::fs::read(out.join(format!("{pane}.json")))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+            })
+        })
+        .collect();
+    let first = events
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .min()
+        .expect("seqs");
+    let saved: u64 = std::fs::read_to_string(&cursor)
+        .expect("cursor")
+        .trim()
+        .parse()
+        .expect("a number");
+    assert!(
+        saved < first,
+        "the cursor ({saved}) passed the event the webhook still owes ({first})"
+    );
+    drop(silent);
+}
