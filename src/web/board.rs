@@ -14,8 +14,21 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-/// Items a reconnecting page can catch up on before it gets a snapshot.
+/// Items a reconnecting page can catch up on before it gets a snapshot,
+/// and the bytes they may take together (their JSON text).
 const RING: usize = 20_000;
+const RING_BYTES: usize = 16 << 20;
+/// What one item from the daemon may hold: agents choose its size (a
+/// dialog's text, an error, a reason), and the board keeps many items. A
+/// string is cut at `TEXT_MAX` (marked `…`), a list at `LIST_MAX` entries,
+/// and the whole at about `ITEM_MAX` bytes; `colibri approvals` has the
+/// full text.
+const TEXT_MAX: usize = 8 << 10;
+const LIST_MAX: usize = 64;
+const ITEM_MAX: usize = 64 << 10;
+/// Pending approvals shown (the oldest); past it, they wait off the board
+/// (`colibri approvals` lists them all).
+const APPROVALS_MAX: usize = 200;
 /// State changes kept per pane for its timeline.
 const TIMELINE: usize = 24;
 /// Usage points kept per pane for its charts.
@@ -38,7 +51,9 @@ pub struct BoardState {
     /// (or from before a daemon reconnect) starts over from a snapshot.
     pub run: String,
     next_seq: u64,
-    ring: VecDeque<(u64, Value)>,
+    /// Numbered items with their JSON size.
+    ring: VecDeque<(u64, Value, usize)>,
+    ring_bytes: usize,
     panes: BTreeMap<String, PaneEntry>,
     approvals: Vec<Value>,
     feed: VecDeque<Value>,
@@ -103,15 +118,15 @@ impl Board {
                 .unwrap_or_else(|e| e.into_inner().0);
         }
         let last = s.next_seq - 1;
-        let oldest = s.ring.front().map(|(n, _)| *n).unwrap_or(s.next_seq);
+        let oldest = s.ring.front().map(|(n, _, _)| *n).unwrap_or(s.next_seq);
         if s.run != run || seq > last || seq + 1 < oldest {
             return Catchup::Snapshot(s.snapshot(), last);
         }
         let items = s
             .ring
             .iter()
-            .filter(|(n, _)| *n > seq)
-            .map(|(_, v)| v.clone())
+            .filter(|(n, _, _)| *n > seq)
+            .map(|(_, v, _)| v.clone())
             .collect();
         Catchup::Items(items, last)
     }
@@ -121,16 +136,26 @@ impl BoardState {
     fn push(&mut self, item: Value) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.ring.push_back((seq, item));
-        while self.ring.len() > RING {
-            self.ring.pop_front();
+        let size = serde_json::to_string(&item).map_or(0, |t| t.len());
+        self.ring.push_back((seq, item, size));
+        self.ring_bytes += size;
+        while self.ring.len() > RING || (self.ring_bytes > RING_BYTES && self.ring.len() > 1) {
+            if let Some((_, _, size)) = self.ring.pop_front() {
+                self.ring_bytes -= size;
+            }
         }
+    }
+
+    /// The JSON bytes the catch-up ring holds.
+    pub fn ring_bytes(&self) -> usize {
+        self.ring_bytes
     }
 
     /// Starts a new numbering: pages reload from a snapshot.
     pub fn restart(&mut self, run: String) {
         self.run = run;
         self.ring.clear();
+        self.ring_bytes = 0;
     }
 
     pub fn set_connected(&mut self, connected: bool, error: Option<String>) {
@@ -143,7 +168,8 @@ impl BoardState {
     }
 
     /// Applies one watch event from the daemon.
-    pub fn apply_event(&mut self, ev: Value) {
+    pub fn apply_event(&mut self, mut ev: Value) {
+        clip(&mut ev);
         let pane = ev.get("pane").and_then(Value::as_str).map(str::to_string);
         let kind = ev.get("event").and_then(Value::as_str).unwrap_or("");
         let at = ev.get("at").cloned().unwrap_or(Value::Null);
@@ -167,6 +193,7 @@ impl BoardState {
     fn apply_approval(&mut self, kind: &str, ev: &Value) {
         let before = self.approvals.len();
         match kind {
+            "approval_opened" if self.approvals.len() >= APPROVALS_MAX => return,
             "approval_opened" => {
                 if let Some(a) = ev.get("approval") {
                     let mut a = a.clone();
@@ -189,7 +216,9 @@ impl BoardState {
     }
 
     /// Replaces the pending approvals with the daemon's list.
-    pub fn set_approvals(&mut self, list: Vec<Value>) {
+    pub fn set_approvals(&mut self, mut list: Vec<Value>) {
+        list.truncate(APPROVALS_MAX);
+        list.iter_mut().for_each(clip);
         if list == self.approvals {
             return;
         }
@@ -202,6 +231,9 @@ impl BoardState {
     pub fn apply_snapshot(&mut self, panes: &[Value], now: &str) {
         let mut seen = std::collections::BTreeSet::new();
         for p in panes {
+            let mut p = p.clone();
+            clip(&mut p);
+            let p = &p;
             let Some(id) = p.get("id").and_then(Value::as_str) else {
                 continue;
             };
@@ -316,6 +348,60 @@ fn usage_point(p: &Value, now: &str) -> Value {
     json!([now, tokens, cost])
 }
 
+/// Cuts what an agent made large in `v` to the board's sizes (`TEXT_MAX`,
+/// `LIST_MAX`, `ITEM_MAX`), in place.
+fn clip(v: &mut Value) {
+    let mut budget = ITEM_MAX;
+    clip_within(v, &mut budget);
+}
+
+fn clip_within(v: &mut Value, budget: &mut usize) {
+    match v {
+        Value::String(text) => {
+            let keep = text.len().min(TEXT_MAX).min(*budget);
+            if keep < text.len() {
+                let mut end = keep;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push('…');
+            }
+            *budget = budget.saturating_sub(text.len());
+        }
+        Value::Array(items) => {
+            items.truncate(LIST_MAX);
+            // What comes after the budget ran out is left off.
+            let spent_at = items.iter_mut().position(|item| {
+                if *budget == 0 {
+                    return true;
+                }
+                clip_within(item, budget);
+                false
+            });
+            if let Some(end) = spent_at {
+                items.truncate(end);
+            }
+        }
+        Value::Object(map) => {
+            let mut kept = 0;
+            map.retain(|key, _| {
+                kept += 1;
+                kept <= LIST_MAX * 4 && key.len() <= TEXT_MAX
+            });
+            for (key, item) in map.iter_mut() {
+                *budget = budget.saturating_sub(key.len());
+                if *budget == 0 {
+                    *item = Value::Null;
+                } else {
+                    clip_within(item, budget);
+                }
+            }
+        }
+        _ => *budget = budget.saturating_sub(8),
+    }
+}
+
 fn push_capped(q: &mut VecDeque<Value>, v: Value, cap: usize) {
     q.push_back(v);
     while q.len() > cap {
@@ -418,5 +504,69 @@ mod tests {
             s.apply_event(json!({"event":"approval_answered","pane":"p1","approval":"a1","decision":"approve","by":"operator"}))
         });
         assert_eq!(b.snapshot().0["approvals"], json!([]));
+    }
+
+    /// An agent's dialogs cost the board what the board keeps, not what the
+    /// agent wrote: 150 dialogs of 4.4 MiB each took it from 5.6 MB to
+    /// 677 MB, as every opening pushed the whole pending list again.
+    #[test]
+    fn large_dialogs_are_cut_and_the_ring_stays_within_its_bytes() {
+        let b = board();
+        let huge = "x".repeat(512 << 10);
+        for i in 0..150 {
+            b.update(|s| {
+                s.apply_event(json!({"event":"approval_opened","pane":"p1","approval":{
+                    "id": format!("a{i}"), "kind":"confirm", "question": huge,
+                    "options": vec![huge.clone(); 3]}}))
+            });
+        }
+        let (snap, _) = b.snapshot();
+        let approvals = snap["approvals"].as_array().expect("approvals");
+        assert_eq!(approvals.len(), 150);
+        let question = approvals[0]["question"].as_str().expect("question");
+        assert!(
+            question.len() <= TEXT_MAX + '…'.len_utf8(),
+            "{}",
+            question.len()
+        );
+        assert!(question.ends_with('…'));
+        let total = serde_json::to_string(&snap).expect("json").len();
+        assert!(total < 150 * ITEM_MAX * 2, "a snapshot of {total} bytes");
+        let ring = b.update(|s| s.ring_bytes());
+        assert!(ring <= RING_BYTES, "the ring holds {ring} bytes");
+    }
+
+    #[test]
+    fn a_value_is_cut_to_its_budget_at_any_depth_and_width() {
+        let mut wide = json!({"a": vec![vec![vec!["y".repeat(1000); 64]; 64]; 64]});
+        clip(&mut wide);
+        let size = serde_json::to_string(&wide).expect("json").len();
+        assert!(size < ITEM_MAX + 4096, "{size} bytes");
+        let mut keys = serde_json::Map::new();
+        for i in 0..10_000 {
+            keys.insert(format!("k{i}"), json!(i));
+        }
+        let mut many = Value::Object(keys);
+        clip(&mut many);
+        assert_eq!(many.as_object().map(|m| m.len()), Some(LIST_MAX * 4));
+        let mut short = json!({"id":"a1","question":"Delete build/?","options":["yes","no"]});
+        let before = short.clone();
+        clip(&mut short);
+        assert_eq!(short, before, "what fits is left as it is");
+    }
+
+    #[test]
+    fn pending_approvals_past_the_cap_wait_off_the_board() {
+        let b = board();
+        for i in 0..APPROVALS_MAX + 10 {
+            b.update(|s| {
+                s.apply_event(json!({"event":"approval_opened","pane":"p1",
+                    "approval":{"id": format!("a{i}"),"kind":"confirm"}}))
+            });
+        }
+        assert_eq!(
+            b.snapshot().0["approvals"].as_array().map(Vec::len),
+            Some(APPROVALS_MAX)
+        );
     }
 }

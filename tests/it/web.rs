@@ -67,6 +67,24 @@ impl Drop for Web {
     }
 }
 
+/// A chunked body's bytes (tiny_http chunks a large reply).
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&raw[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok())
+            .expect("a chunk size");
+        if size == 0 {
+            break;
+        }
+        let start = eol + 2;
+        out.extend_from_slice(&raw[start..start + size]);
+        raw = &raw[start + size + 2..];
+    }
+    out
+}
+
 /// One HTTP/1.1 request on a fresh connection; returns (status, headers, body).
 fn http(
     addr: &str,
@@ -114,6 +132,14 @@ fn http(
         None => {
             reader.read_to_end(&mut raw).expect("read the body");
         }
+    }
+    let chunked = head.lines().any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    if chunked {
+        raw = dechunk(&raw);
     }
     let body = String::from_utf8_lossy(&raw).to_string();
     let status = head
@@ -880,4 +906,69 @@ fn a_phone_action_answers_one_approval_once_as_ntfy_performs_it() {
         answer,
         "{\"type\":\"extension_ui_response\",\"id\":\"w1\",\"confirmed\":false}\n"
     );
+}
+
+/// An agent's dialogs cost the board what it keeps, not what the agent
+/// wrote: 60 open permission requests carrying 200 KB tool inputs leave
+/// `colibri web` small, end to end (the daemon's approval view and the
+/// board's own caps, `lib web::board` tests, both bound it).
+#[test]
+fn an_agents_large_dialogs_leave_the_board_small() {
+    const DIALOGS: usize = 60;
+    let d = Colibrid::start(&[]);
+    let web = Web::start(&d);
+    let big = "x".repeat(200_000);
+    let lines: String = (0..DIALOGS)
+        .map(|i| {
+            json!({"type":"control_request","request_id": format!("r{i}"),
+                "request":{"subtype":"can_use_tool","tool_name":"Bash",
+                "input":{"command": big},"tool_use_id": format!("tu{i}")}})
+            .to_string()
+                + "\n"
+        })
+        .collect();
+    // Two agents: a pane holds at most 32 pending approvals.
+    let halves = lines.split_inclusive('\n').collect::<Vec<_>>();
+    let ids: Vec<String> = halves
+        .chunks(DIALOGS / 2)
+        .enumerate()
+        .map(|(i, half)| {
+            let file = d.path(&format!("dialogs{i}.jsonl"));
+            std::fs::write(&file, half.concat()).expect("dialogs");
+            d.spawn(
+                &[
+                    "/bin/sh",
+                    "-c",
+                    &format!("cat {}; exec sleep 600", file.display()),
+                ],
+                json!({"runtime":"claude"}),
+            )
+        })
+        .collect();
+    let bearer = format!("Bearer {}", web.token);
+    let snap = wait_for(Duration::from_secs(60), "every dialog on the board", || {
+        let (status, _, body) = http(
+            &web.addr,
+            "GET",
+            "/api/snapshot",
+            &[("Authorization", &bearer)],
+            "",
+        );
+        let snap: Value = serde_json::from_str(&body).ok()?;
+        let shown = snap["board"]["approvals"].as_array()?.len();
+        (status == 200 && shown == DIALOGS).then_some(snap)
+    });
+    let kept = snap["board"]["approvals"][0].to_string().len();
+    assert!(
+        kept < 80 << 10,
+        "one dialog keeps {kept} bytes on the board"
+    );
+    let rss = crate::support::rss_kib(web.child.id() as i32);
+    assert!(
+        rss < 96 << 10,
+        "colibri web holds {rss} KiB for {DIALOGS} dialogs"
+    );
+    for id in ids {
+        d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    }
 }
