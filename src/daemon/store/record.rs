@@ -309,6 +309,72 @@ pub(super) fn encode_log_replaced(out: &mut Vec<u8>, ts: &mut TsText, now: Times
     out.extend_from_slice(b"}\n");
 }
 
+/// The session log's round trip, for the fuzzer and the property test:
+/// `line`, logged as an agent line classified `Event` and again as `Raw`,
+/// must read back as the log reader returns it: an `Event` that is a JSON
+/// object byte for byte (without surrounding JSON whitespace), anything
+/// else as its lossy UTF-8 text. A line one of the runtime adapters
+/// accepts is logged as `Parsed` too, whose cheaper checks (the control
+/// byte scan, and the one-scan `plain_object`) must then agree.
+/// Panics on a mismatch.
+#[doc(hidden)]
+pub fn check_log_roundtrip(line: &[u8]) {
+    use crate::core::taxonomy::{Adapter, Runtime};
+
+    let mut ts = TsText::default();
+    let now = Timestamp::from_millis(1_779_883_200_123);
+    let trimmed = trim_json_ws(line);
+    let as_event = embeddable_event(trimmed)
+        && super::scan::reads_back(trimmed)
+        && super::scan::nesting_within_limit(trimmed);
+    let parsed = Runtime::ALL
+        .iter()
+        .any(|&rt| Adapter::new(rt).observe(line).is_ok());
+    if parsed && embeddable_event(trimmed) {
+        assert_eq!(
+            super::scan::parsed_reads_back(trimmed) && super::scan::nesting_within_limit(trimmed),
+            as_event,
+            "the parsed line's check disagrees: {:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    if parsed && plain_object(trimmed) && super::scan::nesting_within_limit(trimmed) {
+        assert!(
+            as_event,
+            "a plain parsed line that does not read back: {:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    let mut log = Vec::new();
+    if as_event {
+        encode_event(&mut log, &mut ts, now, "p", trimmed);
+    } else {
+        encode_raw(&mut log, &mut ts, now, "p", trimmed);
+    }
+    encode_raw(&mut log, &mut ts, now, "p", line);
+    let (records, corrupt) = super::scan::complete_records(&log);
+    assert_eq!(
+        corrupt,
+        0,
+        "a record the reader rejects: {:?}",
+        String::from_utf8_lossy(&log)
+    );
+    assert_eq!(records.len(), 2);
+    let fields: Vec<super::scan::RecordFields<'_>> = records
+        .iter()
+        .map(|r| super::scan::RecordFields::parse(r.get().as_bytes()))
+        .collect::<Option<_>>()
+        .unwrap_or_else(|| panic!("records parse: {records:?}"));
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if as_event {
+        let ev = fields[0].ev.map(|e| e.get().as_bytes().to_vec());
+        assert_eq!(ev.as_deref(), Some(trimmed), "ev verbatim");
+    } else {
+        assert_eq!(fields[0].raw.as_deref(), Some(lossy(trimmed).as_str()));
+    }
+    assert_eq!(fields[1].raw.as_deref(), Some(lossy(line).as_str()));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

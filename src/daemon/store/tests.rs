@@ -1,11 +1,14 @@
 //! Store tests on real files in a temp directory.
 
-use std::fs;
+use std::fs::{self, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use serde_json::Value;
 
+use super::flush::Writer;
+use super::session::SPARE_SESSION_BUFS;
 use super::*;
 
 const T0: u64 = 1_779_883_200_000;
@@ -52,7 +55,7 @@ fn parsed_lines(path: &Path) -> Vec<Value> {
 }
 
 fn open_fds(store: &SessionStore) -> usize {
-    match &store.writer {
+    match &store.link.writer {
         Writer::Inline(w) => w.fds.entries.len(),
         Writer::Thread(_) => panic!("the tests run the writer inline"),
     }
@@ -1786,7 +1789,7 @@ fn a_batch_lost_with_a_dead_writer_thread_is_written_again() {
     store.ensure_session("s1", Some("pi"), Some("/repo"), at(0));
     store.attach("s1", &attach_rec("p1", &argv), at(1));
     drain(&mut store);
-    if let Writer::Inline(w) = &mut store.writer {
+    if let Writer::Inline(w) = &mut store.link.writer {
         w.panic_on_batch = true;
     }
     let poll = mio::Poll::new().expect("poll");
@@ -1796,7 +1799,7 @@ fn a_batch_lost_with_a_dead_writer_thread_is_written_again() {
     store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(2));
     store.flush(usize::MAX);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while matches!(store.writer, Writer::Thread(_)) {
+    while matches!(store.link.writer, Writer::Thread(_)) {
         assert!(
             std::time::Instant::now() < deadline,
             "the writer thread died"
@@ -1823,7 +1826,7 @@ fn one_log_failing(tmp: &Path) -> (SessionStore, mio::Poll) {
     store.append("s1", "p1", LineRecord::Event(&ev("turn_start", 1)), at(1));
     // The append to /dev/full failed, and no batch is out.
     flush_until(&mut store, &mut poll, usize::MAX, |s| {
-        s.failing_sessions > 0 && !s.waiting_for_writer()
+        s.link.failing_sessions > 0 && !s.waiting_for_writer()
     });
     (store, poll)
 }
@@ -2369,8 +2372,8 @@ fn compactions_under_a_stalled_writer_are_answered_and_the_running_one_goes_on()
     }
     drain(&mut store);
     // A batch with the writer that never finishes.
-    store.in_flight = true;
-    store.stalled = true;
+    store.link.in_flight = true;
+    store.link.stalled = true;
     store.request_compaction("s1").expect("asked");
     store.request_compaction("s2").expect("asked");
     assert!(matches!(
@@ -2394,8 +2397,8 @@ fn compactions_under_a_stalled_writer_are_answered_and_the_running_one_goes_on()
     store.heartbeat(at(200));
     assert!(store.take_given_up_compactions().is_empty(), "told once");
     // The writer recovers: the running job ends as usual.
-    store.in_flight = false;
-    store.stalled = false;
+    store.link.in_flight = false;
+    store.link.stalled = false;
     let (done, _) = finish_rotation(&mut store, 1 << 20);
     assert_eq!(done.session, "s1");
     assert_eq!(done.outcome.as_ref().expect("compacted").dropped_lines, 20);
@@ -2559,7 +2562,7 @@ fn a_log_retired_at_shutdown_is_not_recreated_by_its_fsync() {
     age_log(&cfg, "old");
     // A heartbeat ran while a batch was with the writer: the next batch,
     // the shutdown's, carries the paths to check and the logs to retire.
-    store.check_paths_due = true;
+    store.link.check_paths_due = true;
     store.sync().expect("sync");
     assert_eq!(store.take_retired(), ["old"]);
     assert!(!log_path(&cfg, "old").exists(), "the log stays deleted");

@@ -212,6 +212,29 @@ fn retire_log(path: &Path, before: SystemTime) -> bool {
     }
 }
 
+/// Writes the index to `dir/name` atomically: `tmp_name`, then rename.
+/// Readers never see a torn index. It is not fsynced: the index is a cache
+/// the logs can rebuild (a corrupt or stale one is ignored at open), and two
+/// fsyncs on every heartbeat with activity would block the loop for nothing.
+pub(super) fn write_atomic(dir: &Path, name: &str, tmp_name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(tmp_name);
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(LOG_MODE)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(bytes)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, dir.join(name))
+}
+
 /// Runs batches. Owns the log fds.
 #[derive(Debug, Default)]
 pub(super) struct LogWriter {
@@ -290,7 +313,7 @@ impl LogWriter {
             done.synced.push((s, res));
         }
         if let Some((dir, bytes)) = batch.index {
-            done.index = Some(super::write_atomic(
+            done.index = Some(write_atomic(
                 &dir,
                 super::INDEX_FILE,
                 super::INDEX_TMP,
