@@ -151,44 +151,8 @@ impl SessionStore {
             }
         }
         let lock = lock_dir(&cfg.dir)?;
-        let mut logs: Vec<(String, PathBuf)> = Vec::new();
-        for entry in
-            fs::read_dir(&cfg.dir).map_err(|e| StoreError::io("read directory", &cfg.dir, e))?
-        {
-            let entry = entry.map_err(|e| StoreError::io("read directory", &cfg.dir, e))?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.ends_with(COMPACT_SUFFIX) || name == INDEX_TMP {
-                // An interrupted compaction or index write: the log or the
-                // old index is still whole, the leftover is garbage.
-                if let Err(e) = fs::remove_file(entry.path()) {
-                    recovery
-                        .problems
-                        .push(format!("cannot remove {}: {e}", entry.path().display()));
-                }
-            } else if let Some(id) = name.strip_suffix(LOG_SUFFIX) {
-                if SessionStore::valid_session_id(id) {
-                    logs.push((id.to_string(), entry.path()));
-                }
-            }
-        }
-        logs.sort();
-
-        let index_path = cfg.dir.join(INDEX_FILE);
-        let mut cached: HashMap<String, IndexEntry> = HashMap::new();
-        match fs::read(&index_path) {
-            Ok(bytes) => match index::decode(&bytes) {
-                Ok(entries) => cached.extend(entries.into_iter().map(|e| (e.id.clone(), e))),
-                Err(e) => recovery
-                    .problems
-                    .push(format!("ignoring {}: {e}", index_path.display())),
-            },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => recovery
-                .problems
-                .push(format!("ignoring {}: {e}", index_path.display())),
-        }
-
+        let logs = list_logs(&cfg.dir, &mut recovery)?;
+        let mut cached = read_index(&cfg.dir, &mut recovery);
         let mut store = SessionStore {
             _lock: lock,
             cfg,
@@ -223,96 +187,160 @@ impl SessionStore {
                     continue;
                 }
             };
-            recovery.corrupt_lines += sum.corrupt_lines;
-            if let Some(why) = &sum.bad_answer {
-                recovery.problems.push(format!(
-                    "session {id}: {} answer record(s) not replayed (the first: {why}); the log keeps them",
-                    sum.bad_answers
-                ));
-            }
-            let from_index = cached.remove(&id);
-            let created_at = match (&from_index, sum.first_ts) {
-                (Some(e), Some(first)) if e.created_at_ms > 0 => {
-                    Timestamp::from_millis(e.created_at_ms).min(first)
-                }
-                (_, Some(first)) => first,
-                (Some(e), None) => Timestamp::from_millis(e.created_at_ms),
-                (None, None) => Timestamp::default(),
-            };
             if let Some(last) = sum.last_ts {
                 store.last_now = store.last_now.max(last);
             }
-            let mut meta = SessionMeta {
-                id: id.clone(),
-                panes: sum.panes,
-                runtime: sum.runtime,
-                cwd: sum.cwd,
-                created_at,
-                turn_count: 0,
-                bytes: sum.complete_len,
-                final_state: None,
-                exit_code: None,
-                exit_signal: None,
-                rotated: u32::from(sum.compacted),
-            };
-            if let Some((state, code, signal)) = sum.last_exit {
-                meta.final_state = Some(state);
-                meta.exit_code = code;
-                meta.exit_signal = signal;
-            }
-            let mut session = Session::new(meta, path);
-            session.live = sum.live;
-            if let Some(e) = from_index {
-                let m = &mut session.meta;
-                m.turn_count = e.turn_count;
-                m.rotated = m.rotated.max(e.rotated);
-                m.runtime = m.runtime.take().or(e.runtime);
-                m.cwd = m.cwd.take().or(e.cwd);
-                for p in e.panes {
-                    if !m.panes.contains(&p) {
-                        m.panes.push(p);
-                    }
-                }
-                session.rotate_base_bytes = e.rotate_base_bytes;
-                session.rotate_base_turns = e.rotate_base_turns;
-            }
-            if sum.len > sum.complete_len {
-                recovery.repaired.push(id.clone());
-                if sum.tail_is_record {
-                    // The record is whole and was recovered; it lacks only
-                    // its newline, which goes first in the buffer.
-                    session.meta.bytes = sum.len;
-                    session.buf.push(b'\n');
-                } else {
-                    let cut = OpenOptions::new()
-                        .write(true)
-                        .open(&session.path)
-                        .and_then(|f| f.set_len(sum.complete_len));
-                    if let Err(e) = cut {
-                        recovery.problems.push(format!(
-                            "cannot truncate the torn tail of {} (retried before the next write): {e}",
-                            session.path.display()
-                        ));
-                        session.repair = Some(sum.complete_len);
-                    }
-                }
-            }
-            loaded.push(session);
+            let from_index = cached.remove(&id);
+            loaded.push(load_session(id, path, sum, from_index, &mut recovery));
         }
         rb.finish(&mut recovery);
         recovery.panes.sort_by_key(|p| p.attached_at);
+        store.adopt(loaded);
+        recovery.sessions = store.sessions.len();
+        Ok((store, recovery))
+    }
+
+    /// Takes the loaded sessions in creation order; those with a buffered
+    /// newline or a tail still to cut are queued for the first flush.
+    fn adopt(&mut self, mut loaded: Vec<Session>) {
         loaded
             .sort_by(|a, b| (a.meta.created_at, &a.meta.id).cmp(&(b.meta.created_at, &b.meta.id)));
         for (i, mut s) in loaded.into_iter().enumerate() {
             if s.pending() > 0 || s.repair.is_some() {
-                store.health.pending_bytes += s.pending();
+                self.health.pending_bytes += s.pending();
                 s.queued = true;
-                store.dirty.push_back(i);
+                self.dirty.push_back(i);
             }
-            store.by_id.insert(s.meta.id.clone(), i);
-            store.sessions.push(s);
+            self.by_id.insert(s.meta.id.clone(), i);
+            self.sessions.push(s);
         }
-        recovery.sessions = store.sessions.len();
-        Ok((store, recovery))
     }
+}
+
+/// The session logs in `dir`, sorted by id; leftovers of interrupted
+/// compactions and index writes are deleted on the way.
+fn list_logs(dir: &Path, recovery: &mut Recovery) -> Result<Vec<(String, PathBuf)>, StoreError> {
+    let mut logs: Vec<(String, PathBuf)> = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| StoreError::io("read directory", dir, e))? {
+        let entry = entry.map_err(|e| StoreError::io("read directory", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(COMPACT_SUFFIX) || name == INDEX_TMP {
+            // An interrupted compaction or index write: the log or the
+            // old index is still whole, the leftover is garbage.
+            if let Err(e) = fs::remove_file(entry.path()) {
+                recovery
+                    .problems
+                    .push(format!("cannot remove {}: {e}", entry.path().display()));
+            }
+        } else if let Some(id) = name.strip_suffix(LOG_SUFFIX) {
+            if SessionStore::valid_session_id(id) {
+                logs.push((id.to_string(), entry.path()));
+            }
+        }
+    }
+    logs.sort();
+    Ok(logs)
+}
+
+/// The index's entries by session id; an unreadable index is a problem
+/// to report, not an error (the logs rebuild it).
+fn read_index(dir: &Path, recovery: &mut Recovery) -> HashMap<String, IndexEntry> {
+    let index_path = dir.join(INDEX_FILE);
+    let mut cached: HashMap<String, IndexEntry> = HashMap::new();
+    match fs::read(&index_path) {
+        Ok(bytes) => match index::decode(&bytes) {
+            Ok(entries) => cached.extend(entries.into_iter().map(|e| (e.id.clone(), e))),
+            Err(e) => recovery
+                .problems
+                .push(format!("ignoring {}: {e}", index_path.display())),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => recovery
+            .problems
+            .push(format!("ignoring {}: {e}", index_path.display())),
+    }
+    cached
+}
+
+/// One session as its scanned log says, completed by its index entry
+/// (turn counts and rotation baselines are not in the log).
+fn load_session(
+    id: String,
+    path: PathBuf,
+    sum: scan::LogSummary,
+    from_index: Option<IndexEntry>,
+    recovery: &mut Recovery,
+) -> Session {
+    recovery.corrupt_lines += sum.corrupt_lines;
+    if let Some(why) = &sum.bad_answer {
+        recovery.problems.push(format!(
+            "session {id}: {} answer record(s) not replayed (the first: {why}); the log keeps them",
+            sum.bad_answers
+        ));
+    }
+    let created_at = match (&from_index, sum.first_ts) {
+        (Some(e), Some(first)) if e.created_at_ms > 0 => {
+            Timestamp::from_millis(e.created_at_ms).min(first)
+        }
+        (_, Some(first)) => first,
+        (Some(e), None) => Timestamp::from_millis(e.created_at_ms),
+        (None, None) => Timestamp::default(),
+    };
+    let mut meta = SessionMeta {
+        id: id.clone(),
+        panes: sum.panes,
+        runtime: sum.runtime,
+        cwd: sum.cwd,
+        created_at,
+        turn_count: 0,
+        bytes: sum.complete_len,
+        final_state: None,
+        exit_code: None,
+        exit_signal: None,
+        rotated: u32::from(sum.compacted),
+    };
+    if let Some((state, code, signal)) = sum.last_exit {
+        meta.final_state = Some(state);
+        meta.exit_code = code;
+        meta.exit_signal = signal;
+    }
+    let mut session = Session::new(meta, path);
+    session.live = sum.live;
+    if let Some(e) = from_index {
+        let m = &mut session.meta;
+        m.turn_count = e.turn_count;
+        m.rotated = m.rotated.max(e.rotated);
+        m.runtime = m.runtime.take().or(e.runtime);
+        m.cwd = m.cwd.take().or(e.cwd);
+        for p in e.panes {
+            if !m.panes.contains(&p) {
+                m.panes.push(p);
+            }
+        }
+        session.rotate_base_bytes = e.rotate_base_bytes;
+        session.rotate_base_turns = e.rotate_base_turns;
+    }
+    if sum.len > sum.complete_len {
+        recovery.repaired.push(id.clone());
+        if sum.tail_is_record {
+            // The record is whole and was recovered; it lacks only
+            // its newline, which goes first in the buffer.
+            session.meta.bytes = sum.len;
+            session.buf.push(b'\n');
+        } else {
+            let cut = OpenOptions::new()
+                .write(true)
+                .open(&session.path)
+                .and_then(|f| f.set_len(sum.complete_len));
+            if let Err(e) = cut {
+                recovery.problems.push(format!(
+                    "cannot truncate the torn tail of {} (retried before the next write): {e}",
+                    session.path.display()
+                ));
+                session.repair = Some(sum.complete_len);
+            }
+        }
+    }
+    session
 }
