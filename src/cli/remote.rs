@@ -434,11 +434,25 @@ pub fn approvals(
     json: bool,
     out: &mut impl Write,
 ) -> Result<u8, CliError> {
-    let data = call(socket, &request::approvals(agent))?;
+    // Every page (a page holds less when agents made the approvals large).
+    let mut list = ApprovalsReply {
+        approvals: Vec::new(),
+        next: None,
+    };
+    let mut client = connect(socket, REQUEST_TIMEOUT)?;
+    loop {
+        let req = request::approvals_after(agent, list.next.as_deref());
+        let page: ApprovalsReply = decode("approvals", client.call(&req)?)?;
+        list.approvals.extend(page.approvals);
+        list.next = page.next;
+        if list.next.is_none() {
+            break;
+        }
+    }
     if json {
+        let data = serde_json::to_value(&list).unwrap_or_default();
         return print_json_line(out, &data).map(|()| 0);
     }
-    let list: ApprovalsReply = decode("approvals", data)?;
     let mut text = String::new();
     for a in &list.approvals {
         let who = a.name.as_deref().unwrap_or(&a.pane);

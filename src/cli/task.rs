@@ -159,14 +159,52 @@ fn decode<T: serde::de::DeserializeOwned>(data: Value) -> Result<T, CliError> {
         .map_err(|e| CliError::Client(ClientError::Protocol(format!("unexpected task reply: {e}"))))
 }
 
+/// Every task, page after page (a page holds at most
+/// `protocol::PAGE_ITEMS`, and less when agents made the tasks large).
+fn all_tasks(socket: Option<&Path>) -> Result<TasksReply, CliError> {
+    let mut client = connect(socket, REQUEST_TIMEOUT)?;
+    let mut all: Option<TasksReply> = None;
+    let mut after = None;
+    loop {
+        let req = Wire::Tasks(TasksArgs {
+            after,
+            ..TasksArgs::default()
+        });
+        let page: TasksReply = decode(client.call(&req)?)?;
+        after = page.next;
+        match &mut all {
+            None => all = Some(page),
+            Some(all) => all.tasks.extend(page.tasks),
+        }
+        if after.is_none() {
+            break;
+        }
+    }
+    let mut all = all.unwrap_or(TasksReply {
+        tasks: Vec::new(),
+        pending: 0,
+        next: None,
+    });
+    all.next = None;
+    Ok(all)
+}
+
 pub fn run(socket: Option<&Path>, cmd: &TaskCommand, out: &mut impl Write) -> Result<u8, CliError> {
+    if let TaskCommand::Ls { json } = cmd {
+        let all = all_tasks(socket)?;
+        let text = match json {
+            true => {
+                let data = serde_json::to_string(&all).unwrap_or_default();
+                format!("{}\n", json_for_terminal(&data))
+            }
+            false => table(&all.tasks),
+        };
+        print(out, &text)?;
+        return Ok(0);
+    }
     let req = request(cmd)?;
     let data = connect(socket, REQUEST_TIMEOUT)?.call(&req)?;
     match cmd {
-        TaskCommand::Ls { json: false } => {
-            let reply: TasksReply = decode(data)?;
-            print(out, &table(&reply.tasks))?;
-        }
         TaskCommand::Add { .. } => {
             let reply: TaskReply = decode(data)?;
             if let Some(t) = reply.task {
@@ -190,10 +228,8 @@ pub fn run(socket: Option<&Path>, cmd: &TaskCommand, out: &mut impl Write) -> Re
                 ),
             )?;
         }
-        TaskCommand::Ls { json: true } => {
-            print(out, &format!("{}\n", json_for_terminal(&data.to_string())))?
-        }
-        TaskCommand::Cancel { .. }
+        TaskCommand::Ls { .. }
+        | TaskCommand::Cancel { .. }
         | TaskCommand::Ack { .. }
         | TaskCommand::Done { .. }
         | TaskCommand::Fail { .. } => {}

@@ -213,6 +213,29 @@ pub enum TaskError {
     ContextTooDeep(usize),
     #[error("the task's context is {0} bytes as JSON; at most {MAX_CONTEXT_BYTES} are taken")]
     ContextTooLarge(usize),
+    #[error("the task's {field} is {bytes} bytes; at most {max} are taken")]
+    TooLong {
+        field: &'static str,
+        bytes: usize,
+        max: usize,
+    },
+}
+
+/// The longest task title taken: it is a line in tables and alerts.
+pub const MAX_TITLE_BYTES: usize = 1 << 10;
+/// The longest description, result or failure reason taken: every `tasks`
+/// reply carries them, and agents write them.
+pub const MAX_TEXT_BYTES: usize = 64 << 10;
+
+fn fits(field: &'static str, text: &str, max: usize) -> Result<(), TaskError> {
+    if text.len() > max {
+        return Err(TaskError::TooLong {
+            field,
+            bytes: text.len(),
+            max,
+        });
+    }
+    Ok(())
 }
 
 /// The deepest task context taken: every reply that carries a task (a
@@ -432,6 +455,11 @@ impl TaskQueue {
         if task.title.trim().is_empty() {
             return Err(TaskError::NoTitle);
         }
+        fits("title", &task.title, MAX_TITLE_BYTES)?;
+        fits("description", &task.description, MAX_TEXT_BYTES)?;
+        for (field, text) in [("role", &task.role), ("jail", &task.jail)] {
+            fits(field, text.as_deref().unwrap_or_default(), MAX_TITLE_BYTES)?;
+        }
         if let Some(context) = &task.context {
             let depth = json_depth(context);
             if depth > MAX_CONTEXT_DEPTH {
@@ -532,6 +560,11 @@ impl TaskQueue {
         note: Option<String>,
         now: Timestamp,
     ) -> Result<TaskEvent, TaskError> {
+        fits(
+            if ok { "result" } else { "reason" },
+            note.as_deref().unwrap_or_default(),
+            MAX_TEXT_BYTES,
+        )?;
         let t = self.owned(id, actor)?;
         if !matches!(t.status, TaskStatus::Claimed | TaskStatus::Working) {
             return Err(TaskError::WrongStatus {
@@ -589,6 +622,43 @@ mod tests {
 
     /// A context a standard client could not read back is refused at
     /// intake, with the reason, and nothing is queued.
+    #[test]
+    fn texts_past_their_caps_are_refused_at_intake_and_at_the_finish() {
+        let mut q = TaskQueue::default();
+        let at = Timestamp::from_millis(1);
+        let task = |title: String, description: String| NewTask {
+            title,
+            description,
+            priority: Priority::Medium,
+            role: None,
+            context: None,
+            jail: None,
+        };
+        let long_title = "t".repeat(MAX_TITLE_BYTES + 1);
+        assert!(matches!(
+            q.add(task(long_title, String::new()), at),
+            Err(TaskError::TooLong { field: "title", .. })
+        ));
+        let long_text = "d".repeat(MAX_TEXT_BYTES + 1);
+        assert!(matches!(
+            q.add(task("t".into(), long_text.clone()), at),
+            Err(TaskError::TooLong {
+                field: "description",
+                ..
+            })
+        ));
+        assert!(q.tasks.is_empty(), "nothing queued");
+        let fits = "d".repeat(MAX_TEXT_BYTES);
+        assert!(q.add(task("t".into(), fits), at).is_ok());
+        assert!(matches!(
+            q.finish(1, Actor::Operator, true, Some(long_text), at),
+            Err(TaskError::TooLong {
+                field: "result",
+                ..
+            })
+        ));
+    }
+
     #[test]
     fn a_context_too_deep_or_too_large_is_refused_at_intake() {
         let mut q = TaskQueue::default();

@@ -195,17 +195,27 @@ impl WireApproval {
     }
 }
 
-/// `approvals`: optionally one pane's only.
+/// `approvals`: optionally one pane's only, a page at a time (oldest
+/// first).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalsArgs {
     /// A pane (name, id or id prefix).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// The `next` of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// At most this many (and at most [`super::PAGE_ITEMS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalsReply {
     pub approvals: Vec<WireApproval>,
+    /// More wait: ask again with `after` set to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// `approve`, `deny` and `answer`.

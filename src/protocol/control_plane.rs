@@ -27,6 +27,12 @@ pub struct TasksArgs {
     /// Only tasks in this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<TaskStatus>,
+    /// Tasks after this id (the `next` of the previous page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
+    /// At most this many (and at most [`super::PAGE_ITEMS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -178,6 +184,9 @@ pub struct TasksReply {
     pub tasks: Vec<WireTask>,
     /// Tasks waiting for a claim (all of them, whoever asks).
     pub pending: usize,
+    /// More match: ask again with `after` set to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
 }
 
 /// `task-claim`: the task claimed, or `null` when none fits.

@@ -46,6 +46,32 @@ pub use attach::{
 mod governance;
 pub use governance::{BudgetArgs, BudgetReply, WireBudget, WireHold, WireVerdict};
 
+/// The most items a `tasks` or `approvals` page holds.
+pub const PAGE_ITEMS: usize = 1000;
+/// About the most bytes of items a page holds: agents choose how large a
+/// task or an approval is, and a reply must stay well under a client's
+/// limit (64 MiB for colibri's own) whatever they chose.
+pub const PAGE_BYTES: usize = 4 << 20;
+
+/// The first items of `items` that fit a page of `limit` items and
+/// [`PAGE_BYTES`] (always at least one), each weighed by `size`; `true`
+/// when some were left out.
+pub fn page<T>(items: Vec<T>, limit: Option<usize>, size: impl Fn(&T) -> usize) -> (Vec<T>, bool) {
+    let limit = limit.unwrap_or(PAGE_ITEMS).clamp(1, PAGE_ITEMS);
+    let total = items.len();
+    let mut bytes = 0;
+    let mut out = Vec::with_capacity(total.min(limit));
+    for item in items {
+        bytes += size(&item);
+        if out.len() == limit || (!out.is_empty() && bytes > PAGE_BYTES) {
+            break;
+        }
+        out.push(item);
+    }
+    let more = out.len() < total;
+    (out, more)
+}
+
 pub const SNAPSHOT_V1: &str = "clawdie.glasspane.snapshot.v1";
 pub const SNAPSHOT_V2: &str = "clawdie.glasspane.snapshot.v2";
 
@@ -1390,6 +1416,25 @@ impl WatchKind {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_page_holds_its_limit_or_its_bytes_and_always_one_item() {
+        let items: Vec<usize> = (0..10).collect();
+        assert_eq!(page(items.clone(), Some(3), |_| 1), (vec![0, 1, 2], true));
+        assert_eq!(page(items.clone(), None, |_| 1), (items.clone(), false));
+        assert_eq!(
+            page(items.clone(), Some(0), |_| 1).0,
+            vec![0],
+            "a limit of 0 is 1"
+        );
+        let half = PAGE_BYTES / 2;
+        assert_eq!(page(items.clone(), None, |_| half), (vec![0, 1], true));
+        assert_eq!(
+            page(items, None, |_| PAGE_BYTES * 2),
+            (vec![0], true),
+            "one item larger than a page still comes"
+        );
+    }
+
     /// One of every command, each field set where it has one, so a field
     /// that serializes under another name than it parses fails here.
     fn one_of_each() -> Vec<Command> {
@@ -1472,6 +1517,8 @@ mod tests {
                 pane: Some("w1".into()),
                 task_id: Some(2),
                 status: Some(TaskStatus::Pending),
+                after: Some(1),
+                limit: Some(10),
             }),
             Command::TaskAdd(Box::new(TaskAddArgs {
                 title: "t".into(),
@@ -1513,6 +1560,8 @@ mod tests {
             Command::AttachResize(AttachResizeArgs { cols: 81, rows: 25 }),
             Command::Approvals(ApprovalsArgs {
                 agent_id: Some("w1".into()),
+                after: Some("0000001764331200000/w1-1".into()),
+                limit: Some(10),
             }),
             Command::Approve(decide()),
             Command::Deny(decide()),

@@ -84,8 +84,15 @@ pub fn emit(agent_id: &str, event: Value) -> Command {
 }
 
 pub fn approvals(agent_id: Option<&str>) -> Command {
+    approvals_after(agent_id, None)
+}
+
+/// The page of `approvals` after the previous page's `next`.
+pub fn approvals_after(agent_id: Option<&str>, after: Option<&str>) -> Command {
     Command::Approvals(ApprovalsArgs {
         agent_id: agent_id.map(str::to_string),
+        after: after.map(str::to_string),
+        limit: None,
     })
 }
 

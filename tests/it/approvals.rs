@@ -1018,3 +1018,70 @@ fn a_pending_approval_s_end_is_announced_once_after_a_stop_and_after_a_crash() {
         assert_eq!(d.ok(json!({"cmd":"approvals"}))["approvals"], json!([]));
     }
 }
+
+/// `approvals` comes in pages, oldest first, each resuming after the last
+/// one's `next` even when approvals were answered in between; `colibri
+/// approvals` reads every page.
+#[test]
+fn approvals_come_in_pages_that_resume_after_answers() {
+    let d = Colibrid::start(&[]);
+    let lines: String = (0..12)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"type":"extension_ui_request","id": format!("q{i}"),
+                    "method":"confirm","title": format!("question {i}")})
+            )
+        })
+        .collect();
+    let file = d.path("questions.jsonl");
+    std::fs::write(&file, lines).expect("questions");
+    let argv = format!("cat {}; exec sleep 60", file.display());
+    let panes: Vec<String> = (0..2)
+        .map(|_| d.spawn(&["/bin/sh", "-c", &argv], json!({"runtime":"pi"})))
+        .collect();
+    wait_for(Duration::from_secs(30), "24 approvals", || {
+        let all = d.ok(json!({"cmd":"approvals"}));
+        (all["approvals"].as_array()?.len() == 24).then_some(())
+    });
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut req = json!({"cmd":"approvals","limit": 7});
+        if let Some(a) = &after {
+            req["after"] = json!(a);
+        }
+        let page = d.ok(req);
+        let ids: Vec<String> = page["approvals"]
+            .as_array()
+            .expect("approvals")
+            .iter()
+            .filter_map(|a| a["id"].as_str().map(str::to_string))
+            .collect();
+        assert!(ids.len() <= 7, "{ids:?}");
+        if pages == 0 {
+            // Answered between pages: the next page does not shift.
+            d.ok(json!({"cmd":"approve","approval": ids[0]}));
+        }
+        seen.extend(ids);
+        pages += 1;
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 4, "24 approvals in pages of 7");
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 24, "each approval once: {seen:?}");
+    let out = colibri(&d, &["approvals", "--json"]);
+    assert!(out.status.success());
+    let all: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(all["approvals"].as_array().map(Vec::len), Some(23));
+    assert!(all.get("next").is_none(), "{all}");
+    for pane in panes {
+        d.ok(json!({"cmd":"kill-agent","agent_id": pane}));
+    }
+}

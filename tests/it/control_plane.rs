@@ -522,3 +522,53 @@ fn old_finished_tasks_are_forgotten_and_the_journal_compacted_at_start() {
         Some(1002)
     );
 }
+
+/// The task list comes in pages that stay small whatever the agents wrote,
+/// and `colibri task ls` reads every page; a text past the intake caps is
+/// refused with the reason. Before, 80 tasks with 900 KB notes made `tasks`
+/// fail for every client ("reply queue full").
+#[test]
+fn large_tasks_come_in_pages_and_oversized_text_is_refused_at_intake() {
+    let d = start(None, &[]);
+    let refused =
+        d.request(json!({"cmd":"task-add","title":"big","description":"x".repeat(900_000)}));
+    assert_eq!(refused["code"], json!("invalid"), "{refused}");
+    let said = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("description") && said.contains("at most"),
+        "{said}"
+    );
+    let long = "d".repeat(60_000);
+    let ids: Vec<u64> = (0..150)
+        .map(|i| add_task(&d, &format!("task {i}"), json!({"description": long})))
+        .collect();
+    let first = d.ok(json!({"cmd":"tasks"}));
+    let page = first["tasks"].as_array().map(Vec::len).unwrap_or(0);
+    assert!(page > 0 && page < ids.len(), "one page held {page} of 150");
+    let next = first["next"].as_u64().expect("a next page");
+    let second = d.ok(json!({"cmd":"tasks","after": next}));
+    assert_eq!(
+        second["tasks"][0]["task_id"].as_u64(),
+        ids.iter().copied().find(|id| *id > next),
+        "the second page starts after the first"
+    );
+    let out = Command::new(COLIBRI)
+        .args(["task", "ls", "--json"])
+        .env("COLIBRI_SOCKET", &d.socket)
+        .stdin(Stdio::null())
+        .output()
+        .expect("colibri task ls");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let listed: Vec<u64> = all["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .filter_map(|t| t["task_id"].as_u64())
+        .collect();
+    assert_eq!(listed, ids, "every task, once, in order");
+}

@@ -10,7 +10,7 @@ use crate::daemon::approvals::Answerer;
 use crate::daemon::event_loop::Daemon;
 use crate::platform;
 use crate::protocol::{
-    ApprovalsReply, Command, CommandError, DecideArgs, ErrorCode, HookReply, Reply,
+    ApprovalsReply, Command, CommandError, DecideArgs, ErrorCode, HookReply, Reply, WireApproval,
 };
 
 use super::{mismatch, Call};
@@ -26,9 +26,38 @@ pub(super) fn list(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
         Some(q) => Some(d.resolve(&call.scope, q)?),
         None => None,
     };
+    // Oldest first, by when each was asked, then by id: a stable order a
+    // page's `next` ("ASKED_MS/ID") resumes after, whatever was answered
+    // in between.
+    let mut all: Vec<(String, WireApproval)> = d
+        .pending_approvals(&call.scope, only)
+        .into_iter()
+        .map(|a| (page_key(&a), a))
+        .collect();
+    all.sort_by(|x, y| x.0.cmp(&y.0));
+    if let Some(after) = &a.after {
+        all.retain(|(key, _)| key > after);
+    }
+    let (page, more) = crate::protocol::page(all, a.limit, |(_, a)| {
+        serde_json::to_vec(a).map_or(0, |t| t.len())
+    });
+    let next = more
+        .then(|| page.last().map(|(key, _)| key.clone()))
+        .flatten();
     Ok(Reply::Approvals(ApprovalsReply {
-        approvals: d.pending_approvals(&call.scope, only),
+        approvals: page.into_iter().map(|(_, a)| a).collect(),
+        next,
     }))
+}
+
+/// An approval's place in the `approvals` order: its asking time in
+/// milliseconds, zero-padded so text order is time order, and its id.
+fn page_key(a: &WireApproval) -> String {
+    let asked = humantime::parse_rfc3339(&a.asked_at)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis());
+    format!("{asked:016}/{}", a.id)
 }
 
 pub(super) fn approve(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {

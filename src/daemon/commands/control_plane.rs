@@ -10,7 +10,7 @@
 
 use super::{mismatch, Call};
 use crate::core::policy::Unit;
-use crate::core::tasks::{Actor, NewTask, TaskError, TaskStatus};
+use crate::core::tasks::{Actor, NewTask, Task, TaskError, TaskStatus, MAX_CONTEXT_BYTES};
 use crate::daemon::activity::{bounded, ACTIVITY_BURST};
 use crate::daemon::conn::Scope;
 use crate::daemon::control_plane::{wire_budget, BudgetView};
@@ -51,7 +51,8 @@ fn task_error(e: TaskError) -> CommandError {
         | TaskError::AlreadyHolding(..)
         | TaskError::NoTitle
         | TaskError::ContextTooDeep(_)
-        | TaskError::ContextTooLarge(_) => ErrorCode::Invalid,
+        | TaskError::ContextTooLarge(_)
+        | TaskError::TooLong { .. } => ErrorCode::Invalid,
     };
     CommandError::new(code, e.to_string())
 }
@@ -128,13 +129,22 @@ pub(super) fn tasks(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     };
     let me = caller(d, call, args.pane.as_deref())?;
     let queue = &d.control.queue;
-    let tasks: Vec<WireTask> = queue
+    let matching: Vec<&Task> = queue
         .iter()
         .filter(|t| me.is_none() || t.claimed_by == me)
         .filter(|t| args.task_id.is_none_or(|id| id == t.id))
         .filter(|t| args.status.is_none_or(|s| s == t.status))
-        .map(WireTask::from)
+        .filter(|t| args.after.is_none_or(|after| t.id > after))
         .collect();
+    // Weighed without encoding: what an agent made large is text.
+    let (page, more) = crate::protocol::page(matching, args.limit, |t| {
+        512 + t.spec.title.len()
+            + t.spec.description.len()
+            + t.outcome.as_ref().map_or(0, String::len)
+            + t.spec.context.as_ref().map_or(0, |_| MAX_CONTEXT_BYTES)
+    });
+    let next = more.then(|| page.last().map(|t| t.id)).flatten();
+    let tasks: Vec<WireTask> = page.into_iter().map(WireTask::from).collect();
     if let (Some(id), true) = (args.task_id, tasks.is_empty()) {
         return Err(CommandError::new(
             ErrorCode::NotFound,
@@ -147,7 +157,11 @@ pub(super) fn tasks(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
         .iter()
         .filter(|t| t.status == TaskStatus::Pending && (me.is_none() || t.open_to(jail.as_deref())))
         .count();
-    Ok(Reply::Tasks(TasksReply { tasks, pending }))
+    Ok(Reply::Tasks(TasksReply {
+        tasks,
+        pending,
+        next,
+    }))
 }
 
 /// Refuses a change to the task queue while its journal is far behind (a
