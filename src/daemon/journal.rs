@@ -214,6 +214,11 @@ impl Journal {
         Ok(())
     }
 
+    /// The bytes the journal keeps before it forgets its oldest events.
+    pub fn max_bytes(&self) -> u64 {
+        self.cfg.max_bytes
+    }
+
     pub fn last_seq(&self) -> u64 {
         self.last_seq
     }

@@ -612,8 +612,9 @@ fn diagnostics_never_hold_the_loop_on_an_unread_stderr() {
     for i in 0..3 {
         send(&huge, 1497 + i);
     }
-    // Past the pipe and the stderr thread's queue of 1,024 lines.
-    let long = "L".repeat(3000);
+    // Past the pipe and the stderr thread's queue of 1,024 lines (and
+    // within the posts' share of the watch journal, 2 MiB).
+    let long = "L".repeat(1000);
     for i in 0..1497 {
         send(&long, i);
     }

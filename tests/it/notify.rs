@@ -645,3 +645,43 @@ fn a_webhook_that_never_answers_holds_no_other_sink() {
     );
     drop(silent);
 }
+
+/// Agents' activity posts take at most their share of the watch journal
+/// (a quarter): 40 panes posting their bursts of long texts are refused
+/// with `busy` once it is spent, and a watcher resuming from the first
+/// event gets every event since, no gap. Before, such posts rolled the
+/// 8 MiB journal in 0.4 s and the resuming watcher got a gap.
+#[test]
+fn activity_floods_leave_the_journal_to_the_state_changes() {
+    let d = Colibrid::start(&[]);
+    let panes: Vec<String> = (0..40)
+        .map(|_| d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({})))
+        .collect();
+    let text = "A".repeat(4000);
+    let mut c = d.client();
+    let (mut taken, mut refused) = (0, 0);
+    for pane in &panes {
+        for _ in 0..30 {
+            let r = c.request(&json!({"cmd":"activity","pane": pane,
+                "event_type":"error","message": text,"detail": text}));
+            if r["ok"] == json!(true) {
+                taken += 1;
+            } else {
+                assert_eq!(r["code"], json!("busy"), "{r}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        taken > 100 && refused > 0,
+        "{taken} taken, {refused} refused"
+    );
+    let mut late = d.client();
+    assert_eq!(
+        late.request(&json!({"cmd":"watch","since": 1}))["ok"],
+        json!(true)
+    );
+    let first = late.read_line().expect("an event");
+    assert_ne!(first["event"], json!("gap"), "{first}");
+    assert_eq!(first["seq"], json!(2), "{first}");
+}

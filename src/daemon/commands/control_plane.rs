@@ -277,18 +277,23 @@ pub(super) fn activity(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply,
     if !running {
         return Err(CommandError::not_running(&pane));
     }
-    if let Err(wait_ms) = d.activity.take(&pane, call.t) {
+    let mut a = a;
+    a.message = bounded(a.message.take());
+    a.detail = bounded(a.detail.take());
+    let bytes = [&a.message, &a.detail]
+        .iter()
+        .map(|t| t.as_ref().map_or(0, String::len) as u64)
+        .sum();
+    let journal_bytes = d.bus.journal().max_bytes();
+    if let Err(wait_ms) = d.activity.take(&pane, bytes, journal_bytes, call.t) {
         return Err(CommandError::new(
             ErrorCode::Busy,
             format!(
-                "activity: more than {ACTIVITY_BURST} posts at once, or 30 a minute, from this pane; try again in {:.1} s",
+                "activity: more than {ACTIVITY_BURST} posts at once or 30 a minute from this pane, or all agents' posts past their share of the watch journal; try again in {:.1} s",
                 wait_ms as f64 / 1000.0
             ),
         ));
     }
-    let mut a = a;
-    a.message = bounded(a.message.take());
-    a.detail = bounded(a.detail.take());
     let kind = match a.event_type {
         ActivityType::TaskCompleted => WatchKind::TaskCompleted {
             pane: pane.clone(),
