@@ -1,17 +1,17 @@
 //! The board's routes: the page, its event stream and its actions.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tiny_http::{Header, Method, Request, Response};
 
 use super::action::{self, ActionKey};
 use super::auth;
 use super::board::{Board, Catchup};
+use super::server::{Method, Request};
 use crate::protocol::request;
 use crate::protocol::Command as Wire;
 
@@ -26,8 +26,6 @@ const COALESCE: Duration = Duration::from_millis(100);
 const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Open event streams beyond this are refused (503).
 const MAX_STREAMS: usize = 256;
-/// An action's JSON body is small.
-const MAX_BODY: u64 = 64 << 10;
 
 pub struct Ctx {
     pub token: String,
@@ -40,36 +38,22 @@ pub struct Ctx {
 
 static STREAMS: AtomicUsize = AtomicUsize::new(0);
 
-fn header(name: &str, value: &str) -> Option<Header> {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
-}
-
 fn reply(req: Request, status: u16, content_type: &str, body: impl Into<Vec<u8>>) {
-    let mut resp = Response::from_data(body.into()).with_status_code(status);
-    for h in [
-        header("Content-Type", content_type),
-        header("Cache-Control", "no-store"),
-        header("X-Content-Type-Options", "nosniff"),
-        header("Referrer-Policy", "no-referrer"),
-        header(
+    let headers = [
+        ("Content-Type", content_type),
+        ("Cache-Control", "no-store"),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+        (
             "Content-Security-Policy",
             "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
         ),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        resp.add_header(h);
-    }
-    // The browser went away: nothing to tell it.
-    let _ = req.respond(resp);
+    ];
+    req.respond(status, &headers, &body.into());
 }
 
 fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
-    req.headers()
-        .iter()
-        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_str())
+    req.header(name)
 }
 
 fn query_value<'a>(url: &'a str, key: &str) -> Option<&'a str> {
@@ -240,18 +224,13 @@ fn set_via(cmd: &mut Wire, how: &str) {
 /// drops it from the address (never a path from the request: `//host`
 /// there would be a redirect off the board). No cookie is set.
 fn login(req: Request, session: &str) {
-    let mut resp = Response::empty(303);
-    for h in [
-        header("Location", &format!("/#session={session}")),
-        header("Cache-Control", "no-store"),
-        header("Referrer-Policy", "no-referrer"),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        resp.add_header(h);
-    }
-    let _ = req.respond(resp);
+    let location = format!("/#session={session}");
+    let headers = [
+        ("Location", location.as_str()),
+        ("Cache-Control", "no-store"),
+        ("Referrer-Policy", "no-referrer"),
+    ];
+    req.respond(303, &headers, b"");
 }
 
 /// The daemon request an action posts: `approve`, `deny`, `answer` (the
@@ -275,13 +254,9 @@ fn daemon_request(action: &str, body: &Value) -> Option<Wire> {
     })
 }
 
-fn action(ctx: &Ctx, mut req: Request, action: &str) {
-    let mut body = Vec::new();
-    if let Err(e) = req.as_reader().take(MAX_BODY).read_to_end(&mut body) {
-        let msg = json!({"ok":false,"error":format!("cannot read the request: {e}")});
-        return reply(req, 400, "application/json", msg.to_string());
-    }
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+fn action(ctx: &Ctx, req: Request, action: &str) {
+    // Read whole, within the server's body limit.
+    let parsed: Value = serde_json::from_slice(req.body()).unwrap_or(Value::Null);
     let Some(cmd) = daemon_request(action, &parsed) else {
         let msg = json!({"ok":false,"error":format!("unknown action {action:?} or no \"pane\"")});
         return reply(req, 400, "application/json", msg.to_string());
@@ -304,7 +279,7 @@ fn events(ctx: &Ctx, req: Request) {
         return reply(req, 503, "text/plain", "too many open boards\n");
     }
     let last = parse_last_id(&req);
-    let mut w = req.into_writer();
+    let mut w = req.into_stream();
     // The stream ends when the page goes (a write fails).
     let _ = stream(ctx, &mut w, last);
     STREAMS.fetch_sub(1, Ordering::SeqCst);

@@ -6,9 +6,10 @@
 //! [`REFRESH`] (usage and cost are not on the watch stream). Both feed a
 //! [`board::Board`], which every browser follows over Server-Sent Events.
 //!
-//! The HTTP server is tiny_http: a blocking server with a thread per
-//! request suits a board for a handful of operators, and it builds in a
-//! fraction of axum + tokio's time. Every data path needs the token or a
+//! The HTTP server (`server`) is blocking, a thread per connection, one
+//! request each, every part bounded: that suits a board for a handful of
+//! operators that any local user can reach, and builds in a fraction of
+//! axum + tokio's time. Every data path needs the token or a
 //! session a login opened (`Authorization: Bearer`; no cookie: see
 //! `auth`); see docs/WEB.md.
 
@@ -22,6 +23,8 @@ pub mod board;
 mod http;
 #[cfg(feature = "web")]
 mod serve;
+#[cfg(feature = "web")]
+pub mod server;
 
 #[cfg(feature = "web")]
 pub use serve::*;

@@ -15,7 +15,7 @@ use crate::protocol::Command;
 
 pub use super::board::Board;
 use super::http;
-use super::{action, auth};
+use super::{action, auth, server};
 
 /// How often usage, cost and approvals are refreshed from a snapshot.
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -50,14 +50,13 @@ pub enum WebError {
 pub fn run(opts: &WebOptions, out: &mut impl std::io::Write) -> Result<(), WebError> {
     let (token, created) = auth::load_or_create(&opts.token_file)?;
     let action_key = action::ActionKey::load_or_create(&opts.action_key_file)?;
-    let server = tiny_http::Server::http(opts.listen).map_err(|e| WebError::Listen {
+    let listener = std::net::TcpListener::bind(opts.listen).map_err(|e| WebError::Listen {
         addr: opts.listen,
         msg: e.to_string(),
     })?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .map_or_else(|| opts.listen.to_string(), |a| a.to_string());
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| opts.listen.to_string(), |a| a.to_string());
     let board = Arc::new(Board::new(new_run_id()));
     spawn_followers(&opts.socket, &board);
     // Printed once: the address, and the token the first time only.
@@ -83,12 +82,13 @@ pub fn run(opts: &WebOptions, out: &mut impl std::io::Write) -> Result<(), WebEr
         board,
         action_key,
     });
-    for req in server.incoming_requests() {
-        let ctx = Arc::clone(&ctx);
-        // SSE responses last as long as the page: each request its thread.
-        std::thread::spawn(move || http::handle(&ctx, req));
-    }
-    Ok(())
+    // SSE responses last as long as the page: each connection its thread.
+    let handle: Arc<dyn Fn(server::Request) + Send + Sync> =
+        Arc::new(move |req| http::handle(&ctx, req));
+    server::serve(listener, server::Limits::default(), handle).map_err(|e| WebError::Listen {
+        addr: opts.listen,
+        msg: e.to_string(),
+    })
 }
 
 fn new_run_id() -> String {

@@ -21,8 +21,23 @@ struct Web {
 
 impl Web {
     fn start(d: &Colibrid) -> Web {
+        Web::start_with(d, Command::new(COLIBRI))
+    }
+
+    /// A board that may hold at most `fds` file descriptors.
+    fn start_with_fd_limit(d: &Colibrid, fds: u32) -> Web {
+        let mut sh = Command::new("/bin/sh");
+        sh.args([
+            "-c",
+            &format!("ulimit -n {fds} && exec \"$0\" \"$@\""),
+            COLIBRI,
+        ]);
+        Web::start_with(d, sh)
+    }
+
+    fn start_with(d: &Colibrid, mut command: Command) -> Web {
         let token_file = d.path("web-token");
-        let mut child = Command::new(COLIBRI)
+        let mut child = command
             .arg("--socket")
             .arg(&d.socket)
             .args(["web", "--listen", "127.0.0.1:0", "--token-file"])
@@ -971,4 +986,38 @@ fn an_agents_large_dialogs_leave_the_board_small() {
     for id in ids {
         d.ok(json!({"cmd":"kill-agent","agent_id": id}));
     }
+}
+
+/// The board outlives what any local user can do to it: connections past
+/// its fd limit (it answers again once they close) and a head past 16 KiB
+/// (431, at once, without reading it all). Before, tiny_http stopped
+/// accepting for good at its first accept error (516 idle connections at
+/// a 1,024 fd limit killed the listener while the process lived on) and
+/// read heads without a limit (three 128 MiB headers added 384 MiB).
+#[test]
+fn the_board_outlives_connections_past_its_fd_limit_and_refuses_huge_heads() {
+    let d = Colibrid::start(&[]);
+    let web = Web::start_with_fd_limit(&d, 64);
+    let addr: std::net::SocketAddr = web.addr.parse().expect("an address");
+    let idle: Vec<TcpStream> = (0..150)
+        .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok())
+        .collect();
+    assert!(idle.len() > 64, "only {} connections opened", idle.len());
+    drop(idle);
+    wait_for(Duration::from_secs(30), "the board to answer again", || {
+        let (status, _, _) = http(&web.addr, "GET", "/board.css", &[], "");
+        (status == 200).then_some(())
+    });
+    // The board answers and closes after 16 KiB: the rest of the write may
+    // fail, the answer is there to read.
+    let mut s = TcpStream::connect(&web.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let huge = format!("GET / HTTP/1.1\r\nX-Huge: {}\r\n\r\n", "a".repeat(1 << 20));
+    let _ = s.write_all(huge.as_bytes());
+    let mut answer = [0u8; 12];
+    s.read_exact(&mut answer).expect("an answer");
+    assert_eq!(&answer, b"HTTP/1.1 431");
+    let rss = crate::support::rss_kib(web.child.id() as i32);
+    assert!(rss < 64 << 10, "colibri web holds {rss} KiB");
 }
