@@ -261,18 +261,13 @@ fn parse_scope(s: &str) -> Result<Scope, String> {
 }
 
 fn guard_rule(name: &str) -> Result<GuardRule, String> {
-    [
-        GuardRule::RmOutsideCwd,
-        GuardRule::GitForcePush,
-        GuardRule::SqlDrop,
-        GuardRule::Mkfs,
-        GuardRule::DdToDevice,
-    ]
-    .into_iter()
-    .find(|r| r.as_str() == name)
-    .ok_or_else(|| {
-        format!("unknown guard rule {name:?}: rm_outside_cwd, git_force_push, sql_drop, mkfs or dd_to_device")
-    })
+    GuardRule::ALL
+        .into_iter()
+        .find(|r| r.as_str() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = GuardRule::ALL.iter().map(|r| r.as_str()).collect();
+            format!("unknown guard rule {name:?}: {}", names.join(", "))
+        })
 }
 
 #[cfg(test)]
