@@ -900,7 +900,7 @@ fn shell_run(args: &[String]) -> ShellRun {
 /// [`MAX_WRAPPERS`].
 fn unwrap(mut argv: Vec<String>) -> Option<Vec<String>> {
     // Wrappers wrap wrappers (`sudo nice -n 5 timeout 9 rm`).
-    for _ in 0..MAX_WRAPPERS {
+    for _ in 0..=MAX_WRAPPERS {
         let Some(first) = argv.first() else {
             return Some(argv);
         };
