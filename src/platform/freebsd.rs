@@ -1220,6 +1220,13 @@ fn reaper_descendants() -> io::Result<Vec<posix::Descendant>> {
         .collect())
 }
 
+/// The value of `key` in `pid`'s environment as it started; `None` when it
+/// has none or it cannot be read (gone, another user's).
+pub fn process_env_var(pid: Pid, key: &str) -> Option<String> {
+    let env = process_env(pid).ok()?;
+    posix::env_var_in(&env, key)
+}
+
 /// A process's environment, `KEY=VALUE` strings each ended by a NUL
 /// (sysctl {CTL_KERN, KERN_PROC, KERN_PROC_ENV, pid}; the kernel allows it
 /// to root and to the process's own user).

@@ -689,6 +689,14 @@ pub fn self_rss_bytes() -> io::Result<u64> {
     Ok(pages * page_size())
 }
 
+/// The value of `key` in `pid`'s environment as it started
+/// (`/proc/PID/environ`); `None` when it has none or it cannot be read
+/// (gone, another user's).
+pub fn process_env_var(pid: Pid, key: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    posix::env_var_in(&env, key)
+}
+
 /// One process's [`ProcessInfo`] from `/proc/PID/stat`; `None` when no
 /// such process exists (reaped, or never was).
 pub fn process_info(pid: Pid) -> io::Result<Option<ProcessInfo>> {

@@ -43,7 +43,7 @@ pub use crate::core::pane::ExitStatus;
 
 pub use os::{
     become_subreaper, connect_in_jail, open_pty, os_release, peer_cred, pid_jail, process_children,
-    process_fds, process_info, resolve_jail, self_rss_bytes, set_process_fd_limit, signal_orphans,
+    process_env_var, process_fds, process_info, resolve_jail, self_rss_bytes, set_process_fd_limit, signal_orphans,
     signal_orphans_with_env, signal_tree, signal_trees, spawn_on_pty, ExitWatch, KernelTimer,
     SignalSource,
 };
@@ -52,6 +52,27 @@ pub use posix::{
     read_master, reap, reap_any, set_raw, set_window_size, signal_group, utc_offset_seconds,
     write_nonblocking,
 };
+
+/// `pid` and its parents, nearest first, up to `stop` (included when
+/// reached), init or a process that is gone; at most `max` of them. The
+/// daemon finds which agent a peer belongs to by walking up to a pane's
+/// process (colibrid is every agent's subreaper, so an orphaned
+/// descendant's chain ends at colibrid, `stop`).
+pub fn ancestry(pid: Pid, stop: Pid, max: usize) -> Vec<Pid> {
+    let mut chain = Vec::new();
+    let mut at = pid;
+    while chain.len() < max && at > 1 {
+        chain.push(at);
+        if at == stop {
+            break;
+        }
+        match process_info(at) {
+            Ok(Some(info)) => at = info.ppid,
+            _ => break,
+        }
+    }
+    chain
+}
 
 /// Who holds the other end of a local socket, for per-peer caps: the uid,
 /// and on FreeBSD the jail (a uid is jail-local there). `jail` is 0 on the

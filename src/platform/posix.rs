@@ -1128,6 +1128,15 @@ pub(super) fn close_fds_from_3_by_loop() -> io::Result<()> {
     Ok(())
 }
 
+/// The value of `key` in an environment block of NUL-ended `KEY=VALUE`
+/// strings (as `/proc/PID/environ` and `KERN_PROC_ENV` give it).
+pub fn env_var_in(env: &[u8], key: &str) -> Option<String> {
+    env.split(|b| *b == 0).find_map(|kv| {
+        let value = kv.strip_prefix(key.as_bytes())?.strip_prefix(b"=")?;
+        Some(String::from_utf8_lossy(value).into_owned())
+    })
+}
+
 /// Whether the peer of a connected socket has closed it (POLLHUP), even
 /// with unread data left: a closed client must not hold a connection slot
 /// while its hang-up waits in the event queue.

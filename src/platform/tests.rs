@@ -996,3 +996,32 @@ fn orphans_are_the_live_descendants_outside_the_running_agents_subtrees() {
     let (pids, _) = posix::orphans_to_signal(&all, &[], |_| true);
     assert_eq!(pids, [100, 101, 102, 200, 201, 300]);
 }
+
+#[test]
+fn a_childs_ancestry_reaches_this_process_and_its_environment_is_read() {
+    let me = i32::try_from(std::process::id()).expect("pid");
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .env("COLIBRI_TEST_MARK", "ancestry")
+        .spawn()
+        .expect("sleep");
+    let pid = i32::try_from(child.id()).expect("pid");
+    let chain = super::ancestry(pid, me, 64);
+    assert_eq!(chain, vec![pid, me], "the child, then its parent");
+    // Until the exec, the child still has this process's environment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mark = loop {
+        let mark = super::process_env_var(pid, "COLIBRI_TEST_MARK");
+        if mark.is_some() || std::time::Instant::now() > deadline {
+            break mark;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert_eq!(mark.as_deref(), Some("ancestry"));
+    assert_eq!(super::process_env_var(pid, "COLIBRI_TEST_NONE"), None);
+    // Past `stop`'s absence, the chain climbs to init.
+    let up = super::ancestry(me, 0, 64);
+    assert_eq!(up.first(), Some(&me));
+    let _ = child.kill();
+    let _ = child.wait();
+}
