@@ -33,14 +33,16 @@ use crate::daemon::conn::{Conn, Marks, Scope};
 use crate::daemon::diag::{log_debug, log_info, log_warn};
 use crate::daemon::journal::{Journal, JournalConfig};
 use crate::daemon::log_flow::DeferredCloses;
-use crate::daemon::panes::{PaneKey, PaneTable};
+use crate::daemon::panes::PaneTable;
 use crate::daemon::settings::Settings;
 use crate::daemon::source::{ConnId, Source, Tokens};
 use crate::daemon::store::{CompactionProgress, SessionStore};
 use crate::daemon::timers::TimerQueue;
 use crate::platform::{self, KernelTimer, SignalSource};
 
-use crate::daemon::sched::{BulkPass, Sched, COMPACTION_STEP_BYTES, PTY_PASS_BUDGET, READ_BUF};
+use crate::daemon::sched::{
+    BulkPass, Sched, StoreWork, Wakeups, COMPACTION_STEP_BYTES, PTY_PASS_BUDGET, READ_BUF,
+};
 pub(crate) use crate::daemon::sched::{Pending, CONN_STEPS_PER_WAKEUP, LINGER};
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +105,8 @@ pub struct Daemon {
     pub(crate) shutdown_timer: Option<(KernelTimer, Token, std::time::Instant)>,
     /// Work a budget cut short, and PTY reads, by class (`sched.rs`).
     pub(crate) sched: Sched,
+    /// Whether the loop may sleep, and until when (`sched::Wakeups`).
+    pub(crate) wake: Wakeups,
     pub(crate) dirty_conns: BTreeSet<usize>,
     /// Frames with marks up to these may leave (`after_wakeup`).
     pub(crate) confirmed: Marks,
@@ -113,39 +117,16 @@ pub struct Daemon {
     pub(crate) facts_spare: Vec<crate::core::policy::LineFacts>,
     pub(crate) read_buf: Vec<u8>,
     pub(crate) run_state: RunState,
-    pub(crate) accept_blocked: bool,
-    /// An accept failed for want of fds (EMFILE/ENFILE): the PTY masters
-    /// kept in `deferred_closes` are closed before it is retried.
-    pub(crate) accept_starved: bool,
     pub(crate) started_at: Timestamp,
     /// The kernel's name and release, read once at start.
     pub(crate) os: String,
     /// Signals received since start, by name (`status` shows them).
     pub(crate) signals_received: std::collections::BTreeMap<&'static str, u64>,
-    /// Panes whose reads wait for their session log to drain.
-    pub(crate) store_blocked: BTreeSet<PaneKey>,
-    /// The first pane held since `retry_store_blocked` last ran: the next
-    /// retry starts with it.
-    pub(crate) store_blocked_first: Option<PaneKey>,
-    /// The last flush hit its budget: come back without sleeping.
-    pub(crate) store_pending: bool,
-    /// The last flush failed (disk full or failing): retried at the next
-    /// wakeup of any kind (at the latest the heartbeat), never in a spin.
-    pub(crate) store_failing: bool,
     pub(crate) reloader: crate::daemon::Reloader,
     pub(crate) control: crate::daemon::control_plane::ControlPlane,
     pub(crate) records: crate::daemon::supervise::RecordsWriter,
-    /// The agent records changed since they were last written.
-    pub(crate) records_dirty: bool,
-    /// Written by then at the latest, even if frames still wait for the
-    /// writers (`supervise::write_records_after_frames`).
-    pub(crate) records_due: Option<Timestamp>,
     /// PTY masters of panes that ended, closed once the frames are sent.
     pub(crate) deferred_closes: DeferredCloses,
-    /// When the next `waitpid(-1)` sweep for orphans is due, and when the
-    /// last one ran (see `shutdown::on_child_signal`).
-    pub(crate) orphan_sweep_at: Option<Timestamp>,
-    pub(crate) last_orphan_sweep: Option<Timestamp>,
     pub(crate) approvals: crate::daemon::approvals::ApprovalDesk,
     /// Connections waiting for a `compact-session` to end.
     pub(crate) compact_waiters: Vec<crate::daemon::compaction::CompactWaiter>,
@@ -242,6 +223,7 @@ impl Daemon {
             timerq,
             shutdown_timer: None,
             sched: Sched::default(),
+            wake: Wakeups::default(),
             dirty_conns: BTreeSet::new(),
             confirmed: Marks { log: 0, journal: 0 },
             bus: Bus::new(uuid::Uuid::new_v4().simple().to_string(), journal),
@@ -250,23 +232,13 @@ impl Daemon {
             facts_spare: Vec::new(),
             read_buf: vec![0; READ_BUF],
             run_state: RunState::Running,
-            accept_blocked: false,
-            accept_starved: false,
             started_at: t0,
             os: platform::os_release(),
             signals_received: std::collections::BTreeMap::new(),
-            store_blocked: BTreeSet::new(),
-            store_blocked_first: None,
-            store_pending: false,
-            store_failing: false,
             reloader,
             control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
             records: Default::default(),
-            records_dirty: false,
-            records_due: None,
             deferred_closes: DeferredCloses::default(),
-            orphan_sweep_at: None,
-            last_orphan_sweep: None,
             approvals: crate::daemon::approvals::ApprovalDesk::default(),
             compact_waiters: Vec::new(),
         };
@@ -295,31 +267,10 @@ impl Daemon {
     pub fn run(mut self) -> Result<(), DaemonError> {
         let mut events = Events::with_capacity(1024);
         loop {
-            // Panes blocked on a failing disk are retried at the next wakeup
-            // of any kind (the heartbeat at the latest), not in a spin.
-            // A batch with the log writer wakes the loop when done.
-            let writer_busy = self.store.waiting_for_writer();
-            let busy = !self.sched.is_empty()
-                || (self.store_pending && !writer_busy)
-                || (self.store.compaction_active() && !writer_busy)
-                || (self.store.index_pending() && !writer_busy)
-                || (!self.store_blocked.is_empty() && !self.store_failing && !writer_busy)
-                || self.bus.replay_wants_more(&self.conns)
-                || self.streams_want_more();
-            let timeout = if busy {
+            let timeout = if self.must_not_sleep() {
                 Some(Duration::ZERO)
             } else {
-                // An orphan sweep put off after a SIGCHLD (shutdown.rs), and
-                // agent records and alerts put off behind the frames
-                // (supervise.rs, log_flow.rs).
-                let due = [
-                    self.orphan_sweep_at,
-                    self.records_due,
-                    self.alerter.held_due(),
-                ]
-                .into_iter()
-                .flatten()
-                .min();
+                let due = self.wake.due(self.alerter.held_due());
                 due.map(|due| due.since(now()))
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
@@ -344,6 +295,20 @@ impl Daemon {
             }
         }
         self.finish_shutdown()
+    }
+
+    /// Work is left that the next wakeup must not wait for: queued work,
+    /// the store's, a replay or a streamed reply with room for more.
+    fn must_not_sleep(&self) -> bool {
+        let store = StoreWork {
+            writer_busy: self.store.waiting_for_writer(),
+            compaction: self.store.compaction_active(),
+            index: self.store.index_pending(),
+        };
+        !self.sched.is_empty()
+            || self.wake.store_busy(store)
+            || self.bus.replay_wants_more(&self.conns)
+            || self.streams_want_more()
     }
 
     pub(crate) fn dispatch(&mut self, token: Token, readable: bool, writable: bool, t: Timestamp) {
@@ -447,7 +412,7 @@ impl Daemon {
             journal: self.bus.seq(),
         };
         self.confirmed = Marks {
-            log: if self.store_pending {
+            log: if self.wake.store_pending {
                 self.store.logged_through()
             } else {
                 u64::MAX
@@ -461,13 +426,13 @@ impl Daemon {
             }
             self.flush_conn(ConnId(id), t);
         }
-        if self.accept_starved {
+        if self.wake.accept_starved {
             // The fds an accept waits for: not after the frames.
             self.deferred_closes.close_all();
         }
-        if self.accept_blocked && !self.is_stopping() {
-            self.accept_blocked = false;
-            self.accept_starved = false;
+        if self.wake.accept_blocked && !self.is_stopping() {
+            self.wake.accept_blocked = false;
+            self.wake.accept_starved = false;
             for i in 0..self.listeners.len() {
                 self.accept(i, t);
             }

@@ -94,20 +94,20 @@ impl Daemon {
         // A failing disk is retried at the next wakeup or heartbeat, not in
         // a tight loop; a log waiting for its retry is not pending, so the
         // other sessions' frames still wait for their own records.
-        self.store_pending = report.pending && !report.release_frames;
+        self.wake.store_pending = report.pending && !report.release_frames;
         // A finished batch lets agents held by the read-ahead go on while
         // the next one is written.
         self.retry_store_blocked();
-        match (report.failed, self.store_failing) {
+        match (report.failed, self.wake.store_failing) {
             (Some(kind), false) => {
                 // Said once per episode; status shows the running counts.
                 log_warn!("session log writes fail ({kind:?}); data stays buffered and is retried");
                 bus::log_write_alert(&mut self.alerter, &self.store.health(), t);
-                self.store_failing = true;
+                self.wake.store_failing = true;
             }
             (None, true) if report.written > 0 => {
                 log_info!("session log writes succeed again");
-                self.store_failing = false;
+                self.wake.store_failing = false;
             }
             _ => {}
         }
@@ -140,7 +140,7 @@ impl Daemon {
     /// would lose its last lines. An exiting agent writes nothing more of
     /// its own, so reading it on is bounded.
     pub(crate) fn held_read_check(&mut self, key: PaneKey, t: Timestamp) {
-        if !self.store_blocked.contains(&key) {
+        if !self.wake.store_blocked.contains(&key) {
             return;
         }
         let Some(agent) = self.panes.agent_mut(key) else {
@@ -168,7 +168,7 @@ impl Daemon {
             "pane {}: its agent is exiting; reading its PTY past the held logs",
             agent.pane_id
         );
-        self.store_blocked.remove(&key);
+        self.wake.store_blocked.remove(&key);
         self.push_pending(Pending::Pty(key));
     }
 
@@ -180,26 +180,27 @@ impl Daemon {
         // A full read-ahead holds every running agent until the batch is
         // done: no walk of the held panes for it (an exited one among them
         // waits for that batch too).
-        if self.store_blocked.is_empty() || self.store.read_ahead_full() {
+        if self.wake.store_blocked.is_empty() || self.store.read_ahead_full() {
             return;
         }
-        let first = self.store_blocked_first.take();
+        let first = self.wake.store_blocked_first.take();
         let blocked: Vec<PaneKey> = match first {
             Some(f) => self
+                .wake
                 .store_blocked
                 .range(f..)
-                .chain(self.store_blocked.range(..f))
+                .chain(self.wake.store_blocked.range(..f))
                 .copied()
                 .collect(),
-            None => self.store_blocked.iter().copied().collect(),
+            None => self.wake.store_blocked.iter().copied().collect(),
         };
         for key in blocked {
             let Some(agent) = self.panes.agent(key) else {
-                self.store_blocked.remove(&key);
+                self.wake.store_blocked.remove(&key);
                 continue;
             };
             if !self.store.holds_reads(&agent.session, agent.is_ending()) {
-                self.store_blocked.remove(&key);
+                self.wake.store_blocked.remove(&key);
                 self.push_pending(Pending::Pty(key));
             }
         }

@@ -44,8 +44,8 @@ impl Daemon {
                 let watch_exit = platform::EXIT_DISCARDS_UNREAD_OUTPUT
                     && !agent.is_ending()
                     && agent.timers.due(Deadline::HeldRead).is_none();
-                self.store_blocked.insert(key);
-                self.store_blocked_first.get_or_insert(key);
+                self.wake.store_blocked.insert(key);
+                self.wake.store_blocked_first.get_or_insert(key);
                 if watch_exit {
                     self.set_deadline(key, Deadline::HeldRead, t.plus(HELD_READ_CHECK), t);
                 }
@@ -336,7 +336,7 @@ impl Daemon {
         let restart = self.restart_plan(key, state, ran_for, t);
         self.life_event(key, LifeEvent::Ended { restart }, t);
         self.after_end(key, t);
-        self.accept_blocked = true;
+        self.wake.accept_blocked = true;
     }
 
     pub(crate) fn restart_now(&mut self, key: PaneKey, t: Timestamp) {

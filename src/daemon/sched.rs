@@ -22,6 +22,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
+use crate::core::time::Timestamp;
 use crate::daemon::panes::PaneKey;
 use crate::daemon::source::ConnId;
 
@@ -106,6 +107,73 @@ impl Sched {
         let key = self.bulk.pop_front()?;
         self.queued.remove(&Pending::Pty(key));
         Some(key)
+    }
+}
+
+/// What a wakeup leaves for the next one besides queued work: whether the
+/// loop may sleep, and until when. Kept here, not on `Daemon`, so the loop's
+/// sleep decision reads one owner ([`Wakeups::must_not_sleep`],
+/// [`Wakeups::due`]) and each flag has one home.
+#[derive(Debug, Default)]
+pub(crate) struct Wakeups {
+    /// Panes whose reads wait for their session log to drain.
+    pub(crate) store_blocked: BTreeSet<PaneKey>,
+    /// The first pane held since `retry_store_blocked` last ran: the next
+    /// retry starts with it.
+    pub(crate) store_blocked_first: Option<PaneKey>,
+    /// The last flush hit its budget: come back without sleeping.
+    pub(crate) store_pending: bool,
+    /// The last flush failed (disk full or failing): retried at the next
+    /// wakeup of any kind (at the latest the heartbeat), never in a spin.
+    pub(crate) store_failing: bool,
+    /// An accept was cut short (budget, or want of fds): retried after the
+    /// frames of this wakeup.
+    pub(crate) accept_blocked: bool,
+    /// An accept failed for want of fds (EMFILE/ENFILE): the PTY masters
+    /// kept in `deferred_closes` are closed before it is retried.
+    pub(crate) accept_starved: bool,
+    /// The agent records changed since they were last written.
+    pub(crate) records_dirty: bool,
+    /// Written by then at the latest, even if frames still wait for the
+    /// writers (`supervise::write_records_after_frames`).
+    pub(crate) records_due: Option<Timestamp>,
+    /// When the next `waitpid(-1)` sweep for orphans is due, and when the
+    /// last one ran (see `signals::on_child_signal`).
+    pub(crate) orphan_sweep_at: Option<Timestamp>,
+    pub(crate) last_orphan_sweep: Option<Timestamp>,
+}
+
+/// The store's side of the sleep decision, as the store reports it.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct StoreWork {
+    /// A batch is with the log writer: its completion wakes the loop.
+    pub(crate) writer_busy: bool,
+    pub(crate) compaction: bool,
+    pub(crate) index: bool,
+}
+
+impl Wakeups {
+    /// Whether the store has work the loop must come back for at once.
+    /// Panes blocked on a failing disk are retried at the next wakeup of
+    /// any kind (the heartbeat at the latest), not in a spin; while the
+    /// writer holds a batch, its completion is the wakeup.
+    pub(crate) fn store_busy(&self, store: StoreWork) -> bool {
+        if store.writer_busy {
+            return false;
+        }
+        self.store_pending
+            || store.compaction
+            || store.index
+            || (!self.store_blocked.is_empty() && !self.store_failing)
+    }
+
+    /// The earliest put-off work: an orphan sweep after a SIGCHLD, agent
+    /// records put off behind the frames, and `also` (the alerter's).
+    pub(crate) fn due(&self, also: Option<Timestamp>) -> Option<Timestamp> {
+        [self.orphan_sweep_at, self.records_due, also]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 

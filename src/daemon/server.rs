@@ -118,8 +118,8 @@ impl Daemon {
                     // EMFILE/ENFILE: the listener stays readable but no new
                     // edge will come; retry after something closes.
                     log_warn!("accept on {}: {e}", l.path.display());
-                    self.accept_blocked = true;
-                    self.accept_starved = true;
+                    self.wake.accept_blocked = true;
+                    self.wake.accept_starved = true;
                     return;
                 }
             };
@@ -413,7 +413,7 @@ impl Daemon {
         self.detach_conn(id);
         self.approvals.forget_conn(id);
         self.forget_compaction_waiter(id);
-        self.accept_blocked = true;
+        self.wake.accept_blocked = true;
     }
 
     /// Hands an event to the bus: the one way out to watchers and syslog.

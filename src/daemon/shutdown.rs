@@ -52,11 +52,12 @@ impl Daemon {
         // A last sweep "after" now means the wall clock stepped back: it
         // does not count (zombies would wait for the clock to catch up).
         let due = self
+            .wake
             .last_orphan_sweep
             .filter(|at| *at <= t)
             .map_or(t, |at| at.plus(ORPHAN_SWEEP_EVERY))
             .max(t);
-        self.orphan_sweep_at = Some(self.orphan_sweep_at.map_or(due, |d| d.min(due)));
+        self.wake.orphan_sweep_at = Some(self.wake.orphan_sweep_at.map_or(due, |d| d.min(due)));
         let Some(pid) = pid.filter(|p| *p > 0) else {
             return;
         };
@@ -75,9 +76,9 @@ impl Daemon {
 
     /// The sweep SIGCHLD asked for, once it is due (see `on_child_signal`).
     pub(crate) fn sweep_orphans_if_due(&mut self, t: Timestamp) {
-        if self.orphan_sweep_at.is_some_and(|due| due <= t) {
-            self.orphan_sweep_at = None;
-            self.last_orphan_sweep = Some(t);
+        if self.wake.orphan_sweep_at.is_some_and(|due| due <= t) {
+            self.wake.orphan_sweep_at = None;
+            self.wake.last_orphan_sweep = Some(t);
             self.reap_children(t);
         }
     }

@@ -779,7 +779,7 @@ impl Daemon {
     /// spawn and exit cost time in proportion to the number of agents
     /// (10,000 records encoded per spawn), so spawning N agents cost N².
     pub(crate) fn mark_records_changed(&mut self) {
-        self.records_dirty = true;
+        self.wake.records_dirty = true;
     }
 
     /// At the end of a wakeup: [`Daemon::write_records`], unless frames
@@ -790,11 +790,11 @@ impl Daemon {
     /// wakeup that the writers' confirmation brings, at most
     /// [`RECORDS_DEFER`].
     pub(crate) fn write_records_after_frames(&mut self, writers_behind: bool, t: Timestamp) {
-        if !self.records_dirty {
+        if !self.wake.records_dirty {
             return;
         }
         if writers_behind {
-            let due = *self.records_due.get_or_insert(t.plus(RECORDS_DEFER));
+            let due = *self.wake.records_due.get_or_insert(t.plus(RECORDS_DEFER));
             if t < due {
                 return;
             }
@@ -806,8 +806,8 @@ impl Daemon {
     /// since the last write. A spawned pane that ended by itself (its
     /// policy did not restart it) is not recorded: it is not to come back.
     pub(crate) fn write_records(&mut self) {
-        self.records_due = None;
-        if !std::mem::take(&mut self.records_dirty) {
+        self.wake.records_due = None;
+        if !std::mem::take(&mut self.wake.records_dirty) {
             return;
         }
         let mut lines = Vec::new();
