@@ -73,6 +73,37 @@ pub struct Proc {
     pub write_interest: bool,
 }
 
+/// The agent's input queue has no room for what was to be queued: it is
+/// not reading. Nothing was queued.
+#[derive(Debug, thiserror::Error)]
+#[error("input queue is full ({INPUT_QUEUE_LIMIT} bytes); the agent is not reading")]
+pub struct InputFull;
+
+impl InputFull {
+    /// As a command's answer: the request is refused for now (`busy`), the
+    /// pane named so the client knows which.
+    pub fn refusal(&self, pane_id: &str) -> crate::protocol::CommandError {
+        crate::protocol::CommandError::new(
+            crate::protocol::ErrorCode::Busy,
+            format!("input queue of {pane_id} is full ({INPUT_QUEUE_LIMIT} bytes); the agent is not reading"),
+        )
+    }
+}
+
+impl Proc {
+    /// Queues `bytes` for the PTY whole or not at all, within
+    /// [`INPUT_QUEUE_LIMIT`]: a harness message cut in two would be read
+    /// as two broken ones. The caller then asks the loop to write it
+    /// (`Daemon::write_input`).
+    pub fn queue_input(&mut self, bytes: &[u8]) -> Result<(), InputFull> {
+        if self.input.len() + bytes.len() > INPUT_QUEUE_LIMIT {
+            return Err(InputFull);
+        }
+        self.input.extend(bytes);
+        Ok(())
+    }
+}
+
 #[derive(Debug)]
 pub struct Agent {
     pub pane_id: String,

@@ -26,7 +26,6 @@ use crate::core::approval::{
 };
 use crate::core::policy::GuardSettings;
 use crate::core::time::Timestamp;
-use crate::daemon::agent::INPUT_QUEUE_LIMIT;
 use crate::daemon::conn::Scope;
 use crate::daemon::diag::log_warn;
 use crate::daemon::event_loop::Daemon;
@@ -337,13 +336,7 @@ impl Daemon {
                     .as_mut()
                     .filter(|p| p.status.is_none())
                     .ok_or_else(|| CommandError::not_running(&pane_id))?;
-                if proc_.input.len() + bytes.len() > INPUT_QUEUE_LIMIT {
-                    return Err(CommandError::new(
-                        ErrorCode::Busy,
-                        format!("input queue of {pane_id} is full; the agent is not reading"),
-                    ));
-                }
-                proc_.input.extend(&bytes);
+                proc_.queue_input(&bytes).map_err(|e| e.refusal(&pane_id))?;
                 self.write_input(key);
             }
             AnswerChannel::HookOutput => {

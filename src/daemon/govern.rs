@@ -14,7 +14,7 @@
 use crate::core::policy::{Action, LineFacts, PaneInfo, PolicyKind, Target, Verdict};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
-use crate::daemon::agent::{Hold, INPUT_QUEUE_LIMIT, PAUSE_BROKEN_QUIET, PAUSE_GRACE};
+use crate::daemon::agent::{Hold, PAUSE_BROKEN_QUIET, PAUSE_GRACE};
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::{PaneKey, Slot};
@@ -294,11 +294,10 @@ impl Daemon {
         let Some(proc_) = slot.agent.proc.as_mut().filter(|p| p.status.is_none()) else {
             return;
         };
-        if proc_.input.len() + bytes.len() > INPUT_QUEUE_LIMIT {
-            log_warn!("policy: the input queue of pane {pane_id} is full; message dropped");
+        if let Err(e) = proc_.queue_input(&bytes) {
+            log_warn!("policy: pane {pane_id}: {e}; message dropped");
             return;
         }
-        proc_.input.extend(bytes);
         self.write_input(key);
     }
 

@@ -1,7 +1,6 @@
 //! `attach`, `attach-input`, `attach-resize`: a client on a pane's
 //! terminal (see `daemon::attach`).
 
-use crate::daemon::agent::INPUT_QUEUE_LIMIT;
 use crate::daemon::event_loop::Daemon;
 use crate::protocol::attach as wire;
 use crate::protocol::{
@@ -75,13 +74,7 @@ pub(super) fn input(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     let Some(proc_) = agent.proc.as_mut().filter(|p| p.status.is_none()) else {
         return Err(CommandError::not_running(&pane_id));
     };
-    if proc_.input.len() + bytes.len() > INPUT_QUEUE_LIMIT {
-        return Err(CommandError::new(
-            ErrorCode::Busy,
-            format!("input queue of {pane_id} is full ({INPUT_QUEUE_LIMIT} bytes); the agent is not reading"),
-        ));
-    }
-    proc_.input.extend(&bytes);
+    proc_.queue_input(&bytes).map_err(|e| e.refusal(&pane_id))?;
     d.write_input(key);
     Ok(Reply::AttachInput(AttachInputReply {
         written: bytes.len(),

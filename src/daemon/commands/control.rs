@@ -6,15 +6,14 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use crate::core::lifecycle::{Life, LifeEvent};
-use crate::daemon::agent::{Hold, INPUT_QUEUE_LIMIT};
+use crate::daemon::agent::Hold;
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::timers::Deadline;
 use crate::platform;
 use crate::protocol::{
-    Command, CommandError, ErrorCode, HintReply, InputReply, KillReply, PauseReply, Reply,
-    SignalReply,
+    Command, CommandError, HintReply, InputReply, KillReply, PauseReply, Reply, SignalReply,
 };
 
 use super::{mismatch, Call};
@@ -170,18 +169,12 @@ pub(super) fn send_input(d: &mut Daemon, _call: &Call, c: Command) -> Result<Rep
     let Some(proc_) = agent.proc.as_mut().filter(|p| p.status.is_none()) else {
         return Err(CommandError::not_running(&pane_id));
     };
-    let newline = a.newline.unwrap_or(true);
-    let n = a.text.len() + usize::from(newline);
-    if proc_.input.len() + n > INPUT_QUEUE_LIMIT {
-        return Err(CommandError::new(
-            ErrorCode::Busy,
-            format!("input queue of {pane_id} is full ({INPUT_QUEUE_LIMIT} bytes); the agent is not reading"),
-        ));
+    let mut bytes = a.text.into_bytes();
+    if a.newline.unwrap_or(true) {
+        bytes.push(b'\n');
     }
-    proc_.input.extend(a.text.as_bytes());
-    if newline {
-        proc_.input.push_back(b'\n');
-    }
+    let n = bytes.len();
+    proc_.queue_input(&bytes).map_err(|e| e.refusal(&pane_id))?;
     d.write_input(key);
     Ok(Reply::Input(InputReply {
         agent_id: pane_id,
