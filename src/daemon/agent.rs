@@ -138,9 +138,9 @@ pub struct Agent {
     /// own usage over): with this run's, the pane's whole life.
     pub usage_earlier: crate::core::usage::Usage,
     /// Recipe, origin, wanted state (`daemon::supervise`).
-    pub supervision: crate::daemon::supervise::Supervision,
+    pub supervision: crate::daemon::supervise::records::Supervision,
     /// The raw output ring and the attached clients (`daemon::attach`).
-    pub attach: crate::daemon::attach::PaneAttach,
+    pub attach: crate::daemon::attach::ring::PaneAttach,
 }
 
 impl Agent {
@@ -199,6 +199,12 @@ impl Agent {
     /// When its pause began: the oldest hold (see `Daemon::hold_pause`).
     pub fn paused_since(&self) -> Option<Timestamp> {
         self.holds.iter().map(|h| h.since).min()
+    }
+
+    /// What its process is doing, as the supervisor shows it.
+    pub fn actual(&self) -> crate::core::spec::Actual {
+        let backing_off = matches!(self.life, Life::Backoff { .. });
+        self.supervision.actual(self.proc.is_some(), backing_off)
     }
 
     pub fn running_pid(&self) -> Option<Pid> {

@@ -111,7 +111,7 @@ pub struct Daemon {
     /// Frames with marks up to these may leave (`after_wakeup`).
     pub(crate) confirmed: Marks,
     pub(crate) bus: Bus,
-    pub(crate) attached: crate::daemon::attach::Attached,
+    pub(crate) attached: crate::daemon::attach::ring::Attached,
     pub(crate) transitions: Vec<Transition>,
     /// The facts buffer lent to the pane being read (`govern.rs`).
     pub(crate) facts_spare: Vec<crate::core::policy::LineFacts>,
@@ -124,10 +124,10 @@ pub struct Daemon {
     pub(crate) signals_received: std::collections::BTreeMap<&'static str, u64>,
     pub(crate) reloader: crate::daemon::Reloader,
     pub(crate) control: crate::daemon::control_plane::ControlPlane,
-    pub(crate) records: crate::daemon::supervise::RecordsWriter,
+    pub(crate) records: crate::daemon::supervise::records::RecordsWriter,
     /// PTY masters of panes that ended, closed once the frames are sent.
     pub(crate) deferred_closes: DeferredCloses,
-    pub(crate) approvals: crate::daemon::approvals::ApprovalDesk,
+    pub(crate) approvals: crate::daemon::approvals::desk::ApprovalDesk,
     /// Connections waiting for a `compact-session` to end.
     pub(crate) compact_waiters: Vec<crate::daemon::compaction::CompactWaiter>,
     /// The policies and their state (`daemon::govern` carries them out).
@@ -239,7 +239,7 @@ impl Daemon {
             control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
             records: Default::default(),
             deferred_closes: DeferredCloses::default(),
-            approvals: crate::daemon::approvals::ApprovalDesk::default(),
+            approvals: crate::daemon::approvals::desk::ApprovalDesk::default(),
             compact_waiters: Vec::new(),
         };
         d.rearm_task_timer(t0);

@@ -34,7 +34,7 @@
 use std::time::Duration;
 
 use crate::core::time::Timestamp;
-use crate::daemon::approvals::ApprovalDesk;
+use crate::daemon::approvals::desk::ApprovalDesk;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::snapshot_stream::Schema;

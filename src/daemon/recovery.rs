@@ -8,7 +8,7 @@ use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Agent, RestartPolicy, RestartState};
-use crate::daemon::approvals::Answerer;
+use crate::daemon::approvals::desk::Answerer;
 use crate::daemon::diag::log_warn;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::store::{ExitRecord, RecoveredPane, Recovery};

@@ -32,7 +32,7 @@ pub struct Settings {
     /// `[agents.NAME]`, resolved (`daemon::supervise` reconciles them).
     pub agents: BTreeMap<String, crate::core::spec::AgentSpec>,
     /// The `[approvals]` section.
-    pub approvals: crate::daemon::approvals::ApprovalPolicy,
+    pub approvals: crate::daemon::approvals::desk::ApprovalPolicy,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
     /// Budgets, loop detection, the guard and prices.
@@ -75,7 +75,7 @@ impl Settings {
                 .clone()
                 .filter(|p| crate::config::notify::load_sinks(p).is_ok_and(|s| !s.is_empty())),
             agents: cfg.agents.clone(),
-            approvals: crate::daemon::approvals::ApprovalPolicy::from_section(&cfg.approvals),
+            approvals: crate::daemon::approvals::desk::ApprovalPolicy::from_section(&cfg.approvals),
             reload: ReloadStatus::default(),
             governance: cfg.governance.clone(),
         }

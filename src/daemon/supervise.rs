@@ -15,13 +15,11 @@
 //! file is small (one line per declared or named agent) and written only
 //! when an agent's lifecycle changes, not per line of output.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+pub mod records;
 
 use crate::core::lifecycle::{Life, LifeEvent};
 use crate::core::pane::{Pane, PaneId};
@@ -39,208 +37,14 @@ use crate::daemon::panes::PaneKey;
 use crate::daemon::store::ExitRecord;
 use crate::daemon::timers::Deadline;
 use crate::platform;
-use crate::protocol::{SupervisionView, WatchKind};
+use crate::protocol::WatchKind;
+use records::{cause_name, encode_records};
+pub use records::{read_records, write_records};
 
 /// The records file under the state dir.
 pub const RECORDS_FILE: &str = "agents.jsonl";
 /// The longest the records wait for the frames of a wakeup to leave.
 pub const RECORDS_DEFER: Duration = Duration::from_millis(50);
-
-/// What the supervisor keeps on each pane.
-#[derive(Clone, Debug)]
-pub struct Supervision {
-    /// The recipe, for declared agents and named spawned ones. Boxed: most
-    /// panes of a large fleet are unnamed spawns without one, and inline it
-    /// cost each of them 224 bytes (2 MiB at 10,000 panes).
-    pub spec: Option<Box<AgentSpec>>,
-    pub origin: Origin,
-    pub wanted: Wanted,
-    /// Its restarts are exhausted (supervisord's FATAL).
-    pub given_up: bool,
-    /// Start it again as soon as its process has ended (`restart-agent`, a
-    /// reload that changed its launch).
-    pub restart_after_stop: bool,
-    /// The harness session last written to the records file.
-    pub persisted_session: Option<String>,
-}
-
-impl Default for Supervision {
-    fn default() -> Supervision {
-        Supervision {
-            spec: None,
-            origin: Origin::Spawned,
-            wanted: Wanted::Up,
-            given_up: false,
-            restart_after_stop: false,
-            persisted_session: None,
-        }
-    }
-}
-
-impl Supervision {
-    /// What the pane's process is doing, from its life.
-    pub fn actual(&self, agent: &Agent) -> Actual {
-        if agent.proc.is_some() {
-            return Actual::Running;
-        }
-        if matches!(agent.life, Life::Backoff { .. }) {
-            return Actual::Backoff;
-        }
-        if self.given_up {
-            return Actual::GivenUp;
-        }
-        if self.wanted.is_up() {
-            Actual::Exited
-        } else {
-            Actual::Stopped
-        }
-    }
-
-    /// Whether an exit now is one somebody asked for: it raises no alert.
-    pub fn planned_stop(&self) -> bool {
-        !self.wanted.is_up() || self.restart_after_stop
-    }
-
-    /// The supervision a v2 snapshot shows, borrowed from `self`.
-    pub fn wire(&self, agent: &Agent) -> SupervisionView<'_> {
-        let (stopped_by, stop_reason) = match &self.wanted {
-            Wanted::Up => (None, None),
-            Wanted::Down { by, reason } => (Some(cause_name(by)), reason.as_deref()),
-        };
-        SupervisionView {
-            wanted: if self.wanted.is_up() { "up" } else { "down" },
-            actual: self.actual(agent).as_str(),
-            stopped_by,
-            stop_reason,
-            declared: self.origin == Origin::Declared,
-        }
-    }
-}
-
-fn cause_name(cause: &StopCause) -> Cow<'static, str> {
-    match cause {
-        StopCause::Shutdown => "shutdown".into(),
-        StopCause::Operator { who } => format!("operator ({who})").into(),
-        StopCause::Removed => "removed".into(),
-        StopCause::NoAutostart => "no-autostart".into(),
-    }
-}
-
-/// One line of the records file.
-#[derive(Serialize, Deserialize)]
-struct RecordLine {
-    declared: bool,
-    record: AgentRecord,
-}
-
-/// The records a previous colibrid left; lines that do not decode are
-/// reported and skipped.
-pub fn read_records(path: &Path) -> Vec<(bool, AgentRecord)> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
-        Err(e) => {
-            log_warn!("reading {}: {e}", path.display());
-            return Vec::new();
-        }
-    };
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<RecordLine>(line) {
-            Ok(r) => out.push((r.declared, r.record)),
-            Err(e) => log_warn!("{} line {}: {e}", path.display(), n + 1),
-        }
-    }
-    out
-}
-
-/// Replaces the records file: a `.new` beside it, then a rename, so a
-/// crash leaves the old file or the new one, never half of one.
-pub fn write_records(path: &Path, lines: &[(bool, AgentRecord)]) -> std::io::Result<()> {
-    write_atomic(path, &encode_records(lines)?)
-}
-
-fn encode_records(lines: &[(bool, AgentRecord)]) -> std::io::Result<Vec<u8>> {
-    let mut text = Vec::new();
-    for (declared, record) in lines {
-        let line = RecordLine {
-            declared: *declared,
-            record: record.clone(),
-        };
-        serde_json::to_writer(&mut text, &line)?;
-        text.push(b'\n');
-    }
-    Ok(text)
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("jsonl.new");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_data()?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Writes the records file off the loop: `write`, `fsync` and `rename`
-/// block on a frozen filesystem, and the loop never blocks. Only the
-/// newest contents matter, so a backlog collapses to its last entry.
-#[derive(Debug, Default)]
-pub struct RecordsWriter {
-    queue: Option<std::sync::mpsc::Sender<(PathBuf, Vec<u8>)>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl RecordsWriter {
-    fn send(&mut self, path: PathBuf, bytes: Vec<u8>) {
-        if self.queue.is_none() {
-            let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, Vec<u8>)>();
-            let spawned = std::thread::Builder::new()
-                .name("colibri-records".into())
-                .spawn(move || {
-                    while let Ok(mut job) = rx.recv() {
-                        while let Ok(newer) = rx.try_recv() {
-                            job = newer;
-                        }
-                        if let Err(e) = write_atomic(&job.0, &job.1) {
-                            log_warn!("writing {}: {e}", job.0.display());
-                        }
-                    }
-                });
-            match spawned {
-                Ok(handle) => {
-                    self.queue = Some(tx);
-                    self.thread = Some(handle);
-                }
-                Err(e) => {
-                    log_warn!("no records writer thread ({e}); writing on the loop");
-                    if let Err(e) = write_atomic(&path, &bytes) {
-                        log_warn!("writing {}: {e}", path.display());
-                    }
-                    return;
-                }
-            }
-        }
-        if let Some(queue) = &self.queue {
-            if let Err(std::sync::mpsc::SendError((path, bytes))) = queue.send((path, bytes)) {
-                if let Err(e) = write_atomic(&path, &bytes) {
-                    log_warn!("writing {}: {e}", path.display());
-                }
-            }
-        }
-    }
-
-    /// At the end of an orderly shutdown: the last records land before
-    /// colibrid exits.
-    pub fn close(&mut self) {
-        self.queue = None;
-        if let Some(handle) = self.thread.take() {
-            let _ = handle.join();
-        }
-    }
-}
 
 fn recipe_of(spec: &AgentSpec, argv: Vec<String>) -> Recipe {
     Recipe {
@@ -367,7 +171,7 @@ impl Daemon {
                     fingerprint,
                     origin: sup.origin,
                     wanted: sup.wanted.clone(),
-                    actual: sup.actual(&s.agent),
+                    actual: s.agent.actual(),
                 })
             })
             .collect();
@@ -817,7 +621,7 @@ impl Daemon {
             let Some(slot) = self.panes.get(key) else {
                 continue;
             };
-            let actual = slot.agent.supervision.actual(&slot.agent);
+            let actual = slot.agent.actual();
             let sup = &slot.agent.supervision;
             let Some(spec) = sup.spec.as_deref().cloned() else {
                 continue;
@@ -867,7 +671,7 @@ impl Daemon {
             .filter(|(_, s)| {
                 let sup = &s.agent.supervision;
                 sup.origin != Origin::Declared
-                    && !sup.actual(&s.agent).is_alive()
+                    && !s.agent.actual().is_alive()
                     && t.since(s.pane.state_since()) >= keep
             })
             .map(|(k, _)| k)

@@ -8,7 +8,7 @@ use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::Hold;
 use crate::daemon::agent::RestartPolicy;
-use crate::daemon::approvals::ApprovalDesk;
+use crate::daemon::approvals::desk::ApprovalDesk;
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::Slot;
@@ -40,7 +40,7 @@ impl Daemon {
             // The contract's states, as the v1 snapshot shows them: a pane a
             // planned stop ended counts `done`, not the `error` its
             // SIGTERM's exit left on the pane.
-            let actual = s.agent.supervision.actual(&s.agent);
+            let actual = s.agent.actual();
             let state = crate::core::spec::v1_state(actual, s.pane.state());
             *states.entry(state.as_str().to_string()).or_default() += 1;
             if s.pane.is_stalled(t, self.settings.daemon.stall_after) {
@@ -173,7 +173,7 @@ impl Daemon {
 /// docs/PROTOCOL.md).
 pub(crate) fn pane_v1(s: &Slot, t: Timestamp, stall_after: Duration) -> PaneV1View<'_> {
     let mut v = PaneV1View::from_pane(&s.pane, t, stall_after);
-    let actual = s.agent.supervision.actual(&s.agent);
+    let actual = s.agent.actual();
     v.state = crate::core::spec::v1_state(actual, s.pane.state());
     v
 }
@@ -194,7 +194,7 @@ pub(crate) fn pane_v2<'a>(
     v.jail = a.jail.as_deref();
     v.pid = a.running_pid();
     v.generation = a.generation;
-    v.supervision = Some(a.supervision.wire(a));
+    v.supervision = Some(a.supervision.wire(a.actual()));
     if a.usage_earlier != crate::core::usage::Usage::default() {
         let mut total = a.usage_earlier;
         total.add(s.pane.usage());

@@ -132,7 +132,7 @@ impl Daemon {
                 let why = if s.agent.running_pid().is_some() {
                     format!("name {n:?} is already used by running pane {id}")
                 } else {
-                    let actual = s.agent.supervision.actual(&s.agent).as_str();
+                    let actual = s.agent.actual().as_str();
                     format!(
                         "name {n:?} is still held by pane {id}, which is not running ({actual}); \
                          `colibri remove {n}` frees the name"

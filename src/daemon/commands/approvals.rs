@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use crate::core::approval::{AnswerChannel, Decision};
-use crate::daemon::approvals::Answerer;
+use crate::daemon::approvals::desk::Answerer;
 use crate::daemon::event_loop::Daemon;
 use crate::platform;
 use crate::protocol::{

@@ -108,7 +108,7 @@ fn refuse_while_stopping(d: &Daemon) -> Result<(), CommandError> {
 fn actual(d: &Daemon, key: PaneKey) -> Result<Actual, CommandError> {
     d.panes
         .agent(key)
-        .map(|a| a.supervision.actual(a))
+        .map(|a| a.actual())
         .ok_or_else(|| CommandError::new(ErrorCode::NotFound, "the pane is gone"))
 }
 
