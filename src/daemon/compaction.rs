@@ -5,6 +5,8 @@
 //! loop; the request is answered when the job ends, echoing its `id`.
 //! Other requests on the same connection are served meanwhile.
 
+pub(crate) mod waiter;
+
 use serde_json::Value;
 
 use crate::core::time::Timestamp;
@@ -13,14 +15,7 @@ use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::ConnId;
 use crate::daemon::store::{RotationDone, StoreError};
 use crate::protocol::{self, CommandError, CompactReply, ErrorCode, Reply};
-
-/// A connection waiting for the end of a session's compaction.
-#[derive(Debug)]
-pub(crate) struct CompactWaiter {
-    session: String,
-    conn: ConnId,
-    rid: Option<Value>,
-}
+use waiter::CompactWaiter;
 
 /// The error a store failure gives a client.
 pub(crate) fn store_error(e: &StoreError) -> CommandError {

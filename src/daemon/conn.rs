@@ -21,7 +21,8 @@ use mio::{Interest, Registry, Token};
 
 use crate::core::ingest::{Frame, LineFramer};
 use crate::core::time::Timestamp;
-use crate::daemon::event_loop::Daemon;
+use crate::daemon::approvals::desk::ApprovalDesk;
+use crate::daemon::panes::PaneTable;
 use crate::platform::PeerKey;
 
 /// Queued reply bytes above which no further requests of this client are
@@ -62,6 +63,19 @@ const READ_BUDGET: usize = 256 * 1024;
 /// queued: a client that stops reading holds at most this plus one slice.
 pub const BODY_LOW_WATER: usize = 256 << 10;
 
+/// What a streamed reply reads while it makes its slices, borrowed apart
+/// from the connection table (the body is taken out of its connection
+/// meanwhile): sozu's split borrow, so a reply body never holds the whole
+/// daemon and this module never names it.
+pub struct BodySources<'a> {
+    pub panes: &'a mut PaneTable,
+    pub approvals: &'a ApprovalDesk,
+    /// The default stall threshold (`[daemon] stall_after`).
+    pub stall_after: std::time::Duration,
+    /// The host name, shown to the operator only.
+    pub host: &'a str,
+}
+
 /// A reply made a slice at a time as its client drains (see
 /// `daemon::session_stream`). Each call does a bounded amount of work and
 /// appends the next bytes of the one reply line to `out`; the slices of a
@@ -71,7 +85,11 @@ pub trait ReplyBody: std::fmt::Debug {
     /// leaves the reply cut short: the connection must be closed. `d` is
     /// the daemon as it is now (a snapshot reads its panes from it, and
     /// keeps their text: `daemon::pane_text`).
-    fn next_slice(&mut self, d: &mut Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress>;
+    fn next_slice(
+        &mut self,
+        src: &mut BodySources<'_>,
+        out: &mut Vec<u8>,
+    ) -> io::Result<BodyProgress>;
 
     /// An observation of the daemon's state now (a snapshot), which waits
     /// for no writer ([`Marks::OBSERVED`]).
@@ -671,7 +689,11 @@ mod tests {
     }
 
     impl ReplyBody for Pieces {
-        fn next_slice(&mut self, _d: &mut Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+        fn next_slice(
+            &mut self,
+            _src: &mut BodySources<'_>,
+            out: &mut Vec<u8>,
+        ) -> io::Result<BodyProgress> {
             self.make(out)
         }
     }

@@ -33,7 +33,6 @@ use mio::{Registry, Token};
 use crate::core::tasks::{TaskEvent, TaskQueue, ACK_TIMEOUT};
 use crate::core::time::Timestamp;
 use crate::daemon::diag::{log_error, log_info, log_warn};
-use crate::daemon::event_loop::Daemon;
 use crate::platform::KernelTimer;
 use crate::protocol::control_plane::WireBudget;
 use crate::protocol::WatchKind;
@@ -320,7 +319,7 @@ impl ControlPlane {
         cp
     }
 
-    fn record(&mut self, ev: &TaskEvent) {
+    pub(crate) fn record(&mut self, ev: &TaskEvent) {
         let mut line = match serde_json::to_vec(ev) {
             Ok(l) => l,
             Err(e) => {
@@ -353,7 +352,20 @@ impl ControlPlane {
     }
 
     /// Arms the acknowledgement timer for the earliest open claim.
-    fn rearm(&mut self, now: Timestamp, registry: &Registry, token: impl FnOnce() -> Token) {
+    /// The acknowledgement timer fired: it is no longer armed.
+    pub(crate) fn ack_timer_fired(&mut self) {
+        if let Some((timer, _)) = self.timer.as_mut() {
+            timer.acknowledge();
+        }
+        self.armed = None;
+    }
+
+    pub(crate) fn rearm(
+        &mut self,
+        now: Timestamp,
+        registry: &Registry,
+        token: impl FnOnce() -> Token,
+    ) {
         let due = self.queue.next_ack_due();
         if due == self.armed {
             return;
@@ -460,7 +472,7 @@ fn replay(path: &Path, queue: &mut TaskQueue) -> (usize, usize, bool) {
     (applied, skipped, torn)
 }
 
-fn status_event(ev: &TaskEvent, queue: &TaskQueue) -> Option<WatchKind> {
+pub(crate) fn status_event(ev: &TaskEvent, queue: &TaskQueue) -> Option<WatchKind> {
     let t = queue.get(ev.id())?;
     let pane = match ev {
         TaskEvent::Released { .. } | TaskEvent::Added { .. } => None,
@@ -471,42 +483,6 @@ fn status_event(ev: &TaskEvent, queue: &TaskQueue) -> Option<WatchKind> {
         status: t.status,
         pane,
     })
-}
-
-impl Daemon {
-    /// Records a change the queue already made: the journal, the watch
-    /// stream, and the acknowledgement timer.
-    pub(crate) fn task_changed(&mut self, ev: TaskEvent, t: Timestamp) {
-        self.control.record(&ev);
-        if let Some(kind) = status_event(&ev, &self.control.queue) {
-            self.publish(kind, t);
-        }
-        self.rearm_task_timer(t);
-        let queue = &mut self.control.queue;
-        if queue.finished_count() > 2 * FINISHED_TASKS_KEPT {
-            queue.forget_finished(FINISHED_TASKS_KEPT);
-        }
-    }
-
-    pub(crate) fn rearm_task_timer(&mut self, t: Timestamp) {
-        let tokens = &mut self.tokens;
-        self.control.rearm(t, self.poll.registry(), || {
-            tokens.insert(crate::daemon::source::Source::TaskAck)
-        });
-    }
-
-    /// The acknowledgement timer fired: release every overdue claim.
-    pub(crate) fn task_ack_due(&mut self, t: Timestamp) {
-        if let Some((timer, _)) = self.control.timer.as_mut() {
-            timer.acknowledge();
-        }
-        self.control.armed = None;
-        for ev in self.control.queue.expire(t) {
-            log_info!("task {} released: its claim was not acknowledged", ev.id());
-            self.task_changed(ev, t);
-        }
-        self.rearm_task_timer(t);
-    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use crate::daemon::bus::Bus;
 use crate::daemon::conn::{Conn, Marks, Scope};
 use crate::daemon::diag::{log_debug, log_info, log_warn};
 use crate::daemon::journal::{Journal, JournalConfig};
-use crate::daemon::log_flow::DeferredCloses;
+use crate::daemon::log_flow::closes::DeferredCloses;
 use crate::daemon::panes::PaneTable;
 use crate::daemon::settings::Settings;
 use crate::daemon::source::{ConnId, Source, Tokens};
@@ -129,7 +129,7 @@ pub struct Daemon {
     pub(crate) deferred_closes: DeferredCloses,
     pub(crate) approvals: crate::daemon::approvals::desk::ApprovalDesk,
     /// Connections waiting for a `compact-session` to end.
-    pub(crate) compact_waiters: Vec<crate::daemon::compaction::CompactWaiter>,
+    pub(crate) compact_waiters: Vec<crate::daemon::compaction::waiter::CompactWaiter>,
     /// The policies and their state (`daemon::govern` carries them out).
     pub(crate) governor: crate::core::policy::Governor,
 }

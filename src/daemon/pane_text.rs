@@ -34,12 +34,14 @@
 use std::time::Duration;
 
 use crate::core::time::Timestamp;
-use crate::daemon::approvals::desk::ApprovalDesk;
-use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::{PaneKey, Slot};
-use crate::daemon::snapshot_stream::Schema;
-use crate::daemon::views;
 use crate::protocol::{PaneV1View, PaneV2View};
+
+/// Which snapshot a text (or a streamed snapshot) is of.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Schema {
+    V1,
+    V2,
+}
 
 const FALSE: &[u8] = b"false";
 const V1_STALLED: &[u8] = br#","stalled":true"#;
@@ -69,11 +71,11 @@ impl KeptTexts {
 
 /// What a kept text's `stalled` flag follows.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Stall {
+pub(crate) struct Stall {
     /// The default stall threshold the text was made with.
-    after: Duration,
+    pub(crate) after: Duration,
     /// When the pane counts as stalled, as it was when the text was made.
-    deadline: Option<Timestamp>,
+    pub(crate) deadline: Option<Timestamp>,
 }
 
 /// A pane's snapshot object as text, written as if not stalled.
@@ -83,14 +85,14 @@ pub struct PaneText {
     /// v2: where `false` begins in `bytes`; v1: where its last `}` is.
     stalled_at: usize,
     schema: Schema,
-    stall: Stall,
+    pub(crate) stall: Stall,
 }
 
 impl PaneText {
     /// Appends the pane's v2 object to `out` and returns its text to keep,
     /// or `None` for a pane that may not be kept (one with pending
     /// approvals).
-    fn make_v2(
+    pub(crate) fn make_v2(
         view: &mut PaneV2View<'_>,
         stall: Stall,
         out: &mut Vec<u8>,
@@ -114,7 +116,7 @@ impl PaneText {
     }
 
     /// Appends the pane's v1 object to `out` and returns its text to keep.
-    fn make_v1(view: &mut PaneV1View<'_>, stall: Stall, out: &mut Vec<u8>) -> Self {
+    pub(crate) fn make_v1(view: &mut PaneV1View<'_>, stall: Stall, out: &mut Vec<u8>) -> Self {
         let start = out.len();
         let stalled = view.stalled;
         view.stalled = false;
@@ -147,12 +149,12 @@ impl PaneText {
 
     /// What `Pane::is_stalled` says at `t` of the pane the text was made
     /// from.
-    fn stalled(&self, t: Timestamp) -> bool {
+    pub(crate) fn stalled(&self, t: Timestamp) -> bool {
         self.stall.deadline.is_some_and(|deadline| t >= deadline)
     }
 
     /// Appends the object to `out`, with `stalled` as it is now.
-    fn write(&self, out: &mut Vec<u8>, stalled: bool) {
+    pub(crate) fn write(&self, out: &mut Vec<u8>, stalled: bool) {
         let (head, tail) = self.bytes.split_at(self.stalled_at);
         out.extend_from_slice(head);
         match self.schema {
@@ -172,91 +174,16 @@ impl PaneText {
     }
 }
 
-impl Daemon {
-    /// Appends pane `key`'s snapshot object to `out`, at time `t`: from its
-    /// kept text if it has not changed since, otherwise made afresh and
-    /// kept. An error (serde_json refusing a float) leaves `out` cut
-    /// short: the reply must not be finished.
-    pub(crate) fn write_pane(
-        &mut self,
-        key: PaneKey,
-        schema: Schema,
-        t: Timestamp,
-        out: &mut Vec<u8>,
-    ) -> serde_json::Result<()> {
-        let stall_after = self.settings.daemon.stall_after;
-        let kept = self.panes.kept_text(key, schema);
-        if let Some(text) = kept.filter(|k| k.stall.after == stall_after) {
-            let start = out.len();
-            text.write(out, text.stalled(t));
-            if cfg!(debug_assertions) {
-                self.check_kept_text(key, schema, t, &out[start..]);
-            }
-            return Ok(());
-        }
-        let approvals = &self.approvals;
-        let Some((slot, kept)) = self.panes.with_text(key, schema) else {
-            return Ok(());
-        };
-        let stall = Stall {
-            after: stall_after,
-            deadline: slot.pane.stall_deadline(stall_after),
-        };
-        *kept = match schema {
-            Schema::V1 => {
-                let mut view = views::pane_v1(slot, t, stall_after);
-                Some(PaneText::make_v1(&mut view, stall, out))
-            }
-            Schema::V2 => {
-                let mut view = views::pane_v2(slot, t, stall_after, approvals);
-                PaneText::make_v2(&mut view, stall, out)?
-            }
-        };
-        Ok(())
-    }
-
-    /// Debug builds: a kept text must be what a fresh view of its pane
-    /// writes, or a change went past `PaneTable::get_mut`.
-    fn check_kept_text(&self, key: PaneKey, schema: Schema, t: Timestamp, written: &[u8]) {
-        let Some(slot) = self.panes.get(key) else {
-            return;
-        };
-        let mut fresh = Vec::new();
-        let stall_after = self.settings.daemon.stall_after;
-        let _ = write_fresh(slot, schema, t, stall_after, &self.approvals, &mut fresh);
-        assert_eq!(
-            String::from_utf8_lossy(written),
-            String::from_utf8_lossy(&fresh),
-            "a kept {schema:?} snapshot text differs from its pane: a change went past PaneTable::get_mut"
-        );
-    }
-}
-
-/// Appends pane `s`'s object as a fresh view writes it, kept text or not.
-fn write_fresh(
-    s: &Slot,
-    schema: Schema,
-    t: Timestamp,
-    stall_after: Duration,
-    approvals: &ApprovalDesk,
-    out: &mut Vec<u8>,
-) -> serde_json::Result<()> {
-    match schema {
-        Schema::V1 => {
-            views::pane_v1(s, t, stall_after).write_json(out);
-            Ok(())
-        }
-        Schema::V2 => views::pane_v2(s, t, stall_after, approvals).write_json(out),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::pane::{ExitStatus, Pane, PaneId};
     use crate::core::taxonomy::Runtime;
     use crate::daemon::agent::{Agent, RestartPolicy, RestartState};
+    use crate::daemon::approvals::desk::ApprovalDesk;
     use crate::daemon::panes::PaneTable;
+    use crate::daemon::panes::Slot;
+    use crate::daemon::views::{self, write_fresh};
 
     const T0: u64 = 1_700_000_000_000;
 
@@ -330,7 +257,7 @@ mod tests {
         String::from_utf8(out).expect("utf-8")
     }
 
-    /// Makes a text to keep, as `Daemon::write_pane` does, into `out`.
+    /// Makes a text to keep, as `BodySources::write_pane` does, into `out`.
     fn make(
         s: &Slot,
         schema: Schema,

@@ -24,8 +24,7 @@ use crate::core::pane::{Pane, PaneId};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::Agent;
-use crate::daemon::pane_text::{KeptTexts, PaneText};
-use crate::daemon::snapshot_stream::Schema;
+use crate::daemon::pane_text::{KeptTexts, PaneText, Schema};
 use crate::platform::Pid;
 
 pub use crate::daemon::source::PaneKey;

@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::core::time::Timestamp;
-use crate::daemon::conn::{BodyProgress, Conn, ReplyBody};
+use crate::daemon::conn::{BodyProgress, BodySources, Conn, ReplyBody};
 use crate::daemon::diag::log_warn;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::ConnId;
@@ -138,7 +138,11 @@ impl SessionStream {
 }
 
 impl ReplyBody for SessionStream {
-    fn next_slice(&mut self, _d: &mut Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+    fn next_slice(
+        &mut self,
+        _src: &mut BodySources<'_>,
+        out: &mut Vec<u8>,
+    ) -> io::Result<BodyProgress> {
         self.slice(out)
     }
 }
@@ -220,7 +224,13 @@ impl Daemon {
                 continue;
             };
             let mut slice = Vec::new();
-            let progress = body.next_slice(self, &mut slice);
+            let mut src = BodySources {
+                panes: &mut self.panes,
+                approvals: &self.approvals,
+                stall_after: self.settings.daemon.stall_after,
+                host: &self.settings.daemon.host,
+            };
+            let progress = body.next_slice(&mut src, &mut slice);
             let Some(c) = self.conns.get_mut(id) else {
                 continue;
             };

@@ -17,9 +17,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::core::time::Timestamp;
-use crate::daemon::conn::{BodyProgress, ReplyBody, Scope};
-use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
+use crate::daemon::conn::{BodyProgress, BodySources, ReplyBody, Scope};
+pub use crate::daemon::pane_text::Schema;
+use crate::daemon::panes::{PaneKey, PaneTable};
 use crate::protocol::{SNAPSHOT_V1, SNAPSHOT_V2};
 
 /// JSON bytes made per slice: about 100 v2 or 380 v1 panes. Serialising a
@@ -30,13 +30,6 @@ pub const SLICE_BYTES: usize = 64 << 10;
 
 /// About the most bytes one pane takes in a snapshot, to size a slice.
 const PANE_BYTES_GUESS: usize = 1024;
-
-/// Which snapshot a stream makes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Schema {
-    V1,
-    V2,
-}
 
 /// One snapshot reply being made.
 #[derive(Debug)]
@@ -55,7 +48,7 @@ pub struct SnapshotStream {
 
 impl SnapshotStream {
     pub fn new(
-        d: &Daemon,
+        panes: &PaneTable,
         schema: Schema,
         scope: Scope,
         t: Timestamp,
@@ -66,7 +59,7 @@ impl SnapshotStream {
             scope,
             t,
             rid,
-            keys: d.panes.keys(),
+            keys: panes.keys(),
             next: 0,
             written: 0,
             started: false,
@@ -78,20 +71,24 @@ impl ReplyBody for SnapshotStream {
     /// Appends the next slice of the reply line to `out`: the envelope's
     /// head first, then panes until `SLICE_BYTES` are made, then the tail
     /// (`Done`).
-    fn next_slice(&mut self, d: &mut Daemon, out: &mut Vec<u8>) -> io::Result<BodyProgress> {
+    fn next_slice(
+        &mut self,
+        src: &mut BodySources<'_>,
+        out: &mut Vec<u8>,
+    ) -> io::Result<BodyProgress> {
         let start = out.len();
         // Room for the slice at once: growing it pane by pane would copy it
         // over and over (a v2 pane is about 650 bytes, a v1 pane 170).
         let left = self.keys.len() - self.next;
         out.reserve((left * PANE_BYTES_GUESS).min(SLICE_BYTES) + 1024);
         if !self.started {
-            self.head(d, out)?;
+            self.head(src, out)?;
             self.started = true;
         }
         while self.next < self.keys.len() && out.len() - start < SLICE_BYTES {
             let key = self.keys[self.next];
             self.next += 1;
-            if !d.visible(&self.scope, key) {
+            if !src.visible(&self.scope, key) {
                 continue;
             }
             let mark = out.len();
@@ -99,7 +96,7 @@ impl ReplyBody for SnapshotStream {
                 out.push(b',');
             }
             let pane_at = out.len();
-            d.write_pane(key, self.schema, self.t, out)
+            src.write_pane(key, self.schema, self.t, out)
                 .map_err(io::Error::other)?;
             // Nothing written (the pane was removed since the keys were
             // taken): no comma either.
@@ -122,7 +119,7 @@ impl ReplyBody for SnapshotStream {
 }
 
 impl SnapshotStream {
-    fn head(&self, d: &Daemon, out: &mut Vec<u8>) -> io::Result<()> {
+    fn head(&self, src: &BodySources<'_>, out: &mut Vec<u8>) -> io::Result<()> {
         let schema = match self.schema {
             Schema::V1 => SNAPSHOT_V1,
             Schema::V2 => SNAPSHOT_V2,
@@ -130,7 +127,7 @@ impl SnapshotStream {
         head(
             out,
             schema,
-            d.host_shown_to(&self.scope),
+            src.host_shown_to(&self.scope),
             &self.t.to_rfc3339(),
         )
     }

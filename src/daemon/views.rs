@@ -9,23 +9,37 @@ use crate::core::time::Timestamp;
 use crate::daemon::agent::Hold;
 use crate::daemon::agent::RestartPolicy;
 use crate::daemon::approvals::desk::ApprovalDesk;
-use crate::daemon::conn::Scope;
+use crate::daemon::conn::{BodySources, Scope};
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::Slot;
+use crate::daemon::pane_text::{PaneText, Schema, Stall};
+use crate::daemon::panes::{PaneKey, PaneTable, Slot};
 use crate::protocol::{
     AlertHealth, LogHealth, PaneV1View, PaneV2View, RestartView, SessionSummary, StatusData,
     WireExit,
 };
 
+/// The host's name as `scope` may see it: a jail socket is reachable by
+/// every user of the jail (on Linux, of the host), so it is told nothing of
+/// where the daemon runs (`status`, the snapshots).
+fn host_shown_to<'a>(host: &'a str, scope: &Scope) -> &'a str {
+    match scope {
+        Scope::Operator => host,
+        _ => "",
+    }
+}
+
+/// Whether `scope` may see pane `key`: the operator sees every pane, a jail
+/// its own.
+pub(crate) fn pane_visible(panes: &PaneTable, scope: &Scope, key: PaneKey) -> bool {
+    match scope {
+        Scope::Operator => true,
+        Scope::Jail(j) => panes.agent(key).and_then(|a| a.jail.as_deref()) == Some(j.as_str()),
+    }
+}
+
 impl Daemon {
-    /// The host's name as `scope` may see it: a jail socket is reachable by
-    /// every user of the jail (on Linux, of the host), so it is told
-    /// nothing of where the daemon runs (`status`, the snapshots).
     pub(crate) fn host_shown_to(&self, scope: &Scope) -> &str {
-        match scope {
-            Scope::Operator => &self.settings.daemon.host,
-            _ => "",
-        }
+        host_shown_to(&self.settings.daemon.host, scope)
     }
 
     pub(crate) fn status_data(&self, scope: &Scope, t: Timestamp) -> StatusData {
@@ -215,4 +229,97 @@ pub(crate) fn pane_v2<'a>(
         });
     }
     v
+}
+
+impl BodySources<'_> {
+    /// Whether `scope` may see pane `key` (as `Daemon::visible`).
+    pub(crate) fn visible(&self, scope: &Scope, key: PaneKey) -> bool {
+        pane_visible(self.panes, scope, key)
+    }
+
+    pub(crate) fn host_shown_to(&self, scope: &Scope) -> &str {
+        host_shown_to(self.host, scope)
+    }
+
+    /// Appends pane `key`'s snapshot object to `out`, at time `t`: from its
+    /// kept text if it has not changed since, otherwise made afresh and
+    /// kept. An error (serde_json refusing a float) leaves `out` cut
+    /// short: the reply must not be finished.
+    pub(crate) fn write_pane(
+        &mut self,
+        key: PaneKey,
+        schema: Schema,
+        t: Timestamp,
+        out: &mut Vec<u8>,
+    ) -> serde_json::Result<()> {
+        let stall_after = self.stall_after;
+        let kept = self.panes.kept_text(key, schema);
+        if let Some(text) = kept.filter(|k| k.stall.after == stall_after) {
+            let start = out.len();
+            text.write(out, text.stalled(t));
+            if cfg!(debug_assertions) {
+                self.check_kept_text(key, schema, t, &out[start..]);
+            }
+            return Ok(());
+        }
+        let approvals = self.approvals;
+        let Some((slot, kept)) = self.panes.with_text(key, schema) else {
+            return Ok(());
+        };
+        let stall = Stall {
+            after: stall_after,
+            deadline: slot.pane.stall_deadline(stall_after),
+        };
+        *kept = match schema {
+            Schema::V1 => {
+                let mut view = pane_v1(slot, t, stall_after);
+                Some(PaneText::make_v1(&mut view, stall, out))
+            }
+            Schema::V2 => {
+                let mut view = pane_v2(slot, t, stall_after, approvals);
+                PaneText::make_v2(&mut view, stall, out)?
+            }
+        };
+        Ok(())
+    }
+
+    /// Debug builds: a kept text must be what a fresh view of its pane
+    /// writes, or a change went past `PaneTable::get_mut`.
+    fn check_kept_text(&self, key: PaneKey, schema: Schema, t: Timestamp, written: &[u8]) {
+        let Some(slot) = self.panes.get(key) else {
+            return;
+        };
+        let mut fresh = Vec::new();
+        let _ = write_fresh(
+            slot,
+            schema,
+            t,
+            self.stall_after,
+            self.approvals,
+            &mut fresh,
+        );
+        assert_eq!(
+            String::from_utf8_lossy(written),
+            String::from_utf8_lossy(&fresh),
+            "a kept {schema:?} snapshot text differs from its pane: a change went past PaneTable::get_mut"
+        );
+    }
+}
+
+/// Appends pane `s`'s object as a fresh view writes it, kept text or not.
+pub(crate) fn write_fresh(
+    s: &Slot,
+    schema: Schema,
+    t: Timestamp,
+    stall_after: Duration,
+    approvals: &ApprovalDesk,
+    out: &mut Vec<u8>,
+) -> serde_json::Result<()> {
+    match schema {
+        Schema::V1 => {
+            pane_v1(s, t, stall_after).write_json(out);
+            Ok(())
+        }
+        Schema::V2 => pane_v2(s, t, stall_after, approvals).write_json(out),
+    }
 }

@@ -325,3 +325,43 @@ pub(super) fn activity(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply,
     d.publish(kind, call.t);
     Ok(Reply::Activity(ActivityReply { seq: d.bus.seq() }))
 }
+
+impl Daemon {
+    /// Records a change the queue already made: the journal, the watch
+    /// stream, and the acknowledgement timer.
+    pub(crate) fn task_changed(
+        &mut self,
+        ev: crate::core::tasks::TaskEvent,
+        t: crate::core::time::Timestamp,
+    ) {
+        self.control.record(&ev);
+        if let Some(kind) = crate::daemon::control_plane::status_event(&ev, &self.control.queue) {
+            self.publish(kind, t);
+        }
+        self.rearm_task_timer(t);
+        let queue = &mut self.control.queue;
+        if queue.finished_count() > 2 * crate::daemon::control_plane::FINISHED_TASKS_KEPT {
+            queue.forget_finished(crate::daemon::control_plane::FINISHED_TASKS_KEPT);
+        }
+    }
+
+    pub(crate) fn rearm_task_timer(&mut self, t: crate::core::time::Timestamp) {
+        let tokens = &mut self.tokens;
+        self.control.rearm(t, self.poll.registry(), || {
+            tokens.insert(crate::daemon::source::Source::TaskAck)
+        });
+    }
+
+    /// The acknowledgement timer fired: release every overdue claim.
+    pub(crate) fn task_ack_due(&mut self, t: crate::core::time::Timestamp) {
+        self.control.ack_timer_fired();
+        for ev in self.control.queue.expire(t) {
+            crate::daemon::diag::log_info!(
+                "task {} released: its claim was not acknowledged",
+                ev.id()
+            );
+            self.task_changed(ev, t);
+        }
+        self.rearm_task_timer(t);
+    }
+}

@@ -146,12 +146,7 @@ impl Daemon {
     }
 
     pub(crate) fn visible(&self, scope: &Scope, key: PaneKey) -> bool {
-        match scope {
-            Scope::Operator => true,
-            Scope::Jail(j) => {
-                self.panes.agent(key).and_then(|a| a.jail.as_deref()) == Some(j.as_str())
-            }
-        }
+        crate::daemon::views::pane_visible(&self.panes, scope, key)
     }
 }
 

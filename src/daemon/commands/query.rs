@@ -25,7 +25,13 @@ pub(super) fn glasspane_snapshot(
 /// panes at a time as the client reads, so a large one never holds the
 /// loop for long nor sits whole in memory.
 fn stream_snapshot(d: &mut Daemon, call: &Call, schema: Schema) -> Reply {
-    let body = SnapshotStream::new(d, schema, call.scope.clone(), call.t, call.rid.clone());
+    let body = SnapshotStream::new(
+        &d.panes,
+        schema,
+        call.scope.clone(),
+        call.t,
+        call.rid.clone(),
+    );
     d.stream_reply(call.conn, Box::new(body));
     Reply::Deferred
 }
