@@ -29,8 +29,8 @@ pub(crate) mod desk;
 use crate::daemon::conn::Scope;
 use crate::daemon::diag::log_warn;
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
 use crate::daemon::source::ConnId;
+use crate::daemon::source::PaneKey;
 use crate::daemon::store::AnswerRecord;
 use crate::daemon::timers::Deadline;
 use crate::protocol::{

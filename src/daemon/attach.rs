@@ -15,8 +15,8 @@ use crate::core::time::Timestamp;
 pub mod ring;
 
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
 use crate::daemon::source::ConnId;
+use crate::daemon::source::PaneKey;
 use crate::platform;
 use crate::protocol::attach::AttachFrame;
 use ring::ATTACH_QUEUE_LIMIT;

@@ -14,8 +14,8 @@ use crate::daemon::bus;
 use crate::daemon::conn::Marks;
 use crate::daemon::diag::{log_debug, log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
 use crate::daemon::sched::Pending;
+use crate::daemon::source::PaneKey;
 use crate::daemon::timers::Deadline;
 use crate::platform;
 

@@ -23,8 +23,8 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use crate::core::time::Timestamp;
-use crate::daemon::panes::PaneKey;
 use crate::daemon::source::ConnId;
+use crate::daemon::source::PaneKey;
 
 /// Bytes read from one PTY in its turn before the next pane gets one.
 pub(crate) const PTY_QUANTUM: usize = 8 * 1024;

@@ -33,7 +33,7 @@ use crate::core::time::Timestamp;
 use crate::daemon::agent::{Agent, Recipe, RestartState};
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
+use crate::daemon::source::PaneKey;
 use crate::daemon::store::ExitRecord;
 use crate::daemon::timers::Deadline;
 use crate::platform;

@@ -43,9 +43,9 @@ pub use crate::core::pane::ExitStatus;
 
 pub use os::{
     become_subreaper, connect_in_jail, open_pty, os_release, peer_cred, pid_jail, process_children,
-    process_env_var, process_fds, process_info, resolve_jail, self_rss_bytes, set_process_fd_limit, signal_orphans,
-    signal_orphans_with_env, signal_tree, signal_trees, spawn_on_pty, ExitWatch, KernelTimer,
-    SignalSource,
+    process_env_var, process_fds, process_info, resolve_jail, self_rss_bytes, set_process_fd_limit,
+    signal_orphans, signal_orphans_with_env, signal_tree, signal_trees, spawn_on_pty, ExitWatch,
+    KernelTimer, SignalSource,
 };
 pub use posix::{
     effective_uid, ensure_std_fds, hostname, line_mode, lookup_user, peer_hung_up, raise_fd_limit,

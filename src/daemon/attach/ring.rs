@@ -8,8 +8,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::daemon::panes::PaneKey;
 use crate::daemon::source::ConnId;
+use crate::daemon::source::PaneKey;
 
 /// Recent output kept per pane for a new attacher: a few screens of a
 /// terminal. Small because every pane keeps one (10,000 panes: 160 MiB at

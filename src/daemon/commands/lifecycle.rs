@@ -5,7 +5,7 @@ use crate::core::spec::{Actual, StopCause};
 use crate::daemon::conn::Scope;
 use crate::daemon::diag::log_info;
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
+use crate::daemon::source::PaneKey;
 use crate::protocol::{Command, CommandError, ErrorCode, LifecycleReply, Reply};
 
 use super::{mismatch, Call};

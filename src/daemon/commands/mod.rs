@@ -26,8 +26,8 @@ use crate::core::resolve::ResolveError;
 use crate::core::time::Timestamp;
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
-use crate::daemon::panes::PaneKey;
 use crate::daemon::source::ConnId;
+use crate::daemon::source::PaneKey;
 use crate::protocol::{
     self, Command, CommandError, CommandScope, ErrorCode, Reply, Request, COMMANDS,
 };
