@@ -13,7 +13,6 @@ use mio::net::UnixStream;
 use mio::Interest;
 
 use crate::core::time::Timestamp;
-use crate::daemon::bus::Outlets;
 use crate::daemon::conn::{Conn, Scope, Seat};
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::{
@@ -24,7 +23,7 @@ use crate::daemon::event_loop::{
 const ACCEPTS_PER_WAKEUP: usize = 64;
 use crate::daemon::source::{ConnId, Source};
 use crate::platform::{self, PeerKey};
-use crate::protocol::{self, ErrorCode, WatchKind};
+use crate::protocol::{self, ErrorCode};
 
 impl Daemon {
     pub(crate) fn bind(&mut self, path: &Path, scope: Scope) -> Result<(), DaemonError> {
@@ -414,17 +413,6 @@ impl Daemon {
         self.approvals.forget_conn(id);
         self.forget_compaction_waiter(id);
         self.wake.accept_blocked = true;
-    }
-
-    /// Hands an event to the bus: the one way out to watchers and syslog.
-    pub(crate) fn publish(&mut self, kind: WatchKind, t: Timestamp) {
-        let out = Outlets {
-            conns: &mut self.conns,
-            panes: &mut self.panes,
-            alerter: &mut self.alerter,
-            dirty: &mut self.dirty_conns,
-        };
-        self.bus.emit(kind, t, out);
     }
 }
 

@@ -698,35 +698,6 @@ impl Daemon {
         }
     }
 
-    /// Signals what the agents of the panes `pane_ids` left running:
-    /// colibrid's children (re-parented to it, the subreaper, when their
-    /// parent exited) that are no running agent and whose environment
-    /// names one of those panes, with everything under them. Returns how
-    /// many such children there were.
-    pub(crate) fn signal_leftovers(&self, pane_ids: &[&str], sig: i32) -> usize {
-        let agents: Vec<platform::Pid> = self
-            .panes
-            .agents()
-            .filter_map(|a| a.running_pid())
-            .collect();
-        platform::signal_orphans_with_env(&agents, "COLIBRI_PANE_ID", pane_ids, sig)
-    }
-
-    /// Signals a running agent's tree and what it left running
-    /// ([`Daemon::signal_leftovers`]): a pause that stopped the tree alone
-    /// left a printer that had called `setsid` and lost its parent writing
-    /// to the pane's PTY, through the output budget's pause.
-    pub(crate) fn signal_pane(
-        &self,
-        pid: platform::Pid,
-        pane_id: &str,
-        sig: i32,
-    ) -> std::io::Result<()> {
-        platform::signal_tree(pid, sig)?;
-        self.signal_leftovers(&[pane_id], sig);
-        Ok(())
-    }
-
     /// `remove-agent`: forgets a finished pane; its logs stay.
     pub(crate) fn remove_pane(&mut self, key: PaneKey, t: Timestamp) {
         if let Some(mut slot) = self.panes.remove(key) {
