@@ -12,7 +12,6 @@
 //!
 
 use crate::core::policy::{Action, LineFacts, PaneInfo, PolicyKind, Target, Verdict};
-use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Hold, PAUSE_BROKEN_QUIET, PAUSE_GRACE};
 use crate::daemon::diag::{log_info, log_warn};
@@ -289,7 +288,7 @@ impl Daemon {
         let Some(slot) = self.panes.get_mut(key) else {
             return;
         };
-        let bytes = input_message(slot.pane.runtime(), text);
+        let bytes = crate::core::taxonomy::input::input_message(slot.pane.runtime(), text);
         let pane_id = slot.agent.pane_id.clone();
         let Some(proc_) = slot.agent.proc.as_mut().filter(|p| p.status.is_none()) else {
             return;
@@ -313,51 +312,6 @@ impl Daemon {
             log_warn!("policy: cannot kill pane {}: {e}", agent.pane_id);
         }
     }
-}
-
-/// Pi's RPC `prompt` command.
-#[derive(serde::Serialize)]
-struct PiPrompt<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    message: &'a str,
-}
-
-/// A Claude `stream-json` user message.
-#[derive(serde::Serialize)]
-struct ClaudeUser<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    message: ClaudeContent<'a>,
-}
-
-#[derive(serde::Serialize)]
-struct ClaudeContent<'a> {
-    role: &'static str,
-    content: &'a str,
-}
-
-/// The message as the harness reads it on its input: Pi's RPC `prompt`
-/// command, a Claude `stream-json` user message, else a line of text.
-pub fn input_message(runtime: Option<Runtime>, text: &str) -> Vec<u8> {
-    let json = match runtime {
-        Some(Runtime::Pi) => serde_json::to_string(&PiPrompt {
-            kind: "prompt",
-            message: text,
-        }),
-        Some(Runtime::Claude) => serde_json::to_string(&ClaudeUser {
-            kind: "user",
-            message: ClaudeContent {
-                role: "user",
-                content: text,
-            },
-        }),
-        _ => Ok(text.replace('\n', " ")),
-    };
-    // Serialising borrowed strings cannot fail; a plain line if it did.
-    let mut line = json.unwrap_or_else(|_| text.replace('\n', " "));
-    line.push('\n');
-    line.into_bytes()
 }
 
 /// `facts`, emptied, becomes the spare if it holds more than the spare
@@ -415,17 +369,5 @@ mod tests {
             spare.capacity() <= FACTS_SPARE_MAX,
             "one past the cap is dropped"
         );
-    }
-
-    #[test]
-    fn the_message_is_the_harness_prompt_where_it_reads_json() {
-        let pi: serde_json::Value =
-            serde_json::from_slice(&input_message(Some(Runtime::Pi), "stop")).expect("json");
-        assert_eq!(pi, serde_json::json!({"type": "prompt", "message": "stop"}));
-        let claude: serde_json::Value =
-            serde_json::from_slice(&input_message(Some(Runtime::Claude), "stop")).expect("json");
-        assert_eq!(claude["message"]["content"], "stop");
-        assert_eq!(input_message(Some(Runtime::Codex), "a\nb"), b"a b\n");
-        assert_eq!(input_message(None, "x"), b"x\n");
     }
 }

@@ -20,6 +20,7 @@ pub mod codex;
 pub mod detect;
 pub(crate) mod fields;
 pub mod gemini;
+pub mod input;
 pub mod opencode;
 pub mod pi;
 pub mod zot;
