@@ -129,7 +129,7 @@ pub struct Agent {
     /// hold only, and the process continues once none is left (a global
     /// budget's resume must not continue a pane the guard stopped). An
     /// operator's resume lifts them all.
-    pub holds: Vec<Hold>,
+    pub holds: Holds,
     /// When a broken pause was last told (one event per
     /// [`PAUSE_BROKEN_QUIET`]: a helper that continues it in a loop must
     /// not flood the watchers).
@@ -166,7 +166,7 @@ impl Agent {
             stopped_by: None,
             runtime_indexed: false,
             failure_alerted: false,
-            holds: Vec::new(),
+            holds: Holds::default(),
             pause_broken_told: None,
             usage_earlier: crate::core::usage::Usage::default(),
             supervision: Default::default(),
@@ -256,5 +256,53 @@ impl Hold {
             since: self.since.to_rfc3339(),
             until: self.until.map(|t| t.to_rfc3339()),
         }
+    }
+}
+
+/// What keeps a pane's process stopped, one [`Hold`] per key: the one
+/// place holds are put and lifted, so the operator's pause, the policies'
+/// and a process's end agree on what "still held" means.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Holds(Vec<Hold>);
+
+impl Holds {
+    /// Puts `hold`; a hold of the same key already there takes its reason
+    /// and its end (the same policy again: its latest word stands).
+    /// Returns whether the key was new.
+    pub fn add(&mut self, hold: Hold) -> bool {
+        match self.0.iter_mut().find(|h| h.key == hold.key) {
+            Some(held) => {
+                held.reason = hold.reason;
+                held.until = hold.until;
+                false
+            }
+            None => {
+                self.0.push(hold);
+                true
+            }
+        }
+    }
+
+    /// Lifts the hold of `key`; returns whether any hold is left.
+    pub fn lift(&mut self, key: &str) -> bool {
+        self.0.retain(|h| h.key != key);
+        !self.0.is_empty()
+    }
+
+    /// Lifts every hold: the operator's resume, or the process's end.
+    pub fn lift_all(&mut self) {
+        self.0.clear();
+    }
+
+    pub fn holds(&self, key: &str) -> bool {
+        self.0.iter().any(|h| h.key == key)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Hold> {
+        self.0.iter()
     }
 }

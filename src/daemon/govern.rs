@@ -161,25 +161,15 @@ impl Daemon {
             };
             let holds = &mut slot.agent.holds;
             if let Some(hold) = hold {
-                match holds.iter_mut().find(|h| h.key == hold_key) {
-                    // The same policy again: its latest word stands.
-                    Some(held) => {
-                        held.reason = hold.reason.clone();
-                        held.until = hold.until;
-                    }
-                    None => holds.push(hold.clone()),
-                }
-            } else {
-                holds.retain(|h| h.key != hold_key);
-                if !holds.is_empty() {
-                    let left: Vec<&str> = holds.iter().map(|h| h.key.as_str()).collect();
-                    log_info!(
-                        "policy: pane {} stays paused for {}",
-                        slot.agent.pane_id,
-                        left.join(", ")
-                    );
-                    continue;
-                }
+                holds.add(hold.clone());
+            } else if holds.lift(&hold_key) {
+                let left: Vec<&str> = holds.iter().map(|h| h.key.as_str()).collect();
+                log_info!(
+                    "policy: pane {} stays paused for {}",
+                    slot.agent.pane_id,
+                    left.join(", ")
+                );
+                continue;
             }
             if slot.pane.paused == pause {
                 continue;

@@ -324,7 +324,7 @@ impl Daemon {
         }
         // An exited process is not stopped any more.
         pane.paused = false;
-        agent.holds.clear();
+        agent.holds.lift_all();
         let state = pane.state();
         let reason = agent
             .stopped_by

@@ -100,8 +100,8 @@ fn set_paused(
     // The operator's pause holds the agent until the operator resumes it
     // (a policy's resume does not); the operator's resume lifts every hold.
     if pause {
-        if !agent.holds.iter().any(|h| h.key == OPERATOR_HOLD) {
-            agent.holds.push(Hold {
+        if !agent.holds.holds(OPERATOR_HOLD) {
+            agent.holds.add(Hold {
                 key: OPERATOR_HOLD.to_string(),
                 rule: None,
                 reason: Some(format!("pause-agent on connection {}", call.conn.0)),
@@ -110,7 +110,7 @@ fn set_paused(
             });
         }
     } else {
-        agent.holds.clear();
+        agent.holds.lift_all();
     }
     let reply = |paused| {
         Reply::Pause(PauseReply {
