@@ -2,8 +2,8 @@
 //!
 //! [`Daemon`] owns everything: the poll, the token slab, the listeners and
 //! connections, the pane table, the bus, the session store and the
-//! alerter; its `impl` is spread by concern over `server`, `proc`, `life`,
-//! `shutdown`, `commands/`, `views` and `recovery`. This file is the
+//! alerter; its `impl` is spread by concern over the verb files (`server`,
+//! `proc`, `life`, `signals`, `publish`, `commands/`...). This file is the
 //! dispatcher: start, run, dispatch, pending work. Each wakeup dispatches
 //! every event on what its token names (urgent work is done there, PTY
 //! reads only queued), then serves the scheduler (`sched.rs`: urgent work

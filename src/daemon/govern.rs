@@ -162,7 +162,7 @@ impl Daemon {
             let holds = &mut slot.agent.holds;
             if let Some(hold) = hold {
                 holds.add(hold.clone());
-            } else if holds.lift(&hold_key) {
+            } else if holds.lift(hold_key) {
                 let left: Vec<&str> = holds.iter().map(|h| h.key.as_str()).collect();
                 log_info!(
                     "policy: pane {} stays paused for {}",

@@ -10,7 +10,9 @@
 //! per-pane state), `agent` (per-pane process state), `views` (snapshots,
 //! status), `recovery`, `conn` (one client), `source` (the token slab),
 //! `store` (session logs), `compaction` (`compact-session`'s deferred
-//! replies), `alert` (syslog), `settings`.
+//! replies), `alert` (syslog), `settings`, `publish` (the bus's entry),
+//! `signals`, `reload`, `shutdown`. Owners (the types `Daemon` stores)
+//! never name `Daemon`; `tests/tidy.rs` keeps it so.
 
 pub(crate) mod activity;
 pub mod agent;
