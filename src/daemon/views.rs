@@ -194,7 +194,7 @@ pub(crate) fn pane_v1(s: &Slot, t: Timestamp, stall_after: Duration) -> PaneV1Vi
 
 /// One pane as the v2 snapshot shows it: the core's view plus what only
 /// the daemon knows (pid, jail, supervision, restarts, escalation). Made
-/// from the parts it reads, not from the daemon, for `daemon::pane_text`,
+/// from the parts it reads, not from the daemon, for `BodySources::write_pane`,
 /// which holds the pane table mutably.
 pub(crate) fn pane_v2<'a>(
     s: &'a Slot,
