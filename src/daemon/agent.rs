@@ -141,6 +141,9 @@ pub struct Agent {
     pub supervision: crate::daemon::supervise::records::Supervision,
     /// The raw output ring and the attached clients (`daemon::attach`).
     pub attach: crate::daemon::attach::ring::PaneAttach,
+    /// colibrid's own satellite (`colibri notify`): its tree speaks as the
+    /// operator, not as an agent.
+    pub satellite: bool,
 }
 
 impl Agent {
@@ -171,6 +174,7 @@ impl Agent {
             usage_earlier: crate::core::usage::Usage::default(),
             supervision: Default::default(),
             attach: Default::default(),
+            satellite: false,
         }
     }
 

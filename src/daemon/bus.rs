@@ -456,11 +456,14 @@ fn wants(conn: &Conn, pane_jail: Option<&str>, pane: Option<&str>) -> bool {
     let Some(filter) = &conn.watch else {
         return false;
     };
-    // Agent scope sees its own jail's panes and nothing daemon-wide.
-    if let Scope::Jail(j) = &conn.scope {
-        if pane_jail != Some(j.as_str()) {
-            return false;
-        }
+    // A jail sees its own panes, an agent itself, neither anything
+    // daemon-wide.
+    match &conn.scope {
+        Scope::Operator => {}
+        Scope::Jail(j) if pane_jail != Some(j.as_str()) => return false,
+        Scope::Jail(_) => {}
+        Scope::Agent { pane: me, .. } if pane != Some(me.as_str()) => return false,
+        Scope::Agent { .. } => {}
     }
     if let (Some(panes), Some(p)) = (&filter.panes, pane) {
         if !panes.iter().any(|x| x == p) {

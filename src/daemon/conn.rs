@@ -168,6 +168,11 @@ pub enum Scope {
     Operator,
     /// A per-jail socket: agent commands, and only for that jail's panes.
     Jail(String),
+    /// A peer the kernel places in an agent's process tree, on any socket:
+    /// agent commands, as that agent (`pane`, its id), and only its own
+    /// pane. `pane` is empty for a stray: a process colibrid reaped into
+    /// its care (an agent's orphan) that names no pane.
+    Agent { pane: String, jail: Option<String> },
 }
 
 impl Scope {
@@ -175,6 +180,25 @@ impl Scope {
         match self {
             Scope::Operator => "operator".to_string(),
             Scope::Jail(j) => format!("jail:{j}"),
+            Scope::Agent { pane, .. } if pane.is_empty() => "agent:unknown".to_string(),
+            Scope::Agent { pane, .. } => format!("agent:{pane}"),
+        }
+    }
+
+    /// The agent a connection speaks as, if it is one.
+    pub fn agent(&self) -> Option<&str> {
+        match self {
+            Scope::Agent { pane, .. } => Some(pane),
+            _ => None,
+        }
+    }
+
+    /// The jail a connection is confined to, if any.
+    pub fn jail(&self) -> Option<&str> {
+        match self {
+            Scope::Jail(j) => Some(j),
+            Scope::Agent { jail, .. } => jail.as_deref(),
+            Scope::Operator => None,
         }
     }
 }
@@ -216,6 +240,9 @@ pub struct Conn {
     pub stream: UnixStream,
     pub token: Token,
     pub scope: Scope,
+    /// `scope` is told in full (the peer's process tree walked), not only
+    /// from its session at accept.
+    pub identified: bool,
     pub watch: Option<WatchFilter>,
     /// Close once the queue is flushed; no more requests are read.
     pub closing: bool,
@@ -259,6 +286,7 @@ impl Conn {
             stream,
             token,
             scope,
+            identified: false,
             watch: None,
             closing: false,
             closing_since: None,

@@ -21,7 +21,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use mio::net::UnixListener;
 use mio::{Events, Poll, Token};
 use slab::Slab;
 
@@ -66,14 +65,7 @@ pub enum DaemonError {
 /// the wakeup's flush collects the batch.
 const WRITER_TOKEN: Token = Token(usize::MAX);
 
-#[derive(Debug)]
-pub(crate) struct Listener {
-    /// `None` once shutdown has begun: closing the socket makes new
-    /// connects fail at once instead of waiting in the backlog.
-    pub(crate) socket: Option<UnixListener>,
-    pub(crate) path: PathBuf,
-    pub(crate) scope: Scope,
-}
+pub(crate) use crate::daemon::listener::Listener;
 
 #[derive(Debug)]
 pub(crate) enum RunState {

@@ -30,6 +30,7 @@ pub mod event_loop;
 mod govern;
 pub mod journal;
 mod life;
+mod listener;
 mod log_flow;
 pub mod notify;
 pub mod pane_text;

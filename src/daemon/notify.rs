@@ -65,7 +65,16 @@ impl Daemon {
             &self.settings.daemon.socket,
         );
         match self.cmd_spawn(a, t) {
-            Ok(s) => log_info!("colibri notify runs as pane {}", s.agent_id),
+            Ok(s) => {
+                log_info!("colibri notify runs as pane {}", s.agent_id);
+                if let Some(agent) = self
+                    .panes
+                    .key(&s.agent_id)
+                    .and_then(|k| self.panes.agent_mut(k))
+                {
+                    agent.satellite = true;
+                }
+            }
             Err(e) => log_warn!("cannot start colibri notify: {}", e.message),
         }
     }

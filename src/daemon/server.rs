@@ -58,6 +58,9 @@ impl Daemon {
             // Jailed agents connect as users of the jail; the listener itself
             // is the authorisation (it is visible only in that jail).
             Scope::Jail(_) => 0o666,
+            // Listeners are bound for the operator or a jail; an agent's
+            // scope is found per connection.
+            Scope::Agent { .. } => 0o600,
         };
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
             DaemonError::Path {
@@ -85,6 +88,7 @@ impl Daemon {
             socket: Some(socket),
             path: path.to_path_buf(),
             scope,
+            peers: Default::default(),
         });
         Ok(())
     }
@@ -122,12 +126,6 @@ impl Daemon {
                     return;
                 }
             };
-            let peer = platform::peer_key(stream.as_fd()).ok();
-            if let Some(why) = self.refusal(i, &scope, peer, std::mem::take(&mut reap), t) {
-                let line = protocol::err_line(None, ErrorCode::Busy, why);
-                let _ = io::Write::write(&mut stream, &line);
-                continue;
-            }
             if let Scope::Jail(jail) = &scope {
                 if let Err(why) = self.check_jail_peer(&stream, jail) {
                     log_warn!("refused a connection on the socket of jail {jail}: {why}");
@@ -136,6 +134,39 @@ impl Daemon {
                     continue;
                 }
             }
+            // Told from the peer's session now; in full (a walk up its
+            // process tree) at its first request, or now when the socket
+            // is busy enough for the agents' caps to matter: a
+            // connect-and-close flood costs no walk.
+            let pid = peer_pid(&stream);
+            let quick = self.identify(pid, (i, &scope), true, t);
+            let peer = platform::peer_key(stream.as_fd()).ok();
+            let reap_now = std::mem::take(&mut reap);
+            let seen = quick.clone().unwrap_or_else(|| scope.clone());
+            if let Some(why) = self.refusal(i, &seen, peer, reap_now, t) {
+                let line = protocol::err_line(None, ErrorCode::Busy, why);
+                let _ = io::Write::write(&mut stream, &line);
+                continue;
+            }
+            let busy = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.seat.listener == i)
+                .count()
+                >= self.settings.daemon.max_connections / 2;
+            let (scope, identified) = match quick {
+                Some(told) => (told, true),
+                None if busy => {
+                    let told = self.identify(pid, (i, &scope), false, t).unwrap_or(scope);
+                    if let Some(why) = told.agent().and_then(|_| self.over_cap(i, &told, peer)) {
+                        let line = protocol::err_line(None, ErrorCode::Busy, why);
+                        let _ = io::Write::write(&mut stream, &line);
+                        continue;
+                    }
+                    (told, true)
+                }
+                None => (scope, false),
+            };
             let entry = self.conns.vacant_entry();
             let id = ConnId(entry.key());
             let token = self.tokens.insert(Source::Conn(id));
@@ -149,6 +180,7 @@ impl Daemon {
                 continue;
             }
             let mut conn = Conn::new(stream, token, scope, self.settings.daemon.max_request);
+            conn.identified = identified;
             conn.seat = Seat {
                 listener: i,
                 peer,
@@ -189,6 +221,20 @@ impl Daemon {
         if on_listener.clone().count() >= d.max_connections {
             return Some("too many connections; try again later");
         }
+        // Agents never take the operator's room: together they hold at
+        // most three quarters of a socket's connections, and each agent a
+        // per-peer share of them, however many it opens (idle or busy).
+        if let Some(me) = scope.agent() {
+            let agents = on_listener
+                .clone()
+                .filter(|(_, c)| c.scope.agent().is_some());
+            if agents.clone().count() >= d.max_connections - d.max_connections / 4 {
+                return Some("too many agent connections; try again later");
+            }
+            let mine = agents.filter(|(_, c)| c.scope.agent() == Some(me)).count();
+            return (mine >= d.max_connections_per_peer)
+                .then_some("too many connections from this agent; try again later");
+        }
         if is_the_operator(scope, peer) {
             return None;
         }
@@ -226,6 +272,95 @@ impl Daemon {
         for id in idle {
             log_info!("closing a connection idle for {}s", limit.as_secs());
             self.close_conn(id);
+        }
+    }
+
+    /// Who a connection speaks for, from the kernel's word on its peer
+    /// (`SO_PEERCRED`, `LOCAL_PEERCRED`'s `cr_pid`): a process in an agent's
+    /// tree is that agent, on whichever socket; an orphan colibrid took in
+    /// as the agents' subreaper is the agent its `COLIBRI_PANE_ID` names,
+    /// or none (a stray, refused everything an agent is not allowed), and
+    /// so is a peer gone before it could be told; the notify satellite's
+    /// tree and every other peer keep the listener's scope (the operator's,
+    /// or a jail's). With `quick`, only the one-call case (a process in its
+    /// agent's own session) is told, and `None` means "ask again".
+    pub(crate) fn identify(
+        &mut self,
+        peer_pid: Option<platform::Pid>,
+        seat: (usize, &Scope),
+        quick: bool,
+        t: Timestamp,
+    ) -> Option<Scope> {
+        let (i, listener) = seat;
+        let Some(pid) = peer_pid else {
+            return Some(listener.clone());
+        };
+        // Each agent leads a session of its own.
+        if let Some(key) = platform::session_of(pid).and_then(|sid| self.panes.by_pid(sid)) {
+            return Some(self.agent_scope(key, listener));
+        }
+        let known = self.listeners.get(i).and_then(|l| l.peers.recall(pid, t));
+        if known.is_some() || quick {
+            return known;
+        }
+        let told = self.walk_up(pid, listener);
+        if let (Some(told), Some(l)) = (&told, self.listeners.get_mut(i)) {
+            l.peers.remember(pid, told.clone(), t);
+        }
+        Some(told.unwrap_or_else(|| stray(listener)))
+    }
+
+    /// The scope of `pid` from its process tree; `None` when it cannot be
+    /// told (a process of its chain is gone: a stray, not remembered).
+    fn walk_up(&self, pid: platform::Pid, listener: &Scope) -> Option<Scope> {
+        let me = platform::Pid::try_from(std::process::id()).unwrap_or(0);
+        let (chain, end) = platform::ancestry(pid, me, MAX_ANCESTRY);
+        match end {
+            platform::AncestryEnd::Init => return Some(listener.clone()),
+            platform::AncestryEnd::Gone | platform::AncestryEnd::Deep => return None,
+            platform::AncestryEnd::Stop => {}
+        }
+        // Below colibrid, the process it started (an agent) or took in.
+        let [.., top, _me] = chain.as_slice() else {
+            // The peer is colibrid itself.
+            return Some(listener.clone());
+        };
+        let key = self.panes.by_pid(*top).or_else(|| {
+            [*top, pid]
+                .iter()
+                .find_map(|p| platform::process_env_var(*p, "COLIBRI_PANE_ID"))
+                .and_then(|id| self.panes.key(&id))
+        });
+        Some(key.map_or_else(|| stray(listener), |key| self.agent_scope(key, listener)))
+    }
+
+    /// The scope of connection `id`, told in full the first time it is
+    /// asked (a connection that never sends a request costs no walk).
+    pub(crate) fn conn_scope(&mut self, id: ConnId, t: Timestamp) -> Option<Scope> {
+        let conn = self.conns.get(id.0)?;
+        if conn.identified {
+            return Some(conn.scope.clone());
+        }
+        let (listener, scope) = (conn.seat.listener, conn.scope.clone());
+        let pid = peer_pid(&conn.stream);
+        let scope = self
+            .identify(pid, (listener, &scope), false, t)
+            .unwrap_or(scope);
+        let conn = self.conns.get_mut(id.0)?;
+        conn.scope = scope.clone();
+        conn.identified = true;
+        Some(scope)
+    }
+
+    /// Pane `key`'s scope, or the listener's for the notify satellite.
+    fn agent_scope(&self, key: crate::daemon::source::PaneKey, listener: &Scope) -> Scope {
+        match (self.panes.pane(key), self.panes.agent(key)) {
+            (_, Some(agent)) if agent.satellite => listener.clone(),
+            (Some(pane), agent) => Scope::Agent {
+                pane: pane.id.0.clone(),
+                jail: agent.and_then(|a| a.jail.clone()),
+            },
+            (None, _) => listener.clone(),
         }
     }
 
@@ -418,6 +553,23 @@ impl Daemon {
 
 /// The operator (root, or the daemon's own user on its host) on the
 /// operator socket is never capped per peer: it always has room.
+/// The pid the kernel recorded for a socket's peer at its connect.
+fn peer_pid(stream: &UnixStream) -> Option<platform::Pid> {
+    platform::peer_cred(stream.as_fd()).ok().and_then(|c| c.pid)
+}
+
+/// A peer in an agent's care that names no agent (or that is gone before
+/// it could be told): no operator, and no agent either.
+fn stray(listener: &Scope) -> Scope {
+    Scope::Agent {
+        pane: String::new(),
+        jail: listener.jail().map(str::to_string),
+    }
+}
+
+/// The deepest process tree under an agent that identity follows up.
+const MAX_ANCESTRY: usize = 64;
+
 fn is_the_operator(scope: &Scope, peer: Option<PeerKey>) -> bool {
     *scope == Scope::Operator
         && peer.is_some_and(|p| p.jail == 0 && (p.uid == 0 || p.uid == platform::effective_uid()))

@@ -108,7 +108,7 @@ impl ReloadStatus {
     pub fn shown_to(&self, scope: &Scope) -> ReloadStatus {
         match scope {
             Scope::Operator => self.clone(),
-            Scope::Jail(_) => ReloadStatus::default(),
+            Scope::Jail(_) | Scope::Agent { .. } => ReloadStatus::default(),
         }
     }
 

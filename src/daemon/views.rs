@@ -29,11 +29,12 @@ fn host_shown_to<'a>(host: &'a str, scope: &Scope) -> &'a str {
 }
 
 /// Whether `scope` may see pane `key`: the operator sees every pane, a jail
-/// its own.
+/// its own, an agent itself.
 pub(crate) fn pane_visible(panes: &PaneTable, scope: &Scope, key: PaneKey) -> bool {
     match scope {
         Scope::Operator => true,
         Scope::Jail(j) => panes.agent(key).and_then(|a| a.jail.as_deref()) == Some(j.as_str()),
+        Scope::Agent { pane, .. } => panes.pane(key).is_some_and(|p| p.id.0 == *pane),
     }
 }
 
@@ -90,7 +91,7 @@ impl Daemon {
             // Daemon-wide counts are the operator's business only.
             sessions: match scope {
                 Scope::Operator => self.store.list().len(),
-                Scope::Jail(_) => {
+                Scope::Jail(_) | Scope::Agent { .. } => {
                     own_sessions.sort_unstable();
                     own_sessions.dedup();
                     own_sessions.len()
@@ -137,7 +138,7 @@ impl Daemon {
                         truncated: a.truncated,
                     }
                 }
-                Scope::Jail(_) => AlertHealth::default(),
+                Scope::Jail(_) | Scope::Agent { .. } => AlertHealth::default(),
             },
             signals: match scope {
                 Scope::Operator => self
@@ -145,11 +146,11 @@ impl Daemon {
                     .iter()
                     .map(|(name, n)| (name.to_string(), *n))
                     .collect(),
-                Scope::Jail(_) => BTreeMap::new(),
+                Scope::Jail(_) | Scope::Agent { .. } => BTreeMap::new(),
             },
             alerts_unreachable: match scope {
                 Scope::Operator => self.alerter.unreachable().map(str::to_owned),
-                Scope::Jail(_) => None,
+                Scope::Jail(_) | Scope::Agent { .. } => None,
             },
         }
     }

@@ -1220,6 +1220,11 @@ fn reaper_descendants() -> io::Result<Vec<posix::Descendant>> {
         .collect())
 }
 
+/// `pid`'s parent (one `kern.proc.pid` sysctl); `None` when it is gone.
+pub fn parent_pid(pid: Pid) -> Option<Pid> {
+    process_info(pid).ok().flatten().map(|i| i.ppid)
+}
+
 /// The value of `key` in `pid`'s environment as it started; `None` when it
 /// has none or it cannot be read (gone, another user's).
 pub fn process_env_var(pid: Pid, key: &str) -> Option<String> {

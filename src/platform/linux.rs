@@ -689,6 +689,12 @@ pub fn self_rss_bytes() -> io::Result<u64> {
     Ok(pages * page_size())
 }
 
+/// `pid`'s parent, from `/proc/PID/stat` alone; `None` when it is gone.
+pub fn parent_pid(pid: Pid) -> Option<Pid> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &stat).map(|e| e.ppid)
+}
+
 /// The value of `key` in `pid`'s environment as it started
 /// (`/proc/PID/environ`); `None` when it has none or it cannot be read
 /// (gone, another user's).

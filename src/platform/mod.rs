@@ -42,36 +42,55 @@ use std::path::PathBuf;
 pub use crate::core::pane::ExitStatus;
 
 pub use os::{
-    become_subreaper, connect_in_jail, open_pty, os_release, peer_cred, pid_jail, process_children,
-    process_env_var, process_fds, process_info, resolve_jail, self_rss_bytes, set_process_fd_limit,
-    signal_orphans, signal_orphans_with_env, signal_tree, signal_trees, spawn_on_pty, ExitWatch,
-    KernelTimer, SignalSource,
+    become_subreaper, connect_in_jail, open_pty, os_release, parent_pid, peer_cred, pid_jail,
+    process_children, process_env_var, process_fds, process_info, resolve_jail, self_rss_bytes,
+    set_process_fd_limit, signal_orphans, signal_orphans_with_env, signal_tree, signal_trees,
+    spawn_on_pty, ExitWatch, KernelTimer, SignalSource,
 };
 pub use posix::{
     effective_uid, ensure_std_fds, hostname, line_mode, lookup_user, peer_hung_up, raise_fd_limit,
-    read_master, reap, reap_any, set_raw, set_window_size, signal_group, utc_offset_seconds,
-    write_nonblocking,
+    read_master, reap, reap_any, session_of, set_raw, set_window_size, signal_group,
+    utc_offset_seconds, write_nonblocking,
 };
 
+/// Where a walk up a process's parents ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AncestryEnd {
+    /// At `stop`, the last of the chain.
+    Stop,
+    /// At init: the process is not below `stop`.
+    Init,
+    /// A process of the chain is gone (the peer itself, say): who it was
+    /// below cannot be told.
+    Gone,
+    /// `max` steps without an end.
+    Deep,
+}
+
 /// `pid` and its parents, nearest first, up to `stop` (included when
-/// reached), init or a process that is gone; at most `max` of them. The
-/// daemon finds which agent a peer belongs to by walking up to a pane's
-/// process (colibrid is every agent's subreaper, so an orphaned
-/// descendant's chain ends at colibrid, `stop`).
-pub fn ancestry(pid: Pid, stop: Pid, max: usize) -> Vec<Pid> {
+/// reached), init, or a process that is gone; at most `max` of them, and
+/// how the walk ended. The daemon finds which agent a peer belongs to by
+/// walking up to a pane's process (colibrid is every agent's subreaper, so
+/// an orphaned descendant's chain ends at colibrid, `stop`).
+pub fn ancestry(pid: Pid, stop: Pid, max: usize) -> (Vec<Pid>, AncestryEnd) {
     let mut chain = Vec::new();
     let mut at = pid;
-    while chain.len() < max && at > 1 {
+    loop {
+        if at <= 1 {
+            return (chain, AncestryEnd::Init);
+        }
+        if chain.len() == max {
+            return (chain, AncestryEnd::Deep);
+        }
         chain.push(at);
         if at == stop {
-            break;
+            return (chain, AncestryEnd::Stop);
         }
-        match process_info(at) {
-            Ok(Some(info)) => at = info.ppid,
-            _ => break,
+        match parent_pid(at) {
+            Some(parent) => at = parent,
+            None => return (chain, AncestryEnd::Gone),
         }
     }
-    chain
 }
 
 /// Who holds the other end of a local socket, for per-peer caps: the uid,

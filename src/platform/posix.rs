@@ -1128,6 +1128,14 @@ pub(super) fn close_fds_from_3_by_loop() -> io::Result<()> {
     Ok(())
 }
 
+/// The session `pid` belongs to (getsid(2)); `None` when it is gone. Each
+/// agent leads a session of its own, so a peer in it is that agent's.
+pub fn session_of(pid: Pid) -> Option<Pid> {
+    nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(pid)))
+        .ok()
+        .map(|p| p.as_raw())
+}
+
 /// The value of `key` in an environment block of NUL-ended `KEY=VALUE`
 /// strings (as `/proc/PID/environ` and `KERN_PROC_ENV` give it).
 pub fn env_var_in(env: &[u8], key: &str) -> Option<String> {

@@ -1006,8 +1006,9 @@ fn a_childs_ancestry_reaches_this_process_and_its_environment_is_read() {
         .spawn()
         .expect("sleep");
     let pid = i32::try_from(child.id()).expect("pid");
-    let chain = super::ancestry(pid, me, 64);
+    let (chain, end) = super::ancestry(pid, me, 64);
     assert_eq!(chain, vec![pid, me], "the child, then its parent");
+    assert_eq!(end, super::AncestryEnd::Stop);
     // Until the exec, the child still has this process's environment.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mark = loop {
@@ -1020,8 +1021,15 @@ fn a_childs_ancestry_reaches_this_process_and_its_environment_is_read() {
     assert_eq!(mark.as_deref(), Some("ancestry"));
     assert_eq!(super::process_env_var(pid, "COLIBRI_TEST_NONE"), None);
     // Past `stop`'s absence, the chain climbs to init.
-    let up = super::ancestry(me, 0, 64);
+    let (up, end) = super::ancestry(me, 0, 64);
     assert_eq!(up.first(), Some(&me));
+    assert_eq!(end, super::AncestryEnd::Init);
     let _ = child.kill();
     let _ = child.wait();
+    let (gone, end) = super::ancestry(pid, me, 64);
+    assert_eq!(
+        (gone, end),
+        (vec![pid], super::AncestryEnd::Gone),
+        "a reaped child"
+    );
 }

@@ -20,6 +20,8 @@ mod durability;
 mod govern;
 /// Hostile local clients: caps, idle close, jail status, the soak.
 mod hostile;
+/// Identity from the kernel: agents speak as themselves on any socket.
+mod identity;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.
 mod lifecycle;
 /// The loop under load: bursts, floods, watchers of state changes.

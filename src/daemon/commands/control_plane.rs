@@ -25,6 +25,18 @@ use crate::protocol::{
 /// a pane of its jail.
 fn caller(d: &Daemon, call: &Call, pane: Option<&str>) -> Result<Option<String>, CommandError> {
     match (pane, &call.scope) {
+        (_, Scope::Agent { pane: me, .. }) if me.is_empty() => Err(CommandError::new(
+            ErrorCode::Forbidden,
+            "this connection comes from a process colibrid took in from an agent's tree, which names no pane",
+        )),
+        (Some(p), scope @ Scope::Agent { pane: me, .. }) => match d.resolve(scope, p) {
+            Ok(key) => Ok(d.panes.pane(key).map(|x| x.id.0.clone())),
+            Err(_) => Err(CommandError::new(
+                ErrorCode::Forbidden,
+                format!("this connection is agent {me}; it cannot act as {p}"),
+            )),
+        },
+        (None, Scope::Agent { pane: me, .. }) => Ok(Some(me.clone())),
         (Some(p), scope) => {
             let key = d.resolve(scope, p)?;
             Ok(d.panes.pane(key).map(|x| x.id.0.clone()))

@@ -98,15 +98,26 @@ fn mismatch(c: &Command) -> CommandError {
 impl Daemon {
     /// Serves one request; the reply line, or `None` for a closed client.
     pub(crate) fn handle(&mut self, id: ConnId, req: Request, t: Timestamp) -> Option<Vec<u8>> {
-        let scope = self.conns.get(id.0).map(|c| c.scope.clone())?;
+        let scope = self.conn_scope(id, t)?;
         let rid = req.id.clone();
         let info = req.command.info();
-        if let Scope::Jail(j) = &scope {
-            if info.scope != CommandScope::Agent {
-                let msg = format!(
+        if info.scope != CommandScope::Agent {
+            let refused = match &scope {
+                Scope::Operator => None,
+                Scope::Jail(j) => Some(format!(
                     "{} is not permitted on the agent socket of jail {j}",
                     info.name
-                );
+                )),
+                Scope::Agent { .. } => Some(format!(
+                    "{} is the operator's: this connection comes from {}'s process tree",
+                    info.name,
+                    scope.name()
+                )),
+            };
+            if let Some(msg) = refused {
+                if scope.agent().is_some() {
+                    crate::daemon::diag::log_warn!("refused {} from {}", info.name, scope.name());
+                }
                 return Some(protocol::err_line(rid.as_ref(), ErrorCode::Forbidden, &msg));
             }
         }

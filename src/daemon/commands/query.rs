@@ -1,7 +1,6 @@
 //! Read-only queries: status, the snapshots, the session list, whoami.
 //! The read models themselves are in `daemon::views`.
 
-use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::snapshot_stream::{Schema, SnapshotStream};
 use crate::platform;
@@ -71,10 +70,7 @@ pub(super) fn whoami(d: &mut Daemon, call: &Call, _c: Command) -> Result<Reply, 
         .collect();
     Ok(Reply::Whoami(WhoamiReply {
         scope: scope.name(),
-        jail: match scope {
-            Scope::Jail(j) => Some(j.clone()),
-            Scope::Operator => None,
-        },
+        jail: scope.jail().map(str::to_string),
         peer_pid: peer.as_ref().and_then(|p| p.pid),
         peer_uid: peer.as_ref().map(|p| p.uid),
         panes,
