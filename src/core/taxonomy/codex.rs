@@ -212,8 +212,14 @@ impl CodexState {
         let Ok(u) = serde_json::from_str::<CodexUsage>(raw.get()) else {
             return UsageUpdate::None;
         };
+        // colibri's `input_tokens` are the uncached ones (Anthropic's
+        // meaning, which prices them apart); Codex's include the cache.
+        let uncached = u
+            .input_tokens
+            .saturating_sub(u.cached_input_tokens)
+            .saturating_sub(u.cache_write_input_tokens);
         let total = Usage {
-            input_tokens: u.input_tokens,
+            input_tokens: uncached,
             output_tokens: u.output_tokens,
             cache_read_tokens: u.cached_input_tokens,
             cache_write_tokens: u.cache_write_input_tokens,
@@ -421,6 +427,26 @@ mod tests {
             panic!("expected a delta");
         };
         assert_eq!(u.cache_write_tokens, 752);
+    }
+
+    #[test]
+    fn cached_input_tokens_are_not_counted_as_input_too() {
+        let mut st = CodexState::default();
+        let obs = st
+            .observe(br#"{"type":"turn.completed","usage":{"input_tokens":2780,"cached_input_tokens":600,"output_tokens":10}}"#)
+            .expect("valid");
+        let UsageUpdate::Add(u) = obs.usage else {
+            panic!("expected a delta");
+        };
+        assert_eq!((u.input_tokens, u.cache_read_tokens), (2180, 600));
+        let mut st = CodexState::default();
+        let obs = st
+            .observe(br#"{"type":"turn.completed","usage":{"input_tokens":51599,"cached_input_tokens":36339,"cache_write_input_tokens":15248,"output_tokens":267}}"#)
+            .expect("valid");
+        let UsageUpdate::Add(u) = obs.usage else {
+            panic!("expected a delta");
+        };
+        assert_eq!(u.input_tokens, 12);
     }
 
     #[test]

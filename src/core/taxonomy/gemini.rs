@@ -56,16 +56,23 @@ struct ErrorBody<'a> {
     message: Option<Cow<'a, str>>,
 }
 
-/// `input_tokens` includes `cached`.
+/// `input_tokens` is the prompt, `cached` included; `input` (Gemini CLI
+/// 0.10 and later) is the prompt without the cached part.
 #[derive(Deserialize)]
 struct Stats {
     #[serde(default, deserialize_with = "de_count")]
     input_tokens: u64,
+    #[serde(default)]
+    input: Option<Count>,
     #[serde(default, deserialize_with = "de_count")]
     output_tokens: u64,
     #[serde(default, deserialize_with = "de_count")]
     cached: u64,
 }
+
+/// A token count read leniently, whose absence is told apart from zero.
+#[derive(Deserialize)]
+struct Count(#[serde(deserialize_with = "de_count")] u64);
 
 impl GeminiState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
@@ -124,9 +131,15 @@ fn error_text(raw: &RawValue) -> Option<Cow<'_, str>> {
 
 fn stats_usage(raw: &RawValue) -> UsageUpdate {
     match serde_json::from_str::<Stats>(raw.get()) {
+        // colibri's `input_tokens` are the uncached ones, priced apart from
+        // cache reads; counting Gemini's prompt whole would price the
+        // cached tokens twice.
         Ok(s) => UsageUpdate::Set {
             usage: Usage {
-                input_tokens: s.input_tokens,
+                input_tokens: s
+                    .input
+                    .map(|c| c.0)
+                    .unwrap_or_else(|| s.input_tokens.saturating_sub(s.cached)),
                 output_tokens: s.output_tokens,
                 cache_read_tokens: s.cached,
                 cache_write_tokens: 0,
@@ -174,8 +187,9 @@ mod tests {
             .expect("valid");
         assert_eq!(obs.signal, Signal::Failed);
         assert_eq!(obs.error.as_deref(), Some("max turns"));
+        // The cached 4 of the prompt's 10 are not counted as input again.
         let want = Usage {
-            input_tokens: 10,
+            input_tokens: 6,
             output_tokens: 2,
             cache_read_tokens: 4,
             ..Usage::default()
@@ -195,5 +209,20 @@ mod tests {
             .observe(br#"{"type":"message","role":"user","content":"hi"}"#)
             .expect("valid");
         assert!(obs.turn);
+    }
+
+    #[test]
+    fn the_uncached_input_count_is_taken_when_gemini_prints_one() {
+        let mut st = GeminiState::default();
+        let obs = st
+            .observe(br#"{"type":"result","status":"success","stats":{"total_tokens":2790,"input_tokens":2780,"output_tokens":10,"cached":600,"input":2180,"duration_ms":5,"tool_calls":1}}"#)
+            .expect("valid");
+        let UsageUpdate::Set { usage, .. } = obs.usage else {
+            panic!("expected totals");
+        };
+        assert_eq!(
+            (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens),
+            (2180, 600, 10)
+        );
     }
 }
