@@ -374,6 +374,16 @@ impl Pane {
         }
     }
 
+    /// Takes over what the adapter of `earlier` (this pane's previous
+    /// process, replaced on a restart) knew that the next stream builds on:
+    /// a resumed Codex thread reports its whole running total again.
+    pub fn carry_over(&mut self, earlier: &Pane) {
+        if let (Dialect::Known(now), Dialect::Known(before)) = (&mut self.dialect, &earlier.dialect)
+        {
+            now.carry_over(before);
+        }
+    }
+
     /// Sets the working directory the daemon started the agent in; a session
     /// header's `cwd` replaces it.
     pub fn set_cwd(&mut self, cwd: Option<String>) {

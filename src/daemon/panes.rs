@@ -209,6 +209,7 @@ impl PaneTable {
         fresh.name = old.name.clone();
         fresh.stall_after = old.stall_after;
         fresh.set_cwd(old.cwd().map(str::to_string));
+        fresh.carry_over(old);
         slot.pane = fresh;
     }
 }

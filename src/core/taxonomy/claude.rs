@@ -35,6 +35,10 @@ pub struct ClaudeState {
     seen: VecDeque<Box<str>>,
     /// The token usage of every `result` so far (each covers one query).
     results: Usage,
+    /// The sum of every `result.model_usage_since_last_result` so far,
+    /// cost included: what this process spent, never what an earlier
+    /// process of a resumed session did.
+    since_last: Usage,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +78,11 @@ struct Line<'a> {
     /// `result.modelUsage`: the whole process's usage, per model.
     #[serde(borrow, default, rename = "modelUsage")]
     model_usage: Option<&'a RawValue>,
+    /// `result.model_usage_since_last_result` (Claude Code 2.1.3xx):
+    /// shaped like `modelUsage`, covering only the calls since the
+    /// process's previous result.
+    #[serde(borrow, default)]
+    model_usage_since_last_result: Option<&'a RawValue>,
     /// `session_state_changed.state`.
     #[serde(borrow, default)]
     state: Option<Cow<'a, str>>,
@@ -305,10 +314,12 @@ struct ModelTotals {
     cache_read_input_tokens: u64,
     #[serde(default, deserialize_with = "de_count")]
     cache_creation_input_tokens: u64,
+    #[serde(default, rename = "costUSD")]
+    cost_usd: Option<f64>,
 }
 
-/// The sum over models of `result.modelUsage`; `None` when it is absent,
-/// unreadable or empty.
+/// The sum over models of `result.modelUsage` (or of a map shaped like it),
+/// `costUSD` included; `None` when it is absent, unreadable or empty.
 fn model_usage_sum(raw: &RawValue) -> Option<Usage> {
     let models =
         serde_json::from_str::<std::collections::BTreeMap<Cow<'_, str>, ModelTotals>>(raw.get())
@@ -323,7 +334,7 @@ fn model_usage_sum(raw: &RawValue) -> Option<Usage> {
             output_tokens: m.output_tokens,
             cache_read_tokens: m.cache_read_input_tokens,
             cache_write_tokens: m.cache_creation_input_tokens,
-            cost_usd: 0.0,
+            cost_usd: m.cost_usd.filter(|c| c.is_finite() && *c >= 0.0).unwrap_or(0.0),
         });
     }
     Some(sum)
@@ -394,11 +405,33 @@ impl ClaudeState {
     /// become the session-wide `modelUsage` sum, else every result's usage
     /// so far, with the session cost; they replace what the assistant lines
     /// added up to.
+    ///
+    /// A resumed session's `modelUsage` and `total_cost_usd` also cover the
+    /// earlier processes, whose spend the pane has counted already. Where
+    /// the result states `model_usage_since_last_result` (this process's
+    /// calls since its previous result), the totals are the sum of those
+    /// instead, so nothing is counted twice.
     fn result<'a>(&mut self, l: &Line<'a>) -> Observation<'a> {
         let obs = result_signal(l);
         let query = l.usage.and_then(ClaudeUsage::parse);
         if let Some(u) = query {
             self.results.add(&u);
+        }
+        if let Some(step) = l.model_usage_since_last_result.and_then(|raw| {
+            // An empty map is a result that states no new calls.
+            model_usage_sum(raw).or_else(|| {
+                serde_json::from_str::<std::collections::BTreeMap<Cow<'_, str>, &RawValue>>(
+                    raw.get(),
+                )
+                .ok()
+                .map(|_| Usage::default())
+            })
+        }) {
+            self.since_last.add(&step);
+            return obs.with_usage(UsageUpdate::Set {
+                usage: self.since_last,
+                has_cost: true,
+            });
         }
         let session = l.model_usage.and_then(model_usage_sum);
         if query.is_none() && session.is_none() && l.total_cost_usd.is_none() {
@@ -772,6 +805,41 @@ mod tests {
         assert_eq!(second.cache_read_tokens, 10);
         // The cost is already the session's: it replaces, never adds.
         assert!((second.cost_usd - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_resumed_session_counts_only_what_this_process_spent() {
+        // Claude Code 2.1.332 after `--resume`: `modelUsage` and
+        // `total_cost_usd` carry the earlier process's 0.0116 too.
+        let mut st = ClaudeState::default();
+        let obs = st
+            .observe(br#"{"type":"result","subtype":"success","is_error":false,"total_cost_usd":0.0232,"usage":{"input_tokens":10,"output_tokens":4},"modelUsage":{"m":{"inputTokens":20,"outputTokens":8,"costUSD":0.0232}},"model_usage_since_last_result":{"m":{"inputTokens":10,"outputTokens":4,"cacheReadInputTokens":3,"costUSD":0.0116}}}"#)
+            .expect("valid");
+        let UsageUpdate::Set { usage, has_cost } = obs.usage else {
+            panic!("expected totals");
+        };
+        assert!(has_cost);
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens),
+            (10, 4, 3)
+        );
+        assert!((usage.cost_usd - 0.0116).abs() < 1e-12);
+        // The next result adds its own calls; an empty map adds none.
+        let obs = st
+            .observe(br#"{"type":"result","is_error":false,"total_cost_usd":0.03,"modelUsage":{"m":{"inputTokens":25,"outputTokens":9,"costUSD":0.03}},"model_usage_since_last_result":{"m":{"inputTokens":5,"outputTokens":1,"costUSD":0.0068}}}"#)
+            .expect("valid");
+        let UsageUpdate::Set { usage, .. } = obs.usage else {
+            panic!("expected totals");
+        };
+        assert_eq!((usage.input_tokens, usage.output_tokens), (15, 5));
+        assert!((usage.cost_usd - 0.0184).abs() < 1e-12);
+        let obs = st
+            .observe(br#"{"type":"result","is_error":false,"total_cost_usd":0.03,"model_usage_since_last_result":{}}"#)
+            .expect("valid");
+        let UsageUpdate::Set { usage, .. } = obs.usage else {
+            panic!("expected totals");
+        };
+        assert_eq!(usage.input_tokens, 15);
     }
 
     #[test]

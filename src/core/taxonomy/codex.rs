@@ -26,6 +26,9 @@ use crate::core::usage::{Usage, UsageUpdate};
 pub struct CodexState {
     /// The running total of the last `turn.completed`.
     last_total: Usage,
+    /// The thread `last_total` belongs to: a resumed thread goes on from
+    /// it, a new one starts from zero.
+    thread: Option<Box<str>>,
     /// The message of the last non-fatal `error`, for a `turn.failed`
     /// that carries none.
     last_error: Option<String>,
@@ -162,12 +165,18 @@ impl CodexState {
     pub fn observe<'a>(&mut self, line: &'a [u8]) -> Result<Observation<'a>, Malformed> {
         let l: Line<'a> = from_object(line)?;
         let obs = match l.kind.as_ref() {
-            "thread.started" => Observation::new(Signal::session(SessionHeader {
+            "thread.started" => {
+                if self.thread.as_deref() != l.thread_id.as_deref() {
+                    self.last_total = Usage::default();
+                    self.thread = l.thread_id.as_deref().map(Box::from);
+                }
+                Observation::new(Signal::session(SessionHeader {
                 id: l.thread_id,
                 cwd: None,
                 running: true,
                 model: None,
-            })),
+            }))
+            }
             "turn.started" => Observation::new(Signal::Working).turn(true),
             "item.started" | "item.completed" => {
                 let started = l.kind == "item.started";
@@ -205,6 +214,14 @@ impl CodexState {
             _ => Observation::unknown(),
         };
         Ok(obs)
+    }
+
+    /// Takes over what an earlier process of this pane knew of its
+    /// thread. `codex exec resume` prints the whole thread's running total,
+    /// earlier turns included, which that process has counted already.
+    pub fn carry_over(&mut self, earlier: &CodexState) {
+        self.last_total = earlier.last_total;
+        self.thread = earlier.thread.clone();
     }
 
     /// The usage since the last running total; remembers the new total.
@@ -447,6 +464,40 @@ mod tests {
             panic!("expected a delta");
         };
         assert_eq!(u.input_tokens, 12);
+    }
+
+    #[test]
+    fn a_resumed_thread_counts_only_what_grew_since_the_earlier_process() {
+        let mut first = CodexState::default();
+        let thread = br#"{"type":"thread.started","thread_id":"t1"}"#;
+        first.observe(thread).expect("valid");
+        first
+            .observe(br#"{"type":"turn.completed","usage":{"input_tokens":1000,"cached_input_tokens":200,"output_tokens":50}}"#)
+            .expect("valid");
+        // `codex exec resume t1`, as Codex 0.171.0 prints it.
+        let mut resumed = CodexState::default();
+        resumed.carry_over(&first);
+        resumed.observe(thread).expect("valid");
+        let obs = resumed
+            .observe(br#"{"type":"turn.completed","usage":{"input_tokens":2600,"cached_input_tokens":1100,"output_tokens":140}}"#)
+            .expect("valid");
+        let UsageUpdate::Add(u) = obs.usage else {
+            panic!("expected a delta");
+        };
+        assert_eq!(
+            (u.input_tokens, u.cache_read_tokens, u.output_tokens),
+            (700, 900, 90)
+        );
+        // A new thread in the same pane starts from zero.
+        let mut fresh = CodexState::default();
+        fresh.carry_over(&first);
+        fresh
+            .observe(br#"{"type":"thread.started","thread_id":"t2"}"#)
+            .expect("valid");
+        let obs = fresh
+            .observe(br#"{"type":"turn.completed","usage":{"input_tokens":300,"output_tokens":7}}"#)
+            .expect("valid");
+        assert!(matches!(obs.usage, UsageUpdate::Add(u) if u.input_tokens == 300));
     }
 
     #[test]

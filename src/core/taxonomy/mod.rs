@@ -151,6 +151,15 @@ impl Adapter {
         }
     }
 
+    /// Takes over from the adapter of the pane's earlier process what the
+    /// next process's stream builds on (Codex's running total of a resumed
+    /// thread); nothing for the others, or across harnesses.
+    pub fn carry_over(&mut self, earlier: &Adapter) {
+        if let (Adapter::Codex(now), Adapter::Codex(before)) = (self, earlier) {
+            now.carry_over(before);
+        }
+    }
+
     /// The signal for the agent's process exit. Most harnesses leave this
     /// to the exit status; Pi in JSON mode exits 0 even when its last
     /// message failed, so its adapter turns that exit into a failure.
