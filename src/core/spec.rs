@@ -345,8 +345,19 @@ pub fn default_resume_template(runtime: Runtime) -> Option<&'static [&'static st
         // `claude --resume <id>` (also with -p and stream-json).
         Runtime::Claude => Some(&["{argv}", "--resume", "{session}"]),
         // `codex exec resume [--json] <SESSION_ID> [PROMPT]`: a subcommand,
-        // so the original argv cannot simply be extended.
-        Runtime::Codex => Some(&["{program}", "exec", "resume", "--json", "{session}"]),
+        // so the original argv cannot simply be extended. Without a PROMPT
+        // it reads one from stdin and, on a terminal, fails at once ("No
+        // prompt provided", Codex 0.171.0); outside a git repository it
+        // refuses to start without `--skip-git-repo-check`, as `exec` does.
+        Runtime::Codex => Some(&[
+            "{program}",
+            "exec",
+            "resume",
+            "--json",
+            "--skip-git-repo-check",
+            "{session}",
+            CODEX_RESUME_PROMPT,
+        ]),
         // `gemini --resume <id>` (an index, `latest` or a session UUID).
         Runtime::Gemini => Some(&["{argv}", "--resume", "{session}"]),
         // `opencode run --session <id>`.
@@ -359,6 +370,11 @@ pub fn default_resume_template(runtime: Runtime) -> Option<&'static [&'static st
         Runtime::Zot => None,
     }
 }
+
+/// The prompt the default Codex resume template sends: `codex exec resume`
+/// needs one, and the original argv's prompt would start the task over.
+pub const CODEX_RESUME_PROMPT: &str =
+    "colibri restarted you in this session: go on with your task where you left off.";
 
 /// The harness a spec is known to run: its `runtime`, else its program's
 /// base name when that is a harness's (`/usr/local/bin/claude` → Claude).
@@ -846,7 +862,9 @@ mod tests {
                 "exec",
                 "resume",
                 "--json",
-                "0199a213-81c0"
+                "--skip-git-repo-check",
+                "0199a213-81c0",
+                CODEX_RESUME_PROMPT
             ]))
         );
     }
