@@ -71,6 +71,9 @@ pub struct Proc {
     pub exiting: bool,
     pub input: VecDeque<u8>,
     pub write_interest: bool,
+    /// Where `input` goes instead of the PTY: the write end of the
+    /// agent's stdin pipe (see `platform::SpawnSpec::stdin`).
+    pub input_pipe: Option<std::os::fd::OwnedFd>,
 }
 
 /// The agent's input queue has no room for what was to be queued: it is

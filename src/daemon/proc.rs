@@ -421,6 +421,14 @@ impl Daemon {
             .or_else(|| self.panes.pane(key).and_then(|p| p.runtime()));
         let json_input = runtime.is_some_and(Runtime::reads_json_input)
             || Runtime::argv_reads_json_input(&recipe.argv);
+        // Claude Code's stream-json input refuses a terminal ("Input must
+        // be provided either through stdin or as a prompt argument"): its
+        // input goes through a pipe, its output still through the PTY.
+        let input_pipe = if Runtime::argv_needs_piped_input(&recipe.argv) {
+            Some(platform::input_pipe().map_err(|e| format!("cannot open an input pipe: {e}"))?)
+        } else {
+            None
+        };
         let mode = if json_input {
             platform::TerminalMode::Raw
         } else {
@@ -467,6 +475,7 @@ impl Daemon {
             cwd: recipe.cwd.clone(),
             jail,
             user,
+            stdin: input_pipe.as_ref().map(|(read, _)| read.as_raw_fd()),
         };
         let pid = platform::spawn_on_pty(&spec, &pair.slave).map_err(|e| match e {
             // Say where that PATH came from, so the fix is one step away.
@@ -483,6 +492,10 @@ impl Daemon {
         })?;
         // The agent holds the slave now; ours must close for EOF to come.
         drop(pair.slave);
+        let input_pipe = input_pipe.map(|(read, write)| {
+            drop(read);
+            write
+        });
         let pty_token = self.tokens.insert(Source::Pty(key));
         let exit_token = self.tokens.insert(Source::Exit(key));
         let master = pair.master;
@@ -524,6 +537,7 @@ impl Daemon {
             exiting: false,
             input: VecDeque::new(),
             write_interest: false,
+            input_pipe,
         };
         if let Some(agent) = self.panes.agent_mut(key) {
             agent.proc = Some(proc_);
@@ -565,7 +579,11 @@ impl Daemon {
         };
         while !proc_.input.is_empty() {
             let (front, _) = proc_.input.as_slices();
-            match platform::write_nonblocking(proc_.master.as_fd(), front) {
+            let to = proc_
+                .input_pipe
+                .as_ref()
+                .map_or(proc_.master.as_fd(), |p| p.as_fd());
+            match platform::write_nonblocking(to, front) {
                 Ok(Some(n)) => {
                     proc_.input.drain(..n);
                 }
@@ -578,6 +596,23 @@ impl Daemon {
             }
         }
         let want = !proc_.input.is_empty();
+        if let Some(pipe) = &proc_.input_pipe {
+            // The pipe is watched (under the PTY's token) only while input
+            // waits; closing it at the exit leaves the poll set on its own.
+            if want != proc_.write_interest {
+                let fd = pipe.as_raw_fd();
+                let registry = self.poll.registry();
+                let done = if want {
+                    registry.register(&mut SourceFd(&fd), proc_.pty_token, Interest::WRITABLE)
+                } else {
+                    registry.deregister(&mut SourceFd(&fd))
+                };
+                if done.is_ok() {
+                    proc_.write_interest = want;
+                }
+            }
+            return;
+        }
         if want != proc_.write_interest && proc_.pty_registered {
             let interest = if want {
                 Interest::READABLE | Interest::WRITABLE

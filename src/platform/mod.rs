@@ -48,9 +48,9 @@ pub use os::{
     spawn_on_pty, ExitWatch, KernelTimer, SignalSource,
 };
 pub use posix::{
-    effective_uid, ensure_std_fds, hostname, line_mode, lookup_user, peer_hung_up, raise_fd_limit,
-    read_master, reap, reap_any, session_of, set_raw, set_window_size, signal_group,
-    utc_offset_seconds, write_nonblocking,
+    effective_uid, ensure_std_fds, hostname, input_pipe, line_mode, lookup_user, peer_hung_up,
+    raise_fd_limit, read_master, reap, reap_any, session_of, set_raw, set_window_size,
+    signal_group, utc_offset_seconds, write_nonblocking,
 };
 
 /// Where a walk up a process's parents ended.
@@ -287,6 +287,12 @@ pub struct SpawnSpec {
     pub jail: Option<JailTarget>,
     /// Drop to these ids before exec (resolved by the caller, before fork).
     pub user: Option<UserIds>,
+    /// The child's stdin instead of the PTY slave: the read end of an
+    /// [`input_pipe`], for a harness that refuses a terminal as its input
+    /// (Claude Code's `--input-format stream-json`). The caller keeps it
+    /// open across the spawn and closes it right after; stdout and stderr
+    /// stay on the PTY, which stays the controlling terminal.
+    pub stdin: Option<std::os::fd::RawFd>,
 }
 
 /// A running jail, resolved by name at spawn time (jail ids change on every

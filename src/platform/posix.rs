@@ -169,6 +169,15 @@ pub fn write_nonblocking(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<Option<us
     }
 }
 
+/// A pipe for an agent's input: `(read, write)`, both close-on-exec (the
+/// spawn's dup2 onto fd 0 clears it on the child's copy), the write end
+/// non-blocking for the daemon's event loop.
+pub fn input_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    set_nonblocking(write.as_fd())?;
+    Ok((read, write))
+}
+
 /// Decodes a wait(2) status word. `None` for stop/continue reports, which the
 /// daemon never asks for (no WUNTRACED/WCONTINUED).
 fn decode_wait_status(status: libc::c_int) -> Option<ExitStatus> {
@@ -629,6 +638,7 @@ pub(super) fn spawn_with(
 
     let plan = ChildPlan {
         slave_fd,
+        stdin_fd: spec.stdin.unwrap_or(slave_fd),
         close_inherited,
         jail: jail.as_ref(),
         creds: creds.as_ref(),
@@ -646,6 +656,8 @@ pub(super) fn spawn_with(
 /// memory (fork) or shares it until exec (Linux's vfork-style clone).
 pub(super) struct ChildPlan<'a> {
     slave_fd: RawFd,
+    /// Fd 0's source: the slave, or the caller's input pipe.
+    stdin_fd: RawFd,
     close_inherited: fn() -> io::Result<()>,
     jail: Option<&'a JailEntry>,
     creds: Option<&'a ChildCreds>,
@@ -662,6 +674,7 @@ impl ChildPlan<'_> {
     pub(super) fn run(&self) -> ! {
         let stage = child_main(
             self.slave_fd,
+            self.stdin_fd,
             self.close_inherited,
             self.jail,
             self.creds,
@@ -899,6 +912,7 @@ fn push_components(stack: &mut Vec<OsString>, path: &Path) {
 #[allow(clippy::too_many_arguments)]
 fn child_main(
     slave_fd: RawFd,
+    stdin_fd: RawFd,
     close_inherited: fn() -> io::Result<()>,
     jail: Option<&JailEntry>,
     creds: Option<&ChildCreds>,
@@ -908,8 +922,9 @@ fn child_main(
     envp: &[*const libc::c_char],
 ) -> &'static str {
     for target in 0..3 {
+        let source = if target == 0 { stdin_fd } else { slave_fd };
         // SAFETY: dup2 takes two integers; the result clears FD_CLOEXEC.
-        if unsafe { libc::dup2(slave_fd, target) } == -1 {
+        if unsafe { libc::dup2(source, target) } == -1 {
             return "dup2";
         }
     }
@@ -1001,10 +1016,10 @@ fn child_setup(
     if unsafe { libc::setsid() } == -1 {
         return Err(io::Error::last_os_error());
     }
-    // fd 0 is the slave (std dup2()ed it before pre_exec). Linux: 0 = do not
-    // steal it from another session; FreeBSD ignores the argument.
+    // fd 1 is always the slave (fd 0 may be an input pipe instead). Linux:
+    // 0 = do not steal it from another session; FreeBSD ignores the argument.
     // SAFETY: TIOCSCTTY takes an integer argument, no pointer.
-    if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } == -1 {
+    if unsafe { libc::ioctl(1, libc::TIOCSCTTY, 0) } == -1 {
         return Err(io::Error::last_os_error());
     }
     if let Some(jail) = jail {

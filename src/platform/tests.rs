@@ -1033,3 +1033,36 @@ fn a_childs_ancestry_reaches_this_process_and_its_environment_is_read() {
         "a reaped child"
     );
 }
+
+#[test]
+fn an_input_pipe_becomes_the_childs_stdin_and_the_pty_stays_its_terminal() {
+    let (read, write) = super::input_pipe().expect("input pipe");
+    let spec = SpawnSpec {
+        argv: argv(&[
+            "/bin/sh",
+            "-c",
+            // Not a terminal on 0, the PTY on 1 and as /dev/tty.
+            r#"if [ -t 0 ]; then echo stdin-tty; else echo stdin-pipe; fi; read x; echo "got:$x"; [ -t 1 ] && echo out-tty >/dev/tty"#,
+        ]),
+        stdin: Some(read.as_raw_fd()),
+        ..SpawnSpec::default()
+    };
+    let child = PtyChild::spawn(&spec);
+    drop(read);
+    let mut buf: &[u8] = b"hello\n";
+    while !buf.is_empty() {
+        if let Some(n) = super::write_nonblocking(write.as_fd(), buf).expect("write") {
+            buf = &buf[n..];
+        }
+    }
+    drop(write);
+    let (output, status) = child.finish();
+    let text = String::from_utf8_lossy(&output);
+    assert_eq!(status, ExitStatus::Code(0), "output: {text}");
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    assert_eq!(
+        lines,
+        ["stdin-pipe", "got:hello", "out-tty"],
+        "output: {text}"
+    );
+}

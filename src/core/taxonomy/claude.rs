@@ -334,7 +334,10 @@ fn model_usage_sum(raw: &RawValue) -> Option<Usage> {
             output_tokens: m.output_tokens,
             cache_read_tokens: m.cache_read_input_tokens,
             cache_write_tokens: m.cache_creation_input_tokens,
-            cost_usd: m.cost_usd.filter(|c| c.is_finite() && *c >= 0.0).unwrap_or(0.0),
+            cost_usd: m
+                .cost_usd
+                .filter(|c| c.is_finite() && *c >= 0.0)
+                .unwrap_or(0.0),
         });
     }
     Some(sum)
@@ -820,7 +823,11 @@ mod tests {
         };
         assert!(has_cost);
         assert_eq!(
-            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens),
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens
+            ),
             (10, 4, 3)
         );
         assert!((usage.cost_usd - 0.0116).abs() < 1e-12);

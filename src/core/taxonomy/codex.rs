@@ -171,11 +171,11 @@ impl CodexState {
                     self.thread = l.thread_id.as_deref().map(Box::from);
                 }
                 Observation::new(Signal::session(SessionHeader {
-                id: l.thread_id,
-                cwd: None,
-                running: true,
-                model: None,
-            }))
+                    id: l.thread_id,
+                    cwd: None,
+                    running: true,
+                    model: None,
+                }))
             }
             "turn.started" => Observation::new(Signal::Working).turn(true),
             "item.started" | "item.completed" => {

@@ -221,7 +221,11 @@ mod tests {
             panic!("expected totals");
         };
         assert_eq!(
-            (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens),
+            (
+                usage.input_tokens,
+                usage.cache_read_tokens,
+                usage.output_tokens
+            ),
             (2180, 600, 10)
         );
     }

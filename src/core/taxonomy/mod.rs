@@ -59,6 +59,17 @@ impl Runtime {
         flag_is("--input-format", "stream-json") || flag_is("--mode", "rpc")
     }
 
+    /// Whether `argv` asks for input that must come through a pipe, not a
+    /// terminal: Claude Code's `--input-format stream-json` refuses a
+    /// terminal as stdin ("Input must be provided either through stdin or
+    /// as a prompt argument", Claude Code 2.1.332). Pi's `--mode rpc` reads
+    /// its terminal fine and keeps it.
+    pub fn argv_needs_piped_input(argv: &[String]) -> bool {
+        argv.windows(2)
+            .any(|w| w[0] == "--input-format" && w[1] == "stream-json")
+            || argv.iter().any(|a| a == "--input-format=stream-json")
+    }
+
     /// Whether colibri writes JSON lines to this harness's input (Pi's RPC
     /// commands, Claude's stream-json user messages), which its terminal
     /// must pass whatever their length (`platform::TerminalMode::Raw`).
@@ -370,6 +381,27 @@ pub(crate) fn de_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_claudes_stream_json_input_asks_for_a_pipe() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(Runtime::argv_needs_piped_input(&a(&[
+            "claude",
+            "-p",
+            "--input-format",
+            "stream-json"
+        ])));
+        assert!(Runtime::argv_needs_piped_input(&a(&[
+            "claude",
+            "--input-format=stream-json"
+        ])));
+        assert!(!Runtime::argv_needs_piped_input(&a(&[
+            "claude", "-p", "hi"
+        ])));
+        assert!(!Runtime::argv_needs_piped_input(&a(&[
+            "pi", "--mode", "rpc"
+        ])));
+    }
 
     #[test]
     fn an_argv_that_asks_for_json_input_is_known_before_any_output() {
