@@ -173,10 +173,12 @@ impl Adapter {
 
     /// The signal for the agent's process exit. Most harnesses leave this
     /// to the exit status; Pi in JSON mode exits 0 even when its last
-    /// message failed, so its adapter turns that exit into a failure.
+    /// message failed, and OpenCode after a rejected permission stopped its
+    /// run, so their adapters turn that exit into a failure.
     pub fn on_exit(&mut self, success: bool) -> Signal<'static> {
         match self {
             Adapter::Pi(s) => s.on_exit(success),
+            Adapter::OpenCode(s) => s.on_exit(success),
             _ => Signal::Exited { success },
         }
     }

@@ -14,6 +14,11 @@
 //! then prints `done`; older versions just exit, so such a `step_finish`
 //! finishes by itself (the exit status, or a following `error`, has the
 //! last word). A step without a reason stays working.
+//!
+//! Headless, OpenCode auto-rejects every permission it would ask for: the
+//! tool fails with "The user rejected permission to use this specific tool
+//! call.", the run stops and exits 0 (OpenCode 1.18.33). A run whose last
+//! step ended on such a rejection failed, whatever the exit status says.
 
 use std::borrow::Cow;
 
@@ -28,7 +33,14 @@ use crate::core::usage::{Usage, UsageUpdate};
 pub struct OpenCodeState {
     /// The pane's own session, from the first line.
     session: Option<Box<str>>,
+    /// The pane's own run had a permission rejected and has not gone on
+    /// since (no later `step_start`).
+    rejected: bool,
 }
+
+/// How OpenCode's `PermissionNext.RejectedError` begins (with or without
+/// the operator's feedback after it).
+const REJECTED: &str = "The user rejected permission";
 
 #[derive(Deserialize)]
 struct Line<'a> {
@@ -54,6 +66,10 @@ struct ToolPart<'a> {
 struct ToolState<'a> {
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    error: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -106,15 +122,39 @@ impl OpenCodeState {
             "text" | "reasoning" => Observation::new(Signal::Working),
             "tool_use" => {
                 let obs = Observation::new(Signal::Working);
-                match l.part.and_then(part_tool) {
+                let rejection = l.part.and_then(rejection);
+                let obs = match l.part.and_then(part_tool) {
                     Some(tool) => obs.with_tool(tool),
                     None => obs,
-                }
+                };
+                obs.with_error(rejection)
             }
             "step_finish" => step_finish(l.part),
             "error" => Observation::new(Signal::Failed).with_error(l.error.and_then(error_text)),
+            "done" if self.rejected => Observation::new(Signal::Failed),
             "done" => Observation::new(Signal::Finished),
             _ => Observation::unknown(),
+        };
+        let own = match (&self.session, l.session_id.as_deref()) {
+            (Some(own), Some(sid)) => own.as_ref() == sid,
+            _ => true,
+        };
+        if own {
+            match l.kind.as_ref() {
+                "step_start" => self.rejected = false,
+                "tool_use" if obs.error.is_some() => self.rejected = true,
+                _ => {}
+            }
+        }
+        // A run stopped by the rejection ends on a finishing step or not at
+        // all: neither is a clean finish.
+        let obs = if own && self.rejected && obs.signal == Signal::Finished {
+            Observation {
+                signal: Signal::Failed,
+                ..obs
+            }
+        } else {
+            obs
         };
         let Some(sid) = l.session_id else {
             return Ok(obs);
@@ -138,6 +178,26 @@ impl OpenCodeState {
             }
         }
     }
+}
+
+impl OpenCodeState {
+    /// An exit 0 after a rejected permission stopped the run is a failure.
+    pub fn on_exit(&mut self, success: bool) -> Signal<'static> {
+        if success && self.rejected {
+            return Signal::Failed;
+        }
+        Signal::Exited { success }
+    }
+}
+
+/// The error of a tool that failed on a rejected permission.
+fn rejection(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let part = serde_json::from_str::<ToolPart<'_>>(raw.get()).ok()?;
+    let state = serde_json::from_str::<ToolState<'_>>(part.state?.get()).ok()?;
+    if state.status.as_deref() != Some("error") {
+        return None;
+    }
+    state.error.filter(|e| e.starts_with(REJECTED))
 }
 
 fn part_tool(raw: &RawValue) -> Option<ToolCall<'_>> {
