@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 use crate::core::approval::{ApprovalKind, ApprovalRequest, Resolves};
 use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
-use crate::core::taxonomy::{de_count, from_object, raw_str, Malformed};
+use crate::core::taxonomy::{de_count, from_object, raw_str, readable_error, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 #[derive(Debug, Default)]
@@ -104,17 +104,6 @@ struct ErrorBody<'a> {
     message: Option<Cow<'a, str>>,
 }
 
-/// An API error body Codex passes through as its message text:
-/// `{"type":"error","status":400,"error":{"type":"…","message":"…"}}`.
-#[derive(Deserialize)]
-struct ApiError<'a> {
-    #[serde(default)]
-    status: Option<u64>,
-    #[serde(borrow, default)]
-    error: Option<ErrorBody<'a>>,
-    #[serde(borrow, default)]
-    message: Option<Cow<'a, str>>,
-}
 
 #[derive(Deserialize)]
 struct Question<'a> {
@@ -355,22 +344,6 @@ fn web_search_target<'a>(
         .unwrap_or(Cow::Borrowed(""))
 }
 
-/// An error text that is itself an API error body becomes its inner
-/// message, with the HTTP status when there is one; any other text stays.
-fn readable_error(msg: Cow<'_, str>) -> Cow<'_, str> {
-    if !msg.trim_start().starts_with('{') {
-        return msg;
-    }
-    let Ok(api) = serde_json::from_str::<ApiError<'_>>(&msg) else {
-        return msg;
-    };
-    let inner = api.error.and_then(|e| e.message).or(api.message);
-    match (inner, api.status) {
-        (Some(m), Some(status)) => Cow::Owned(format!("{m} (HTTP {status})")),
-        (Some(m), None) => Cow::Owned(m.into_owned()),
-        (None, _) => msg,
-    }
-}
 
 #[cfg(test)]
 mod tests {

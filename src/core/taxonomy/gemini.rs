@@ -14,7 +14,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
-use crate::core::taxonomy::{de_count, from_object, raw_str, raw_str_lenient, Malformed};
+use crate::core::taxonomy::{
+    de_count, from_object, raw_str, raw_str_lenient, readable_error, Malformed,
+};
 use crate::core::usage::{Usage, UsageUpdate};
 
 #[derive(Debug, Default)]
@@ -98,9 +100,8 @@ impl GeminiState {
             }
             "tool_result" => Observation::new(Signal::Working),
             "error" => match l.severity.as_deref() {
-                Some("error") => {
-                    Observation::new(Signal::Failed).with_error(l.message.and_then(raw_str))
-                }
+                Some("error") => Observation::new(Signal::Failed)
+                    .with_error(l.message.and_then(raw_str).map(readable_error)),
                 _ => Observation::new(Signal::Meta),
             },
             "result" => {
@@ -110,7 +111,8 @@ impl GeminiState {
                     let msg = l
                         .error
                         .and_then(error_text)
-                        .or_else(|| l.message.and_then(raw_str));
+                        .or_else(|| l.message.and_then(raw_str))
+                        .map(readable_error);
                     Observation::new(Signal::Failed).with_error(msg)
                 };
                 obs.with_usage(l.stats.map_or(UsageUpdate::None, stats_usage))

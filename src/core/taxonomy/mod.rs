@@ -374,6 +374,81 @@ pub(crate) fn de_count<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error>
     d.deserialize_any(CountVisitor)
 }
 
+/// An error message that carries an API error body as JSON, as harnesses
+/// pass provider errors through: Codex's whole message is the body, Pi's is
+/// `400 {"type":"error","error":{…}}` (the SDK's status and body), Gemini
+/// CLI's `{"error":{"code":400,"message":"…","status":"…"}}`, at times
+/// inside `[API Error: …]` or a list. The inner message is kept, with
+/// ` (HTTP <status>)` when a status is known; text without a readable body
+/// stays as it is.
+pub(crate) fn readable_error(msg: Cow<'_, str>) -> Cow<'_, str> {
+    let Some(start) = msg.find('{') else {
+        return msg;
+    };
+    let Some((inner, code)) = api_error_message(&msg[start..], 0) else {
+        return msg;
+    };
+    let code = code.or_else(|| leading_status(&msg[..start]));
+    Cow::Owned(match code {
+        Some(c) => format!("{inner} (HTTP {c})"),
+        None => inner,
+    })
+}
+
+#[derive(Deserialize)]
+struct ApiErrorBody<'a> {
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    message: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    status: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    code: Option<&'a RawValue>,
+}
+
+/// The message inside the first JSON object of `text` (what follows it is
+/// ignored), and an HTTP status if the body states one. A message that is
+/// itself such a body is read in turn, a few levels deep.
+fn api_error_message(text: &str, depth: u8) -> Option<(String, Option<u64>)> {
+    let raw = serde_json::Deserializer::from_str(text)
+        .into_iter::<&RawValue>()
+        .next()?
+        .ok()?;
+    let body = serde_json::from_str::<ApiErrorBody<'_>>(raw.get()).ok()?;
+    let status = |v: Option<&RawValue>| v.and_then(|r| r.get().parse::<u64>().ok());
+    let mut code = status(body.status).or_else(|| status(body.code));
+    let msg = match body.error {
+        Some(e) => match raw_str(e) {
+            Some(s) => s.into_owned(),
+            None => {
+                let inner = serde_json::from_str::<ApiErrorBody<'_>>(e.get()).ok()?;
+                code = code
+                    .or_else(|| status(inner.code))
+                    .or_else(|| status(inner.status));
+                inner.message?.into_owned()
+            }
+        },
+        None => body.message?.into_owned(),
+    };
+    match msg.find('{') {
+        Some(i) if depth < 3 => match api_error_message(&msg[i..], depth + 1) {
+            Some((m, c)) => Some((m, c.or(code))),
+            None => Some((msg, code)),
+        },
+        _ => Some((msg, code)),
+    }
+}
+
+/// An HTTP status written before the body (`400 {…}`, `got status: 429 …`).
+fn leading_status(prefix: &str) -> Option<u64> {
+    prefix
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|w| w.len() == 3)
+        .and_then(|w| w.parse().ok())
+        .filter(|c| (100..600).contains(c))
+}
+
 /// Reads a USD amount leniently: `null` and non-finite values are 0.
 pub(crate) fn de_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let v = Option::<f64>::deserialize(d)?;
@@ -383,6 +458,33 @@ pub(crate) fn de_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_error_body_in_an_error_message_becomes_its_message() {
+        let r = |m: &str| readable_error(Cow::Borrowed(m)).into_owned();
+        // Pi 0.73.1 over the Anthropic SDK: status, then the body.
+        assert_eq!(
+            r(r#"400 {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"},"request_id":"req_1"}"#),
+            "prompt is too long (HTTP 400)"
+        );
+        // Gemini CLI 0.61.0: the Gemini API's body, also wrapped.
+        assert_eq!(
+            r(r#"{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED"}}"#),
+            "Resource has been exhausted (HTTP 429)"
+        );
+        assert_eq!(
+            r(r#"[API Error: [{"error":{"code":400,"message":"API key not valid","status":"INVALID_ARGUMENT"}}]]"#),
+            "API key not valid (HTTP 400)"
+        );
+        // A body whose message is itself a body.
+        assert_eq!(
+            r(r#"{"error":{"message":"{\"error\":{\"message\":\"quota\",\"code\":403}}"}}"#),
+            "quota (HTTP 403)"
+        );
+        for plain in ["Connection error.", "{not json", "bad {x} here", ""] {
+            assert_eq!(r(plain), plain);
+        }
+    }
 
     #[test]
     fn only_claudes_stream_json_input_asks_for_a_pipe() {

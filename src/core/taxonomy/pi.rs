@@ -18,7 +18,7 @@ use crate::core::signal::{Observation, SessionHeader, Signal, ToolCall};
 use crate::core::taxonomy::fields::{
     opt_text, opt_text_lenient, read_object, set, skip, ObjectFields, Text,
 };
-use crate::core::taxonomy::{raw_str, Malformed};
+use crate::core::taxonomy::{raw_str, readable_error, Malformed};
 use crate::core::usage::{Usage, UsageUpdate};
 
 /// Whether the stream is one-shot JSON mode or a long-lived RPC session.
@@ -211,7 +211,7 @@ impl PiState {
             }
             "auto_retry_end" => {
                 if l.success == Some(false) {
-                    Observation::new(Signal::Failed).with_error(l.final_error)
+                    Observation::new(Signal::Failed).with_error(l.final_error.map(readable_error))
                 } else {
                     Observation::new(Signal::Working)
                 }
@@ -246,7 +246,10 @@ impl PiState {
             // Not a Pi event: the seed contract's daemon-injected failure, and
             // what a generic agent speaking the seed taxonomy may print.
             "error" => {
-                let msg = l.error_message.or_else(|| l.message.and_then(raw_string));
+                let msg = l
+                    .error_message
+                    .or_else(|| l.message.and_then(raw_string))
+                    .map(readable_error);
                 Observation::new(Signal::Failed).with_error(msg)
             }
             _ => Observation::unknown(),
@@ -273,7 +276,7 @@ impl PiState {
             .usage
             .map_or(UsageUpdate::None, |u| UsageUpdate::Add(u.to_usage()));
         let error = if self.last_stop == Some(StopReason::Error) {
-            m.error_message
+            m.error_message.map(readable_error)
         } else {
             None
         };
