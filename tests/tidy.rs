@@ -925,3 +925,22 @@ fn daemon_owners_import_each_other_without_a_circle() {
         visit(owner, &imports, &mut Vec::new(), &mut done);
     }
 }
+
+/// Claude Code's terminal starts in "auto" permission mode with a fresh
+/// configuration (2.1.332) and then never sends `PermissionRequest`: every
+/// place that tells users to wire `colibri hook` must say to start it with
+/// `--permission-mode default`.
+#[test]
+fn every_hook_wiring_note_says_to_start_claude_in_the_default_permission_mode() {
+    for (path, needle) in [
+        ("README.md", "--permission-mode default"),
+        ("docs/TAXONOMY.md", "--permission-mode default"),
+        ("docs/GOVERNANCE.md", "--permission-mode default"),
+        ("man/colibri.1", ".Fl -permission-mode Cm default"),
+    ] {
+        assert!(
+            read(path).contains(needle),
+            "{path} tells how to wire the PermissionRequest hook without {needle:?}"
+        );
+    }
+}
