@@ -2,6 +2,8 @@
 //! agents (shell scripts and `colibri replay`) on real PTYs, driven as a
 //! client would drive them.
 
+/// A scripted model provider on loopback for the real harnesses.
+mod provider;
 mod support;
 
 /// Approvals: asked by scripted agents, answered by the operator and hooks.
@@ -18,6 +20,8 @@ mod control_plane;
 mod durability;
 /// Governance: budgets, loop detection and the guard, carried out.
 mod govern;
+/// The real harnesses (Claude Code, Pi) under colibrid, against a scripted provider.
+mod harness;
 /// Hostile local clients: caps, idle close, jail status, the soak.
 mod hostile;
 /// Identity from the kernel: agents speak as themselves on any socket.
