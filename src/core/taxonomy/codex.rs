@@ -104,7 +104,6 @@ struct ErrorBody<'a> {
     message: Option<Cow<'a, str>>,
 }
 
-
 #[derive(Deserialize)]
 struct Question<'a> {
     #[serde(borrow, default)]
@@ -343,7 +342,6 @@ fn web_search_target<'a>(
         .and_then(|a| a.query.filter(|q| !q.is_empty()).or(a.url))
         .unwrap_or(Cow::Borrowed(""))
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -464,16 +464,22 @@ mod tests {
         let r = |m: &str| readable_error(Cow::Borrowed(m)).into_owned();
         // Pi 0.73.1 over the Anthropic SDK: status, then the body.
         assert_eq!(
-            r(r#"400 {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"},"request_id":"req_1"}"#),
+            r(
+                r#"400 {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"},"request_id":"req_1"}"#
+            ),
             "prompt is too long (HTTP 400)"
         );
         // Gemini CLI 0.61.0: the Gemini API's body, also wrapped.
         assert_eq!(
-            r(r#"{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED"}}"#),
+            r(
+                r#"{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED"}}"#
+            ),
             "Resource has been exhausted (HTTP 429)"
         );
         assert_eq!(
-            r(r#"[API Error: [{"error":{"code":400,"message":"API key not valid","status":"INVALID_ARGUMENT"}}]]"#),
+            r(
+                r#"[API Error: [{"error":{"code":400,"message":"API key not valid","status":"INVALID_ARGUMENT"}}]]"#
+            ),
             "API key not valid (HTTP 400)"
         );
         // A body whose message is itself a body.
