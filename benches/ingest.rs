@@ -97,7 +97,7 @@ fn fold_pane(runtime: Runtime, bytes: &[u8], facts: bool) -> u64 {
 fn fold_and_log(runtime: Runtime, bytes: &[u8], dir: &std::path::Path) -> u64 {
     use colibri::core::ingest::Frame;
     use colibri::core::pane::LineKind;
-    use colibri::daemon::store::{LineRecord, SessionStore, StoreConfig};
+    use colibri::daemon::{LineRecord, SessionStore, StoreConfig};
     let cfg = StoreConfig {
         dir: dir.to_path_buf(),
         flush_budget: 4 << 20,

@@ -181,11 +181,6 @@ impl Agent {
         }
     }
 
-    /// Its process was reaped while its PTY may still hold output.
-    pub fn has_exited(&self) -> bool {
-        self.proc.as_ref().is_some_and(|p| p.status.is_some())
-    }
-
     /// Its process has exited or has begun to: what its PTY holds is the
     /// last it will write, and is read even while the logs hold running
     /// agents ([`crate::daemon::store::SessionStore::holds_reads`]).
@@ -303,10 +298,6 @@ impl Holds {
 
     pub fn holds(&self, key: &str) -> bool {
         self.0.iter().any(|h| h.key == key)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Hold> {

@@ -32,7 +32,9 @@ use std::time::Duration;
 
 use crate::core::time::Timestamp;
 use crate::daemon::diag::log_warn;
-pub use crate::syslog::{facility_name, parse_facility, Facility, Severity, UnknownSeverity};
+pub use crate::syslog::Severity;
+#[cfg(test)]
+use crate::syslog::{facility_name, parse_facility, Facility};
 
 /// The syslog APP-NAME of every alert; syslog.d routes on it.
 pub const APP_NAME: &str = "colibri";
@@ -426,11 +428,6 @@ impl Alerter {
     /// Frees a pane's rate-limit state (call when the pane is removed).
     pub fn forget_pane(&mut self, pane: &str) {
         self.buckets.remove(pane);
-    }
-
-    /// The current settings.
-    pub fn config(&self) -> &AlertConfig {
-        &self.cfg
     }
 
     fn capacity(&self) -> u128 {

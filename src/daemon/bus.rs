@@ -78,10 +78,6 @@ impl Bus {
         &self.journal
     }
 
-    pub fn journal_mut(&mut self) -> &mut Journal {
-        &mut self.journal
-    }
-
     /// Hands this wakeup's events to the journal writer; the seq up to
     /// which every event is on disk, so replies and watch lines reporting
     /// events up to it may leave (`Conn::stamp`).

@@ -15,26 +15,26 @@
 //! never name `Daemon`; `tests/tidy.rs` keeps it so.
 
 pub(crate) mod activity;
-pub mod agent;
-pub mod alert;
+pub(crate) mod agent;
+pub(crate) mod alert;
 pub(crate) mod approvals;
-pub mod attach;
-pub mod bus;
+pub(crate) mod attach;
+pub(crate) mod bus;
 mod classify;
 pub(crate) mod commands;
 pub(crate) mod compaction;
-pub mod conn;
-pub mod control_plane;
+pub(crate) mod conn;
+pub(crate) mod control_plane;
 pub mod diag;
-pub mod event_loop;
+pub(crate) mod event_loop;
 mod govern;
-pub mod journal;
+pub(crate) mod journal;
 mod life;
 mod listener;
 mod log_flow;
-pub mod notify;
-pub mod pane_text;
-pub mod panes;
+pub(crate) mod notify;
+pub(crate) mod pane_text;
+pub(crate) mod panes;
 mod proc;
 mod publish;
 pub(crate) mod recovery;
@@ -42,18 +42,22 @@ mod reload;
 mod sched;
 mod server;
 mod session_stream;
-pub mod settings;
+pub(crate) mod settings;
 mod shutdown;
 mod signals;
 mod snapshot_stream;
-pub mod source;
-pub mod store;
-pub mod supervise;
-pub mod timers;
+pub(crate) mod source;
+pub(crate) mod store;
+pub(crate) mod supervise;
+pub(crate) mod timers;
 pub(crate) mod views;
 
 pub use event_loop::{now, Daemon, DaemonError};
 pub use settings::{Reload, Settings};
+// What colibrid, the integration tests and the benches use; the rest of
+// the daemon is the crate's own, so the compiler reports its dead code.
+pub use store::{LineRecord, SessionStore, StoreConfig, MAX_OPEN_LOGS};
+pub use supervise::{write_records, RECORDS_FILE};
 
 /// Re-reads the configuration for SIGHUP; set by the binary at start.
 pub type Reloader = Box<dyn FnMut() -> Result<Reload, String>>;

@@ -172,10 +172,6 @@ impl PaneTable {
         self.order.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
-    }
-
     /// Live keys in attach order (a copy: callers mutate while walking).
     pub fn keys(&self) -> Vec<PaneKey> {
         self.order.clone()

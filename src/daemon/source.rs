@@ -76,12 +76,4 @@ impl Tokens {
             self.slab.remove(token.0);
         }
     }
-
-    pub fn len(&self) -> usize {
-        self.slab.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.slab.is_empty()
-    }
 }

@@ -62,17 +62,21 @@ use self::retain::Retention;
 use self::rotation::Rotations;
 use self::session::{refill, Session};
 
-pub use self::dump::{DumpSource, MAX_DUMP_BYTES};
+pub use self::dump::DumpSource;
+#[cfg(test)]
+pub use self::dump::MAX_DUMP_BYTES;
 pub use self::flush::FlushReport;
 pub use self::open::{RecoveredAnswer, RecoveredPane, Recovery};
-pub use self::pressure::{READ_AHEAD, SESSION_ALLOWANCE};
+#[cfg(test)]
+pub use self::pressure::READ_AHEAD;
+#[cfg(test)]
 pub use self::record::check_log_roundtrip;
 pub use self::rescue::ShutdownOutcome;
-pub use self::rotation::{
-    CompactReport, CompactionProgress, RotationDone, COMPACT_REPAIR_HEARTBEATS,
-};
-pub use self::scan::{RecordScanner, RECOVERY_EVENT_CAP};
-pub use self::writer::STALL_ENV as WRITER_STALL_ENV;
+#[cfg(test)]
+pub use self::rotation::COMPACT_REPAIR_HEARTBEATS;
+pub use self::rotation::{CompactReport, CompactionProgress, RotationDone};
+pub use self::scan::RecordScanner;
+#[cfg(test)]
 pub use crate::protocol::SessionDump;
 
 /// Log fds kept open at once; there may be thousands of sessions.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use colibri::daemon::store::MAX_OPEN_LOGS;
+use colibri::daemon::MAX_OPEN_LOGS;
 use serde_json::json;
 
 use crate::support::{fd_count, wait_for, Colibrid, SyslogSink};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use colibri::core::spec::{AgentRecord, AgentSpec, Wanted};
-use colibri::daemon::supervise::{write_records, RECORDS_FILE};
+use colibri::daemon::{write_records, RECORDS_FILE};
 
 use crate::support::{pid_alive, sessions_hold_pane, wait_for, Colibrid, SyslogSink};
 

@@ -60,6 +60,8 @@ pub(super) struct RecordFields<'a> {
     pub planned: bool,
     #[serde(default)]
     pub dropped: Option<u64>,
+    /// What tests compare a raw line with.
+    #[cfg(test)]
     #[serde(borrow, default)]
     pub raw: Option<Cow<'a, str>>,
 }
@@ -90,6 +92,7 @@ impl<'a> RecordFields<'a> {
 /// each verbatim, and the count of those that do not. The check is the
 /// one recovery applies, and it accepts any JSON text: no depth limit, no
 /// range check on numbers, lone surrogate escapes kept as written.
+#[cfg(test)]
 pub(super) fn complete_records(bytes: &[u8]) -> (Vec<Box<RawValue>>, u64) {
     let mut records = Vec::new();
     let mut scanner = RecordScanner::new(usize::MAX);
