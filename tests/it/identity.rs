@@ -89,7 +89,7 @@ fn an_orphan_with_an_empty_environment_is_no_operator() {
     let d = Colibrid::start(&[]);
     let other = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({"name":"other"}));
     let body = format!(
-        r#"( env -i PATH=/usr/bin:/bin {setsid} /bin/sh -c "sleep 1; '$C' --socket '$SOCK' kill {other} > '$OUT/stray' 2>&1; echo rc=\$? >> '$OUT/stray'; touch '$OUT/stray-done'" & )
+        r#"( env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin {setsid} /bin/sh -c "sleep 1; '$C' --socket '$SOCK' kill {other} > '$OUT/stray' 2>&1; echo rc=\$? >> '$OUT/stray'; touch '$OUT/stray-done'" & )
 while [ ! -e "$OUT/stray-done" ]; do sleep 0.1; done"#,
         setsid = crate::support::setsid(),
     );

@@ -9,14 +9,11 @@ use crate::daemon::agent::{Agent, Recipe, RestartPolicy, RestartState};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::store::{ExitRecord, SessionStore};
 use crate::platform;
-use crate::protocol::{Command, CommandError, ErrorCode, Reply, SpawnArgs, SpawnData, WatchKind};
+use crate::protocol::{CommandError, ErrorCode, Reply, SpawnArgs, SpawnData, WatchKind};
 
-use super::{mismatch, Call};
+use super::Call;
 
-pub(super) fn spawn(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::SpawnAgent(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn spawn(d: &mut Daemon, call: &Call, a: Box<SpawnArgs>) -> Result<Reply, CommandError> {
     d.cmd_spawn(*a, call.t).map(Reply::Spawn)
 }
 

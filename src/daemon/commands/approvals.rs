@@ -2,6 +2,7 @@
 //! input that may wait for the operator's decision, or, for a
 //! `PreToolUse`, gets the command guard's verdict at once).
 
+use crate::protocol::{ApprovalsArgs, HookArgs};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
@@ -10,18 +11,15 @@ use crate::daemon::approvals::desk::Answerer;
 use crate::daemon::event_loop::Daemon;
 use crate::platform;
 use crate::protocol::{
-    ApprovalsReply, Command, CommandError, DecideArgs, ErrorCode, HookReply, Reply, WireApproval,
+    ApprovalsReply, CommandError, DecideArgs, ErrorCode, HookReply, Reply, WireApproval,
 };
 
-use super::{mismatch, Call};
+use super::Call;
 
 /// The longest a `hook` request may wait for a decision.
 const MAX_HOOK_WAIT: Duration = Duration::from_secs(24 * 3600);
 
-pub(super) fn list(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Approvals(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn list(d: &mut Daemon, call: &Call, a: ApprovalsArgs) -> Result<Reply, CommandError> {
     let only = match &a.agent_id {
         Some(q) => Some(d.resolve(&call.scope, q)?),
         None => None,
@@ -60,25 +58,16 @@ fn page_key(a: &WireApproval) -> String {
     format!("{asked:016}/{}", a.id)
 }
 
-pub(super) fn approve(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Approve(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn approve(d: &mut Daemon, call: &Call, a: DecideArgs) -> Result<Reply, CommandError> {
     decide(d, call, &a, Decision::Approve)
 }
 
-pub(super) fn deny(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Deny(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn deny(d: &mut Daemon, call: &Call, a: DecideArgs) -> Result<Reply, CommandError> {
     let message = a.message.clone().filter(|m| !m.trim().is_empty());
     decide(d, call, &a, Decision::Deny { message })
 }
 
-pub(super) fn answer(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Answer(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn answer(d: &mut Daemon, call: &Call, a: DecideArgs) -> Result<Reply, CommandError> {
     let Some(text) = a.text.clone() else {
         return Err(CommandError::invalid("answer needs text"));
     };
@@ -115,10 +104,7 @@ fn decide(
     d.decide(key, &id, decision, who, call.t).map(Reply::Decide)
 }
 
-pub(super) fn hook(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Hook(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn hook(d: &mut Daemon, call: &Call, a: HookArgs) -> Result<Reply, CommandError> {
     let key = d.resolve(&call.scope, &a.agent_id)?;
     if !a.event.is_object() {
         return Err(CommandError::invalid("event must be a JSON object"));

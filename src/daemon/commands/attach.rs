@@ -3,16 +3,14 @@
 
 use crate::daemon::event_loop::Daemon;
 use crate::protocol::attach as wire;
+use crate::protocol::{AttachArgs, AttachInputArgs, AttachResizeArgs};
 use crate::protocol::{
-    AttachInputReply, AttachReply, AttachResizeReply, Command, CommandError, ErrorCode, Reply,
+    AttachInputReply, AttachReply, AttachResizeReply, CommandError, ErrorCode, Reply,
 };
 
-use super::{mismatch, Call};
+use super::Call;
 
-pub(super) fn attach(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Attach(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn attach(d: &mut Daemon, call: &Call, a: AttachArgs) -> Result<Reply, CommandError> {
     let key = d.resolve(&call.scope, &a.agent_id)?;
     if d.attached.pane_of(call.conn).is_some() {
         return Err(CommandError::invalid(
@@ -46,10 +44,11 @@ pub(super) fn attach(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, C
     }))
 }
 
-pub(super) fn input(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::AttachInput(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn input(
+    d: &mut Daemon,
+    call: &Call,
+    a: AttachInputArgs,
+) -> Result<Reply, CommandError> {
     let key = d
         .attached
         .pane_of(call.conn)
@@ -81,10 +80,11 @@ pub(super) fn input(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     }))
 }
 
-pub(super) fn resize_cmd(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::AttachResize(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn resize_cmd(
+    d: &mut Daemon,
+    call: &Call,
+    a: AttachResizeArgs,
+) -> Result<Reply, CommandError> {
     let key = d
         .attached
         .pane_of(call.conn)

@@ -2,14 +2,12 @@
 //! budget pause (raise the cap, or resume once).
 
 use crate::daemon::event_loop::Daemon;
-use crate::protocol::{BudgetReply, Command, CommandError, Reply, WireBudget};
+use crate::protocol::BudgetArgs;
+use crate::protocol::{BudgetReply, CommandError, Reply, WireBudget};
 
-use super::{mismatch, Call};
+use super::Call;
 
-pub(super) fn budget(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Budget(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn budget(d: &mut Daemon, call: &Call, a: BudgetArgs) -> Result<Reply, CommandError> {
     let t = call.t;
     let name = || {
         a.budget

@@ -1,6 +1,7 @@
 //! Process control: kill, pause and resume, signals, input, and the
 //! resume-from-sleep hint.
 
+use crate::protocol::{AgentArgs, HintArgs, InputArgs, SignalArgs};
 use std::str::FromStr;
 
 use serde_json::Value;
@@ -13,15 +14,12 @@ use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::timers::Deadline;
 use crate::platform;
 use crate::protocol::{
-    Command, CommandError, HintReply, InputReply, KillReply, PauseReply, Reply, SignalReply,
+    CommandError, HintReply, InputReply, KillReply, PauseReply, Reply, SignalReply,
 };
 
-use super::{mismatch, Call};
+use super::Call;
 
-pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::KillAgent(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn kill(d: &mut Daemon, call: &Call, a: AgentArgs) -> Result<Reply, CommandError> {
     let key = d.resolve(&Scope::Operator, &a.agent_id)?;
     let t = call.t;
     let agent = d
@@ -65,17 +63,11 @@ pub(super) fn kill(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
     }))
 }
 
-pub(super) fn pause(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::PauseAgent(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn pause(d: &mut Daemon, call: &Call, a: AgentArgs) -> Result<Reply, CommandError> {
     set_paused(d, &a.agent_id, true, call)
 }
 
-pub(super) fn resume(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::ResumeAgent(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn resume(d: &mut Daemon, call: &Call, a: AgentArgs) -> Result<Reply, CommandError> {
     set_paused(d, &a.agent_id, false, call)
 }
 
@@ -128,10 +120,7 @@ fn set_paused(
     Ok(reply(pause))
 }
 
-pub(super) fn signal(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::SignalAgent(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn signal(d: &mut Daemon, _call: &Call, a: SignalArgs) -> Result<Reply, CommandError> {
     let key = d.resolve(&Scope::Operator, &a.agent_id)?;
     let sig = parse_signal(&a.signal).map_err(CommandError::invalid)?;
     let agent = d
@@ -156,10 +145,11 @@ pub(super) fn signal(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, 
     }))
 }
 
-pub(super) fn send_input(d: &mut Daemon, _call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::SendInput(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn send_input(
+    d: &mut Daemon,
+    _call: &Call,
+    a: InputArgs,
+) -> Result<Reply, CommandError> {
     let key = d.resolve(&Scope::Operator, &a.agent_id)?;
     let agent = d
         .panes
@@ -182,10 +172,7 @@ pub(super) fn send_input(d: &mut Daemon, _call: &Call, c: Command) -> Result<Rep
     }))
 }
 
-pub(super) fn hint(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Hint(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn hint(d: &mut Daemon, call: &Call, a: HintArgs) -> Result<Reply, CommandError> {
     if a.kind != "resume" {
         return Err(CommandError::invalid(format!(
             "unknown hint {:?} (resume)",

@@ -8,7 +8,7 @@
 //! one of that jail's panes (the `visible` check); on the operator socket
 //! a request without `pane` acts as the operator and sees everything.
 
-use super::{mismatch, Call};
+use super::Call;
 use crate::core::policy::Unit;
 use crate::core::tasks::{Actor, NewTask, Task, TaskError, TaskStatus, MAX_CONTEXT_BYTES};
 use crate::daemon::activity::{bounded, ACTIVITY_BURST};
@@ -17,8 +17,10 @@ use crate::daemon::control_plane::{wire_budget, BudgetView};
 use crate::daemon::event_loop::Daemon;
 use crate::protocol::control_plane::{ActivityType, AgentControlState, WireTask};
 use crate::protocol::{
-    ActivityReply, Command, CommandError, ErrorCode, Reply, StateReply, TaskReply, TasksReply,
-    WatchKind,
+    ActivityArgs, CallerArgs, TaskActArgs, TaskAddArgs, TaskClaimArgs, TasksArgs,
+};
+use crate::protocol::{
+    ActivityReply, CommandError, ErrorCode, Reply, StateReply, TaskReply, TasksReply, WatchKind,
 };
 
 /// The caller's pane id, `None` for the operator. A jail socket must name
@@ -69,10 +71,7 @@ fn task_error(e: TaskError) -> CommandError {
     CommandError::new(code, e.to_string())
 }
 
-pub(super) fn state(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::State(args) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn state(d: &mut Daemon, call: &Call, args: CallerArgs) -> Result<Reply, CommandError> {
     let me = caller(d, call, args.pane.as_deref())?;
     let agents = d
         .panes
@@ -135,10 +134,7 @@ fn governed_budget(
         .min_by_key(|b| b.remaining)
 }
 
-pub(super) fn tasks(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Tasks(args) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn tasks(d: &mut Daemon, call: &Call, args: TasksArgs) -> Result<Reply, CommandError> {
     let me = caller(d, call, args.pane.as_deref())?;
     let queue = &d.control.queue;
     let matching: Vec<&Task> = queue
@@ -191,12 +187,8 @@ fn journal_ready(d: &Daemon) -> Result<(), CommandError> {
     }
 }
 
-pub(super) fn add(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+pub(super) fn add(d: &mut Daemon, call: &Call, args: TaskAddArgs) -> Result<Reply, CommandError> {
     journal_ready(d)?;
-    let Command::TaskAdd(args) = c else {
-        return Err(mismatch(&c));
-    };
-    let args = *args;
     if let Some(j) = &args.jail {
         if !d.settings.jail_sockets.iter().any(|(name, _)| name == j) {
             return Err(CommandError::invalid(format!(
@@ -224,11 +216,12 @@ fn task_reply(d: &Daemon, id: u64) -> Reply {
     })
 }
 
-pub(super) fn claim(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+pub(super) fn claim(
+    d: &mut Daemon,
+    call: &Call,
+    args: TaskClaimArgs,
+) -> Result<Reply, CommandError> {
     journal_ready(d)?;
-    let Command::TaskClaim(args) = c else {
-        return Err(mismatch(&c));
-    };
     let Some(me) = caller(d, call, Some(&args.pane))? else {
         return Err(CommandError::not_found(&args.pane));
     };
@@ -247,35 +240,43 @@ pub(super) fn claim(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     Ok(task_reply(d, id))
 }
 
+/// What `act` does to a task.
+#[derive(Clone, Copy)]
+pub(super) enum TaskVerb {
+    Ack,
+    Done,
+    Fail,
+    Cancel,
+}
+
 /// `task-ack`, `task-done`, `task-fail`, `task-cancel`.
-pub(super) fn act(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
+pub(super) fn act(
+    d: &mut Daemon,
+    call: &Call,
+    args: TaskActArgs,
+    verb: TaskVerb,
+) -> Result<Reply, CommandError> {
     journal_ready(d)?;
-    let (args, verb) = match c {
-        Command::TaskAck(a) => (a, "ack"),
-        Command::TaskDone(a) => (a, "done"),
-        Command::TaskFail(a) => (a, "fail"),
-        Command::TaskCancel(a) => (a, "cancel"),
-        other => return Err(mismatch(&other)),
-    };
     let me = caller(d, call, args.pane.as_deref())?;
     let actor = me.as_deref().map_or(Actor::Operator, Actor::Agent);
     let q = &mut d.control.queue;
     let ev = match verb {
-        "ack" => q.ack(args.task_id, actor, call.t),
-        "done" => q.finish(args.task_id, actor, true, args.note, call.t),
-        "fail" => q.finish(args.task_id, actor, false, args.note, call.t),
-        _ if me.is_some() => Err(TaskError::OperatorOnly("cancel")),
-        _ => q.cancel(args.task_id, call.t),
+        TaskVerb::Ack => q.ack(args.task_id, actor, call.t),
+        TaskVerb::Done => q.finish(args.task_id, actor, true, args.note, call.t),
+        TaskVerb::Fail => q.finish(args.task_id, actor, false, args.note, call.t),
+        TaskVerb::Cancel if me.is_some() => Err(TaskError::OperatorOnly("cancel")),
+        TaskVerb::Cancel => q.cancel(args.task_id, call.t),
     }
     .map_err(task_error)?;
     d.task_changed(ev, call.t);
     Ok(task_reply(d, args.task_id))
 }
 
-pub(super) fn activity(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Activity(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn activity(
+    d: &mut Daemon,
+    call: &Call,
+    a: ActivityArgs,
+) -> Result<Reply, CommandError> {
     let Some(pane) = caller(d, call, Some(&a.pane))? else {
         return Err(CommandError::not_found(&a.pane));
     };

@@ -6,14 +6,12 @@ use crate::daemon::conn::Scope;
 use crate::daemon::diag::log_info;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::PaneKey;
-use crate::protocol::{Command, CommandError, ErrorCode, LifecycleReply, Reply};
+use crate::protocol::AgentArgs;
+use crate::protocol::{CommandError, ErrorCode, LifecycleReply, Reply};
 
-use super::{mismatch, Call};
+use super::Call;
 
-pub(super) fn start(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::StartAgent(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn start(d: &mut Daemon, call: &Call, a: AgentArgs) -> Result<Reply, CommandError> {
     refuse_while_stopping(d)?;
     let key = d.resolve(&Scope::Operator, &a.agent_id)?;
     let actual = actual(d, key)?;
@@ -33,10 +31,7 @@ pub(super) fn start(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     reply(d, key, "started")
 }
 
-pub(super) fn stop(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::StopAgent(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn stop(d: &mut Daemon, call: &Call, a: AgentArgs) -> Result<Reply, CommandError> {
     let key = d.resolve(&Scope::Operator, &a.agent_id)?;
     let was = actual(d, key)?;
     let who = StopCause::Operator {
@@ -54,10 +49,7 @@ pub(super) fn stop(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Com
     )
 }
 
-pub(super) fn restart(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::RestartAgent(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn restart(d: &mut Daemon, call: &Call, a: AgentArgs) -> Result<Reply, CommandError> {
     refuse_while_stopping(d)?;
     let key = d.resolve(&Scope::Operator, &a.agent_id)?;
     if d.panes.agent(key).is_some_and(|a| a.recipe.is_none()) {
@@ -70,10 +62,7 @@ pub(super) fn restart(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, 
     reply(d, key, "restarting")
 }
 
-pub(super) fn remove(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::RemoveAgent(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn remove(d: &mut Daemon, call: &Call, a: AgentArgs) -> Result<Reply, CommandError> {
     let key = d.resolve(&Scope::Operator, &a.agent_id)?;
     if actual(d, key)?.is_alive() {
         return Err(CommandError::invalid(format!(

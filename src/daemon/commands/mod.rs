@@ -1,11 +1,13 @@
-//! Socket commands: one handler per command, found through one table.
+//! Socket commands: one handler per command, chosen by one exhaustive
+//! `match` on the typed [`Command`] (a new command does not compile until
+//! it is served).
 //!
-//! `protocol::COMMANDS` names every command and its scope; [`HANDLERS`]
-//! holds the handler for each row, in the same order (a unit test keeps
-//! them in step). Dispatch, the jail-scope check and the docs tidy test all
-//! derive from those two tables, as tmux's `cmd_table` does.
+//! `protocol::COMMANDS` names every command and its scope: the scope
+//! check and the docs tidy test derive from it, as from tmux's
+//! `cmd_table`.
 //!
-//! A handler takes the daemon and the [`Call`] and returns a typed
+//! A handler takes the daemon, the [`Call`] and its command's own
+//! arguments, and returns a typed
 //! [`Reply`] or a [`CommandError`] with a stable code; it never writes to
 //! the client itself. Groups: `query` (status, snapshots, sessions,
 //! whoami), `agents` (spawn), `control` (kill, pause, signal, input, hint),
@@ -28,9 +30,7 @@ use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::ConnId;
 use crate::daemon::source::PaneKey;
-use crate::protocol::{
-    self, Command, CommandError, CommandScope, ErrorCode, Reply, Request, COMMANDS,
-};
+use crate::protocol::{self, Command, CommandError, CommandScope, ErrorCode, Reply, Request};
 
 /// Who called, on which socket, when.
 pub(crate) struct Call {
@@ -41,58 +41,51 @@ pub(crate) struct Call {
     pub rid: Option<serde_json::Value>,
 }
 
-type Handler = fn(&mut Daemon, &Call, Command) -> Result<Reply, CommandError>;
-
-/// One handler per row of `protocol::COMMANDS`, in its order, each named
-/// for the row it serves (the unit test below checks the names).
-const HANDLERS: [(&str, Handler); COMMANDS.len()] = [
-    ("status", query::status),
-    ("glasspane-snapshot", query::glasspane_snapshot),
-    ("snapshot", query::snapshot),
-    ("list-sessions", query::list_sessions),
-    ("spawn-agent", agents::spawn),
-    ("kill-agent", control::kill),
-    ("get-session", session::get),
-    ("compact-session", session::compact),
-    ("watch", watch::watch),
-    ("pause-agent", control::pause),
-    ("resume-agent", control::resume),
-    ("signal-agent", control::signal),
-    ("send-input", control::send_input),
-    ("emit", watch::emit),
-    ("whoami", query::whoami),
-    ("hint", control::hint),
-    ("state", control_plane::state),
-    ("tasks", control_plane::tasks),
-    ("task-add", control_plane::add),
-    ("task-claim", control_plane::claim),
-    ("task-ack", control_plane::act),
-    ("task-done", control_plane::act),
-    ("task-fail", control_plane::act),
-    ("task-cancel", control_plane::act),
-    ("activity", control_plane::activity),
-    ("start-agent", lifecycle::start),
-    ("stop-agent", lifecycle::stop),
-    ("restart-agent", lifecycle::restart),
-    ("remove-agent", lifecycle::remove),
-    ("attach", attach::attach),
-    ("attach-input", attach::input),
-    ("attach-resize", attach::resize_cmd),
-    ("approvals", approvals::list),
-    ("approve", approvals::approve),
-    ("deny", approvals::deny),
-    ("answer", approvals::answer),
-    ("hook", approvals::hook),
-    ("budget", budget::budget),
-];
-
-/// A handler reached with another command's arguments: the tables are out
-/// of step (a bug the unit test below catches first).
-fn mismatch(c: &Command) -> CommandError {
-    CommandError::new(
-        ErrorCode::Internal,
-        format!("no handler for {} in this row", c.name()),
-    )
+/// Each command to its handler: one exhaustive `match`, so a new command
+/// does not compile until it is served (`protocol::COMMANDS` keeps the
+/// names, scopes and docs).
+fn dispatch(d: &mut Daemon, call: &Call, command: Command) -> Result<Reply, CommandError> {
+    use control_plane::TaskVerb;
+    match command {
+        Command::Status => query::status(d, call),
+        Command::GlasspaneSnapshot => query::glasspane_snapshot(d, call),
+        Command::Snapshot(a) => query::snapshot(d, call, a),
+        Command::ListSessions => query::list_sessions(d, call),
+        Command::SpawnAgent(a) => agents::spawn(d, call, a),
+        Command::KillAgent(a) => control::kill(d, call, a),
+        Command::GetSession(a) => session::get(d, call, a),
+        Command::CompactSession(a) => session::compact(d, call, a),
+        Command::Watch(a) => watch::watch(d, call, a),
+        Command::PauseAgent(a) => control::pause(d, call, a),
+        Command::ResumeAgent(a) => control::resume(d, call, a),
+        Command::SignalAgent(a) => control::signal(d, call, a),
+        Command::SendInput(a) => control::send_input(d, call, a),
+        Command::Emit(a) => watch::emit(d, call, a),
+        Command::Whoami => query::whoami(d, call),
+        Command::Hint(a) => control::hint(d, call, a),
+        Command::State(a) => control_plane::state(d, call, a),
+        Command::Tasks(a) => control_plane::tasks(d, call, a),
+        Command::TaskAdd(a) => control_plane::add(d, call, *a),
+        Command::TaskClaim(a) => control_plane::claim(d, call, a),
+        Command::TaskAck(a) => control_plane::act(d, call, a, TaskVerb::Ack),
+        Command::TaskDone(a) => control_plane::act(d, call, a, TaskVerb::Done),
+        Command::TaskFail(a) => control_plane::act(d, call, a, TaskVerb::Fail),
+        Command::TaskCancel(a) => control_plane::act(d, call, a, TaskVerb::Cancel),
+        Command::Activity(a) => control_plane::activity(d, call, a),
+        Command::StartAgent(a) => lifecycle::start(d, call, a),
+        Command::StopAgent(a) => lifecycle::stop(d, call, a),
+        Command::RestartAgent(a) => lifecycle::restart(d, call, a),
+        Command::RemoveAgent(a) => lifecycle::remove(d, call, a),
+        Command::Attach(a) => attach::attach(d, call, a),
+        Command::AttachInput(a) => attach::input(d, call, a),
+        Command::AttachResize(a) => attach::resize_cmd(d, call, a),
+        Command::Approvals(a) => approvals::list(d, call, a),
+        Command::Approve(a) => approvals::approve(d, call, a),
+        Command::Deny(a) => approvals::deny(d, call, a),
+        Command::Answer(a) => approvals::answer(d, call, a),
+        Command::Hook(a) => approvals::hook(d, call, a),
+        Command::Budget(a) => budget::budget(d, call, a),
+    }
 }
 
 impl Daemon {
@@ -127,10 +120,10 @@ impl Daemon {
             t,
             rid: rid.clone(),
         };
-        let (_, handler) = HANDLERS[req.command.index()];
+
         // Large typed replies (snapshots, status, sessions) are serialised
         // straight into the reply line, never through a `Value` tree.
-        Some(match handler(self, &call, req.command) {
+        Some(match dispatch(self, &call, req.command) {
             Ok(Reply::Deferred) => return None,
             Ok(reply) => protocol::ok_line(rid.as_ref(), &reply),
             Err(e) => protocol::err_line(rid.as_ref(), e.code, &e.message),
@@ -158,22 +151,5 @@ impl Daemon {
 
     pub(crate) fn visible(&self, scope: &Scope, key: PaneKey) -> bool {
         crate::daemon::views::pane_visible(&self.panes, scope, key)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_handler_table_follows_the_command_table() {
-        let rows: Vec<&str> = HANDLERS.iter().map(|(name, _)| *name).collect();
-        assert_eq!(rows, protocol::COMMAND_NAMES.to_vec());
-        for (i, info) in COMMANDS.iter().enumerate() {
-            let line = format!("{{\"cmd\":\"{}\"}}", info.name);
-            if let Ok(req) = Request::parse(line.as_bytes()) {
-                assert_eq!(req.command.index(), i, "{}", info.name);
-            }
-        }
     }
 }

@@ -4,19 +4,16 @@
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::snapshot_stream::{Schema, SnapshotStream};
 use crate::platform;
-use crate::protocol::{Command, CommandError, Reply, WhoamiReply, SNAPSHOT_V1, SNAPSHOT_V2};
+use crate::protocol::SnapshotArgs;
+use crate::protocol::{CommandError, Reply, WhoamiReply, SNAPSHOT_V1, SNAPSHOT_V2};
 
-use super::{mismatch, Call};
+use super::Call;
 
-pub(super) fn status(d: &mut Daemon, call: &Call, _c: Command) -> Result<Reply, CommandError> {
+pub(super) fn status(d: &mut Daemon, call: &Call) -> Result<Reply, CommandError> {
     Ok(Reply::Status(Box::new(d.status_data(&call.scope, call.t))))
 }
 
-pub(super) fn glasspane_snapshot(
-    d: &mut Daemon,
-    call: &Call,
-    _c: Command,
-) -> Result<Reply, CommandError> {
+pub(super) fn glasspane_snapshot(d: &mut Daemon, call: &Call) -> Result<Reply, CommandError> {
     Ok(stream_snapshot(d, call, Schema::V1))
 }
 
@@ -35,10 +32,11 @@ fn stream_snapshot(d: &mut Daemon, call: &Call, schema: Schema) -> Reply {
     Reply::Deferred
 }
 
-pub(super) fn snapshot(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Snapshot(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn snapshot(
+    d: &mut Daemon,
+    call: &Call,
+    a: SnapshotArgs,
+) -> Result<Reply, CommandError> {
     match a.schema.as_deref() {
         None | Some("v1") | Some(SNAPSHOT_V1) => Ok(stream_snapshot(d, call, Schema::V1)),
         Some("v2") | Some(SNAPSHOT_V2) => Ok(stream_snapshot(d, call, Schema::V2)),
@@ -48,15 +46,11 @@ pub(super) fn snapshot(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply,
     }
 }
 
-pub(super) fn list_sessions(
-    d: &mut Daemon,
-    _call: &Call,
-    _c: Command,
-) -> Result<Reply, CommandError> {
+pub(super) fn list_sessions(d: &mut Daemon, _call: &Call) -> Result<Reply, CommandError> {
     Ok(Reply::Sessions(d.sessions()))
 }
 
-pub(super) fn whoami(d: &mut Daemon, call: &Call, _c: Command) -> Result<Reply, CommandError> {
+pub(super) fn whoami(d: &mut Daemon, call: &Call) -> Result<Reply, CommandError> {
     let scope = &call.scope;
     let peer = d
         .conns

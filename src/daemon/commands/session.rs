@@ -4,16 +4,14 @@
 use crate::daemon::compaction::store_error;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::session_stream::SessionStream;
-use crate::protocol::{Command, CommandError, Reply};
+use crate::protocol::SessionArgs;
+use crate::protocol::{CommandError, Reply};
 
-use super::{mismatch, Call};
+use super::Call;
 
 /// Streamed (`daemon::session_stream`): the reply is made from the log a
 /// slice at a time as the client reads it, never held whole.
-pub(super) fn get(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::GetSession(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn get(d: &mut Daemon, call: &Call, a: SessionArgs) -> Result<Reply, CommandError> {
     let src = d
         .store
         .open_dump(&a.session_id)
@@ -37,10 +35,7 @@ fn longest_record(d: &Daemon) -> usize {
 
 /// Answered when the compaction ends (`daemon::compaction`): the log is
 /// compacted a slice per wakeup, never in one go on the loop.
-pub(super) fn compact(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::CompactSession(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn compact(d: &mut Daemon, call: &Call, a: SessionArgs) -> Result<Reply, CommandError> {
     d.compact_session(&a.session_id, call.conn, call.rid.clone())?;
     Ok(Reply::Deferred)
 }

@@ -5,14 +5,12 @@ use crate::core::pane::LineKind;
 use crate::core::state::AgentState;
 use crate::daemon::conn::WatchFilter;
 use crate::daemon::event_loop::Daemon;
-use crate::protocol::{Command, CommandError, EmitReply, ErrorCode, Reply, WatchMode, WatchReply};
+use crate::protocol::{CommandError, EmitReply, ErrorCode, Reply, WatchMode, WatchReply};
+use crate::protocol::{EmitArgs, WatchArgs};
 
-use super::{mismatch, Call};
+use super::Call;
 
-pub(super) fn watch(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Watch(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn watch(d: &mut Daemon, call: &Call, a: WatchArgs) -> Result<Reply, CommandError> {
     let panes = match a.panes {
         None => None,
         Some(list) => {
@@ -44,10 +42,7 @@ pub(super) fn watch(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, Co
     }))
 }
 
-pub(super) fn emit(d: &mut Daemon, call: &Call, c: Command) -> Result<Reply, CommandError> {
-    let Command::Emit(a) = c else {
-        return Err(mismatch(&c));
-    };
+pub(super) fn emit(d: &mut Daemon, call: &Call, a: EmitArgs) -> Result<Reply, CommandError> {
     let key = d.resolve(&call.scope, &a.agent_id)?;
     if !a.event.is_object() {
         return Err(CommandError::invalid("event must be a JSON object"));
