@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|line: &[u8]| {
-    colibri::daemon::store::check_log_roundtrip(line);
+    colibri::daemon::check_log_roundtrip(line);
 });

@@ -56,6 +56,11 @@ pub use event_loop::{now, Daemon, DaemonError};
 pub use settings::{Reload, Settings};
 // What colibrid, the integration tests and the benches use; the rest of
 // the daemon is the crate's own, so the compiler reports its dead code.
+/// The session log's write-then-read oracle, for `fuzz/` (built with
+/// `--cfg fuzzing`).
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub use store::check_log_roundtrip;
 pub use store::{LineRecord, SessionStore, StoreConfig, MAX_OPEN_LOGS};
 pub use supervise::{write_records, RECORDS_FILE};
 

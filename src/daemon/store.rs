@@ -69,7 +69,7 @@ pub use self::flush::FlushReport;
 pub use self::open::{RecoveredAnswer, RecoveredPane, Recovery};
 #[cfg(test)]
 pub use self::pressure::READ_AHEAD;
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 pub use self::record::check_log_roundtrip;
 pub use self::rescue::ShutdownOutcome;
 #[cfg(test)]

@@ -155,7 +155,7 @@ impl RecordHead {
 }
 
 /// `{"ts":…,"pane":…,"ev":<line>}\n`; `line` must satisfy [`embeddable_event`].
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 pub(super) fn encode_event(
     out: &mut Vec<u8>,
     ts: &mut TsText,
@@ -175,7 +175,7 @@ pub(super) fn event_tail(out: &mut Vec<u8>, line: &[u8]) {
 }
 
 /// `{"ts":…,"pane":…,"raw":"<lossy text>"}\n`.
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 pub(super) fn encode_raw(
     out: &mut Vec<u8>,
     ts: &mut TsText,
@@ -320,7 +320,7 @@ pub(super) fn encode_log_replaced(out: &mut Vec<u8>, ts: &mut TsText, now: Times
 /// byte scan, and the one-scan `plain_object`) must then agree.
 /// Panics on a mismatch.
 #[doc(hidden)]
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 pub fn check_log_roundtrip(line: &[u8]) {
     use crate::core::taxonomy::{Adapter, Runtime};
 

@@ -61,7 +61,7 @@ pub(super) struct RecordFields<'a> {
     #[serde(default)]
     pub dropped: Option<u64>,
     /// What tests compare a raw line with.
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     #[serde(borrow, default)]
     pub raw: Option<Cow<'a, str>>,
 }
@@ -92,7 +92,7 @@ impl<'a> RecordFields<'a> {
 /// each verbatim, and the count of those that do not. The check is the
 /// one recovery applies, and it accepts any JSON text: no depth limit, no
 /// range check on numbers, lone surrogate escapes kept as written.
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 pub(super) fn complete_records(bytes: &[u8]) -> (Vec<Box<RawValue>>, u64) {
     let mut records = Vec::new();
     let mut scanner = RecordScanner::new(usize::MAX);
