@@ -159,7 +159,6 @@ enum Refusal {
 fn read_request(mut stream: TcpStream, limits: &Limits) -> Result<Request, (TcpStream, Refusal)> {
     let deadline = Instant::now() + limits.head_time;
     let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
     let head_end = loop {
         if let Some(end) = find_head_end(&buf) {
             break end;
@@ -167,24 +166,9 @@ fn read_request(mut stream: TcpStream, limits: &Limits) -> Result<Request, (TcpS
         if buf.len() >= limits.head_bytes {
             return Err((stream, Refusal::Status(431)));
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return Err((stream, Refusal::Status(408)));
-        }
-        let room = (limits.head_bytes - buf.len()).min(chunk.len());
-        match stream.read(&mut chunk[..room]) {
-            Ok(0) => return Err((stream, Refusal::Gone)),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err((stream, Refusal::Status(408)))
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Err((stream, Refusal::Gone)),
+        let room = limits.head_bytes - buf.len();
+        if let Err(why) = read_more(&mut stream, deadline, &mut buf, room) {
+            return Err((stream, why));
         }
     };
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -232,24 +216,9 @@ fn read_request(mut stream: TcpStream, limits: &Limits) -> Result<Request, (TcpS
     let mut body = buf.split_off(head_end);
     body.truncate(length);
     while body.len() < length {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return Err((stream, Refusal::Status(408)));
-        }
-        let want = (length - body.len()).min(chunk.len());
-        match stream.read(&mut chunk[..want]) {
-            Ok(0) => return Err((stream, Refusal::Gone)),
-            Ok(n) => body.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err((stream, Refusal::Status(408)))
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Err((stream, Refusal::Gone)),
+        let want = length - body.len();
+        if let Err(why) = read_more(&mut stream, deadline, &mut body, want) {
+            return Err((stream, why));
         }
     }
     // Reads from here on belong to an event stream, which reads nothing.
@@ -277,6 +246,41 @@ fn linger(mut stream: TcpStream) {
         match stream.read(&mut sink) {
             Ok(0) | Err(_) => break,
             Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
+/// Appends to `buf` what one read brings, at most `want` bytes, before
+/// `deadline`: `408` when time is up, `Gone` when the peer closed or failed.
+fn read_more(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    buf: &mut Vec<u8>,
+    want: usize,
+) -> Result<(), Refusal> {
+    let mut chunk = [0u8; 4096];
+    let want = want.min(chunk.len());
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return Err(Refusal::Status(408));
+        }
+        match stream.read(&mut chunk[..want]) {
+            Ok(0) => return Err(Refusal::Gone),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                return Ok(());
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Refusal::Status(408))
+            }
+            Err(_) => return Err(Refusal::Gone),
         }
     }
 }
