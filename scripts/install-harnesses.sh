@@ -15,8 +15,14 @@
 #   pi        PI_CODING_AGENT_DIR=DIR with DIR/models.json naming a provider
 #             {"baseUrl":"http://127.0.0.1:PORT","api":"anthropic-messages",
 #             "apiKey":"dummy"}; --provider NAME --model ID
-#   codex, gemini, opencode: installed and pinned here, not yet driven by the
-#             tests (see docs/TAXONOMY.md, "Seen on the real programs").
+#   codex     CODEX_HOME=DIR with DIR/config.toml naming a model provider
+#             (base_url = "http://127.0.0.1:PORT/v1", wire_api = "responses",
+#             env_key naming a variable that holds a dummy key)
+#   gemini    GEMINI_API_KEY=dummy GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:PORT
+#             GEMINI_CLI_TRUST_WORKSPACE=true, ~/.gemini/settings.json with
+#             security.auth.selectedType = "gemini-api-key"; --model NAME
+#   opencode  ~/.config/opencode/opencode.json with a provider using
+#             @ai-sdk/openai-compatible, options.baseURL = .../v1
 set -eu
 dir=${COLIBRI_HARNESS_DIR:-$HOME/.cache/colibri-harnesses}
 mkdir -p "$dir"

@@ -316,6 +316,30 @@ fn every_real_shaped_stream_folds_as_expected() {
     }
 }
 
+/// What the real harness programs printed under colibrid against the
+/// scripted provider (`tests/recorded/README.md`): at least one stream per
+/// harness that can run here.
+#[test]
+fn every_recording_of_a_real_harness_folds_as_expected() {
+    let root = repo_dir("recorded");
+    let all = cases(&root, ".expect.json");
+    for harness in ["claude", "codex", "gemini", "opencode", "pi"] {
+        let n = all
+            .iter()
+            .filter(|(p, _)| {
+                p.parent()
+                    .and_then(Path::file_name)
+                    .and_then(|d| d.to_str())
+                    .is_some_and(|d| d.starts_with(&format!("{harness}-")))
+            })
+            .count();
+        assert!(n >= 1, "tests/recorded holds no stream of {harness}");
+    }
+    for (jsonl, expect) in all {
+        fold_and_check(&root, &jsonl, &expect, Cuts::All);
+    }
+}
+
 /// Real recordings kept outside the repository (see `tests/real/SOURCES.md`
 /// for why they are not committed): each `X.jsonl` under the directory named
 /// by `COLIBRI_REAL_CORPUS` must fold to what `X.report.json` says.

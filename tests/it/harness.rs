@@ -65,6 +65,42 @@ fn quiet_env(home: &std::path::Path) -> serde_json::Map<String, Value> {
     env
 }
 
+/// With `COLIBRI_RECORD_DIR` set, writes the lines the harness printed in
+/// pane `id` (from its session log, byte for byte) to
+/// `DIR/<harness>-<version>/<case>.jsonl`: how `tests/recorded/` is made.
+fn record(d: &Colibrid, id: &str, (name, version, _): (&str, &str, &str), case: &str) {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(borrow)]
+        ev: Option<&'a serde_json::value::RawValue>,
+        raw: Option<String>,
+    }
+    let Some(dir) = std::env::var_os("COLIBRI_RECORD_DIR") else {
+        return;
+    };
+    let session = d.pane(id)["daemon_session"]
+        .as_str()
+        .expect("the pane's session")
+        .to_string();
+    let log = std::fs::read_to_string(d.state.join("sessions").join(format!("{session}.jsonl")))
+        .expect("the session log");
+    let mut out = String::new();
+    for line in log.lines() {
+        let Ok(rec) = serde_json::from_str::<Line>(line) else {
+            continue;
+        };
+        match (rec.ev, rec.raw) {
+            (Some(ev), _) => out.push_str(ev.get()),
+            (None, Some(raw)) => out.push_str(&raw),
+            (None, None) => continue,
+        }
+        out.push('\n');
+    }
+    let dir = PathBuf::from(dir).join(format!("{name}-{version}"));
+    std::fs::create_dir_all(&dir).expect("the recording directory");
+    std::fs::write(dir.join(format!("{case}.jsonl")), out).expect("the recording");
+}
+
 fn assert_usage(pane: &Value, want: Tokens) {
     let u = &pane["usage"];
     let got = Tokens {
@@ -171,6 +207,7 @@ fn claude_code_asks_over_stream_json_and_an_approved_command_runs_and_is_counted
     assert!(p["usage"]["cost_usd"].as_f64() > Some(0.0), "{p}");
     assert_eq!(p["last_tool"]["name"], json!("Bash"), "{p}");
     assert!(pending(&d, &id).is_empty());
+    record(&d, &id, CLAUDE, "stream-json-approved");
     d.ok(json!({"cmd":"kill-agent","agent_id":id}));
 }
 
@@ -193,6 +230,11 @@ fn claude_code_sees_the_operators_denial_of_its_command() {
         !d.path("claude-work").join("never-made").exists(),
         "the denied command ran"
     );
+    // Told no, Claude Code answers and ends its query.
+    d.wait_pane(&id, "the query to end", |p| {
+        p["state"] == json!("idle") || p["state"] == json!("done")
+    });
+    record(&d, &id, CLAUDE, "stream-json-denied");
     d.ok(json!({"cmd":"kill-agent","agent_id":id}));
 }
 
@@ -260,4 +302,392 @@ fn pi_runs_a_whole_turn_in_json_mode_and_its_usage_is_what_the_provider_reported
     let result = reqs[1].tool_results()[0].to_string();
     assert!(result.contains("scripted-ok"), "tool result: {result}");
     d.wait_pane(&id, "pi to exit 0", |p| p["exit"]["code"] == json!(0));
+    record(&d, &id, PI, "json-shell-then-answer");
+}
+
+const CODEX: (&str, &str, &str) = ("codex", "0.171.0", "codex");
+const GEMINI: (&str, &str, &str) = ("gemini", "0.61.0", "gemini");
+const OPENCODE: (&str, &str, &str) = ("opencode", "1.18.33", "opencode");
+
+/// Codex's home (`CODEX_HOME`) with the scripted provider as its model
+/// provider, over the Responses API, with no retries.
+fn codex_env(d: &Colibrid, provider: &Provider) -> serde_json::Map<String, Value> {
+    let home = d.path("codex-home");
+    let codex_home = home.join(".codex");
+    std::fs::create_dir_all(&codex_home).expect("codex home");
+    let config = format!(
+        "model = \"gpt-5.1-codex\"\nmodel_provider = \"scripted\"\n\
+         [model_providers.scripted]\nname = \"scripted\"\nbase_url = \"{}/v1\"\n\
+         wire_api = \"responses\"\nenv_key = \"SCRIPTED_API_KEY\"\n\
+         request_max_retries = 0\nstream_max_retries = 0\n",
+        provider.base_url()
+    );
+    std::fs::write(codex_home.join("config.toml"), config).expect("codex config");
+    let mut env = quiet_env(&home);
+    env.insert("CODEX_HOME".into(), json!(codex_home.display().to_string()));
+    env.insert("SCRIPTED_API_KEY".into(), json!("sk-scripted"));
+    env
+}
+
+/// `codex exec --json` on one prompt, in a working directory of its own.
+fn codex_exec(d: &Colibrid, codex: &std::path::Path, provider: &Provider) -> String {
+    let work = d.path("codex-work");
+    std::fs::create_dir_all(&work).expect("work");
+    let codex = codex.display().to_string();
+    d.spawn(
+        &[
+            &codex,
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "Run the scripted command.",
+        ],
+        json!({"runtime":"codex","env":codex_env(d, provider),"cwd":work.display().to_string()}),
+    )
+}
+
+#[test]
+fn codex_runs_a_whole_exec_turn_and_its_usage_is_the_providers_without_the_cached_twice() {
+    let Some(codex) = harness(CODEX) else {
+        return;
+    };
+    let scenario = Scenario::shell_then_answer("echo scripted-ok");
+    // The Responses API has no cache writes; its input count holds the
+    // cached tokens, which colibri must not count again.
+    let want = scenario.total().without_cache_writes();
+    let provider = Provider::start(scenario);
+    let d = Colibrid::start(&[]);
+    let id = codex_exec(&d, &codex, &provider);
+    let p = d.wait_pane(&id, "codex to exit", |p| !p["exit"].is_null());
+    assert_eq!(p["state"], json!("done"), "{p}");
+    assert_eq!(p["exit"]["code"], json!(0), "{p}");
+    assert_usage(&p, want);
+    assert_eq!(p["last_tool"]["name"], json!("shell"), "{p}");
+    assert!(
+        p["last_tool"]["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("echo scripted-ok")),
+        "{p}"
+    );
+    assert!(p["session_id"].is_string(), "the thread id: {p}");
+    let reqs = provider.model_requests();
+    assert!(
+        reqs.iter().all(|r| r.path == "/v1/responses"),
+        "{:?}",
+        reqs.len()
+    );
+    let result = reqs[1].tool_results()[0].to_string();
+    assert!(result.contains("scripted-ok"), "tool result: {result}");
+    record(&d, &id, CODEX, "exec-shell-then-answer");
+}
+
+/// Gemini CLI's home with an API key as its auth and nothing sent
+/// elsewhere; the scripted provider through `GOOGLE_GEMINI_BASE_URL`.
+fn gemini_env(d: &Colibrid, provider: &Provider) -> serde_json::Map<String, Value> {
+    let home = d.path("gemini-home");
+    std::fs::create_dir_all(home.join(".gemini")).expect("gemini home");
+    let settings = json!({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+        "privacy": {"usageStatisticsEnabled": false},
+        "telemetry": {"enabled": false},
+    });
+    std::fs::write(home.join(".gemini/settings.json"), settings.to_string()).expect("settings");
+    let mut env = quiet_env(&home);
+    env.insert("GEMINI_API_KEY".into(), json!("scripted"));
+    env.insert("GOOGLE_GEMINI_BASE_URL".into(), json!(provider.base_url()));
+    // Headless runs refuse an untrusted folder.
+    env.insert("GEMINI_CLI_TRUST_WORKSPACE".into(), json!("true"));
+    env
+}
+
+#[test]
+fn gemini_runs_a_whole_headless_turn_and_its_usage_is_the_providers() {
+    let Some(gemini) = harness(GEMINI) else {
+        return;
+    };
+    let scenario = Scenario::shell_then_answer("echo scripted-ok");
+    let want = scenario.total().without_cache_writes();
+    let provider = Provider::start(scenario);
+    let d = Colibrid::start(&[]);
+    let work = d.path("gemini-work");
+    std::fs::create_dir_all(&work).expect("work");
+    let gemini = gemini.display().to_string();
+    // Headless, Gemini CLI offers no tool that needs a confirmation (the
+    // shell among them) unless told to run them all: `--approval-mode yolo`.
+    let id = d.spawn(
+        &[
+            &gemini,
+            "--model",
+            "gemini-2.5-flash",
+            "--approval-mode",
+            "yolo",
+            "--output-format",
+            "stream-json",
+            "--prompt",
+            "Run the scripted command.",
+        ],
+        json!({"runtime":"gemini","env":gemini_env(&d, &provider),"cwd":work.display().to_string()}),
+    );
+    let p = d.wait_pane(&id, "gemini to exit", |p| !p["exit"].is_null());
+    assert_eq!(p["state"], json!("done"), "{p}");
+    assert_eq!(p["exit"]["code"], json!(0), "{p}");
+    assert_usage(&p, want);
+    assert_eq!(p["last_tool"]["name"], json!("run_shell_command"), "{p}");
+    assert!(p["session_id"].is_string(), "{p}");
+    let reqs = provider.model_requests();
+    assert!(
+        reqs.iter()
+            .all(|r| r.path.contains(":streamGenerateContent")),
+        "{:?}",
+        reqs.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
+    let result = reqs[1].tool_results()[0].to_string();
+    assert!(result.contains("scripted-ok"), "tool result: {result}");
+    record(&d, &id, GEMINI, "yolo-shell-then-answer");
+}
+
+/// OpenCode's config with the scripted provider as an OpenAI-compatible
+/// one (Chat Completions), and `bash` set to `permission`.
+fn opencode_env(d: &Colibrid, provider: &Provider, bash: &str) -> serde_json::Map<String, Value> {
+    let home = d.path("opencode-home");
+    let config_dir = home.join(".config/opencode");
+    std::fs::create_dir_all(&config_dir).expect("opencode config dir");
+    let config = json!({
+        "$schema": "https://opencode.ai/config.json",
+        "autoupdate": false,
+        "share": "disabled",
+        "permission": {"bash": bash},
+        "provider": {"scripted": {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "Scripted",
+            "options": {"baseURL": format!("{}/v1", provider.base_url()), "apiKey": "scripted"},
+            "models": {"scripted-model": {"name": "Scripted"}},
+        }},
+        "model": "scripted/scripted-model",
+    });
+    std::fs::write(config_dir.join("opencode.json"), config.to_string()).expect("opencode.json");
+    quiet_env(&home)
+}
+
+fn opencode_run(
+    d: &Colibrid,
+    opencode: &std::path::Path,
+    provider: &Provider,
+    bash: &str,
+) -> String {
+    let work = d.path("opencode-work");
+    std::fs::create_dir_all(&work).expect("work");
+    let opencode = opencode.display().to_string();
+    d.spawn(
+        &[&opencode, "run", "--format", "json", "Run the scripted command."],
+        json!({"runtime":"opencode","env":opencode_env(d, provider, bash),"cwd":work.display().to_string()}),
+    )
+}
+
+#[test]
+fn opencode_runs_a_whole_turn_over_chat_completions_and_its_usage_is_the_providers() {
+    let Some(opencode) = harness(OPENCODE) else {
+        return;
+    };
+    let scenario = Scenario::shell_then_answer("echo scripted-ok");
+    let want = scenario.total().without_cache_writes();
+    let provider = Provider::start(scenario);
+    let d = Colibrid::start(&[]);
+    let id = opencode_run(&d, &opencode, &provider, "allow");
+    let p = d.wait_pane(&id, "opencode to exit", |p| !p["exit"].is_null());
+    assert_eq!(p["state"], json!("done"), "{p}");
+    assert_eq!(p["exit"]["code"], json!(0), "{p}");
+    assert_usage(&p, want);
+    assert_eq!(p["last_tool"]["name"], json!("bash"), "{p}");
+    let reqs = provider.model_requests();
+    assert!(reqs.iter().all(|r| r.path == "/v1/chat/completions"));
+    let result = reqs[1].tool_results()[0].to_string();
+    assert!(result.contains("scripted-ok"), "tool result: {result}");
+    record(&d, &id, OPENCODE, "run-shell-then-answer");
+}
+
+#[test]
+fn opencode_stopped_by_a_permission_it_may_not_ask_for_headless_is_an_error() {
+    let Some(opencode) = harness(OPENCODE) else {
+        return;
+    };
+    let provider = Provider::start(Scenario::shell_then_answer("touch never-made"));
+    let d = Colibrid::start(&[]);
+    // `opencode run` cannot ask: a permission set to `ask` is rejected.
+    let id = opencode_run(&d, &opencode, &provider, "ask");
+    let p = d.wait_pane(&id, "opencode to exit", |p| !p["exit"].is_null());
+    assert_eq!(p["state"], json!("error"), "{p}");
+    assert!(
+        !d.path("opencode-work").join("never-made").exists(),
+        "the rejected command ran"
+    );
+    record(&d, &id, OPENCODE, "run-permission-rejected");
+}
+
+/// A TOML inline table of `env`.
+fn toml_env(env: &serde_json::Map<String, Value>) -> String {
+    let pairs: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k} = {:?}", v.as_str().unwrap_or("")))
+        .collect();
+    format!("{{ {} }}", pairs.join(", "))
+}
+
+#[test]
+fn codex_declared_comes_back_after_colibrid_restarts_resumed_in_its_own_session() {
+    let Some(codex) = harness(CODEX) else {
+        return;
+    };
+    // The answer after the tool result is held: colibrid stops while Codex
+    // waits for it, mid-turn.
+    let provider = Provider::start(Scenario::shell_then_answer("echo scripted-ok").holding(1));
+    let mut d = Colibrid::start(&[]);
+    let work = d.path("codex-work");
+    std::fs::create_dir_all(&work).expect("work");
+    let argv = [
+        codex.display().to_string(),
+        "exec".into(),
+        "--json".into(),
+        "--skip-git-repo-check".into(),
+        "Run the scripted command.".into(),
+    ];
+    let config = format!(
+        "[agents.cx]\nargv = {argv:?}\nruntime = \"codex\"\ncwd = {:?}\nrestart = \"on-failure\"\nenv = {}\n",
+        work.display().to_string(),
+        toml_env(&codex_env(&d, &provider)),
+    );
+    let cfg = d.path("colibri.toml");
+    std::fs::write(&cfg, config).expect("config");
+    d.terminate();
+    d.args.push("--config".into());
+    d.args.push(cfg.display().to_string());
+    d.launch();
+
+    let first = wait_requests(&provider, 2);
+    let session = wait_for(Duration::from_secs(30), "codex's thread id", || {
+        let snap = d.snapshot();
+        let p = snap["panes"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == json!("cx"))?
+            .clone();
+        p["session_id"].as_str().map(str::to_string)
+    });
+    assert!(d.terminate().success());
+    d.launch();
+
+    // The resumed Codex asks again with its whole history: the command's
+    // result from before the restart, and colibri's resume prompt.
+    let resumed = wait_requests(&provider, 3);
+    let again = &resumed[2];
+    let result = again.tool_results()[0].to_string();
+    assert!(result.contains("scripted-ok"), "history: {result}");
+    let body = again.body.to_string();
+    assert!(
+        body.contains("colibri restarted you in this session"),
+        "{body}"
+    );
+    assert_eq!(first.len(), 2);
+    provider.release();
+    let p = wait_for(
+        Duration::from_secs(60),
+        "the resumed codex to finish",
+        || {
+            let snap = d.snapshot();
+            let p = snap["panes"]
+                .as_array()?
+                .iter()
+                .find(|p| p["name"] == json!("cx"))?
+                .clone();
+            (p["state"] == json!("done") && !p["exit"].is_null()).then_some(p)
+        },
+    );
+    assert_eq!(p["session_id"], json!(session), "the same session: {p}");
+    assert_eq!(p["exit"]["code"], json!(0), "{p}");
+}
+
+#[test]
+fn gemini_repeating_one_command_is_caught_by_the_loop_detector_and_paused() {
+    let Some(gemini) = harness(GEMINI) else {
+        return;
+    };
+    let provider = Provider::start(Scenario::same_command_forever("echo again"));
+    let dir = tempfile::tempdir().expect("config dir");
+    let cfg = dir.path().join("colibri.toml");
+    std::fs::write(&cfg, "[loops]\naction_repeat = 3\nbackoff = [\"1h\"]\n").expect("config");
+    let d = Colibrid::start(&["--config", &cfg.display().to_string()]);
+    let work = d.path("gemini-work");
+    std::fs::create_dir_all(&work).expect("work");
+    let gemini = gemini.display().to_string();
+    let id = d.spawn(
+        &[
+            &gemini,
+            "--model",
+            "gemini-2.5-flash",
+            "--approval-mode",
+            "yolo",
+            "--output-format",
+            "stream-json",
+            "--prompt",
+            "Run the scripted command.",
+        ],
+        json!({"runtime":"gemini","env":gemini_env(&d, &provider),"cwd":work.display().to_string()}),
+    );
+    let p = d.wait_pane(&id, "the loop detector to pause gemini", |p| {
+        p["paused"] == json!(true)
+    });
+    let holds = p["holds"].as_array().cloned().unwrap_or_default();
+    assert!(
+        holds
+            .iter()
+            .any(|h| h["by"] == json!("loop") && h["rule"] == json!("action_repeat")),
+        "{p}"
+    );
+    // Paused: the model is asked no more (a request already sent may land).
+    let asked = provider.model_requests().len();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        provider.model_requests().len() <= asked + 1,
+        "still running"
+    );
+    d.ok(json!({"cmd":"kill-agent","agent_id":id}));
+}
+
+#[test]
+fn claude_code_is_denied_a_destructive_command_by_the_guard_before_it_runs() {
+    let Some(claude) = harness(CLAUDE) else {
+        return;
+    };
+    let d = Colibrid::start(&[]);
+    let precious = d.path("precious");
+    std::fs::create_dir_all(precious.join("inner")).expect("precious");
+    let provider = Provider::start(Scenario::shell_then_answer(&format!(
+        "rm -rf {}",
+        precious.display()
+    )));
+    let id = claude_sdk(&d, &claude, &provider);
+    // The tool call in the stream pauses the tree at once: Claude Code is
+    // stopped before it even asks.
+    let p = d.wait_pane(&id, "the guard to pause claude", |p| {
+        p["paused"] == json!(true)
+    });
+    assert!(
+        p["holds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|h| h["rule"] == json!("rm_outside_cwd")),
+        "{p}"
+    );
+    assert!(precious.join("inner").exists(), "the guard let rm run");
+    // Continued by the operator, it asks (`can_use_tool`), and the guard
+    // answers that itself: denied, no approval waits for anyone.
+    d.ok(json!({"cmd":"resume-agent","agent_id": id}));
+    let reqs = wait_requests(&provider, 2);
+    let result = reqs[1].tool_results()[0].to_string();
+    assert!(result.contains("rm_outside_cwd"), "tool result: {result}");
+    assert!(precious.join("inner").exists(), "the guard let rm run");
+    assert!(pending(&d, &id).is_empty());
+    d.ok(json!({"cmd":"kill-agent","agent_id":id}));
 }
