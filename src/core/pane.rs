@@ -861,10 +861,14 @@ fn line_facts(
     if usage.is_zero() && obs.tool.is_none() && obs.error.is_none() && !obs.turn && !finished {
         return None;
     }
-    let tool = obs.tool.as_ref().map(|t| match (&t.command, t.args) {
-        (Some(cmd), _) => ToolFacts::new(&t.name, cmd),
-        (None, Some(args)) => ToolFacts::new(&t.name, args.get()),
-        (None, None) => ToolFacts::new(&t.name, ""),
+    let tool = obs.tool.as_ref().map(|t| {
+        let mut facts = match (&t.command, t.args) {
+            (Some(cmd), _) => ToolFacts::new(&t.name, cmd),
+            (None, Some(args)) => ToolFacts::new(&t.name, args.get()),
+            (None, None) => ToolFacts::new(&t.name, ""),
+        };
+        facts.gated = obs.tool_gated;
+        facts
     });
     let facts = LineFacts {
         line,

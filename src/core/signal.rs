@@ -88,6 +88,11 @@ pub struct Observation<'a> {
     pub approval: Option<Box<ApprovalRequest<'a>>>,
     /// Pending approvals the harness settled itself with this line.
     pub resolves: Resolves<'a>,
+    /// The harness waits for colibri's answer before it runs this line's
+    /// tool call (a Claude Code `PreToolUse` that `colibri hook`
+    /// forwards): the guard refuses the call there, so stopping the tree
+    /// would only stop the hook from hearing it.
+    pub tool_gated: bool,
 }
 
 impl<'a> Observation<'a> {
@@ -102,6 +107,7 @@ impl<'a> Observation<'a> {
             turn: false,
             approval: None,
             resolves: Resolves::Nothing,
+            tool_gated: false,
         }
     }
 
@@ -116,6 +122,12 @@ impl<'a> Observation<'a> {
 
     pub fn with_tool(mut self, tool: ToolCall<'a>) -> Self {
         self.tool = Some(tool);
+        self
+    }
+
+    /// See [`Observation::tool_gated`].
+    pub fn gated(mut self) -> Self {
+        self.tool_gated = true;
         self
     }
 

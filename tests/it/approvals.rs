@@ -347,6 +347,9 @@ fn the_command_guard_denies_a_destructive_pre_tool_use_before_it_runs() {
         json!("colibri's command guard refused this (rm_outside_cwd): rm -rf /")
     );
     assert!(recs[0].get("uid").is_none());
+    // Denied where it waits, the agent is not stopped: it hears the deny.
+    let p = d.pane(&id);
+    assert_eq!(p["paused"], json!(false), "{p}");
     // `colibri fold` reads the log: the answer closes no approval.
     let report = fold_the_answered_log(&d);
     assert!(

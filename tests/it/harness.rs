@@ -691,3 +691,108 @@ fn claude_code_is_denied_a_destructive_command_by_the_guard_before_it_runs() {
     assert!(pending(&d, &id).is_empty());
     d.ok(json!({"cmd":"kill-agent","agent_id":id}));
 }
+
+/// Claude Code in its own terminal UI, started on `prompt`, with `hooks`
+/// (Claude Code settings JSON) forwarding to `colibri hook`; its state
+/// file says onboarding is done, the folder trusted and the key approved,
+/// as after a first interactive start.
+fn claude_terminal(
+    d: &Colibrid,
+    claude: &std::path::Path,
+    provider: &Provider,
+    mode: &str,
+    hooks: Value,
+) -> String {
+    let home = d.path("claude-home");
+    let work = d.path("claude-work");
+    std::fs::create_dir_all(&work).expect("work");
+    std::fs::create_dir_all(&home).expect("home");
+    let key = "sk-ant-scripted-terminal-key-0123456789";
+    let state = json!({
+        "hasCompletedOnboarding": true,
+        "theme": "dark",
+        "bypassPermissionsModeAccepted": true,
+        "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
+        "projects": {work.display().to_string(): {"hasTrustDialogAccepted": true, "allowedTools": []}},
+    });
+    std::fs::write(home.join(".claude.json"), state.to_string()).expect(".claude.json");
+    let mut env = quiet_env(&home);
+    env.insert("ANTHROPIC_BASE_URL".into(), json!(provider.base_url()));
+    env.insert("ANTHROPIC_API_KEY".into(), json!(key));
+    env.insert("TERM".into(), json!("xterm-256color"));
+    // Claude Code refuses to skip permissions as root outside a sandbox;
+    // the tests may run as root.
+    env.insert("IS_SANDBOX".into(), json!("1"));
+    let claude = claude.display().to_string();
+    let settings = json!({ "hooks": hooks }).to_string();
+    d.spawn(
+        &[
+            &claude,
+            "--permission-mode",
+            mode,
+            "--settings",
+            &settings,
+            "--model",
+            "claude-sonnet-4-5",
+            "Run the scripted command.",
+        ],
+        json!({"runtime":"claude","env":env,"cwd":work.display().to_string()}),
+    )
+}
+
+/// A Claude Code hook entry running `colibri hook`.
+fn colibri_hook() -> Value {
+    let hook = format!("{} hook", crate::support::COLIBRI);
+    json!([{"matcher": "*", "hooks": [{"type": "command", "command": hook, "timeout": 60}]}])
+}
+
+#[test]
+fn claude_code_in_its_terminal_asks_through_the_permission_request_hook_and_the_approval_runs() {
+    let Some(claude) = harness(CLAUDE) else {
+        return;
+    };
+    let provider = Provider::start(Scenario::shell_then_answer(
+        "touch made-by-the-tui && echo scripted-ok",
+    ));
+    let d = Colibrid::start(&[]);
+    let hooks = json!({ "PermissionRequest": colibri_hook() });
+    let id = claude_terminal(&d, &claude, &provider, "default", hooks);
+    let a = wait_approval(&d, &id);
+    assert_eq!(a["tool"], json!("Bash"), "{a}");
+    d.ok(json!({"cmd":"approve","approval": a["id"]}));
+    let reqs = wait_requests(&provider, 2);
+    let result = reqs[1].tool_results()[0].to_string();
+    assert!(result.contains("scripted-ok"), "tool result: {result}");
+    assert!(d.path("claude-work").join("made-by-the-tui").exists());
+    d.ok(json!({"cmd":"kill-agent","agent_id":id}));
+}
+
+#[test]
+fn claude_code_skipping_permissions_is_still_denied_a_destructive_command_by_its_pre_tool_use_hook()
+{
+    let Some(claude) = harness(CLAUDE) else {
+        return;
+    };
+    let d = Colibrid::start(&[]);
+    let precious = d.path("precious");
+    std::fs::create_dir_all(precious.join("inner")).expect("precious");
+    let provider = Provider::start(Scenario::shell_then_answer(&format!(
+        "rm -rf {}",
+        precious.display()
+    )));
+    // bypassPermissions asks nothing, but runs PreToolUse hooks and obeys
+    // their deny.
+    let hooks = json!({ "PreToolUse": colibri_hook() });
+    let id = claude_terminal(&d, &claude, &provider, "bypassPermissions", hooks);
+    let reqs = wait_requests(&provider, 2);
+    let result = reqs[1].tool_results()[0].to_string();
+    assert!(result.contains("rm_outside_cwd"), "tool result: {result}");
+    assert!(precious.join("inner").exists(), "the hook let rm run");
+    assert!(pending(&d, &id).is_empty());
+    assert_eq!(
+        d.pane(&id)["paused"],
+        json!(false),
+        "nothing to pause: it never ran"
+    );
+    d.ok(json!({"cmd":"kill-agent","agent_id":id}));
+}

@@ -118,6 +118,10 @@ pub struct ToolFacts {
     pub args_hash: u64,
     /// The file the call works on, when its arguments name one.
     pub path: Option<String>,
+    /// The harness waits for colibri's answer before it runs the call
+    /// (`Observation::tool_gated`): the guard denies it instead of
+    /// stopping the tree.
+    pub gated: bool,
 }
 
 impl ToolFacts {
@@ -131,6 +135,7 @@ impl ToolFacts {
             args: args[..cut].to_string(),
             args_hash: fnv1a(args.as_bytes()),
             path: file_path(args),
+            gated: false,
         }
     }
 }
@@ -530,9 +535,13 @@ fn guard_line(
         hit.rule.as_str(),
         format!("{}: {}", hit.rule.as_str(), clip(&hit.command)),
     );
-    out.push(verdict(match guard.response {
-        GuardResponse::Pause => Action::Pause { until: None },
-        GuardResponse::Kill => Action::Kill,
+    // A call the harness holds for the guard's answer is refused there
+    // (`colibri hook` prints the deny): it never runs, and the agent goes
+    // on, told why.
+    out.push(verdict(match (tool.gated, guard.response) {
+        (true, _) => Action::Deny,
+        (false, GuardResponse::Pause) => Action::Pause { until: None },
+        (false, GuardResponse::Kill) => Action::Kill,
     }));
     out.push(verdict(Action::Escalate));
 }
@@ -637,6 +646,18 @@ mod tests {
             Timestamp::from_millis(6),
         );
         assert!(ok.is_empty());
+    }
+
+    #[test]
+    fn a_call_the_harness_holds_for_the_guard_is_denied_not_paused() {
+        let mut g = Governor::new(Policies::default());
+        let mut line = tool_line(3, "Bash", r#"{"command":"rm -rf /"}"#);
+        if let Some(tool) = &mut line.tool {
+            tool.gated = true;
+        }
+        let v = g.observe(&info(), &line, Timestamp::from_millis(5));
+        let actions: Vec<&str> = v.iter().map(|v| v.action.as_str()).collect();
+        assert_eq!(actions, ["deny", "escalate"]);
     }
 
     #[test]

@@ -659,7 +659,7 @@ fn hook_observation<'a>(hook: &str, l: &Line<'a>) -> Observation<'a> {
         "PreToolUse" => {
             let obs = Observation::new(Signal::Working);
             match tool() {
-                Some(t) => obs.with_tool(t),
+                Some(t) => obs.with_tool(t).gated(),
                 None => obs,
             }
         }
