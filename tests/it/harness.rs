@@ -796,3 +796,93 @@ fn claude_code_skipping_permissions_is_still_denied_a_destructive_command_by_its
     );
     d.ok(json!({"cmd":"kill-agent","agent_id":id}));
 }
+
+/// A Pi extension (our own) that asks before every shell command through
+/// Pi's dialog API: in RPC mode that is an `extension_ui_request` confirm
+/// on stdout, answered by an `extension_ui_response` on stdin.
+const PI_CONFIRM_EXTENSION: &str = r#"
+export default function (pi) {
+  pi.on("tool_call", async (event, ctx) => {
+    if (event.toolName !== "bash") return undefined;
+    const ok = await ctx.ui.confirm("Run this command?", String(event.input.command));
+    return ok ? undefined : { block: true, reason: "Refused by the operator" };
+  });
+}
+"#;
+
+/// Pi in RPC mode with the confirm extension, prompted over its input.
+fn pi_rpc(d: &Colibrid, pi: &std::path::Path, provider: &Provider) -> String {
+    let home = d.path("pi-home");
+    std::fs::create_dir_all(&home).expect("home");
+    let extension = d.path("confirm.ts");
+    std::fs::write(&extension, PI_CONFIRM_EXTENSION).expect("extension");
+    let mut env = quiet_env(&home);
+    env.insert(
+        "PI_CODING_AGENT_DIR".into(),
+        json!(pi_agent_dir(d, provider).display().to_string()),
+    );
+    let (pi, extension) = (pi.display().to_string(), extension.display().to_string());
+    let id = d.spawn(
+        &[
+            &pi,
+            "--mode",
+            "rpc",
+            "--provider",
+            "scripted",
+            "--model",
+            "scripted-model",
+            "--extension",
+            &extension,
+        ],
+        json!({"runtime":"pi","env":env,"cwd":home.display().to_string()}),
+    );
+    let prompt = json!({"type":"prompt","message":"Run the scripted command."});
+    d.ok(json!({"cmd":"send-input","agent_id":id,"text":prompt.to_string()}));
+    id
+}
+
+#[test]
+fn pi_in_rpc_mode_asks_through_an_extensions_confirm_and_the_answer_reaches_it() {
+    let Some(pi) = harness(PI) else {
+        return;
+    };
+    for approve in [true, false] {
+        let provider = Provider::start(Scenario::shell_then_answer(
+            "touch made-by-pi && echo scripted-ok",
+        ));
+        let d = Colibrid::start(&[]);
+        let id = pi_rpc(&d, &pi, &provider);
+        let a = wait_approval(&d, &id);
+        assert_eq!(a["kind"], json!("confirm"), "{a}");
+        assert_eq!(d.pane(&id)["state"], json!("blocked"));
+        let verb = if approve { "approve" } else { "deny" };
+        d.ok(json!({"cmd": verb, "approval": a["id"]}));
+        let reqs = wait_requests(&provider, 2);
+        let result = reqs[1].tool_results()[0].to_string();
+        let made = d.path("pi-home").join("made-by-pi").exists();
+        if approve {
+            assert!(result.contains("scripted-ok"), "tool result: {result}");
+            assert!(made, "the approved command did not run");
+        } else {
+            assert!(
+                result.contains("Refused by the operator"),
+                "tool result: {result}"
+            );
+            assert!(!made, "the denied command ran");
+        }
+        d.wait_pane(&id, "pi to wait for its next prompt", |p| {
+            p["state"] == json!("idle")
+        });
+        record(
+            &d,
+            &id,
+            PI,
+            if approve {
+                "rpc-confirm-approved"
+            } else {
+                "rpc-confirm-denied"
+            },
+        );
+        d.ok(json!({"cmd":"kill-agent","agent_id":id}));
+    }
+}
