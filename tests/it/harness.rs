@@ -886,3 +886,107 @@ fn pi_in_rpc_mode_asks_through_an_extensions_confirm_and_the_answer_reaches_it()
         d.ok(json!({"cmd":"kill-agent","agent_id":id}));
     }
 }
+
+#[test]
+fn claude_code_declared_is_resumed_after_colibrid_restarts_and_its_spend_is_counted_once() {
+    let Some(claude) = harness(CLAUDE) else {
+        return;
+    };
+    let scenario = Scenario::shell_then_answer("echo scripted-ok");
+    let first_query = scenario.total();
+    let answer = scenario.steps[1].tokens();
+    let provider = Provider::start(scenario);
+    let mut d = Colibrid::start(&[]);
+    let home = d.path("claude-home");
+    let work = d.path("claude-work");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::create_dir_all(&work).expect("work");
+    let mut env = quiet_env(&home);
+    env.insert("ANTHROPIC_BASE_URL".into(), json!(provider.base_url()));
+    env.insert("ANTHROPIC_API_KEY".into(), json!("sk-ant-scripted"));
+    let argv = [
+        claude.display().to_string(),
+        "-p".into(),
+        "--input-format".into(),
+        "stream-json".into(),
+        "--output-format".into(),
+        "stream-json".into(),
+        "--verbose".into(),
+        "--permission-prompt-tool".into(),
+        "stdio".into(),
+        "--permission-mode".into(),
+        "default".into(),
+        "--model".into(),
+        "claude-sonnet-4-5".into(),
+    ];
+    let config = format!(
+        "[agents.cc]\nargv = {argv:?}\nruntime = \"claude\"\ncwd = {:?}\nrestart = \"always\"\nenv = {}\n",
+        work.display().to_string(),
+        toml_env(&env),
+    );
+    let cfg = d.path("colibri.toml");
+    std::fs::write(&cfg, config).expect("config");
+    d.terminate();
+    d.args.push("--config".into());
+    d.args.push(cfg.display().to_string());
+    d.launch();
+    let named = |d: &Colibrid| -> Option<Value> {
+        let snap = d.snapshot();
+        snap["panes"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == json!("cc"))
+            .cloned()
+    };
+    let prompt = |d: &Colibrid, id: &str, text: &str| {
+        let message = json!({"type":"user","message":{"role":"user","content":text}});
+        d.ok(json!({"cmd":"send-input","agent_id":id,"text":message.to_string()}));
+    };
+    let started = wait_for(Duration::from_secs(30), "cc to start", || {
+        named(&d).filter(|p| p["pid"].is_i64())
+    });
+    let id = started["id"].as_str().expect("pane id").to_string();
+    // A read-only command: Claude Code runs it without asking.
+    prompt(&d, &id, "Run the scripted command.");
+    let p = wait_for(Duration::from_secs(60), "the first query to end", || {
+        named(&d).filter(|p| p["state"] == json!("done"))
+    });
+    assert_usage(&p, first_query);
+    let session = p["session_id"].clone();
+
+    // Restarted, colibrid brings it back with `--resume SESSION`; a new
+    // message goes on in the same conversation.
+    assert!(d.terminate().success());
+    d.launch();
+    wait_for(Duration::from_secs(30), "cc back", || {
+        named(&d).filter(|p| p["pid"].is_i64())
+    });
+    prompt(&d, &id, "Say it again.");
+    let reqs = wait_requests(&provider, 3);
+    let history = reqs[2].tool_results();
+    assert_eq!(
+        history.len(),
+        1,
+        "the resumed request carries the first query"
+    );
+    assert!(history[0].to_string().contains("scripted-ok"));
+    // Claude reports the whole session's totals on a resumed query (its
+    // `modelUsage`); the run counts only what the new query spent, and the
+    // pane's total across runs is each query once.
+    let p = wait_for(Duration::from_secs(60), "the resumed query to end", || {
+        named(&d).filter(|p| {
+            p["state"] == json!("done") && p["usage"]["output_tokens"].as_u64() > Some(1)
+        })
+    });
+    assert_eq!(p["session_id"], session);
+    assert_usage(&p, answer);
+    let total = &p["usage_total"];
+    let got = Tokens {
+        input: total["input_tokens"].as_u64().unwrap_or(0),
+        output: total["output_tokens"].as_u64().unwrap_or(0),
+        cache_read: total["cache_read_tokens"].as_u64().unwrap_or(0),
+        cache_write: total["cache_write_tokens"].as_u64().unwrap_or(0),
+    };
+    assert_eq!(got, Tokens::sum(&[first_query, answer]), "{p}");
+    d.ok(json!({"cmd":"kill-agent","agent_id":id}));
+}
