@@ -87,6 +87,11 @@ fn pts_name(master: &PtyMaster) -> io::Result<String> {
 /// (PATH resolved inside the jail). std's own chdir and set*id are not used
 /// there: they run before pre_exec, i.e. on the host and before the attach
 /// (which then fails EPERM once root is dropped).
+/// A program on the host with its output on a pipe (`posix::spawn_piped_with`).
+pub fn spawn_piped(spec: &SpawnSpec) -> Result<(Pid, OwnedFd), SpawnError> {
+    posix::spawn_piped_with(spec, close_inherited, posix::fork_child)
+}
+
 pub fn spawn_on_pty(spec: &SpawnSpec, slave: &OwnedFd) -> Result<Pid, SpawnError> {
     let jail = match &spec.jail {
         None => None,

@@ -40,6 +40,11 @@ pub fn open_pty(cols: u16, rows: u16, mode: TerminalMode) -> io::Result<PtyPair>
 
 /// Starts `spec.argv` on the PTY slave as a session leader whose controlling
 /// terminal is the PTY; returns its pid without waiting for it.
+/// A program on the host with its output on a pipe (`posix::spawn_piped_with`).
+pub fn spawn_piped(spec: &SpawnSpec) -> Result<(Pid, OwnedFd), SpawnError> {
+    posix::spawn_piped_with(spec, close_inherited, clone_child)
+}
+
 pub fn spawn_on_pty(spec: &SpawnSpec, slave: &OwnedFd) -> Result<Pid, SpawnError> {
     if spec.jail.is_some() {
         return Err(SpawnError::Unsupported("jails are FreeBSD-only"));

@@ -45,7 +45,7 @@ pub use os::{
     become_subreaper, connect_in_jail, open_pty, os_release, parent_pid, peer_cred, pid_jail,
     process_children, process_env_var, process_fds, process_info, resolve_jail, self_rss_bytes,
     set_process_fd_limit, signal_orphans, signal_orphans_with_env, signal_tree, signal_trees,
-    spawn_on_pty, ExitWatch, KernelTimer, SignalSource,
+    spawn_on_pty, spawn_piped, ExitWatch, KernelTimer, SignalSource,
 };
 pub use posix::{
     effective_uid, ensure_std_fds, hostname, input_pipe, line_mode, lookup_user, peer_hung_up,

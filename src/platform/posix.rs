@@ -551,6 +551,64 @@ pub(super) fn spawn_with(
     close_inherited: fn() -> io::Result<()>,
     start_child: fn(&ChildPlan<'_>) -> io::Result<Pid>,
 ) -> Result<Pid, SpawnError> {
+    let output = ChildOutput::Terminal(slave.as_raw_fd());
+    spawn_onto(spec, output, jail, close_inherited, start_child)
+}
+
+/// Where a child's stdout and stderr go.
+#[derive(Copy, Clone, Debug)]
+enum ChildOutput {
+    /// A PTY slave, which becomes its controlling terminal.
+    Terminal(RawFd),
+    /// A pipe's write end: no terminal, and an environment of `PATH`
+    /// (and `spec.env`) alone.
+    Pipe(RawFd),
+}
+
+/// Starts `spec.argv` on the host with stdin on `/dev/null` and stdout and
+/// stderr on one pipe, whose read end is returned, non-blocking and
+/// close-on-exec. The child leads a session and a process group of its own
+/// (its pid: `signal_group(pid, ..)` reaches what it started) and has no
+/// terminal; its environment is `PATH` (`spec.agent_path`, else
+/// [`DEFAULT_AGENT_PATH`]) and `spec.env`, nothing of the daemon's. A
+/// failure between fork and exec is written to the pipe and the child
+/// exits 127.
+pub(super) fn spawn_piped_with(
+    spec: &SpawnSpec,
+    close_inherited: fn() -> io::Result<()>,
+    start_child: fn(&ChildPlan<'_>) -> io::Result<Pid>,
+) -> Result<(Pid, OwnedFd), SpawnError> {
+    if spec.jail.is_some() || spec.user.is_some() || spec.stdin.is_some() {
+        return Err(SpawnError::Unsupported(
+            "a piped child runs on the host as the daemon, its stdin on /dev/null",
+        ));
+    }
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    set_nonblocking(read.as_fd())?;
+    let null = std::fs::File::open("/dev/null")?;
+    let spec = SpawnSpec {
+        stdin: Some(null.as_raw_fd()),
+        ..spec.clone()
+    };
+    let pid = spawn_onto(
+        &spec,
+        ChildOutput::Pipe(write.as_raw_fd()),
+        None,
+        close_inherited,
+        start_child,
+    )?;
+    // The child holds its copies; the read end sees EOF once they close.
+    drop(write);
+    Ok((pid, read))
+}
+
+fn spawn_onto(
+    spec: &SpawnSpec,
+    output: ChildOutput,
+    jail: Option<JailEntry>,
+    close_inherited: fn() -> io::Result<()>,
+    start_child: fn(&ChildPlan<'_>) -> io::Result<Pid>,
+) -> Result<Pid, SpawnError> {
     let (program, args) = spec.argv.split_first().ok_or(SpawnError::EmptyArgv)?;
     if spec.argv.iter().any(|a| a.contains('\0')) {
         return Err(SpawnError::Nul("argv"));
@@ -591,7 +649,15 @@ pub(super) fn spawn_with(
     } else {
         std::env::vars_os().collect()
     };
-    let env = agent_env(inherited, spec, || own_account(&root));
+    let (out_fd, terminal) = match output {
+        ChildOutput::Terminal(fd) => (fd, true),
+        ChildOutput::Pipe(fd) => (fd, false),
+    };
+    let env = if terminal {
+        agent_env(inherited, spec, || own_account(&root))
+    } else {
+        piped_env(spec)
+    };
     let search_path = env
         .iter()
         .find(|(k, _)| k.as_bytes() == b"PATH")
@@ -634,11 +700,11 @@ pub(super) fn spawn_with(
         _ => None,
     };
     let creds = spec.user.as_ref().map(child_creds);
-    let slave_fd = slave.as_raw_fd();
 
     let plan = ChildPlan {
-        slave_fd,
-        stdin_fd: spec.stdin.unwrap_or(slave_fd),
+        slave_fd: out_fd,
+        stdin_fd: spec.stdin.unwrap_or(out_fd),
+        terminal,
         close_inherited,
         jail: jail.as_ref(),
         creds: creds.as_ref(),
@@ -655,9 +721,12 @@ pub(super) fn spawn_with(
 /// locks), so it is sound whether the child has a copy of the daemon's
 /// memory (fork) or shares it until exec (Linux's vfork-style clone).
 pub(super) struct ChildPlan<'a> {
+    /// Fds 1 and 2: the PTY slave, or a pipe (`terminal` false).
     slave_fd: RawFd,
     /// Fd 0's source: the slave, or the caller's input pipe.
     stdin_fd: RawFd,
+    /// Make fd 1 the controlling terminal (TIOCSCTTY).
+    terminal: bool,
     close_inherited: fn() -> io::Result<()>,
     jail: Option<&'a JailEntry>,
     creds: Option<&'a ChildCreds>,
@@ -675,6 +744,7 @@ impl ChildPlan<'_> {
         let stage = child_main(
             self.slave_fd,
             self.stdin_fd,
+            self.terminal,
             self.close_inherited,
             self.jail,
             self.creds,
@@ -754,6 +824,17 @@ pub(super) fn agent_env(
             }
         }
     }
+    for (k, v) in &spec.env {
+        set_var(&mut env, k, v.into());
+    }
+    env
+}
+
+/// A piped child's environment: `PATH` and `spec.env`, nothing inherited
+/// (a host operation sees none of the daemon's variables).
+fn piped_env(spec: &SpawnSpec) -> EnvVars {
+    let path = spec.agent_path.as_deref().unwrap_or(DEFAULT_AGENT_PATH);
+    let mut env = vec![(OsString::from("PATH"), OsString::from(path))];
     for (k, v) in &spec.env {
         set_var(&mut env, k, v.into());
     }
@@ -913,6 +994,7 @@ fn push_components(stack: &mut Vec<OsString>, path: &Path) {
 fn child_main(
     slave_fd: RawFd,
     stdin_fd: RawFd,
+    terminal: bool,
     close_inherited: fn() -> io::Result<()>,
     jail: Option<&JailEntry>,
     creds: Option<&ChildCreds>,
@@ -934,7 +1016,7 @@ fn child_main(
             return "chdir";
         }
     }
-    if child_setup(close_inherited, jail, creds).is_err() {
+    if child_setup(close_inherited, terminal, jail, creds).is_err() {
         return "setup (setsid, TIOCSCTTY, jail, credentials)";
     }
     // SAFETY: exe, argv and envp are NUL-terminated strings and arrays built
@@ -944,7 +1026,8 @@ fn child_main(
 }
 
 /// Writes `colibri: cannot start the agent: <stage> failed (errno N)` to the
-/// agent's terminal without allocating, so the daemon logs why.
+/// agent's terminal (or a piped child's output) without allocating, so the
+/// daemon logs why.
 fn report_child_failure(stage: &str, errno: i32) {
     let mut buf = [0u8; 160];
     let mut n = 0;
@@ -995,6 +1078,7 @@ fn child_creds(user: &UserIds) -> ChildCreds {
 /// Runs in the child between fork and exec. Async-signal-safe calls only.
 fn child_setup(
     close_inherited: fn() -> io::Result<()>,
+    terminal: bool,
     jail: Option<&JailEntry>,
     creds: Option<&ChildCreds>,
 ) -> io::Result<()> {
@@ -1016,10 +1100,11 @@ fn child_setup(
     if unsafe { libc::setsid() } == -1 {
         return Err(io::Error::last_os_error());
     }
-    // fd 1 is always the slave (fd 0 may be an input pipe instead). Linux:
-    // 0 = do not steal it from another session; FreeBSD ignores the argument.
+    // fd 1 is the slave (fd 0 may be an input pipe instead), unless the
+    // output is a pipe and the child has no terminal at all. Linux: 0 = do
+    // not steal it from another session; FreeBSD ignores the argument.
     // SAFETY: TIOCSCTTY takes an integer argument, no pointer.
-    if unsafe { libc::ioctl(1, libc::TIOCSCTTY, 0) } == -1 {
+    if terminal && unsafe { libc::ioctl(1, libc::TIOCSCTTY, 0) } == -1 {
         return Err(io::Error::last_os_error());
     }
     if let Some(jail) = jail {

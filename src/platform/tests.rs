@@ -1066,3 +1066,57 @@ fn an_input_pipe_becomes_the_childs_stdin_and_the_pty_stays_its_terminal() {
         "output: {text}"
     );
 }
+
+/// A piped child (a host operation): stdout and stderr on the pipe, stdin
+/// on /dev/null, a session and process group of its own without a
+/// terminal, and nothing of our environment but the `PATH` it is given.
+#[test]
+fn a_piped_child_writes_to_its_pipe_in_a_session_of_its_own_without_a_terminal() {
+    std::env::set_var("COLIBRI_PIPED_TEST_SECRET", "leak");
+    let spec = SpawnSpec {
+        argv: argv(&[
+            "/bin/sh",
+            "-c",
+            "ps -o sid= -o pgid= -p $$; echo to-stderr >&2; cat; env; \
+             (: < /dev/tty) 2>/dev/null && echo has-a-tty; exit 5",
+        ]),
+        agent_path: Some("/bin:/usr/bin".into()),
+        ..SpawnSpec::default()
+    };
+    let (pid, out) = spawn_piped(&spec).expect("spawn");
+    let mut text = Vec::new();
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let mut buf = [0u8; 4096];
+        match read_master(out.as_fd(), &mut buf).expect("read") {
+            ReadOutcome::Data(n) => text.extend_from_slice(&buf[..n]),
+            ReadOutcome::Eof => break,
+            ReadOutcome::WouldBlock => {
+                assert!(Instant::now() < deadline, "no end of output");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+    let status = loop {
+        if let Some(status) = reap(pid).expect("reap") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no exit");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let text = String::from_utf8_lossy(&text);
+    assert_eq!(status, ExitStatus::Code(5), "{text}");
+    let ids: Vec<Pid> = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(ids, [pid, pid], "session and group of its own: {text}");
+    assert!(text.contains("to-stderr\n"), "{text}");
+    assert!(text.contains("PATH=/bin:/usr/bin\n"), "{text}");
+    assert!(!text.contains("COLIBRI_PIPED_TEST_SECRET"), "{text}");
+    assert!(!text.contains("HOME="), "{text}");
+    assert!(!text.contains("has-a-tty"), "{text}");
+}
