@@ -163,5 +163,6 @@ fn report(pane: &Pane, transitions: &[Transition], approvals: &[ApprovalEvent]) 
         exit: pane.exit().map(WireExit::from),
         approvals: fold_approvals(approvals),
         verdicts: Vec::new(),
+        hostops: Vec::new(),
     }
 }

@@ -192,6 +192,17 @@ fn every_watch_kind() -> Vec<WatchKind> {
                 reason: p(),
             },
         },
+        WatchKind::Hostop {
+            pane: Some(p()),
+            op: p(),
+            by: p(),
+            params: Default::default(),
+            outcome: "ok".into(),
+            exit_code: Some(0),
+            signal: None,
+            ms: 1,
+            output_bytes: 1,
+        },
     ];
     for k in &all {
         match k {
@@ -218,7 +229,8 @@ fn every_watch_kind() -> Vec<WatchKind> {
             | WatchKind::ApprovalAnswered { .. }
             | WatchKind::ApprovalExpired { .. }
             | WatchKind::ApprovalEscalated { .. }
-            | WatchKind::Verdict { .. } => {}
+            | WatchKind::Verdict { .. }
+            | WatchKind::Hostop { .. } => {}
         }
     }
     all

@@ -14,7 +14,7 @@ use crate::core::pane::ExitStatus;
 use crate::core::policy::Policies;
 use crate::core::taxonomy::Runtime;
 use crate::fold::{fold_answered, RecordedAnswer};
-use crate::protocol::FoldReport;
+use crate::protocol::{FoldHostop, FoldReport};
 
 /// An input ready to fold.
 #[derive(Debug, Default, PartialEq)]
@@ -29,6 +29,8 @@ pub struct Unwrapped {
     pub planned_stop: bool,
     /// The answers a session log recorded, at their place in `stream`.
     pub answers: Vec<RecordedAnswer>,
+    /// The host operations a session log recorded for the pane.
+    pub hostops: Vec<FoldHostop>,
     /// The pane of a session log folded: the one asked for, or the first.
     pub pane: Option<String>,
     /// The log's other panes, in the order they first appear: each is an
@@ -42,6 +44,30 @@ pub struct Unwrapped {
 fn recorded_answer(line: &[u8], offset: usize) -> Option<RecordedAnswer> {
     let answer = LoggedAnswer::from_record(line).ok()??;
     Some(RecordedAnswer { offset, answer })
+}
+
+/// A session log's `colibri` `hostop` record on line `line`; `None` for
+/// any other record, or one that cannot be read.
+fn recorded_hostop(record: &[u8], line: u64) -> Option<FoldHostop> {
+    #[derive(serde::Deserialize)]
+    struct Record {
+        colibri: String,
+        op: String,
+        #[serde(default)]
+        params: std::collections::BTreeMap<String, String>,
+        outcome: String,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    }
+    let r: Record = serde_json::from_slice(record).ok()?;
+    (r.colibri == "hostop").then_some(FoldHostop {
+        line,
+        op: r.op,
+        params: r.params,
+        outcome: r.outcome,
+        exit_code: r.exit_code,
+        signal: r.signal,
+    })
 }
 
 /// Which pane's lines of a session log a fold takes.
@@ -184,6 +210,7 @@ pub fn unwrap_input(input: Vec<u8>, pane: Option<&str>) -> Result<Unwrapped, Cli
             }
             Action::Skip => {
                 out.answers.extend(recorded_answer(line, out.stream.len()));
+                out.hostops.extend(recorded_hostop(line, line_no));
                 continue;
             }
             Action::AwaitInput => continue,
@@ -232,6 +259,7 @@ pub fn fold_input_governed(
     );
     report.pane = u.pane.clone();
     report.other_panes = u.other_panes.clone();
+    report.hostops = u.hostops.clone();
     if !u.line_map.is_empty() {
         let to_file_line = |line: u64| {
             if line == 0 {
@@ -297,6 +325,37 @@ mod tests {
                 (3, AgentState::Working),
                 (5, AgentState::Done)
             ]
+        );
+    }
+
+    /// A session log's `hostop` record (as the store writes it: the same
+    /// text as its test) is listed with its line.
+    #[test]
+    fn a_logged_hostop_is_listed_in_the_fold() {
+        let log = concat!(
+            "{\"ts\":\"2026-11-21T10:00:00.000Z\",\"pane\":\"p1\",\"colibri\":\"attach\",\"agent\":\"pi\",\"runtime\":\"pi\",\"argv\":[\"pi\"],\"generation\":0}\n",
+            "{\"ts\":\"2026-11-21T10:00:01.000Z\",\"pane\":\"p1\",\"ev\":{\"type\":\"agent_start\"}}\n",
+            r#"{"ts":"2026-05-27T12:00:00.002Z","pane":"p1","colibri":"hostop","op":"zfs-snapshot","by":"agent:p1","params":{"name":"before \"x\""},"outcome":"failed","exit_code":3,"ms":12,"output_bytes":40}"#,
+            "\n",
+            "{\"ts\":\"2026-11-21T10:00:03.000Z\",\"pane\":\"other\",\"colibri\":\"hostop\",\"op\":\"x\",\"by\":\"agent:other\",\"outcome\":\"ok\",\"exit_code\":0,\"ms\":1,\"output_bytes\":0}\n",
+        );
+        let r = fold_input(log.as_bytes().to_vec(), None, 1 << 20, None).expect("folds");
+        assert_eq!(
+            r.hostops,
+            [FoldHostop {
+                line: 3,
+                op: "zfs-snapshot".into(),
+                params: [("name".to_string(), "before \"x\"".to_string())].into(),
+                outcome: "failed".into(),
+                exit_code: Some(3),
+                signal: None,
+            }],
+            "the other pane's is left out"
+        );
+        let text = crate::cli::render::fold_text(&r);
+        assert!(
+            text.contains("hostop:   line 3: zfs-snapshot name=before \"x\": failed (exit 3)"),
+            "{text}"
         );
     }
 

@@ -295,6 +295,19 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a host operation the operator declared ([hostops.NAME]), with
+    /// its parameters as key=value; prints its output and exits with its
+    /// status (1 when colibrid refused it or it timed out).
+    Hostop {
+        /// The op's name.
+        op: String,
+        /// One key=value per declared parameter.
+        #[arg(value_parser = parse_param)]
+        params: Vec<(String, String)>,
+        /// Print the reply as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Tell the daemon something about the host.
     Hint {
         /// What happened to the host.
@@ -585,6 +598,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Hint {
             kind: HintKind::Resume,
         } => remote::hint_resume(socket),
+        Command::Hostop { op, params, json } => remote::hostop(socket, &op, params, json, &mut out),
         Command::Task { cmd } => task::run(socket, &cmd, &mut out),
         Command::Fold(args) => fold_cmd(args, &mut out),
         Command::Replay(args) => replay_cmd(args, &mut out),
@@ -685,6 +699,14 @@ pub(crate) fn print(out: &mut impl Write, text: &str) -> Result<(), CliError> {
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(CliError::Stdout)
+}
+
+/// A `key=value` of `colibri hostop`; the value may hold `=`.
+fn parse_param(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("{text:?} is not key=value")),
+    }
 }
 
 fn read_input(path: &std::path::Path) -> Result<Vec<u8>, CliError> {

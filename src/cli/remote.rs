@@ -24,14 +24,18 @@ use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
 use crate::protocol::request;
 use crate::protocol::{
-    self as wire, ApprovalsReply, DecideReply, HookReply, SessionSummary, SnapshotV1, SnapshotV2,
-    SpawnData, StatusData, WatchEvent, WatchKind,
+    self as wire, ApprovalsReply, DecideReply, HookReply, HostopReply, SessionSummary, SnapshotV1,
+    SnapshotV2, SpawnData, StatusData, WatchEvent, WatchKind,
 };
 
 /// Hooks and hints must not hold up whoever runs them.
 const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long `compact` waits for the daemon's answer.
 const COMPACT_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long `hostop` waits: the longest an op may run, and a margin for
+/// its reply.
+const HOSTOP_TIMEOUT: Duration =
+    Duration::from_secs(crate::config::MAX_HOSTOP_TIMEOUT.as_secs() + 30);
 
 /// The hook input Claude Code sends is small; this only bounds a runaway.
 const MAX_HOOK_INPUT: u64 = 16 << 20;
@@ -237,6 +241,34 @@ pub fn compact(socket: Option<&Path>, id: &str, out: &mut impl Write) -> Result<
         print_json_line(out, &data)?;
     }
     Ok(0)
+}
+
+/// `colibri hostop NAME key=value...`: the op's output on stdout (its
+/// control characters escaped, unless `--json`), and its exit status as
+/// ours (a status past 255, or none, is 1).
+pub fn hostop(
+    socket: Option<&Path>,
+    op: &str,
+    params: Vec<(String, String)>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, CliError> {
+    let params: BTreeMap<String, String> = params.into_iter().collect();
+    let data = connect(socket, HOSTOP_TIMEOUT)?.call(&request::hostop(op, params))?;
+    if json {
+        print_json_line(out, &data)?;
+    }
+    let reply: HostopReply = decode("hostop", data)?;
+    if !json {
+        print(out, &render::escape_lines(&reply.output))?;
+        if reply.truncated {
+            eprintln!(
+                "colibri: hostop {}: output cut at the op's output_max",
+                render::escape_controls(op)
+            );
+        }
+    }
+    Ok(u8::try_from(reply.exit_code).unwrap_or(1))
 }
 
 /// Parses an event given on the command line (or `-` for stdin).

@@ -598,6 +598,27 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
             verdict.rule,
             verdict.reason
         ),
+        WatchKind::Hostop {
+            pane,
+            op,
+            by,
+            outcome,
+            exit_code,
+            signal,
+            ms,
+            ..
+        } => {
+            let by = pane.as_deref().map_or_else(|| by.clone(), who);
+            let how = match (exit_code, signal) {
+                (_, Some(sig)) => format!(", signal {sig}"),
+                (Some(code), None) => format!(", exit {code}"),
+                (None, None) => String::new(),
+            };
+            format!(
+                "{by} hostop {op}: {outcome} ({}{how})",
+                format_age(Duration::from_millis(*ms))
+            )
+        }
     };
     escape_controls(&format!("{time} #{} {what}", ev.seq)).into_owned()
 }
@@ -679,6 +700,22 @@ pub fn fold_text(r: &FoldReport) -> String {
             v.reason
         );
         let _ = writeln!(out, "verdict:  {}", escape_controls(&line));
+    }
+    for h in &r.hostops {
+        let how = match (h.exit_code, h.signal) {
+            (_, Some(sig)) => format!(" (signal {sig})"),
+            (Some(code), None) => format!(" (exit {code})"),
+            (None, None) => String::new(),
+        };
+        let params: Vec<String> = h.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let line = format!(
+            "line {}: {} {}: {}{how}",
+            h.line,
+            h.op,
+            params.join(" "),
+            h.outcome
+        );
+        let _ = writeln!(out, "hostop:   {}", escape_controls(&line));
     }
     escape_lines(&out)
 }

@@ -13,6 +13,7 @@ use toml::Spanned;
 
 use super::agents::{RawAgent, RawResume};
 use super::governance::{RawBudget, RawGovernance, RawGuard, RawLoops, RawPrice};
+use super::hostops::RawHostOp;
 use super::{
     check_agent_path, check_jail_name, default_jail_socket, parse_duration, parse_mode,
     parse_positive_duration, parse_stall_after, positive_usize, ApprovalsLayer, ConfigError,
@@ -83,6 +84,8 @@ struct RawFile {
     agents: BTreeMap<String, Spanned<RawAgent>>,
     #[serde(default)]
     resume: BTreeMap<String, Spanned<RawResume>>,
+    #[serde(default)]
+    hostops: BTreeMap<String, Spanned<RawHostOp>>,
     /// `[[notify]]` sinks: read and checked by `colibri notify`
     /// (`config/notify.rs`); colibrid only passes the file on.
     #[serde(default, rename = "notify")]
@@ -227,6 +230,7 @@ impl Validator<'_> {
             resume: self.resume(raw.resume),
             providers,
             jails: self.jails(raw.jails),
+            hostops: self.hostops(raw.hostops),
         }
     }
 

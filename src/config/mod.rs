@@ -26,6 +26,7 @@ mod agents;
 mod file;
 mod flags;
 mod governance;
+mod hostops;
 pub mod notify;
 mod render;
 
@@ -42,6 +43,10 @@ use crate::syslog::{Facility, Severity};
 pub use agents::{default_resume, AgentDecl, Launch, ResumeRecipe, LOCAL_PROVIDER};
 pub use file::{load_file, parse_file};
 pub use flags::{DaemonArgs, JailSocketArg};
+pub use hostops::{
+    HostOp, ParamError, ParamPattern, DEFAULT_HOSTOP_OUTPUT, DEFAULT_HOSTOP_TIMEOUT,
+    MAX_HOSTOP_OUTPUT, MAX_HOSTOP_TIMEOUT, MAX_PARAM_BYTES,
+};
 pub use render::render_effective;
 
 /// The config file read when neither `--config` nor `COLIBRI_CONFIG` is set,
@@ -325,6 +330,10 @@ pub struct Config {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub agents: BTreeMap<String, AgentSpec>,
+    /// `[hostops.NAME]`: what jail agents may ask colibrid to run on the
+    /// host (docs/JAILS.md, "Host operations").
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub hostops: BTreeMap<String, HostOp>,
     /// `[budgets.*]`, `[loops]`, `[guard]`, `[prices.*]` (docs/GOVERNANCE.md).
     #[serde(skip)]
     pub governance: crate::core::policy::Policies,
@@ -347,6 +356,8 @@ pub struct Layer {
     pub resume: BTreeMap<String, Vec<String>>,
     /// The file's governance sections (only a file sets them).
     pub governance: Option<crate::core::policy::Policies>,
+    /// `[hostops.NAME]` (only a file sets them).
+    pub hostops: BTreeMap<String, HostOp>,
 }
 
 impl Layer {
@@ -360,6 +371,8 @@ impl Layer {
         agents.extend(self.agents);
         let mut resume = lower.resume;
         resume.extend(self.resume);
+        let mut hostops = lower.hostops;
+        hostops.extend(self.hostops);
         Layer {
             daemon: self.daemon.or(lower.daemon),
             syslog: self.syslog.or(lower.syslog),
@@ -371,6 +384,7 @@ impl Layer {
             agents,
             resume,
             governance: self.governance.or(lower.governance),
+            hostops,
         }
     }
 
@@ -397,6 +411,7 @@ impl Layer {
             jails: self.jails,
             resume,
             agents,
+            hostops: self.hostops,
             governance: self.governance.unwrap_or_default(),
         };
         errors.extend(check_listeners(&config));
@@ -662,8 +677,9 @@ fn system_hostname() -> String {
 /// ends with a dot. Every other key needs a restart. `agents.NAME` keys are
 /// applied by reconciling ([`crate::core::reconcile::plan`]): the agent
 /// starts, stops, restarts or takes its new policy, as `supervisorctl
-/// update` does; `resume.` templates are read at the next resume.
-pub const RELOADABLE_KEYS: [&str; 10] = [
+/// update` does; `resume.` templates are read at the next resume;
+/// `hostops.` apply to the next request (a run keeps what it started with).
+pub const RELOADABLE_KEYS: [&str; 11] = [
     "daemon.stall_after",
     "daemon.heartbeat",
     "daemon.shutdown_grace",
@@ -674,6 +690,7 @@ pub const RELOADABLE_KEYS: [&str; 10] = [
     "providers.",
     "agents.",
     "resume.",
+    "hostops.",
 ];
 
 /// What a reload does with what changed in the configuration.

@@ -763,7 +763,9 @@ fn reload_plan_applies_what_it_can_and_names_the_rest() {
 
 #[test]
 fn every_reloadable_key_names_a_real_key() {
-    let keys = render::keyed(&config_of("[agents.a]\nargv = [\"x\"]\n"));
+    let keys = render::keyed(&config_of(
+        "[agents.a]\nargv = [\"x\"]\n[hostops.h]\nargv = [\"/bin/true\"]\n",
+    ));
     for reloadable in RELOADABLE_KEYS {
         assert!(
             keys.keys()
@@ -1134,4 +1136,107 @@ fn the_approvals_section_parses_and_rejects_an_unknown_default() {
         "approvals.default_answer",
         "not deny or none",
     );
+}
+
+// ---------------------------------------------------------------------------
+// [hostops.NAME]
+
+const HOSTOPS: &str = r#"
+[hostops.snap]
+argv = ["/sbin/zfs", "snapshot", "zroot/jails/{jail}@{name}"]
+params.jail = "[a-z0-9-]{1,32}"
+params.name = "[a-z0-9-]{1,32}"
+jails = ["agents1"]
+roles = ["sysadmin"]
+timeout = "2m"
+output_max = 4096
+cwd = "/"
+
+[hostops.list]
+argv = ["/usr/local/bin/bastille", "list"]
+jails = ["agents1", "db"]
+"#;
+
+#[test]
+fn hostops_are_read_checked_and_rendered_back() {
+    let config = config_of(HOSTOPS);
+    let snap = &config.hostops["snap"];
+    assert_eq!(snap.jails, ["agents1"]);
+    assert_eq!(snap.roles, ["sysadmin"]);
+    assert_eq!(snap.timeout, Duration::from_secs(120));
+    assert_eq!(snap.output_max, 4096);
+    assert_eq!(snap.cwd.as_deref(), Some(Path::new("/")));
+    let list = &config.hostops["list"];
+    assert_eq!(list.timeout, DEFAULT_HOSTOP_TIMEOUT);
+    assert_eq!(list.output_max, DEFAULT_HOSTOP_OUTPUT);
+    let given: BTreeMap<String, String> = [("jail", "db"), ("name", "before-upgrade")]
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
+    assert_eq!(
+        snap.argv_for(&given).expect("fits"),
+        ["/sbin/zfs", "snapshot", "zroot/jails/db@before-upgrade"]
+    );
+
+    let text = render_effective(&config);
+    assert!(text.contains("[hostops.snap]"), "{text}");
+    let round = resolve_with(&DaemonArgs::default(), Some(&parse(&text).expect("parses")));
+    assert_eq!(render_effective(&round), text);
+}
+
+#[test]
+fn a_bad_hostop_is_refused_with_its_line() {
+    expect_invalid(
+        "[hostops.x]\nargv = [\"echo\", \"hi\"]\n",
+        2,
+        "hostops.x.argv",
+        "absolute",
+    );
+    expect_invalid(
+        "[hostops.x]\nargv = [\"/bin/echo\", \"{who}\"]\n",
+        2,
+        "hostops.x.argv",
+        "no pattern",
+    );
+    expect_invalid(
+        "[hostops.x]\nargv = [\"/bin/echo\", \"{who}\"]\nparams.who = \"(\"\n",
+        3,
+        "hostops.x.params.who",
+        "invalid pattern",
+    );
+    expect_invalid(
+        "[hostops.x]\nargv = [\"/bin/echo\"]\ntimeout = \"2h\"\n",
+        3,
+        "hostops.x.timeout",
+        "longer than",
+    );
+    expect_invalid(
+        "[hostops.x]\nargv = [\"/bin/echo\"]\noutput_max = 0\n",
+        3,
+        "hostops.x.output_max",
+        "out of range",
+    );
+    expect_invalid(
+        "[hostops.x]\nargv = [\"/bin/echo\"]\njails = [\"../etc\"]\n",
+        3,
+        "hostops.x.jails",
+        "invalid jail name",
+    );
+    expect_invalid(
+        "[hostops.\"a b\"]\nargv = [\"/bin/echo\"]\n",
+        1,
+        "hostops.a b",
+        "invalid op name",
+    );
+    // A key the table does not have is a typo, not a default.
+    assert!(parse("[hostops.x]\nargv = [\"/bin/echo\"]\njail = [\"a\"]\n").is_err());
+}
+
+#[test]
+fn a_changed_hostop_is_applied_on_reload() {
+    let started = config_of(HOSTOPS);
+    let new = config_of(&HOSTOPS.replace("timeout = \"2m\"", "timeout = \"3m\""));
+    let p = plan(&started, &started, &new);
+    assert_eq!(p.applied, ["hostops.snap"]);
+    assert!(p.restart_needed.is_empty(), "{p:?}");
 }

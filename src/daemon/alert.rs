@@ -81,6 +81,8 @@ pub enum AlertKind {
     ApprovalEscalated,
     /// A governance policy warned, paused, killed or escalated.
     Policy,
+    /// A host operation (`hostop`) failed, timed out or could not start.
+    Hostop,
 }
 
 impl AlertKind {
@@ -97,6 +99,7 @@ impl AlertKind {
             AlertKind::Approval => "approval",
             AlertKind::ApprovalEscalated => "approval_escalated",
             AlertKind::Policy => "policy",
+            AlertKind::Hostop => "hostop",
         }
     }
 }
@@ -509,9 +512,11 @@ impl Alerter {
 /// The severity an alert is sent at.
 pub fn severity_of(kind: AlertKind, f: &AlertFields<'_>) -> Severity {
     match kind {
-        AlertKind::Blocked | AlertKind::Stalled | AlertKind::Approval | AlertKind::Policy => {
-            Severity::Warning
-        }
+        AlertKind::Blocked
+        | AlertKind::Stalled
+        | AlertKind::Approval
+        | AlertKind::Policy
+        | AlertKind::Hostop => Severity::Warning,
         AlertKind::ApprovalEscalated => Severity::Err,
         AlertKind::Unstalled => Severity::Notice,
         AlertKind::Error | AlertKind::LogWrite | AlertKind::RestartsExhausted => Severity::Err,

@@ -570,11 +570,17 @@ fn alert_of(kind: &WatchKind, slot: &mut Slot) -> Option<(AlertKind, Option<Stri
         | WatchKind::ApprovalRequest { .. }
         | WatchKind::AgentError { .. }
         | WatchKind::Gap { .. }
-        | WatchKind::Removed { .. } => None,
+        | WatchKind::Removed { .. }
+        // Raised by `hostop_alert`, with or without a pane.
+        | WatchKind::Hostop { .. } => None,
     }
 }
 
 fn derive_alert(kind: &WatchKind, slot: Option<&mut Slot>, alerter: &mut Alerter, t: Timestamp) {
+    if let WatchKind::Hostop { .. } = kind {
+        hostop_alert(kind, slot.as_deref(), alerter, t);
+        return;
+    }
     let Some(slot) = slot else { return };
     let Some((alert, reason)) = alert_of(kind, slot) else {
         return;
@@ -600,6 +606,42 @@ fn derive_alert(kind: &WatchKind, slot: Option<&mut Slot>, alerter: &mut Alerter
         },
     };
     alerter.alert(alert, &fields, t);
+}
+
+/// A host operation that did not end well: its pane's alert, or the
+/// daemon's (pseudo-pane `colibrid`) for the operator's and a jail
+/// socket's, which have no pane.
+fn hostop_alert(kind: &WatchKind, slot: Option<&Slot>, alerter: &mut Alerter, t: Timestamp) {
+    let WatchKind::Hostop {
+        op,
+        by,
+        outcome,
+        exit_code,
+        signal,
+        ..
+    } = kind
+    else {
+        return;
+    };
+    if outcome == "ok" {
+        return;
+    }
+    let reason = format!("hostop {op} asked by {by}: {outcome}");
+    let mut fields = AlertFields {
+        pane: "colibrid",
+        state: "running",
+        reason: Some(&reason),
+        exit_code: *exit_code,
+        exit_signal: *signal,
+        ..AlertFields::default()
+    };
+    if let Some(slot) = slot {
+        fields.pane = slot.pane.id.as_str();
+        fields.name = slot.pane.name.as_deref();
+        fields.state = slot.pane.state().as_str();
+        fields.jail = slot.agent.jail.as_deref();
+    }
+    alerter.alert(AlertKind::Hostop, &fields, t);
 }
 
 /// Tells the operator the session logs are failing, with what is lost so

@@ -124,6 +124,8 @@ pub struct Daemon {
     pub(crate) compact_waiters: Vec<crate::daemon::compaction::waiter::CompactWaiter>,
     /// The policies and their state (`daemon::govern` carries them out).
     pub(crate) governor: crate::core::policy::Governor,
+    /// Host operations running for `hostop` requests.
+    pub(crate) hostops: crate::daemon::hostops::runs::HostRuns,
 }
 
 pub fn now() -> Timestamp {
@@ -233,6 +235,7 @@ impl Daemon {
             deferred_closes: DeferredCloses::default(),
             approvals: crate::daemon::approvals::desk::ApprovalDesk::default(),
             compact_waiters: Vec::new(),
+            hostops: Default::default(),
         };
         d.rearm_task_timer(t0);
         d.recover(recovery, t0);
@@ -339,6 +342,7 @@ impl Daemon {
             Source::Shutdown => self.shutdown_timer_fired(t),
             Source::Signals => self.on_signals(t),
             Source::TaskAck => self.task_ack_due(t),
+            Source::Hostop(id, wake) => self.hostop_woke(id, wake, t),
         }
     }
 
@@ -358,6 +362,7 @@ impl Daemon {
                 // queued again for the next pass (`accept`).
                 Pending::Accept(i) => self.accept(i, t),
                 Pending::Pty(key) => self.push_pending(Pending::Pty(key)),
+                Pending::Hostop(id) => self.hostop_step(id, t),
             }
         }
         self.retry_store_blocked();

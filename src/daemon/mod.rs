@@ -11,7 +11,8 @@
 //! status), `recovery`, `conn` (one client), `source` (the token slab),
 //! `store` (session logs), `compaction` (`compact-session`'s deferred
 //! replies), `alert` (syslog), `settings`, `publish` (the bus's entry),
-//! `signals`, `reload`, `shutdown`. Owners (the types `Daemon` stores)
+//! `signals`, `reload`, `shutdown`, `hostops` (declared host operations
+//! run for `hostop`). Owners (the types `Daemon` stores)
 //! never name `Daemon`; `tests/tidy.rs` keeps it so.
 
 pub(crate) mod activity;
@@ -28,6 +29,7 @@ pub(crate) mod control_plane;
 pub mod diag;
 pub(crate) mod event_loop;
 mod govern;
+pub(crate) mod hostops;
 pub(crate) mod journal;
 mod life;
 mod listener;

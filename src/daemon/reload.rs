@@ -30,6 +30,8 @@ impl Daemon {
         self.settings.max_restarts = new.max_restarts;
         self.settings.providers = new.providers;
         self.settings.alert = new.alert;
+        // A running op keeps the recipe it started with.
+        self.settings.hostops = new.hostops;
         let t = super::now();
         self.reconcile_declared(new.agents, t);
         let resumed = self.governor.reconfigure(new.governance.clone(), t);

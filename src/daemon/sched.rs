@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use crate::core::time::Timestamp;
 use crate::daemon::source::ConnId;
+use crate::daemon::source::HostRunId;
 use crate::daemon::source::PaneKey;
 
 /// Bytes read from one PTY in its turn before the next pane gets one.
@@ -62,6 +63,9 @@ pub(crate) enum Pending {
     /// Urgent: a listener with connections still waiting to be accepted
     /// (the accept budget of a wakeup ran out).
     Accept(usize),
+    /// Urgent: a host operation's output left by its read budget, or its
+    /// exit noticed at registration.
+    Hostop(HostRunId),
 }
 
 /// Pending work by class; each item is queued at most once.
@@ -79,7 +83,9 @@ impl Sched {
         }
         match p {
             Pending::Pty(key) => self.bulk.push_back(key),
-            Pending::Conn(_) | Pending::Exit(_) | Pending::Accept(_) => self.urgent.push_back(p),
+            Pending::Conn(_) | Pending::Exit(_) | Pending::Accept(_) | Pending::Hostop(_) => {
+                self.urgent.push_back(p)
+            }
         }
     }
 

@@ -531,9 +531,10 @@ impl Daemon {
     }
 
     /// Whether `id` waits for a reply that comes later: an approval's
-    /// decision (`colibri hook`) or a compaction's end.
+    /// decision (`colibri hook`), a compaction's end or a host
+    /// operation's.
     fn awaits_reply(&self, id: ConnId) -> bool {
-        self.approvals.is_waiting(id) || self.compaction_waiting(id)
+        self.approvals.is_waiting(id) || self.compaction_waiting(id) || self.hostop_waiting(id)
     }
 
     pub(crate) fn close_conn(&mut self, id: ConnId) {
@@ -547,6 +548,7 @@ impl Daemon {
         self.detach_conn(id);
         self.approvals.forget_conn(id);
         self.forget_compaction_waiter(id);
+        self.hostops.forget_conn(id);
         self.wake.accept_blocked = true;
     }
 }

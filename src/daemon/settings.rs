@@ -37,6 +37,8 @@ pub struct Settings {
     pub reload: ReloadStatus,
     /// Budgets, loop detection, the guard and prices.
     pub governance: crate::core::policy::Policies,
+    /// `[hostops.NAME]`: what `hostop` may run.
+    pub hostops: BTreeMap<String, crate::config::HostOp>,
 }
 
 /// How long an exited agent's PTY may stay open (a grandchild holding the
@@ -78,6 +80,7 @@ impl Settings {
             approvals: crate::daemon::approvals::desk::ApprovalPolicy::from_section(&cfg.approvals),
             reload: ReloadStatus::default(),
             governance: cfg.governance.clone(),
+            hostops: cfg.hostops.clone(),
         }
     }
 }

@@ -31,6 +31,7 @@ impl Daemon {
             }
         }
         self.stop_all_planned();
+        self.kill_hostops();
         // Orphans first: once the agents die, their own descendants become
         // orphans too and would get the signal twice.
         self.signal_orphans(libc::SIGTERM);

@@ -59,6 +59,7 @@ impl Daemon {
             Ok(Some(platform::ExitStatus::Unknown)) => {}
             Ok(Some(status)) => match self.panes.by_pid(pid) {
                 Some(key) => self.process_exited(key, status, t),
+                None if self.hostop_reaped(pid, status, t) => {}
                 None => log_debug!("reaped orphan pid {pid}: {status:?}"),
             },
             // Still running (it stopped or continued).
@@ -77,12 +78,14 @@ impl Daemon {
     }
 
     /// A subreaper inherits orphans; reap everything, routing agents'
-    /// statuses to their panes (their exit watch may still fire: ignored).
+    /// statuses to their panes and host operations' to their runs (their
+    /// exit watch may still fire: ignored).
     pub(crate) fn reap_children(&mut self, t: Timestamp) {
         while let Some((pid, status)) = platform::reap_any() {
             let key = self.panes.by_pid(pid);
             match key {
                 Some(key) => self.process_exited(key, status, t),
+                None if self.hostop_reaped(pid, status, t) => {}
                 None => {
                     log_debug!("reaped orphan pid {pid}: {status:?}");
                 }

@@ -32,6 +32,22 @@ impl PaneKey {
     }
 }
 
+/// A host operation's run (`hostop`): a serial number, never reused, so a
+/// late event of a finished run finds nothing.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostRunId(pub u64);
+
+/// Which of a host operation's sources woke the loop.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum HostopWake {
+    /// Its output pipe is readable (or closed).
+    Output,
+    /// The kernel's exit notice for its process.
+    Exit,
+    /// Its timeout's timer.
+    Timeout,
+}
+
 /// Index of a client connection in the daemon's connection slab.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId(pub usize);
@@ -55,6 +71,8 @@ pub enum Source {
     Signals,
     /// The control plane's claim acknowledgement deadline.
     TaskAck,
+    /// A running host operation's output, exit or timeout.
+    Hostop(HostRunId, HostopWake),
 }
 
 #[derive(Debug, Default)]

@@ -218,6 +218,23 @@ pub struct AnswerRecord<'a> {
     pub uid: Option<u32>,
 }
 
+/// A host operation the pane's agent ran (`hostop`), as its session log
+/// keeps it (`colibri fold` lists it).
+#[derive(Copy, Clone, Debug)]
+pub struct HostopRecord<'a> {
+    pub pane: &'a str,
+    pub op: &'a str,
+    /// `agent:ID`.
+    pub by: &'a str,
+    pub params: &'a std::collections::BTreeMap<String, String>,
+    /// `ok`, `failed`, `timeout` or `error`.
+    pub outcome: &'a str,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub ms: u64,
+    pub output_bytes: u64,
+}
+
 /// How compaction treats one event line (the taxonomy decides).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LineClass {
@@ -535,6 +552,20 @@ impl SessionStore {
         refill(&mut s.buf, &mut self.session_spares);
         let before = s.buf.len();
         record::encode_answer(&mut s.buf, &mut self.ts, now, rec);
+        self.commit(i, before, false);
+    }
+
+    /// Records a host operation the pane's agent ran. Never dropped.
+    pub fn hostop(&mut self, session: &str, rec: &HostopRecord<'_>, now: Timestamp) {
+        self.note_now(now);
+        let Some(i) = self.session_index(session, now) else {
+            self.reject(session, 0);
+            return;
+        };
+        let s = &mut self.sessions[i];
+        refill(&mut s.buf, &mut self.session_spares);
+        let before = s.buf.len();
+        record::encode_hostop(&mut s.buf, &mut self.ts, now, rec);
         self.commit(i, before, false);
     }
 

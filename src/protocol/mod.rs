@@ -45,6 +45,8 @@ pub use attach::{
 };
 mod governance;
 pub use governance::{BudgetArgs, BudgetReply, WireBudget, WireHold, WireVerdict};
+mod hostops;
+pub use hostops::{HostopArgs, HostopReply};
 
 /// The most items a `tasks` or `approvals` page holds.
 pub const PAGE_ITEMS: usize = 1000;
@@ -399,6 +401,24 @@ pub struct FoldReport {
     /// Policy verdicts (guard, loops, budgets) at the lines that caused them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verdicts: Vec<WireVerdict>,
+    /// Host operations the agent ran (a session log's `hostop` records).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hostops: Vec<FoldHostop>,
+}
+
+/// A host operation in a fold: the log line of its record and how it
+/// ended (as the `hostop` watch event says).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoldHostop {
+    pub line: u64,
+    pub op: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, String>,
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
 }
 
 /// One state change in a fold; `line` is the 1-based non-blank line that
@@ -462,6 +482,7 @@ pub enum Command {
     Answer(DecideArgs),
     Hook(HookArgs),
     Budget(BudgetArgs),
+    Hostop(HostopArgs),
 }
 
 /// Who may use a command.
@@ -488,7 +509,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 38] = {
+pub const COMMANDS: [CommandInfo; 39] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -529,6 +550,9 @@ pub const COMMANDS: [CommandInfo; 38] = {
         cmd("answer", Operator),
         cmd("hook", Agent),
         cmd("budget", Operator),
+        // Who of the agents may run which op is the op's own list
+        // (`[hostops.NAME] jails`, `roles`), checked by the handler.
+        cmd("hostop", Agent),
     ]
 };
 
@@ -594,6 +618,7 @@ impl Command {
             Command::Answer(_) => 35,
             Command::Hook(_) => 36,
             Command::Budget(_) => 37,
+            Command::Hostop(_) => 38,
         }
     }
 
@@ -823,10 +848,17 @@ pub enum ErrorCode {
     /// The approval cannot take this decision, or its harness has no
     /// answer channel.
     Unanswerable,
+    /// `hostop` names no op of colibrid's configuration.
+    UnknownOp,
+    /// A `hostop` parameter is unknown, missing, or does not match its
+    /// pattern; nothing ran.
+    BadParam,
+    /// The host operation ran past its timeout and was killed.
+    Timeout,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownCommand,
         ErrorCode::Invalid,
@@ -840,6 +872,9 @@ impl ErrorCode {
         ErrorCode::Internal,
         ErrorCode::Ambiguous,
         ErrorCode::Unanswerable,
+        ErrorCode::UnknownOp,
+        ErrorCode::BadParam,
+        ErrorCode::Timeout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -857,6 +892,9 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::Ambiguous => "ambiguous",
             ErrorCode::Unanswerable => "unanswerable",
+            ErrorCode::UnknownOp => "unknown_op",
+            ErrorCode::BadParam => "bad_param",
+            ErrorCode::Timeout => "timeout",
         }
     }
 }
@@ -1177,6 +1215,7 @@ pub enum Reply {
     /// decision). Never serialised.
     Deferred,
     Budget(BudgetReply),
+    Hostop(HostopReply),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1380,6 +1419,28 @@ pub enum WatchKind {
         pane: String,
         verdict: WireVerdict,
     },
+    /// A host operation (`hostop`) ended, or could not start. `pane` is
+    /// the agent that asked (absent for the operator and a jail socket).
+    Hostop {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pane: Option<String>,
+        op: String,
+        /// `operator`, `jail:NAME` or `agent:ID`.
+        by: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        params: BTreeMap<String, String>,
+        /// `ok` (exit 0), `failed` (another exit, or a signal), `timeout`
+        /// (killed at its timeout) or `error` (it could not start).
+        outcome: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+        /// How long it ran.
+        ms: u64,
+        /// Output it wrote, kept or not.
+        output_bytes: u64,
+    },
 }
 
 impl WatchKind {
@@ -1406,7 +1467,7 @@ impl WatchKind {
             | WatchKind::ApprovalExpired { pane, .. }
             | WatchKind::ApprovalEscalated { pane, .. }
             | WatchKind::Verdict { pane, .. } => Some(pane),
-            WatchKind::Task { pane, .. } => pane.as_deref(),
+            WatchKind::Task { pane, .. } | WatchKind::Hostop { pane, .. } => pane.as_deref(),
             WatchKind::Heartbeat { .. } | WatchKind::Gap { .. } => None,
         }
     }
@@ -1575,6 +1636,10 @@ mod tests {
                 action: Some("raise".into()),
                 budget: Some("b".into()),
                 cap: Some(2.5),
+            }),
+            Command::Hostop(HostopArgs {
+                op: "zfs-snapshot".into(),
+                params: [("name".to_string(), "before".to_string())].into(),
             }),
         ]
     }

@@ -8,8 +8,8 @@
 use serde_json::Value;
 
 use crate::protocol::{
-    AgentArgs, ApprovalsArgs, Command, DecideArgs, EmitArgs, HintArgs, HookArgs, InputArgs,
-    SessionArgs, SignalArgs, SnapshotArgs, WatchArgs,
+    AgentArgs, ApprovalsArgs, Command, DecideArgs, EmitArgs, HintArgs, HookArgs, HostopArgs,
+    InputArgs, SessionArgs, SignalArgs, SnapshotArgs, WatchArgs,
 };
 
 pub fn status() -> Command {
@@ -122,6 +122,14 @@ pub fn hook(agent_id: &str, event: Value, wait_ms: u64) -> Command {
 pub fn hint_resume() -> Command {
     Command::Hint(HintArgs {
         kind: "resume".to_string(),
+    })
+}
+
+/// `hostop`: run the declared host operation `op` with `params`.
+pub fn hostop(op: &str, params: std::collections::BTreeMap<String, String>) -> Command {
+    Command::Hostop(HostopArgs {
+        op: op.to_string(),
+        params,
     })
 }
 

@@ -24,6 +24,8 @@ mod govern;
 mod harness;
 /// Hostile local clients: caps, idle close, jail status, the soak.
 mod hostile;
+/// Host operations: declared commands a jail's agents run on the host.
+mod hostops;
 /// Identity from the kernel: agents speak as themselves on any socket.
 mod identity;
 /// Process lifecycle: exits, kills, stalls, pause, restarts, shutdown.

@@ -11,7 +11,8 @@
 //! [`Reply`] or a [`CommandError`] with a stable code; it never writes to
 //! the client itself. Groups: `query` (status, snapshots, sessions,
 //! whoami), `agents` (spawn), `control` (kill, pause, signal, input, hint),
-//! `watch` (watch, emit), `session` (get and compact a session log).
+//! `watch` (watch, emit), `session` (get and compact a session log),
+//! `hostops` (a declared host operation).
 
 mod agents;
 mod approvals;
@@ -19,6 +20,7 @@ mod attach;
 mod budget;
 mod control;
 mod control_plane;
+mod hostops;
 mod lifecycle;
 mod query;
 mod session;
@@ -85,6 +87,7 @@ fn dispatch(d: &mut Daemon, call: &Call, command: Command) -> Result<Reply, Comm
         Command::Answer(a) => approvals::answer(d, call, a),
         Command::Hook(a) => approvals::hook(d, call, a),
         Command::Budget(a) => budget::budget(d, call, a),
+        Command::Hostop(a) => hostops::hostop(d, call, a),
     }
 }
 

@@ -10,7 +10,7 @@ use std::io::Write as _;
 use crate::core::time::Timestamp;
 use crate::protocol::json_text::{push_escaped, push_str};
 
-use super::{AnswerRecord, AttachRecord, ExitRecord};
+use super::{AnswerRecord, AttachRecord, ExitRecord, HostopRecord};
 
 /// Length of `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 const TS_LEN: usize = 24;
@@ -289,6 +289,42 @@ pub(super) fn encode_answer(
     out.extend_from_slice(b",\"by\":");
     push_str(out, rec.by);
     push_field_int(out, "uid", rec.uid);
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":…,"colibri":"hostop","op":…,"by":…[,"params":{…}],
+/// "outcome":…[,"exit_code":n][,"signal":n],"ms":n,"output_bytes":n}\n`.
+pub(super) fn encode_hostop(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    rec: &HostopRecord<'_>,
+) {
+    push_head(out, ts, now, rec.pane);
+    out.extend_from_slice(b",\"colibri\":\"hostop\",\"op\":");
+    push_str(out, rec.op);
+    out.extend_from_slice(b",\"by\":");
+    push_str(out, rec.by);
+    if !rec.params.is_empty() {
+        out.extend_from_slice(b",\"params\":{");
+        for (i, (k, v)) in rec.params.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            push_str(out, k);
+            out.push(b':');
+            push_str(out, v);
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b",\"outcome\":");
+    push_str(out, rec.outcome);
+    push_field_int(out, "exit_code", rec.exit_code);
+    push_field_int(out, "signal", rec.signal);
+    push_key(out, "ms");
+    push_int(out, rec.ms);
+    push_key(out, "output_bytes");
+    push_int(out, rec.output_bytes);
     out.extend_from_slice(b"}\n");
 }
 

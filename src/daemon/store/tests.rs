@@ -2570,3 +2570,41 @@ fn a_log_retired_at_shutdown_is_not_recreated_by_its_fsync() {
     let (store, _) = open(&cfg);
     assert!(store.get("old").is_none(), "{:?}", store.list());
 }
+
+/// A `hostop` record is one line `colibri fold` reads back (the same text
+/// as `cli::fold`'s test), and recovery passes it by: the pane comes back
+/// with its events alone.
+#[test]
+fn a_hostop_record_is_one_line_that_recovery_passes_by() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = config(tmp.path());
+    let argv = vec!["pi".to_string()];
+    let params = [("name".to_string(), "before \"x\"".to_string())].into();
+    {
+        let (mut store, _) = open(&cfg);
+        store.attach("s1", &attach_rec("p1", &argv), at(0));
+        store.append("s1", "p1", LineRecord::Event(&ev("delta", 1)), at(1));
+        let rec = HostopRecord {
+            pane: "p1",
+            op: "zfs-snapshot",
+            by: "agent:p1",
+            params: &params,
+            outcome: "failed",
+            exit_code: Some(3),
+            signal: None,
+            ms: 12,
+            output_bytes: 40,
+        };
+        store.hostop("s1", &rec, at(2));
+        drain(&mut store);
+    }
+    let text = fs::read_to_string(log_path(&cfg, "s1")).expect("log");
+    let line = text.lines().nth(2).expect("the record");
+    assert_eq!(
+        line,
+        r#"{"ts":"2026-05-27T12:00:00.002Z","pane":"p1","colibri":"hostop","op":"zfs-snapshot","by":"agent:p1","params":{"name":"before \"x\""},"outcome":"failed","exit_code":3,"ms":12,"output_bytes":40}"#
+    );
+    let (_, rec) = open(&cfg);
+    let p1 = rec.panes.iter().find(|p| p.pane == "p1").expect("p1");
+    assert_eq!(p1.events.len(), 1, "{:?}", p1.events);
+}
