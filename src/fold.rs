@@ -164,5 +164,6 @@ fn report(pane: &Pane, transitions: &[Transition], approvals: &[ApprovalEvent]) 
         approvals: fold_approvals(approvals),
         verdicts: Vec::new(),
         hostops: Vec::new(),
+        prompts: Vec::new(),
     }
 }

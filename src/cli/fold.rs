@@ -14,7 +14,7 @@ use crate::core::pane::ExitStatus;
 use crate::core::policy::Policies;
 use crate::core::taxonomy::Runtime;
 use crate::fold::{fold_answered, RecordedAnswer};
-use crate::protocol::{FoldHostop, FoldReport};
+use crate::protocol::{FoldHostop, FoldPrompt, FoldReport};
 
 /// An input ready to fold.
 #[derive(Debug, Default, PartialEq)]
@@ -31,6 +31,9 @@ pub struct Unwrapped {
     pub answers: Vec<RecordedAnswer>,
     /// The host operations a session log recorded for the pane.
     pub hostops: Vec<FoldHostop>,
+    /// The prompts the daemon wrote to the agent (the heartbeat), with
+    /// their lines in the input.
+    pub prompts: Vec<FoldPrompt>,
     /// The pane of a session log folded: the one asked for, or the first.
     pub pane: Option<String>,
     /// The log's other panes, in the order they first appear: each is an
@@ -67,6 +70,22 @@ fn recorded_hostop(record: &[u8], line: u64) -> Option<FoldHostop> {
         outcome: r.outcome,
         exit_code: r.exit_code,
         signal: r.signal,
+    })
+}
+
+/// A session log's `colibri` `prompt` record, on line `line` of the log.
+fn recorded_prompt(line: &[u8], line_no: u64) -> Option<FoldPrompt> {
+    #[derive(serde::Deserialize)]
+    struct Prompt {
+        colibri: String,
+        by: String,
+        text: String,
+    }
+    let p: Prompt = serde_json::from_slice(line).ok()?;
+    (p.colibri == "prompt").then_some(FoldPrompt {
+        line: line_no,
+        by: p.by,
+        text: p.text,
     })
 }
 
@@ -211,6 +230,7 @@ pub fn unwrap_input(input: Vec<u8>, pane: Option<&str>) -> Result<Unwrapped, Cli
             Action::Skip => {
                 out.answers.extend(recorded_answer(line, out.stream.len()));
                 out.hostops.extend(recorded_hostop(line, line_no));
+                out.prompts.extend(recorded_prompt(line, line_no));
                 continue;
             }
             Action::AwaitInput => continue,
@@ -260,6 +280,7 @@ pub fn fold_input_governed(
     report.pane = u.pane.clone();
     report.other_panes = u.other_panes.clone();
     report.hostops = u.hostops.clone();
+    report.prompts = u.prompts.clone();
     if !u.line_map.is_empty() {
         let to_file_line = |line: u64| {
             if line == 0 {
@@ -300,6 +321,30 @@ mod tests {
         assert_eq!(r.exit.and_then(|e| e.signal), Some(9));
         assert_eq!(r.counters.events, 1);
         assert_eq!(r.counters.malformed, 1);
+    }
+
+    #[test]
+    fn a_heartbeat_prompt_in_the_log_shows_in_the_fold_at_its_line() {
+        let log = concat!(
+            "{\"ts\":\"2026-11-21T10:00:00.000Z\",\"pane\":\"p\",\"colibri\":\"attach\",\"agent\":\"pi\",\"runtime\":\"pi\",\"argv\":[\"pi\"],\"generation\":0,\"system_prompt\":\"be brief\"}\n",
+            "{\"ts\":\"2026-11-21T10:00:01.000Z\",\"pane\":\"p\",\"ev\":{\"type\":\"agent_start\"}}\n",
+            "{\"ts\":\"2026-11-21T10:10:01.000Z\",\"pane\":\"q\",\"colibri\":\"prompt\",\"by\":\"heartbeat\",\"text\":\"not this pane's\"}\n",
+            "{\"ts\":\"2026-11-21T10:10:01.000Z\",\"pane\":\"p\",\"colibri\":\"prompt\",\"by\":\"heartbeat\",\"text\":\"run your loop\"}\n",
+        );
+        let r = fold_input(log.as_bytes().to_vec(), None, 1 << 20, None).expect("folds");
+        assert_eq!(
+            r.prompts,
+            [FoldPrompt {
+                line: 4,
+                by: "heartbeat".into(),
+                text: "run your loop".into()
+            }]
+        );
+        let text = crate::cli::render::fold_text(&r);
+        assert!(
+            text.contains("prompt:   line 4: heartbeat: run your loop"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -393,6 +393,16 @@ pub struct SpawnArgs {
     /// Run as this user.
     #[arg(long, value_name = "U")]
     pub user: Option<String>,
+    /// The agent's control-plane role (budgets scoped role:ROLE count it).
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<String>,
+    /// Give the idle agent the heartbeat prompt this often (at least 1s).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    pub heartbeat: Option<crate::protocol::DurationArg>,
+    /// A system prompt, given the way the harness takes one (Pi, Claude
+    /// Code, zot: --append-system-prompt; Codex: -c developer_instructions).
+    #[arg(long, value_name = "TEXT")]
+    pub system_prompt: Option<String>,
     /// The command line, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "ARGV")]
     pub argv: Vec<String>,

@@ -131,6 +131,9 @@ pub fn spawn(socket: Option<&Path>, args: SpawnArgs, out: &mut impl Write) -> Re
         max_restarts: args.max_restarts,
         jail: args.jail,
         user: args.user,
+        role: args.role,
+        heartbeat: args.heartbeat,
+        system_prompt: args.system_prompt,
         ..wire::SpawnArgs::default()
     };
     let data = call(socket, &wire::Command::SpawnAgent(Box::new(req)))?;

@@ -717,6 +717,10 @@ pub fn fold_text(r: &FoldReport) -> String {
         );
         let _ = writeln!(out, "hostop:   {}", escape_controls(&line));
     }
+    for p in &r.prompts {
+        let line = format!("line {}: {}: {}", p.line, p.by, truncate(&p.text, 120));
+        let _ = writeln!(out, "prompt:   {}", escape_controls(&line));
+    }
     escape_lines(&out)
 }
 

@@ -21,9 +21,11 @@ use super::{
     check_jail_name, parse_duration, parse_stall_after, ConfigError, Provider,
     DEFAULT_PROVIDER_NAMES,
 };
+use crate::core::heartbeat::{check_period, check_prompt as check_heartbeat_prompt};
 use crate::core::spec::{
-    check_agent_name, check_argv, check_resume_template, default_resume_template, expand_template,
-    known_runtime, AgentSpec, RestartPolicy,
+    add_system_prompt, check_agent_name, check_argv, check_resume_template, check_role,
+    check_system_prompt, default_resume_template, expand_template, known_runtime,
+    template_places_system_prompt, AgentSpec, RestartPolicy, SYSTEM_PROMPT_PLACEHOLDER,
 };
 use crate::core::taxonomy::Runtime;
 
@@ -80,6 +82,10 @@ pub(super) struct RawAgent {
     stall_after: Option<Spanned<String>>,
     autostart: Option<bool>,
     resume: Option<Spanned<Vec<String>>>,
+    role: Option<Spanned<String>>,
+    heartbeat: Option<Spanned<String>>,
+    heartbeat_prompt: Option<Spanned<String>>,
+    system_prompt: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -173,6 +179,21 @@ impl Validator<'_> {
             parse_stall_after(&v)
         });
         spec.autostart = raw.autostart.unwrap_or(true);
+        spec.role = self.opt(raw.role, &format!("{key}.role"), |v| {
+            check_role(&v).map(|()| v)
+        });
+        spec.heartbeat = self.opt(raw.heartbeat, &format!("{key}.heartbeat"), |v| {
+            let d = parse_duration(&v)?;
+            check_period(d).map(|()| d)
+        });
+        spec.heartbeat_prompt = self.opt(
+            raw.heartbeat_prompt,
+            &format!("{key}.heartbeat_prompt"),
+            |v| check_heartbeat_prompt(&v).map(|()| v),
+        );
+        spec.system_prompt = self.opt(raw.system_prompt, &format!("{key}.system_prompt"), |v| {
+            check_system_prompt(&v).map(|()| v)
+        });
         let resume = self.opt(raw.resume, &format!("{key}.resume"), check_resume);
         Some(AgentDecl {
             spec,
@@ -346,8 +367,8 @@ fn resolve_one(
 ) -> Result<AgentSpec, ResolveFailure> {
     let mut spec = decl.spec;
     let key = format!("agents.{}", spec.name);
-    spec.argv = match decl.launch {
-        Launch::Argv(argv) => argv,
+    let (argv, placed) = match decl.launch {
+        Launch::Argv(argv) => (argv, false),
         Launch::Provider { provider, model } => {
             let Some(template) = providers.get(&provider) else {
                 return Err((
@@ -359,16 +380,21 @@ fn resolve_one(
             let values = [
                 ("{provider}", Some(provider.as_str())),
                 ("{model}", model.as_deref()),
-                // A declared agent has no per-request session id or system
-                // prompt; their placeholders drop out with their flags.
+                // A declared agent has no per-request session id: the
+                // placeholder drops out with its flag.
                 ("{session_id}", None),
-                ("{system_prompt}", None),
+                (SYSTEM_PROMPT_PLACEHOLDER, spec.system_prompt.as_deref()),
             ];
             let argv = expand_template(&template.argv, &values);
             check_argv(&argv).map_err(|msg| (decl.line, format!("{key}.provider"), msg))?;
-            argv
+            (argv, template_places_system_prompt(&template.argv))
         }
     };
+    spec.argv = argv;
+    if let (Some(prompt), false) = (spec.system_prompt.as_deref(), placed) {
+        // A harness that takes none still finds it in COLIBRI_SYSTEM_PROMPT.
+        add_system_prompt(&mut spec.argv, spec.runtime, prompt);
+    }
     spec.resume = match decl.resume {
         Some(template) => Some(template),
         None => known_runtime(&spec)
@@ -411,6 +437,14 @@ struct Rendered<'a> {
     resume: &'a [String],
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     env: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heartbeat: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heartbeat_prompt: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_prompt: Option<&'a str>,
 }
 
 impl<'a> Rendered<'a> {
@@ -432,6 +466,10 @@ impl<'a> Rendered<'a> {
             autostart: spec.autostart,
             resume: spec.resume.as_deref().unwrap_or(&[]),
             env: &spec.env,
+            role: spec.role.as_deref(),
+            heartbeat: spec.heartbeat.as_ref().map(text),
+            heartbeat_prompt: spec.heartbeat_prompt.as_deref(),
+            system_prompt: spec.system_prompt.as_deref(),
         }
     }
 }

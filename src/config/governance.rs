@@ -253,9 +253,10 @@ fn parse_scope(s: &str) -> Result<Scope, String> {
         None if s == "pane" => Ok(Scope::Pane),
         None if s == "global" => Ok(Scope::Global),
         Some(("name", n)) if !n.is_empty() => Ok(Scope::Name(n.to_string())),
+        Some(("role", r)) => crate::core::spec::check_role(r).map(|()| Scope::Role(r.to_string())),
         Some(("runtime", r)) if !r.is_empty() => Ok(Scope::Runtime(r.to_string())),
         _ => Err(format!(
-            "invalid scope {s:?}: pane, global, name:NAME or runtime:RUNTIME"
+            "invalid scope {s:?}: pane, global, name:NAME, role:ROLE or runtime:RUNTIME"
         )),
     }
 }

@@ -52,6 +52,7 @@ fn render_budgets(budgets: &[BudgetRule], out: &mut String) {
             Scope::Pane => "pane".to_string(),
             Scope::Global => "global".to_string(),
             Scope::Name(n) => format!("name:{n}"),
+            Scope::Role(r) => format!("role:{r}"),
             Scope::Runtime(r) => format!("runtime:{r}"),
         };
         table.insert("scope".into(), scope.into());

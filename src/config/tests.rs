@@ -1068,6 +1068,109 @@ fn declared_agents_render_and_load_back() {
     assert_eq!(round.resume, config.resume);
 }
 
+const CONTROL_PLANE_AGENTS: &str = r#"
+[providers.custom]
+argv = ["pi", "--system-prompt", "{system_prompt}", "--model", "{model}"]
+
+[agents.ops]
+provider = "deepseek"
+model = "deepseek-chat"
+role = "sysadmin"
+heartbeat = "10m"
+system_prompt = "You keep the jails up."
+
+[agents.coder]
+argv = ["codex", "exec", "--json"]
+role = "coder"
+heartbeat = "1s"
+heartbeat_prompt = "Any tasks?"
+system_prompt = 'say "hi"'
+
+[agents.gem]
+argv = ["gemini"]
+system_prompt = "unheard"
+
+[agents.custom]
+provider = "custom"
+model = "m"
+system_prompt = "all yours"
+"#;
+
+#[test]
+fn declared_agents_take_roles_heartbeats_and_system_prompts() {
+    let config = config_of(CONTROL_PLANE_AGENTS);
+    let ops = &config.agents["ops"];
+    assert_eq!(ops.role.as_deref(), Some("sysadmin"));
+    assert_eq!(ops.heartbeat, Some(Duration::from_secs(600)));
+    assert_eq!(ops.heartbeat_prompt, None);
+    // The built-in provider runs Pi: the prompt goes as Pi takes it.
+    assert_eq!(
+        ops.argv[ops.argv.len() - 2..],
+        strings(&["--append-system-prompt", "You keep the jails up."])
+    );
+    assert_eq!(ops.system_prompt.as_deref(), Some("You keep the jails up."));
+    let coder = &config.agents["coder"];
+    assert_eq!(coder.heartbeat, Some(Duration::from_secs(1)));
+    assert_eq!(coder.heartbeat_prompt.as_deref(), Some("Any tasks?"));
+    assert_eq!(
+        coder.argv,
+        strings(&[
+            "codex",
+            "exec",
+            "--json",
+            "-c",
+            r#"developer_instructions="say \"hi\"""#
+        ])
+    );
+    // Gemini takes none on its command line: only the environment has it.
+    assert_eq!(config.agents["gem"].argv, ["gemini"]);
+    assert_eq!(
+        config.agents["gem"].system_prompt.as_deref(),
+        Some("unheard")
+    );
+    // A template that places the prompt itself is followed, not added to.
+    assert_eq!(
+        config.agents["custom"].argv,
+        strings(&["pi", "--system-prompt", "all yours", "--model", "m"])
+    );
+    let again = parse(&render_effective(&config)).expect("rendered config parses");
+    let round = resolve_with(&DaemonArgs::default(), Some(&again));
+    assert_eq!(round.agents, config.agents);
+}
+
+#[test]
+fn bad_roles_heartbeats_and_prompts_name_their_line() {
+    let cases: &[(&str, usize, &str, &str)] = &[
+        (
+            "[agents.a]\nargv = [\"x\"]\nrole = \"two words\"\n",
+            3,
+            "agents.a.role",
+            "invalid role",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nheartbeat = \"500ms\"\n",
+            3,
+            "agents.a.heartbeat",
+            "once a second",
+        ),
+        (
+            "[agents.a]\nargv = [\"x\"]\nheartbeat_prompt = \" \"\n",
+            3,
+            "agents.a.heartbeat_prompt",
+            "empty",
+        ),
+        (
+            "[budgets.b]\nscope = \"role:a b\"\ntokens = 5\ndaily = true\n",
+            2,
+            "budgets.b.scope",
+            "invalid role",
+        ),
+    ];
+    for (text, line, key, msg) in cases {
+        expect_invalid(text, *line, key, msg);
+    }
+}
+
 #[test]
 fn reload_reconciles_declared_agents() {
     let started = config_of(DECLARED);

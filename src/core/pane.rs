@@ -133,6 +133,8 @@ pub struct Pane {
     /// The agent binary's name (`pi`, `claude`, …), as the v1 snapshot shows.
     pub agent: String,
     pub name: Option<String>,
+    /// The control plane's role (budgets scoped `role:ROLE` count it).
+    pub role: Option<String>,
     pub started_at: Timestamp,
     /// Per-pane stall threshold; the supervisor's default when `None`.
     pub stall_after: Option<Duration>,
@@ -199,6 +201,7 @@ impl Pane {
             id,
             agent,
             name: None,
+            role: None,
             started_at: now,
             stall_after: None,
             paused: false,

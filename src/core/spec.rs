@@ -108,6 +108,23 @@ pub struct AgentSpec {
     /// [`resume_argv`]); `None` when the harness cannot be resumed.
     #[serde(default)]
     pub resume: Option<Vec<String>>,
+    /// The control plane's role (tasks claimed for it, budgets scoped
+    /// `role:ROLE`). Left out of the encoding when absent, so a recipe
+    /// without one reads as it did before roles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// How often an idle agent is given the heartbeat prompt
+    /// ([`crate::core::heartbeat`]); `None`: never.
+    #[serde(default, with = "opt_millis", skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<Duration>,
+    /// The heartbeat's text; `None`: [`crate::core::heartbeat::DEFAULT_PROMPT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_prompt: Option<String>,
+    /// The system prompt the agent was started with (already in its argv,
+    /// the harness's way: [`crate::core::taxonomy::input::system_prompt_args`]);
+    /// kept to be logged with each start, so `get-session` returns it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
 }
 
 fn yes() -> bool {
@@ -151,6 +168,10 @@ impl AgentSpec {
             stall_after: None,
             autostart: true,
             resume: None,
+            role: None,
+            heartbeat: None,
+            heartbeat_prompt: None,
+            system_prompt: None,
         }
     }
 
@@ -195,6 +216,7 @@ impl AgentSpec {
             env: &self.env,
             user: self.user.as_deref(),
             jail: self.jail.as_deref(),
+            system_prompt: self.system_prompt.as_deref(),
         }
     }
 
@@ -209,6 +231,9 @@ impl AgentSpec {
             stall_after: self.stall_after.map(|d| d.as_millis()),
             autostart: self.autostart,
             resume: self.resume.as_deref(),
+            role: self.role.as_deref(),
+            heartbeat: self.heartbeat.map(|d| d.as_millis()),
+            heartbeat_prompt: self.heartbeat_prompt.as_deref(),
         }
     }
 }
@@ -222,6 +247,9 @@ struct LaunchPart<'a> {
     env: &'a BTreeMap<String, String>,
     user: Option<&'a str>,
     jail: Option<&'a str>,
+    // Absent when unset: a recipe without one keeps its digest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_prompt: Option<&'a str>,
 }
 
 /// What the supervisor does around the process: applied in place.
@@ -233,6 +261,13 @@ struct PolicyPart<'a> {
     stall_after: Option<u128>,
     autostart: bool,
     resume: Option<&'a [String]>,
+    // Absent when unset: a recipe without them keeps its digest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heartbeat: Option<u128>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heartbeat_prompt: Option<&'a str>,
 }
 
 /// Two digests of an [`AgentSpec`]: what its process is started from, and
@@ -280,6 +315,24 @@ pub fn check_agent_name(name: &str) -> Result<(), String> {
     if looks_like_id(name) {
         return Err(format!(
             "agent name {name:?} reads as a pane id prefix: use a letter beyond a-f"
+        ));
+    }
+    Ok(())
+}
+
+/// The longest role.
+pub const MAX_ROLE_LEN: usize = 64;
+
+/// A role (`sysadmin`, `db-admin`): 1 to [`MAX_ROLE_LEN`] of letters,
+/// digits, `_`, `-` and `.`. It names a budget's scope (`role:ROLE`) and
+/// appears in the tables `state` fills, so no spaces, no colons.
+pub fn check_role(role: &str) -> Result<(), String> {
+    let plain = role
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if role.is_empty() || role.len() > MAX_ROLE_LEN || !plain {
+        return Err(format!(
+            "invalid role {role:?} (1 to {MAX_ROLE_LEN} letters, digits, '_', '-', '.')"
         ));
     }
     Ok(())
@@ -379,11 +432,72 @@ pub const CODEX_RESUME_PROMPT: &str =
 /// The harness a spec is known to run: its `runtime`, else its program's
 /// base name when that is a harness's (`/usr/local/bin/claude` → Claude).
 pub fn known_runtime(spec: &AgentSpec) -> Option<Runtime> {
-    spec.runtime.or_else(|| {
-        let program = spec.argv.first()?;
+    argv_runtime(spec.runtime, &spec.argv)
+}
+
+/// `runtime` when given, else the harness `argv`'s program is by its base
+/// name.
+pub fn argv_runtime(runtime: Option<Runtime>, argv: &[String]) -> Option<Runtime> {
+    runtime.or_else(|| {
+        let program = argv.first()?;
         let base = program.rsplit('/').next().unwrap_or(program);
         Runtime::parse(base)
     })
+}
+
+// ---------------------------------------------------------------------------
+// System prompts
+
+/// In a provider template, the request's (or declaration's) system prompt.
+pub const SYSTEM_PROMPT_PLACEHOLDER: &str = "{system_prompt}";
+
+/// The longest system prompt taken: it goes on the agent's command line
+/// and in its environment (`COLIBRI_SYSTEM_PROMPT`), and FreeBSD's
+/// `kern.argmax` is 256 KiB for both together; Linux takes at most
+/// 128 KiB in one argument.
+pub const MAX_SYSTEM_PROMPT: usize = 64 * 1024;
+
+/// A system prompt must fit [`MAX_SYSTEM_PROMPT`] and hold no NUL byte
+/// (which ends a C string: the harness would see only what precedes it).
+pub fn check_system_prompt(prompt: &str) -> Result<(), String> {
+    if prompt.len() > MAX_SYSTEM_PROMPT {
+        return Err(format!(
+            "the system prompt has {} bytes; at most {MAX_SYSTEM_PROMPT} go on a command line",
+            prompt.len()
+        ));
+    }
+    if prompt.contains('\0') {
+        return Err("the system prompt holds a NUL byte".to_owned());
+    }
+    Ok(())
+}
+
+/// Whether an argv template places the system prompt itself.
+pub fn template_places_system_prompt(template: &[String]) -> bool {
+    template
+        .iter()
+        .any(|t| t.contains(SYSTEM_PROMPT_PLACEHOLDER))
+}
+
+/// Appends `prompt` to `argv` the way its harness takes a system prompt
+/// ([`crate::core::taxonomy::input::system_prompt_args`]); `false` (argv
+/// untouched) when the harness is unknown or takes none on its command
+/// line. An argv that gives the prompt already (as a flag's value, or as
+/// the harness's own argument for it) is left as it is: a template placed
+/// it, or a rendered recipe (`--check-config`) is read back.
+pub fn add_system_prompt(argv: &mut Vec<String>, runtime: Option<Runtime>, prompt: &str) -> bool {
+    let args = argv_runtime(runtime, argv)
+        .and_then(|rt| crate::core::taxonomy::input::system_prompt_args(rt, prompt));
+    let Some(args) = args else {
+        return false;
+    };
+    let placed = argv
+        .windows(2)
+        .any(|w| (w[0].starts_with('-') && w[1] == prompt) || w[1] == args[1]);
+    if !placed {
+        argv.extend(args);
+    }
+    true
 }
 
 /// The argv that starts `spec`'s agent again inside its harness session
@@ -770,10 +884,100 @@ mod tests {
         stall.stall_after = Some(Duration::from_secs(601));
         let mut resume = base.clone();
         resume.resume = None;
-        for changed in [restart, stall, resume] {
+        let mut role = base.clone();
+        role.role = Some("sysadmin".into());
+        let mut heartbeat = base.clone();
+        heartbeat.heartbeat = Some(Duration::from_secs(600));
+        let mut prompt = base.clone();
+        prompt.heartbeat_prompt = Some("wake up".into());
+        for changed in [restart, stall, resume, role, heartbeat, prompt] {
             let other = changed.fingerprint();
             assert_eq!(other.launch, fp.launch);
             assert_ne!(other.policy, fp.policy);
+        }
+        // A new system prompt is a new process (its argv carries it).
+        let mut system = base.clone();
+        system.system_prompt = Some("be brief".into());
+        assert_ne!(system.fingerprint().launch, fp.launch);
+    }
+
+    #[test]
+    fn roles_heartbeats_and_prompts_survive_encoding_and_are_absent_when_unset() {
+        let mut spec = full_spec();
+        spec.role = Some("sysadmin".into());
+        spec.heartbeat = Some(Duration::from_secs(600));
+        spec.heartbeat_prompt = Some("check in".into());
+        spec.system_prompt = Some("be brief".into());
+        assert_eq!(AgentSpec::decode(&spec.encode()).ok(), Some(spec));
+        // A recipe without them is encoded as before roles existed, so an
+        // older colibrid still reads it.
+        let bare = AgentSpec::new("w", strings(&["pi"])).encode();
+        for key in ["role", "heartbeat", "system_prompt"] {
+            assert!(!bare.contains(key), "{key} in {bare}");
+        }
+    }
+
+    #[test]
+    fn a_system_prompt_is_appended_the_harness_way_or_not_at_all() {
+        let mut pi = strings(&["/usr/local/bin/pi", "--mode", "rpc"]);
+        assert!(add_system_prompt(&mut pi, None, "be brief"));
+        assert_eq!(
+            pi,
+            strings(&[
+                "/usr/local/bin/pi",
+                "--mode",
+                "rpc",
+                "--append-system-prompt",
+                "be brief"
+            ])
+        );
+        // A wrapper named by its runtime: appended, so the wrapper's own
+        // arguments stay in front.
+        let mut wrapped = strings(&["env", "FOO=1", "claude", "-p"]);
+        assert!(add_system_prompt(&mut wrapped, Some(Runtime::Claude), "x"));
+        assert_eq!(wrapped[4..], strings(&["--append-system-prompt", "x"]));
+        // Given again (a rendered recipe read back): not twice; nor when
+        // another flag of the harness gives it.
+        assert!(add_system_prompt(&mut pi, None, "be brief"));
+        assert_eq!(pi.len(), 5);
+        let mut own = strings(&["pi", "--system-prompt", "be brief"]);
+        assert!(add_system_prompt(&mut own, None, "be brief"));
+        assert_eq!(own.len(), 3);
+        let mut codex = strings(&["codex", "exec", "--json"]);
+        assert!(add_system_prompt(&mut codex, None, "x"));
+        assert_eq!(
+            codex[3..],
+            strings(&["-c", r#"developer_instructions="x""#])
+        );
+        for program in ["gemini", "opencode", "my-agent"] {
+            let mut argv = strings(&[program]);
+            assert!(!add_system_prompt(&mut argv, None, "x"), "{program}");
+            assert_eq!(argv, strings(&[program]));
+        }
+        assert!(template_places_system_prompt(&strings(&[
+            "pi",
+            "--system-prompt",
+            "{system_prompt}"
+        ])));
+        assert!(!template_places_system_prompt(&strings(&["pi"])));
+    }
+
+    #[test]
+    fn system_prompts_fit_a_command_line() {
+        assert_eq!(check_system_prompt("be brief"), Ok(()));
+        assert_eq!(check_system_prompt(&"x".repeat(MAX_SYSTEM_PROMPT)), Ok(()));
+        assert!(check_system_prompt(&"x".repeat(MAX_SYSTEM_PROMPT + 1)).is_err());
+        assert!(check_system_prompt("a\0b").is_err());
+    }
+
+    #[test]
+    fn roles_are_plain_words() {
+        for good in ["sysadmin", "db-admin", "git_admin", "a", "R2.d2"] {
+            assert_eq!(check_role(good), Ok(()), "{good}");
+        }
+        let long = "r".repeat(MAX_ROLE_LEN + 1);
+        for bad in ["", "a b", "role:x", "é", "a\nb", &long] {
+            assert!(check_role(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -40,6 +40,17 @@ pub struct Recipe {
     pub cols: u16,
     pub rows: u16,
     pub runtime: Option<Runtime>,
+    /// The system prompt `argv` gives the harness (or, for a harness that
+    /// takes none, only `COLIBRI_SYSTEM_PROMPT` does): logged with each
+    /// start, so `get-session` returns it.
+    pub system_prompt: Option<String>,
+}
+
+/// An agent's heartbeat: its schedule and the prompt it is given.
+#[derive(Clone, Debug)]
+pub struct AgentHeartbeat {
+    pub schedule: crate::core::heartbeat::Heartbeat,
+    pub prompt: String,
 }
 
 #[derive(Clone, Debug)]
@@ -140,6 +151,8 @@ pub struct Agent {
     /// What the pane's earlier runs spent (each restart starts its pane's
     /// own usage over): with this run's, the pane's whole life.
     pub usage_earlier: crate::core::usage::Usage,
+    /// Bytes the pane's earlier runs wrote on their terminals.
+    pub bytes_earlier: u64,
     /// Recipe, origin, wanted state (`daemon::supervise`).
     pub supervision: crate::daemon::supervise::records::Supervision,
     /// The raw output ring and the attached clients (`daemon::attach`).
@@ -147,6 +160,8 @@ pub struct Agent {
     /// colibrid's own satellite (`colibri notify`): its tree speaks as the
     /// operator, not as an agent.
     pub satellite: bool,
+    /// Given the heartbeat prompt on a schedule (`daemon::heartbeat`).
+    pub heartbeat: Option<AgentHeartbeat>,
 }
 
 impl Agent {
@@ -175,9 +190,11 @@ impl Agent {
             holds: Holds::default(),
             pause_broken_told: None,
             usage_earlier: crate::core::usage::Usage::default(),
+            bytes_earlier: 0,
             supervision: Default::default(),
             attach: Default::default(),
             satellite: false,
+            heartbeat: None,
         }
     }
 

@@ -128,7 +128,12 @@ impl Daemon {
             .iter()
             .filter(|(_, slot)| match target {
                 Target::Pane(id) => &slot.agent.pane_id == id,
-                Target::Name(n) => slot.pane.name.as_deref() == Some(n.as_str()),
+                // `name:` budgets count a name's panes and a role's.
+                Target::Name(n) => {
+                    slot.pane.name.as_deref() == Some(n.as_str())
+                        || slot.pane.role.as_deref() == Some(n.as_str())
+                }
+                Target::Role(r) => slot.pane.role.as_deref() == Some(r.as_str()),
                 Target::Runtime(r) => slot.pane.runtime().is_some_and(|rt| rt.as_str() == r),
                 Target::All => true,
             })
@@ -209,6 +214,9 @@ impl Daemon {
         };
         self.publish(event, t);
         self.refresh_stall(key, t);
+        if !pause {
+            self.heartbeat_if_owed(key, t);
+        }
     }
 
     /// A paused pane must stay stopped: its agent's process found running,
@@ -314,11 +322,11 @@ fn keep_spare(spare: &mut Vec<LineFacts>, mut facts: Vec<LineFacts>) {
 }
 
 /// What the policies know of a pane.
-fn pane_info(slot: &Slot) -> PaneInfo {
+pub(crate) fn pane_info(slot: &Slot) -> PaneInfo {
     PaneInfo {
         id: slot.agent.pane_id.clone(),
         name: slot.pane.name.clone(),
-        role: None,
+        role: slot.pane.role.clone(),
         runtime: slot.pane.runtime().map(|r| r.as_str().to_string()),
         model: slot.pane.model().map(str::to_string),
         cwd: slot.pane.cwd().map(str::to_string),

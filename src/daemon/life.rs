@@ -81,6 +81,7 @@ impl Daemon {
                 }
                 Deadline::Govern => self.govern_tick(key, t),
                 Deadline::HeldRead => self.held_read_check(key, t),
+                Deadline::Heartbeat => self.heartbeat_check(key, t),
             }
         }
     }

@@ -12,7 +12,8 @@
 //! `store` (session logs), `compaction` (`compact-session`'s deferred
 //! replies), `alert` (syslog), `settings`, `publish` (the bus's entry),
 //! `signals`, `reload`, `shutdown`, `hostops` (declared host operations
-//! run for `hostop`). Owners (the types `Daemon` stores)
+//! run for `hostop`), `heartbeat` (the agents' heartbeat prompts). Owners
+//! (the types `Daemon` stores)
 //! never name `Daemon`; `tests/tidy.rs` keeps it so.
 
 pub(crate) mod activity;
@@ -29,6 +30,7 @@ pub(crate) mod control_plane;
 pub mod diag;
 pub(crate) mod event_loop;
 mod govern;
+mod heartbeat;
 pub(crate) mod hostops;
 pub(crate) mod journal;
 mod life;

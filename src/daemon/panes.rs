@@ -201,8 +201,13 @@ impl PaneTable {
         };
         let old = &slot.pane;
         slot.agent.usage_earlier.add(old.usage());
+        slot.agent.bytes_earlier = slot
+            .agent
+            .bytes_earlier
+            .saturating_add(old.counters().bytes);
         let mut fresh = Pane::new(old.id.clone(), old.agent.clone(), runtime, max_line, now);
         fresh.name = old.name.clone();
+        fresh.role = old.role.clone();
         fresh.stall_after = old.stall_after;
         fresh.set_cwd(old.cwd().map(str::to_string));
         fresh.carry_over(old);

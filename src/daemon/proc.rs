@@ -176,6 +176,7 @@ impl Daemon {
         self.note_harness_session(key);
         self.refresh_stall(key, t);
         self.after_approvals(key, t);
+        self.heartbeat_if_owed(key, t);
     }
 
     pub(crate) fn on_transition(&mut self, key: PaneKey, tr: &Transition, t: Timestamp) {
@@ -312,6 +313,10 @@ impl Daemon {
         agent
             .timers
             .clear(Deadline::HeldRead, t, &mut self.timerq, key);
+        // The next process's start arms it again.
+        agent
+            .timers
+            .clear(Deadline::Heartbeat, t, &mut self.timerq, key);
         let status = proc_.status.unwrap_or(ExitStatus::Unknown);
         // A last line without a newline is still a line.
         let mut log = LogSink::new(&mut self.store, &agent.session, &agent.pane_id, pane, t);
@@ -546,6 +551,7 @@ impl Daemon {
         if already {
             self.push_pending(Pending::Exit(key));
         }
+        self.heartbeat_started(key, t);
         Ok(pid)
     }
 
@@ -565,6 +571,7 @@ impl Daemon {
             argv: &recipe.argv,
             generation: agent.generation,
             jail: agent.jail.as_deref(),
+            system_prompt: recipe.system_prompt.as_deref(),
         };
         self.store.attach(&agent.session, &rec, t);
     }

@@ -49,6 +49,8 @@ pub struct SessionStream {
     unflushed_at: usize,
     scanner: RecordScanner,
     records: u64,
+    /// The last `attach` record's system prompt so far.
+    system_prompt: Option<String>,
     buf: Vec<u8>,
 }
 
@@ -64,6 +66,7 @@ impl SessionStream {
             unflushed_at: 0,
             scanner: RecordScanner::new(max_line),
             records: 0,
+            system_prompt: None,
             buf: Vec::new(),
         }
     }
@@ -91,8 +94,14 @@ impl SessionStream {
             // since): what is there is all there is.
             self.log_left = 0;
         }
-        let (scanner, records) = (&mut self.scanner, &mut self.records);
-        scanner.feed(&self.buf[..n], |r| push_record(out, records, r.get()));
+        let (scanner, records, prompt) = (
+            &mut self.scanner,
+            &mut self.records,
+            &mut self.system_prompt,
+        );
+        scanner.feed(&self.buf[..n], |r| {
+            push_record(out, records, prompt, r.get())
+        });
         if self.log_left == 0 {
             // Done with the file: close it and give the buffer back now,
             // not when the client has read the rest.
@@ -108,8 +117,12 @@ impl SessionStream {
         let rest = &self.src.unflushed[self.unflushed_at..];
         let piece = &rest[..rest.len().min(SLICE_BYTES)];
         self.unflushed_at += piece.len();
-        let (scanner, records) = (&mut self.scanner, &mut self.records);
-        scanner.feed(piece, |r| push_record(out, records, r.get()));
+        let (scanner, records, prompt) = (
+            &mut self.scanner,
+            &mut self.records,
+            &mut self.system_prompt,
+        );
+        scanner.feed(piece, |r| push_record(out, records, prompt, r.get()));
         if self.unflushed_at == self.src.unflushed.len() {
             self.stage = Stage::Done;
         }
@@ -126,6 +139,8 @@ impl SessionStream {
         write_json(out, &self.src.flush_error)?;
         out.extend_from_slice(br#","log_replaced":"#);
         write_json(out, &self.src.log_replaced)?;
+        out.extend_from_slice(br#","system_prompt":"#);
+        write_json(out, &self.system_prompt)?;
         out.push(b'}');
         if let Some(rid) = &self.rid {
             out.extend_from_slice(br#","id":"#);
@@ -165,7 +180,10 @@ impl SessionStream {
     }
 }
 
-fn push_record(out: &mut Vec<u8>, records: &mut u64, text: &str) {
+fn push_record(out: &mut Vec<u8>, records: &mut u64, prompt: &mut Option<String>, text: &str) {
+    if let Some(p) = crate::daemon::store::attach_system_prompt(text) {
+        *prompt = p;
+    }
     if *records > 0 {
         out.push(b',');
     }

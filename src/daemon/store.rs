@@ -62,9 +62,9 @@ use self::retain::Retention;
 use self::rotation::Rotations;
 use self::session::{refill, Session};
 
-pub use self::dump::DumpSource;
 #[cfg(test)]
 pub use self::dump::MAX_DUMP_BYTES;
+pub use self::dump::{attach_system_prompt, DumpSource};
 pub use self::flush::FlushReport;
 pub use self::open::{RecoveredAnswer, RecoveredPane, Recovery};
 #[cfg(test)]
@@ -185,6 +185,17 @@ pub struct AttachRecord<'a> {
     pub argv: &'a [String],
     pub generation: u32,
     pub jail: Option<&'a str>,
+    /// The system prompt this start gave the agent.
+    pub system_prompt: Option<&'a str>,
+}
+
+/// A prompt the daemon itself wrote to an agent's input (the heartbeat).
+#[derive(Copy, Clone, Debug)]
+pub struct PromptRecord<'a> {
+    pub pane: &'a str,
+    /// What sent it: `heartbeat`.
+    pub by: &'a str,
+    pub text: &'a str,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -543,20 +554,34 @@ impl SessionStore {
 
     /// Records an answer to an approval. Never dropped.
     pub fn answer(&mut self, session: &str, rec: &AnswerRecord<'_>, now: Timestamp) {
-        self.note_now(now);
-        let Some(i) = self.session_index(session, now) else {
-            self.reject(session, 0);
-            return;
-        };
-        let s = &mut self.sessions[i];
-        refill(&mut s.buf, &mut self.session_spares);
-        let before = s.buf.len();
-        record::encode_answer(&mut s.buf, &mut self.ts, now, rec);
-        self.commit(i, before, false);
+        self.record(session, now, |buf, ts| {
+            record::encode_answer(buf, ts, now, rec)
+        });
     }
 
     /// Records a host operation the pane's agent ran. Never dropped.
     pub fn hostop(&mut self, session: &str, rec: &HostopRecord<'_>, now: Timestamp) {
+        self.record(session, now, |buf, ts| {
+            record::encode_hostop(buf, ts, now, rec)
+        });
+    }
+
+    /// Records a prompt the daemon wrote to an agent (a heartbeat). Never
+    /// dropped.
+    pub fn prompt(&mut self, session: &str, rec: &PromptRecord<'_>, now: Timestamp) {
+        self.record(session, now, |buf, ts| {
+            record::encode_prompt(buf, ts, now, rec)
+        });
+    }
+
+    /// Appends one of colibrid's own records, never dropped, to the log of
+    /// `session` (opened anew if retention closed it).
+    fn record(
+        &mut self,
+        session: &str,
+        now: Timestamp,
+        encode: impl FnOnce(&mut Vec<u8>, &mut TsText),
+    ) {
         self.note_now(now);
         let Some(i) = self.session_index(session, now) else {
             self.reject(session, 0);
@@ -565,7 +590,7 @@ impl SessionStore {
         let s = &mut self.sessions[i];
         refill(&mut s.buf, &mut self.session_spares);
         let before = s.buf.len();
-        record::encode_hostop(&mut s.buf, &mut self.ts, now, rec);
+        encode(&mut s.buf, &mut self.ts);
         self.commit(i, before, false);
     }
 

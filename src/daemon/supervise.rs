@@ -47,21 +47,33 @@ pub const RECORDS_FILE: &str = "agents.jsonl";
 pub const RECORDS_DEFER: Duration = Duration::from_millis(50);
 
 fn recipe_of(spec: &AgentSpec, argv: Vec<String>) -> Recipe {
+    let mut env: Vec<(String, String)> = spec
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    // As `spawn-agent` gives it (a spawned agent's recipe has it already).
+    if let Some(prompt) = &spec.system_prompt {
+        if !spec.env.contains_key(SYSTEM_PROMPT_ENV) {
+            env.push((SYSTEM_PROMPT_ENV.to_owned(), prompt.clone()));
+        }
+    }
     Recipe {
         argv,
-        env: spec
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+        env,
         cwd: spec.cwd.clone(),
         jail: spec.jail.clone(),
         user: spec.user.clone(),
         cols: 160,
         rows: 50,
         runtime: spec.runtime,
+        system_prompt: spec.system_prompt.clone(),
     }
 }
+
+/// The environment variable an agent finds its system prompt in, whether
+/// or not its harness took it on its command line.
+pub const SYSTEM_PROMPT_ENV: &str = "COLIBRI_SYSTEM_PROMPT";
 
 fn program_name(argv: &[String]) -> String {
     let first = argv.first().map(String::as_str).unwrap_or("agent");
@@ -190,13 +202,13 @@ impl Daemon {
                 }
                 AgentChange::Restart(spec) => {
                     if let Some(key) = self.pane_named(&spec.name) {
-                        self.take_spec(key, spec);
+                        self.take_spec(key, spec, t);
                         self.restart_agent(key, t);
                     }
                 }
                 AgentChange::Update(spec) => {
                     if let Some(key) = self.pane_named(&spec.name) {
-                        self.take_spec(key, spec);
+                        self.take_spec(key, spec, t);
                     }
                 }
                 AgentChange::Clash { name } => {
@@ -229,7 +241,7 @@ impl Daemon {
             .and_then(|k| self.panes.pane(k).map(|p| p.id.0.clone()))
             .or(pane_id);
         let key = self.pane_for(&spec, pane_id, t);
-        self.take_spec(key, spec);
+        self.take_spec(key, spec, t);
         if let Some(agent) = self.panes.agent_mut(key) {
             agent.supervision.origin = Origin::Declared;
             agent.supervision.wanted = Wanted::Down {
@@ -296,10 +308,14 @@ impl Daemon {
         key
     }
 
-    /// Makes `spec` the pane's recipe and restart rule (the process, if
-    /// any, is not touched).
-    fn take_spec(&mut self, key: PaneKey, spec: AgentSpec) {
+    /// Makes `spec` the pane's recipe, restart rule, role and heartbeat
+    /// (the process, if any, is not touched).
+    fn take_spec(&mut self, key: PaneKey, spec: AgentSpec, t: Timestamp) {
         let max_default = self.settings.max_restarts;
+        if let Some(pane) = self.panes.pane_mut(key) {
+            pane.role = spec.role.clone();
+        }
+        self.configure_heartbeat(key, spec.heartbeat, spec.heartbeat_prompt.as_deref(), t);
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
@@ -321,7 +337,7 @@ impl Daemon {
     ) {
         let key = self.pane_for(&spec, pane_id, t);
         let name = spec.name.clone();
-        self.take_spec(key, spec.clone());
+        self.take_spec(key, spec.clone(), t);
         if let Some(agent) = self.panes.agent_mut(key) {
             agent.recipe = Some(recipe_of(&spec, argv.clone()));
             agent.supervision.origin = origin;
@@ -555,6 +571,7 @@ impl Daemon {
         let Some(name) = name.filter(|n| check_agent_name(n).is_ok()) else {
             return;
         };
+        let role = self.panes.pane(key).and_then(|p| p.role.clone());
         let Some(agent) = self.panes.agent_mut(key) else {
             return;
         };
@@ -572,6 +589,13 @@ impl Daemon {
         spec.resume = known_runtime(&spec)
             .and_then(default_resume_template)
             .map(|t| t.iter().map(|s| s.to_string()).collect());
+        spec.system_prompt = recipe.system_prompt.clone();
+        if let Some(hb) = &agent.heartbeat {
+            spec.heartbeat = Some(hb.schedule.period());
+            spec.heartbeat_prompt =
+                Some(hb.prompt.clone()).filter(|p| p != crate::core::heartbeat::DEFAULT_PROMPT);
+        }
+        spec.role = role;
         agent.supervision.spec = Some(Box::new(spec));
         agent.supervision.origin = Origin::Spawned;
         self.mark_records_changed();

@@ -49,9 +49,11 @@ pub enum Deadline {
     /// Its reads are held by the logs: ask whether its agent is exiting
     /// (`Daemon::held_read_check`).
     HeldRead,
+    /// Its heartbeat prompt is due (`daemon::heartbeat`).
+    Heartbeat,
 }
 
-const ALL: [Deadline; 8] = [
+const ALL: [Deadline; 9] = [
     Deadline::Stall,
     Deadline::Drain,
     Deadline::Backoff,
@@ -60,6 +62,7 @@ const ALL: [Deadline; 8] = [
     Deadline::ApprovalEscalation,
     Deadline::Govern,
     Deadline::HeldRead,
+    Deadline::Heartbeat,
 ];
 
 fn slot(d: Deadline) -> usize {
@@ -72,6 +75,7 @@ fn slot(d: Deadline) -> usize {
         Deadline::ApprovalEscalation => 5,
         Deadline::Govern => 6,
         Deadline::HeldRead => 7,
+        Deadline::Heartbeat => 8,
     }
 }
 

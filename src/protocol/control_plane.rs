@@ -110,24 +110,73 @@ pub struct WireBudget {
     pub hard_limit_exceeded: bool,
 }
 
+/// What a pane has spent since it was created (all its runs), whether or
+/// not a budget counts it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PaneSpend {
+    /// Input, output and cache-write tokens (what a token budget counts).
+    pub tokens: u64,
+    /// The harness's own cost figures, else its tokens priced by
+    /// `[prices]` (0 when neither is known).
+    pub usd: f64,
+    /// Bytes the agent wrote on its terminal.
+    pub output_bytes: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AgentControlState {
+    /// The seed's agent id: the agent's name, else its pane id.
+    #[serde(default)]
+    pub id: String,
     pub pane: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The control plane's role, when it has one (`null` otherwise).
+    #[serde(default)]
+    pub role: Option<String>,
+    /// Given the heartbeat prompt on a schedule (`heartbeat`).
+    #[serde(default)]
+    pub heartbeat_enabled: bool,
     pub state: AgentState,
     /// Running, not paused, not exited.
     pub active: bool,
     pub paused: bool,
     pub budget: WireBudget,
+    #[serde(default)]
+    pub spend: PaneSpend,
     /// The task the agent holds (claimed or working).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<u64>,
 }
 
+/// The fleet's token budget (the seed's `budget`): the global token
+/// budget's figures once one is configured (`configured: false` and no
+/// figures otherwise), and each role's allotment by its `role:ROLE` token
+/// budget (empty without one).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireFleetBudget {
+    pub configured: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent_today: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<u64>,
+    pub hard_limit_exceeded: bool,
+    /// Tokens per role.
+    #[serde(default)]
+    pub allocation: std::collections::BTreeMap<String, u64>,
+    /// The allotments together (above `daily_tokens`: the roles may spend
+    /// more between them than the fleet may).
+    #[serde(default)]
+    pub allocated: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StateReply {
     pub agents: Vec<AgentControlState>,
+    #[serde(default)]
+    pub budget: WireFleetBudget,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

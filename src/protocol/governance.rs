@@ -42,6 +42,7 @@ impl From<&Verdict> for WireVerdict {
             target: match &v.target {
                 Target::Pane(_) => "pane".to_string(),
                 Target::Name(n) => format!("name:{n}"),
+                Target::Role(r) => format!("role:{r}"),
                 Target::Runtime(r) => format!("runtime:{r}"),
                 Target::All => "all".to_string(),
             },

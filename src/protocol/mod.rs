@@ -404,6 +404,20 @@ pub struct FoldReport {
     /// Host operations the agent ran (a session log's `hostop` records).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hostops: Vec<FoldHostop>,
+    /// Prompts colibrid wrote to the agent (a session log's `prompt`
+    /// records: the heartbeat), at their lines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<FoldPrompt>,
+}
+
+/// A prompt the daemon wrote to the agent, as its session log recorded it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FoldPrompt {
+    /// The line of the log.
+    pub line: u64,
+    /// What sent it: `heartbeat`.
+    pub by: String,
+    pub text: String,
 }
 
 /// A host operation in a fold: the log line of its record and how it
@@ -680,6 +694,16 @@ pub struct SpawnArgs {
     pub cols: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<u16>,
+    /// The control plane's role (budgets scoped `role:ROLE` count it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Give the agent the heartbeat prompt this often while it is idle
+    /// (at least a second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<DurationArg>,
+    /// The heartbeat's text (default: the control plane's loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_prompt: Option<String>,
 }
 
 /// A duration given as `"90s"` or as milliseconds.
@@ -1160,6 +1184,9 @@ pub struct SessionDump {
     /// Times the log was found deleted or replaced under this daemon
     /// (records before each `log_replaced` record are missing).
     pub log_replaced: u32,
+    /// The system prompt of the session's last start (its last `attach`
+    /// record's), `null` when it had none.
+    pub system_prompt: Option<String>,
 }
 
 /// Records compare by their exact bytes (`RawValue` has no `PartialEq`).
@@ -1176,6 +1203,7 @@ impl PartialEq for SessionDump {
             && self.unflushed_bytes == other.unflushed_bytes
             && self.flush_error == other.flush_error
             && self.log_replaced == other.log_replaced
+            && self.system_prompt == other.system_prompt
     }
 }
 
@@ -1543,6 +1571,9 @@ mod tests {
                 user: Some("u".into()),
                 cols: Some(100),
                 rows: Some(30),
+                role: Some("sysadmin".into()),
+                heartbeat: Some(DurationArg(Duration::from_secs(600))),
+                heartbeat_prompt: Some("check in".into()),
             })),
             Command::KillAgent(agent()),
             Command::GetSession(session()),

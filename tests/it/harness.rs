@@ -147,6 +147,16 @@ fn wait_requests(p: &Provider, n: usize) -> Vec<crate::provider::Request> {
 /// Claude Code in SDK mode: stream-json in and out (the input through the
 /// pipe colibri gives it), `can_use_tool` asked over stdio.
 fn claude_sdk(d: &Colibrid, claude: &std::path::Path, provider: &Provider) -> String {
+    claude_sdk_with(d, claude, provider, json!({}))
+}
+
+/// [`claude_sdk`] with more `spawn-agent` fields.
+fn claude_sdk_with(
+    d: &Colibrid,
+    claude: &std::path::Path,
+    provider: &Provider,
+    extra: Value,
+) -> String {
     let home = d.path("claude-home");
     let work = d.path("claude-work");
     std::fs::create_dir_all(&home).expect("home");
@@ -171,7 +181,13 @@ fn claude_sdk(d: &Colibrid, claude: &std::path::Path, provider: &Provider) -> St
             "--model",
             "claude-sonnet-4-5",
         ],
-        json!({"runtime":"claude","env":env,"cwd":work.display().to_string()}),
+        {
+            let mut fields = json!({"runtime":"claude","env":env,"cwd":work.display().to_string()});
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                fields[k] = v.clone();
+            }
+            fields
+        },
     );
     let prompt =
         json!({"type":"user","message":{"role":"user","content":"Run the scripted command."}});
@@ -1016,5 +1032,78 @@ fn claude_code_declared_is_resumed_after_colibrid_restarts_and_its_spend_is_coun
         cache_write: total["cache_write_tokens"].as_u64().unwrap_or(0),
     };
     assert_eq!(got, Tokens::sum(&[first_query, answer]), "{p}");
+    d.ok(json!({"cmd":"kill-agent","agent_id":id}));
+}
+
+/// The system prompt of a model request, as text (a string, or the text
+/// of its blocks).
+fn system_text(r: &crate::provider::Request) -> String {
+    match &r.body["system"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => other.to_string(),
+    }
+}
+
+const SYSTEM_MARKER: &str = "colibri-system-prompt-marker: answer as the sysadmin role.";
+
+#[test]
+fn pi_sends_the_spawns_system_prompt_to_its_model() {
+    let Some(pi) = harness(PI) else {
+        return;
+    };
+    let provider = Provider::start(Scenario::shell_then_answer("echo scripted-ok"));
+    let d = Colibrid::start(&[]);
+    let home = d.path("pi-home");
+    std::fs::create_dir_all(&home).expect("home");
+    let mut env = quiet_env(&home);
+    env.insert(
+        "PI_CODING_AGENT_DIR".into(),
+        json!(pi_agent_dir(&d, &provider).display().to_string()),
+    );
+    let pi = pi.display().to_string();
+    let id = d.spawn(
+        &[
+            &pi,
+            "--mode",
+            "json",
+            "--provider",
+            "scripted",
+            "--model",
+            "scripted-model",
+            "Run the scripted command.",
+        ],
+        json!({"runtime":"pi","env":env,"cwd":home.display().to_string(),
+            "system_prompt": SYSTEM_MARKER}),
+    );
+    let reqs = wait_requests(&provider, 1);
+    let system = system_text(&reqs[0]);
+    assert!(system.contains(SYSTEM_MARKER), "system prompt: {system}");
+    // Appended: Pi's own prompt stays.
+    assert!(system.len() > SYSTEM_MARKER.len() + 100, "{system}");
+    d.wait_pane(&id, "pi to finish", |p| p["exit"].is_object());
+}
+
+#[test]
+fn claude_code_sends_the_spawns_system_prompt_to_its_model() {
+    let Some(claude) = harness(CLAUDE) else {
+        return;
+    };
+    let provider = Provider::start(Scenario::shell_then_answer("echo scripted-ok"));
+    let d = Colibrid::start(&[]);
+    let id = claude_sdk_with(
+        &d,
+        &claude,
+        &provider,
+        json!({"system_prompt": SYSTEM_MARKER}),
+    );
+    let reqs = wait_requests(&provider, 1);
+    let system = system_text(&reqs[0]);
+    assert!(system.contains(SYSTEM_MARKER), "system prompt: {system}");
+    assert!(system.len() > SYSTEM_MARKER.len() + 100, "{system}");
     d.ok(json!({"cmd":"kill-agent","agent_id":id}));
 }

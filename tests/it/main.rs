@@ -38,6 +38,8 @@ mod notify;
 mod reshape;
 /// Bad input, slow clients, floods, scale.
 mod robustness;
+/// Roles and role budgets, `state`'s seed shape, heartbeats, system prompts.
+mod roles;
 /// `get-session` streamed: bounded memory per client, replies in order.
 mod session_stream;
 /// The supervisor: declared agents, lifecycle commands, resume, ids.

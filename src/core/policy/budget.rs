@@ -1,8 +1,8 @@
-//! Budgets: tokens, dollars or bytes of output per pane, name, runtime or
-//! all panes, over a rolling window or a UTC calendar day.
+//! Budgets: tokens, dollars or bytes of output per pane, name, role,
+//! runtime or all panes, over a rolling window or a UTC calendar day.
 //!
 //! Each rule keeps one ledger per scope key (the pane id, the name, the
-//! runtime, or one for all). Spending is added as lines arrive; the ledger
+//! role, the runtime, or one for all). Spending is added as lines arrive; the ledger
 //! warns once when the spend crosses `warn_at` of the cap, pauses when it
 //! reaches the cap, and resumes (from [`Budgets::tick`]) when the window has
 //! rolled below the cap, the day changed, or an operator raised the cap or
@@ -67,6 +67,9 @@ pub enum Scope {
     Pane,
     /// The panes with this name or role, together.
     Name(String),
+    /// The panes with this role, together: the control plane's per-role
+    /// allocation (`state`'s `budget.allocation`).
+    Role(String),
     /// The panes of this runtime (`claude`, `pi`, …), together.
     Runtime(String),
     /// All panes together.
@@ -123,6 +126,7 @@ impl BudgetRule {
                 let hit = pane.name.as_deref() == Some(n) || pane.role.as_deref() == Some(n);
                 hit.then(|| n.clone())
             }
+            Scope::Role(r) => (pane.role.as_deref() == Some(r)).then(|| r.clone()),
             Scope::Runtime(r) => (pane.runtime.as_deref() == Some(r)).then(|| r.clone()),
             Scope::Global => Some(String::new()),
         }
@@ -132,6 +136,7 @@ impl BudgetRule {
         match &self.scope {
             Scope::Pane => Target::Pane(key.to_string()),
             Scope::Name(n) => Target::Name(n.clone()),
+            Scope::Role(r) => Target::Role(r.clone()),
             Scope::Runtime(r) => Target::Runtime(r.clone()),
             Scope::Global => Target::All,
         }
@@ -578,6 +583,84 @@ impl Budgets {
     }
 }
 
+/// The whole fleet's token budget, as the control plane's `state` shows
+/// it: the global daily (else tightest global) token budget, and what each
+/// role is allotted by its `role:ROLE` token budgets.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FleetBudget {
+    /// The global token budget's cap, spend and pause, once one is
+    /// configured (its spend is 0 until it has counted any).
+    pub global: Option<BudgetUsage>,
+    /// Per role, the cap of its token budget (the daily one where it has
+    /// one, else its tightest; a raised cap counts as raised).
+    pub allocation: BTreeMap<String, f64>,
+}
+
+impl FleetBudget {
+    /// The roles' allotments together: more than the global cap means the
+    /// roles may spend more between them than the fleet may.
+    pub fn allocated(&self) -> f64 {
+        self.allocation.values().sum()
+    }
+}
+
+impl Budgets {
+    /// The fleet's token budget at `now` (see [`FleetBudget`]).
+    pub fn fleet(&self, now: Timestamp) -> FleetBudget {
+        let mut fleet = FleetBudget::default();
+        // Daily budgets first, then the tightest cap: the seed's figures
+        // are per day.
+        let preference = |i: usize| (self.rules[i].period != Period::Day, self.cap(i));
+        let mut best_global: Option<usize> = None;
+        let mut best_role: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            if rule.unit != Unit::Tokens {
+                continue;
+            }
+            match &rule.scope {
+                Scope::Global if best_global.is_none_or(|b| preference(i) < preference(b)) => {
+                    best_global = Some(i);
+                }
+                Scope::Role(r) => {
+                    let slot = best_role.entry(r.as_str()).or_insert(i);
+                    if preference(i) < preference(*slot) {
+                        *slot = i;
+                    }
+                }
+                _ => {}
+            }
+        }
+        fleet.global = best_global.map(|i| {
+            let rule = &self.rules[i];
+            // A budget that has counted nothing yet has no ledger.
+            let (spent, paused) = match self.ledgers.get(&(i, String::new())) {
+                Some(l) => {
+                    let mut l = l.clone();
+                    l.roll(rule.period, now);
+                    (
+                        l.total(rule.period),
+                        matches!(l.status, Status::Paused { .. }),
+                    )
+                }
+                None => (0.0, false),
+            };
+            BudgetUsage {
+                rule: rule.name.clone(),
+                unit: rule.unit,
+                key: String::new(),
+                spent,
+                cap: self.cap(i),
+                paused,
+            }
+        });
+        fleet.allocation = best_role
+            .into_iter()
+            .map(|(role, i)| (role.to_string(), self.cap(i)))
+            .collect();
+        fleet
+    }
+}
+
 /// One ledger's standing.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BudgetUsage {
@@ -841,6 +924,158 @@ mod tests {
         b.tick(Timestamp::from_millis(20_001 * DAY_MS), &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].action, Action::Resume);
+    }
+
+    fn rule(name: &str, scope: Scope, unit: Unit, period: Period, cap: f64) -> BudgetRule {
+        BudgetRule {
+            name: name.into(),
+            scope,
+            unit,
+            period,
+            cap,
+            warn_at: 0.7,
+        }
+    }
+
+    fn with_role(id: &str, role: &str) -> PaneInfo {
+        PaneInfo {
+            name: None,
+            role: Some(role.into()),
+            ..pane(id)
+        }
+    }
+
+    #[test]
+    fn a_role_budget_holds_every_pane_of_the_role_and_no_other() {
+        let mut b = Budgets::new(vec![rule(
+            "ops",
+            Scope::Role("sysadmin".into()),
+            Unit::Tokens,
+            Period::Day,
+            1000.0,
+        )]);
+        let mut out = Vec::new();
+        let noon = Timestamp::from_millis(20_000 * DAY_MS + DAY_MS / 2);
+        b.observe(
+            &with_role("a", "sysadmin"),
+            &spend(1, 600),
+            0.0,
+            noon,
+            &mut out,
+        );
+        // A pane named like the role is not of it: `role:` is the role only.
+        let named = PaneInfo {
+            name: Some("sysadmin".into()),
+            ..pane("n")
+        };
+        b.observe(&named, &spend(1, 5000), 0.0, noon, &mut out);
+        assert!(out.iter().all(|v| v.pane == "a"), "{out:?}");
+        out.clear();
+        b.observe(
+            &with_role("b", "sysadmin"),
+            &spend(1, 500),
+            0.0,
+            noon,
+            &mut out,
+        );
+        let pause = out
+            .iter()
+            .find(|v| matches!(v.action, Action::Pause { .. }));
+        let pause = pause.expect("the role's spend together reached the cap");
+        assert_eq!(pause.target, Target::Role("sysadmin".into()));
+        // A pane of the role that starts now waits with the others.
+        assert_eq!(b.paused_for(&with_role("c", "sysadmin"), noon).len(), 1);
+        assert!(b.paused_for(&with_role("d", "db-admin"), noon).is_empty());
+    }
+
+    #[test]
+    fn the_fleet_budget_is_the_global_daily_cap_and_each_roles_allotment() {
+        let day = Period::Day;
+        let hour = Period::Window(Duration::from_secs(3600));
+        let mut b = Budgets::new(vec![
+            rule("burst", Scope::Global, Unit::Tokens, hour, 5_000.0),
+            rule("fleet", Scope::Global, Unit::Tokens, day, 100_000.0),
+            rule("fleet-usd", Scope::Global, Unit::Usd, day, 1.0),
+            rule(
+                "orch",
+                Scope::Role("orchestrator".into()),
+                Unit::Tokens,
+                day,
+                80_000.0,
+            ),
+            rule(
+                "ops",
+                Scope::Role("sysadmin".into()),
+                Unit::Tokens,
+                day,
+                10_000.0,
+            ),
+            // A window beside the day: the day's cap is the allotment.
+            rule(
+                "ops-burst",
+                Scope::Role("sysadmin".into()),
+                Unit::Tokens,
+                hour,
+                2_000.0,
+            ),
+            rule(
+                "dba",
+                Scope::Role("db-admin".into()),
+                Unit::Tokens,
+                hour,
+                5_000.0,
+            ),
+            rule(
+                "dba-usd",
+                Scope::Role("db-admin".into()),
+                Unit::Usd,
+                day,
+                1.0,
+            ),
+            rule(
+                "named",
+                Scope::Name("git-admin".into()),
+                Unit::Tokens,
+                day,
+                5_000.0,
+            ),
+        ]);
+        let noon = Timestamp::from_millis(20_000 * DAY_MS + DAY_MS / 2);
+        // Nothing spent yet: the cap shows, with nothing spent.
+        let fleet = b.fleet(noon);
+        let global = fleet.global.clone().expect("a global token budget");
+        assert_eq!(
+            (global.rule.as_str(), global.cap, global.spent),
+            ("fleet", 100_000.0, 0.0)
+        );
+        assert_eq!(
+            fleet.allocation,
+            BTreeMap::from([
+                ("db-admin".to_string(), 5_000.0),
+                ("orchestrator".to_string(), 80_000.0),
+                ("sysadmin".to_string(), 10_000.0),
+            ])
+        );
+        assert_eq!(fleet.allocated(), 95_000.0);
+        let mut out = Vec::new();
+        b.observe(
+            &with_role("a", "sysadmin"),
+            &spend(1, 25_000),
+            0.0,
+            noon,
+            &mut out,
+        );
+        let global = b.fleet(noon).global.expect("global");
+        assert_eq!((global.spent, global.paused), (25_000.0, false));
+        // The next day starts at nothing.
+        let tomorrow = Timestamp::from_millis(20_001 * DAY_MS + 1);
+        assert_eq!(b.fleet(tomorrow).global.map(|g| g.spent), Some(0.0));
+        b.raise("ops", 12_000.0).expect("raise");
+        assert_eq!(b.fleet(noon).allocation["sysadmin"], 12_000.0);
+        assert_eq!(
+            Budgets::new(vec![BudgetRule::output()]).fleet(noon),
+            FleetBudget::default()
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use crate::core::time::Timestamp;
 use crate::core::usage::Usage;
 
-pub use budget::{BudgetRule, Budgets, Period, Price, Scope, Unit, OUTPUT_BUDGET};
+pub use budget::{BudgetRule, Budgets, FleetBudget, Period, Price, Scope, Unit, OUTPUT_BUDGET};
 pub use guard::{GuardHit, GuardRule};
 pub use loops::{LoopSettings, LoopState};
 
@@ -255,6 +255,8 @@ pub enum Target {
     Pane(String),
     /// Every pane with this name or role.
     Name(String),
+    /// Every pane with this role.
+    Role(String),
     /// Every pane of this runtime.
     Runtime(String),
     All,
@@ -481,6 +483,17 @@ impl Governor {
 
     pub fn budgets_mut(&mut self) -> &mut Budgets {
         &mut self.budgets
+    }
+
+    /// What `usage` cost in dollars: the harness's own figure, else its
+    /// tokens priced as a budget prices them (model, runtime, `default`),
+    /// else 0.
+    pub fn usage_cost(&self, pane: &PaneInfo, usage: &Usage) -> f64 {
+        let facts = LineFacts {
+            usage: *usage,
+            ..LineFacts::default()
+        };
+        line_cost(&self.prices, pane, &facts)
     }
 
     /// The pane is gone: drop its loop state (budget ledgers stay: a
@@ -744,6 +757,12 @@ mod tests {
         let v = g.observe(&pane, &f, Timestamp::default());
         assert_eq!(v[0].action.as_str(), "pause");
         assert_eq!(v[0].target, Target::All);
+        // A pane's whole usage is priced the same way; the harness's own
+        // figure wins where it gave one.
+        assert_eq!(g.usage_cost(&pane, &f.usage), 1.0);
+        assert_eq!(g.usage_cost(&info(), &f.usage), 0.0, "no price for pi");
+        f.usage.cost_usd = 0.25;
+        assert_eq!(g.usage_cost(&pane, &f.usage), 0.25);
     }
 
     /// Two panes' lines: a loop of identical reads, a guarded command,

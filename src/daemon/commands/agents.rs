@@ -2,12 +2,19 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::core::heartbeat::{check_period, check_prompt as check_heartbeat_prompt};
 use crate::core::lifecycle::{LifeEvent, RestartPlan};
 use crate::core::pane::{Pane, PaneId};
+use crate::core::spec::{
+    add_system_prompt, check_role, check_system_prompt, expand_template,
+    template_places_system_prompt, SYSTEM_PROMPT_PLACEHOLDER,
+};
 use crate::core::time::Timestamp;
 use crate::daemon::agent::{Agent, Recipe, RestartPolicy, RestartState};
+use crate::daemon::diag::log_info;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::store::{ExitRecord, SessionStore};
+use crate::daemon::supervise::SYSTEM_PROMPT_ENV;
 use crate::platform;
 use crate::protocol::{CommandError, ErrorCode, Reply, SpawnArgs, SpawnData, WatchKind};
 
@@ -21,12 +28,31 @@ pub(super) fn spawn(d: &mut Daemon, call: &Call, a: Box<SpawnArgs>) -> Result<Re
 /// `core::spec::MAX_NAME_LEN`).
 const MAX_SPAWN_NAME_CHARS: usize = 256;
 impl Daemon {
+    /// The argv `a` asks for, with its system prompt placed: by the
+    /// provider template's `{system_prompt}`, else appended the way the
+    /// harness takes one (`core::spec::add_system_prompt`).
     fn spawn_argv(&self, a: &SpawnArgs) -> Result<Vec<String>, CommandError> {
+        let (mut argv, placed) = self.launch_argv(a)?;
+        if let (Some(prompt), false) = (a.system_prompt.as_deref(), placed) {
+            if !add_system_prompt(&mut argv, a.runtime, prompt) {
+                log_info!(
+                    "spawn-agent: {} takes no system prompt on its command line; \
+                     it is in COLIBRI_SYSTEM_PROMPT only",
+                    argv[0]
+                );
+            }
+        }
+        Ok(argv)
+    }
+
+    /// The argv before the system prompt, and whether its provider
+    /// template placed the prompt itself.
+    fn launch_argv(&self, a: &SpawnArgs) -> Result<(Vec<String>, bool), CommandError> {
         if let Some(argv) = &a.argv {
             if argv.is_empty() || argv[0].is_empty() {
                 return Err(CommandError::invalid("argv must name a program"));
             }
-            return Ok(argv.clone());
+            return Ok((argv.clone(), false));
         }
         let Some(provider) = a.provider.as_deref() else {
             return Err(CommandError::invalid(
@@ -41,7 +67,7 @@ impl Daemon {
                     "provider \"local\" needs \"model\": the executable to run",
                 ));
             };
-            return Ok(vec![exe.to_string()]);
+            return Ok((vec![exe.to_string()], false));
         }
         let Some(template) = self.settings.providers.get(provider) else {
             return Err(CommandError::invalid(format!(
@@ -52,34 +78,36 @@ impl Daemon {
             ("{provider}", Some(provider)),
             ("{model}", model),
             ("{session_id}", a.session_id.as_deref()),
-            ("{system_prompt}", a.system_prompt.as_deref()),
+            (SYSTEM_PROMPT_PLACEHOLDER, a.system_prompt.as_deref()),
         ];
-        let mut argv = Vec::with_capacity(template.len());
-        'tokens: for tok in template {
-            let mut s = tok.clone();
-            for (ph, v) in values {
-                if s.contains(ph) {
-                    match v {
-                        Some(v) => s = s.replace(ph, v),
-                        // A placeholder without a value drops its argument
-                        // and the flag before it (`--model {model}`).
-                        None => {
-                            if argv.last().is_some_and(|p: &String| p.starts_with('-')) {
-                                argv.pop();
-                            }
-                            continue 'tokens;
-                        }
-                    }
-                }
-            }
-            argv.push(s);
-        }
+        let argv = expand_template(template, &values);
         if argv.is_empty() {
             return Err(CommandError::invalid(format!(
                 "provider {provider:?} has an empty argv"
             )));
         }
-        Ok(argv)
+        Ok((argv, template_places_system_prompt(template)))
+    }
+
+    /// `role`, `heartbeat`, `heartbeat_prompt` and `system_prompt` of a
+    /// spawn, checked as a declaration's are.
+    fn check_spawn_extras(a: &SpawnArgs) -> Result<(), CommandError> {
+        if let Some(role) = &a.role {
+            check_role(role).map_err(|e| CommandError::invalid(format!("role: {e}")))?;
+        }
+        if let Some(period) = a.heartbeat {
+            check_period(period.0)
+                .and_then(|()| crate::config::check_duration(period.0).map(drop))
+                .map_err(|e| CommandError::invalid(format!("heartbeat: {e}")))?;
+        }
+        if let Some(prompt) = &a.heartbeat_prompt {
+            check_heartbeat_prompt(prompt)
+                .map_err(|e| CommandError::invalid(format!("heartbeat_prompt: {e}")))?;
+        }
+        if let Some(prompt) = &a.system_prompt {
+            check_system_prompt(prompt).map_err(CommandError::invalid)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn cmd_spawn(
@@ -93,6 +121,7 @@ impl Daemon {
                 "colibrid is stopping",
             ));
         }
+        Self::check_spawn_extras(&a)?;
         let argv = self.spawn_argv(&a)?;
         if let Some(stall) = a.stall_after {
             crate::config::check_stall_after(stall.0)
@@ -167,7 +196,7 @@ impl Daemon {
         let mut env: Vec<(String, String)> =
             a.env.clone().unwrap_or_default().into_iter().collect();
         if let Some(sp) = &a.system_prompt {
-            env.push(("COLIBRI_SYSTEM_PROMPT".into(), sp.clone()));
+            env.push((SYSTEM_PROMPT_ENV.into(), sp.clone()));
         }
         let recipe = Recipe {
             argv,
@@ -178,6 +207,7 @@ impl Daemon {
             cols: a.cols.unwrap_or(160).max(1),
             rows: a.rows.unwrap_or(50).max(1),
             runtime: a.runtime,
+            system_prompt: a.system_prompt.clone(),
         };
         let pane_id = uuid::Uuid::new_v4().to_string();
         let agent_name = Path::new(&recipe.argv[0]).file_name().map_or_else(
@@ -194,6 +224,7 @@ impl Daemon {
             t,
         );
         pane.name = a.name.clone();
+        pane.role = a.role.clone();
         pane.stall_after = a.stall_after.map(|d| d.0);
         let shown_cwd = cwd.clone().or_else(|| std::env::current_dir().ok());
         pane.set_cwd(shown_cwd.map(|c| c.display().to_string()));
@@ -210,6 +241,8 @@ impl Daemon {
             restart,
         );
         let key = self.panes.insert(pane, agent);
+        let heartbeat = a.heartbeat.map(|d| d.0);
+        self.configure_heartbeat(key, heartbeat, a.heartbeat_prompt.as_deref(), t);
         let cwd_s = cwd.as_ref().map(|c| c.display().to_string());
         self.store.ensure_session(
             &session,

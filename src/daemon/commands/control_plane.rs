@@ -9,13 +9,19 @@
 //! a request without `pane` acts as the operator and sees everything.
 
 use super::Call;
+use crate::core::policy::PaneInfo;
 use crate::core::policy::Unit;
 use crate::core::tasks::{Actor, NewTask, Task, TaskError, TaskStatus, MAX_CONTEXT_BYTES};
+use crate::core::time::Timestamp;
 use crate::daemon::activity::{bounded, ACTIVITY_BURST};
 use crate::daemon::conn::Scope;
 use crate::daemon::control_plane::{wire_budget, BudgetView};
 use crate::daemon::event_loop::Daemon;
-use crate::protocol::control_plane::{ActivityType, AgentControlState, WireTask};
+use crate::daemon::govern::pane_info;
+use crate::daemon::panes::Slot;
+use crate::protocol::control_plane::{
+    ActivityType, AgentControlState, PaneSpend, WireFleetBudget, WireTask,
+};
 use crate::protocol::{
     ActivityArgs, CallerArgs, TaskActArgs, TaskAddArgs, TaskClaimArgs, TasksArgs,
 };
@@ -79,52 +85,70 @@ pub(super) fn state(d: &mut Daemon, call: &Call, args: CallerArgs) -> Result<Rep
         .filter(|(k, s)| {
             d.visible(&call.scope, *k) && me.as_ref().is_none_or(|m| *m == s.pane.id.0)
         })
-        .map(|(_, s)| {
-            let id = s.pane.id.0.clone();
-            let running = s.agent.proc.is_some();
-            AgentControlState {
-                name: s.pane.name.clone(),
-                state: s.pane.state(),
-                active: running && !s.pane.paused,
-                paused: s.pane.paused,
-                budget: wire_budget(governed_budget(
-                    d,
-                    &id,
-                    s.pane.name.as_deref(),
-                    s.pane.runtime(),
-                    call.t,
-                )),
-                task_id: d.control.queue.held_by(&id).map(|t| t.id),
-                pane: id,
-            }
-        })
+        .map(|(_, s)| agent_state(d, s, call.t))
         .collect();
-    Ok(Reply::State(StateReply { agents }))
+    let budget = fleet_budget(d, call.t);
+    Ok(Reply::State(StateReply { agents, budget }))
+}
+
+/// One agent as `state` shows it: the seed's `id`, `role` and
+/// `heartbeat_enabled`, its state, the budget that holds it, its spend.
+fn agent_state(d: &Daemon, s: &Slot, t: Timestamp) -> AgentControlState {
+    let info = pane_info(s);
+    let id = s.pane.id.0.clone();
+    let running = s.agent.proc.is_some();
+    AgentControlState {
+        id: s.pane.name.clone().unwrap_or_else(|| id.clone()),
+        name: s.pane.name.clone(),
+        role: s.pane.role.clone(),
+        heartbeat_enabled: s.agent.heartbeat.is_some(),
+        state: s.pane.state(),
+        active: running && !s.pane.paused,
+        paused: s.pane.paused,
+        budget: wire_budget(governed_budget(d, &info, t)),
+        spend: pane_spend(d, s, &info),
+        task_id: d.control.queue.held_by(&id).map(|t| t.id),
+        pane: id,
+    }
+}
+
+/// What the pane has spent in all its runs, priced as its budgets price
+/// it.
+fn pane_spend(d: &Daemon, s: &Slot, info: &PaneInfo) -> PaneSpend {
+    let mut usage = s.agent.usage_earlier;
+    usage.add(s.pane.usage());
+    let tokens = usage
+        .input_tokens
+        .saturating_add(usage.output_tokens)
+        .saturating_add(usage.cache_write_tokens);
+    PaneSpend {
+        tokens,
+        usd: d.governor.usage_cost(info, &usage),
+        output_bytes: s
+            .agent
+            .bytes_earlier
+            .saturating_add(s.pane.counters().bytes),
+    }
 }
 
 /// The tightest token budget of the policy engine that counts this pane's
-/// spend (its own ledger, its name's, its runtime's or the global one),
-/// once it has counted any: cap, spent and what is left, in tokens (the
-/// contract's `daily_tokens`; a budget of dollars or bytes is not one).
-fn governed_budget(
-    d: &Daemon,
-    pane_id: &str,
-    name: Option<&str>,
-    runtime: Option<crate::core::taxonomy::Runtime>,
-    now: crate::core::time::Timestamp,
-) -> Option<BudgetView> {
-    let runtime = runtime.map(|r| r.as_str());
+/// spend (its own ledger, its name's, its role's, its runtime's or the
+/// global one), once it has counted any: cap, spent and what is left, in
+/// tokens (the contract's `daily_tokens`; a budget of dollars or bytes is
+/// not one).
+fn governed_budget(d: &Daemon, pane: &PaneInfo, now: Timestamp) -> Option<BudgetView> {
+    let keys = [
+        Some(pane.id.as_str()),
+        pane.name.as_deref(),
+        pane.role.as_deref(),
+        pane.runtime.as_deref(),
+    ];
     d.governor
         .budgets()
         .usage(now)
         .into_iter()
         .filter(|u| u.unit == Unit::Tokens)
-        .filter(|u| {
-            u.key.is_empty()
-                || u.key == pane_id
-                || Some(u.key.as_str()) == name
-                || Some(u.key.as_str()) == runtime
-        })
+        .filter(|u| u.key.is_empty() || keys.contains(&Some(u.key.as_str())))
         .map(|u| BudgetView {
             daily: u.cap.max(0.0) as u64,
             spent: u.spent.max(0.0) as u64,
@@ -132,6 +156,35 @@ fn governed_budget(
             exceeded: u.paused || u.spent >= u.cap,
         })
         .min_by_key(|b| b.remaining)
+}
+
+/// The seed's fleet budget: the global token budget and each role's
+/// allotment.
+fn fleet_budget(d: &Daemon, now: Timestamp) -> WireFleetBudget {
+    let fleet = d.governor.budgets().fleet(now);
+    let whole = |v: f64| v.max(0.0) as u64;
+    let allocation = fleet
+        .allocation
+        .iter()
+        .map(|(role, cap)| (role.clone(), whole(*cap)))
+        .collect();
+    let allocated = whole(fleet.allocated());
+    match fleet.global {
+        None => WireFleetBudget {
+            allocation,
+            allocated,
+            ..WireFleetBudget::default()
+        },
+        Some(g) => WireFleetBudget {
+            configured: true,
+            daily_tokens: Some(whole(g.cap)),
+            spent_today: Some(whole(g.spent)),
+            remaining: Some(whole(g.cap - g.spent)),
+            hard_limit_exceeded: g.paused || g.spent >= g.cap,
+            allocation,
+            allocated,
+        },
+    }
 }
 
 pub(super) fn tasks(d: &mut Daemon, call: &Call, args: TasksArgs) -> Result<Reply, CommandError> {

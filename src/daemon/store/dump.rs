@@ -15,6 +15,28 @@ use super::{SessionMeta, SessionStore, StoreError};
 /// parses it whole (`colibri session`, `client.rs` caps a reply at 256 MiB).
 pub const MAX_DUMP_BYTES: u64 = 64 << 20;
 
+/// The system prompt a log record gave its pane's start: `Some` for an
+/// `attach` record (holding `None` when that start had none), `None` for
+/// any other record. The last start's is the session's (`get-session`'s
+/// `system_prompt`); read from the log, not kept in memory, so the
+/// sessions of a long-running daemon cost nothing for their prompts.
+pub fn attach_system_prompt(record: &str) -> Option<Option<String>> {
+    #[derive(serde::Deserialize)]
+    struct Attach {
+        #[serde(default)]
+        colibri: Option<String>,
+        #[serde(default)]
+        system_prompt: Option<String>,
+    }
+    // The store writes this key exactly so: any other record is passed
+    // over without being parsed again.
+    if !record.contains(r#""colibri":"attach""#) {
+        return None;
+    }
+    let attach: Attach = serde_json::from_str(record).ok()?;
+    (attach.colibri.as_deref() == Some("attach")).then_some(attach.system_prompt)
+}
+
 /// What a `get-session` reply is made of, taken at request time
 /// ([`SessionStore::open_dump`]); `daemon::session_stream` reads it out.
 #[derive(Debug)]

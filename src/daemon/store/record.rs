@@ -10,7 +10,7 @@ use std::io::Write as _;
 use crate::core::time::Timestamp;
 use crate::protocol::json_text::{push_escaped, push_str};
 
-use super::{AnswerRecord, AttachRecord, ExitRecord, HostopRecord};
+use super::{AnswerRecord, AttachRecord, ExitRecord, HostopRecord, PromptRecord};
 
 /// Length of `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 const TS_LEN: usize = 24;
@@ -215,7 +215,7 @@ pub(super) fn oversize_tail(out: &mut Vec<u8>, dropped: u64) {
 }
 
 /// `{"ts":…,"pane":…,"colibri":"attach","agent":…,"runtime":…,"name":…,
-/// "cwd":…,"argv":[…],"generation":n[,"jail":…]}\n`.
+/// "cwd":…,"argv":[…],"generation":n[,"jail":…][,"system_prompt":…]}\n`.
 pub(super) fn encode_attach(
     out: &mut Vec<u8>,
     ts: &mut TsText,
@@ -241,6 +241,23 @@ pub(super) fn encode_attach(
     out.extend_from_slice(b"],\"generation\":");
     push_int(out, rec.generation);
     push_field_str(out, "jail", rec.jail);
+    push_field_str(out, "system_prompt", rec.system_prompt);
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":…,"colibri":"prompt","by":…,"text":…}\n`: a prompt the
+/// daemon wrote to the agent's input (the heartbeat).
+pub(super) fn encode_prompt(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    rec: &PromptRecord<'_>,
+) {
+    push_head(out, ts, now, rec.pane);
+    out.extend_from_slice(b",\"colibri\":\"prompt\",\"by\":");
+    push_str(out, rec.by);
+    out.extend_from_slice(b",\"text\":");
+    push_str(out, rec.text);
     out.extend_from_slice(b"}\n");
 }
 
@@ -517,6 +534,7 @@ mod tests {
                 argv: &argv,
                 generation: 2,
                 jail: Some("j1"),
+                system_prompt: Some("be \"brief\""),
             },
         );
         encode_exit(
@@ -533,22 +551,36 @@ mod tests {
             },
         );
         encode_compacted(&mut out, &mut ts, now, 7);
+        encode_prompt(
+            &mut out,
+            &mut ts,
+            now,
+            &PromptRecord {
+                pane: "p",
+                by: "heartbeat",
+                text: "run\nyour loop",
+            },
+        );
         let lines: Vec<serde_json::Value> = out
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_slice(l).expect("every record parses"))
             .collect();
-        assert_eq!(lines.len(), 6);
+        assert_eq!(lines.len(), 7);
         assert_eq!(lines[1]["raw"], "not json\u{0}");
         assert_eq!(lines[2]["oversize"], 12345);
         assert_eq!(lines[3]["argv"][2], "a\"b");
         assert_eq!(lines[3]["name"], serde_json::Value::Null);
         assert_eq!(lines[3]["generation"], 2);
         assert_eq!(lines[3]["jail"], "j1");
+        assert_eq!(lines[3]["system_prompt"], "be \"brief\"");
         assert_eq!(lines[4]["code"], 1);
         assert!(lines[4].get("signal").is_none());
         assert_eq!(lines[5]["dropped"], 7);
         assert_eq!(lines[5]["pane"], "");
+        assert_eq!(lines[6]["colibri"], "prompt");
+        assert_eq!(lines[6]["by"], "heartbeat");
+        assert_eq!(lines[6]["text"], "run\nyour loop");
     }
 
     #[test]

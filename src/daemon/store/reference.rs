@@ -37,6 +37,11 @@ impl SessionStore {
         }
         bytes.extend_from_slice(&src.unflushed);
         let (records, corrupt) = scan::complete_records(&bytes);
+        let system_prompt = records
+            .iter()
+            .rev()
+            .find_map(|r| super::attach_system_prompt(r.get()))
+            .flatten();
         Ok(SessionDump {
             session: src.session,
             records,
@@ -44,6 +49,7 @@ impl SessionStore {
             unflushed_bytes: src.unflushed.len(),
             flush_error: src.flush_error,
             log_replaced: src.log_replaced,
+            system_prompt,
         })
     }
 

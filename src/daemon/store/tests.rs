@@ -77,6 +77,7 @@ fn attach_rec<'a>(pane: &'a str, argv: &'a [String]) -> AttachRecord<'a> {
         argv,
         generation: 1,
         jail: None,
+        system_prompt: None,
     }
 }
 
