@@ -503,7 +503,9 @@ pub fn add_system_prompt(argv: &mut Vec<String>, runtime: Option<Runtime>, promp
 /// The argv that starts `spec`'s agent again inside its harness session
 /// `session`, or `None` when its recipe has no resume template or the id
 /// is not one that can be passed safely (empty, starting with `-` so it
-/// would read as a flag, or holding whitespace or control characters).
+/// would read as a flag, or holding whitespace or control characters). A
+/// template that does not repeat the argv (Codex's `exec resume`) is given
+/// the system prompt the argv held.
 pub fn resume_argv(spec: &AgentSpec, session: &str) -> Option<Vec<String>> {
     let template = spec.resume.as_ref()?;
     if !is_passable_session_id(session) {
@@ -523,6 +525,11 @@ pub fn resume_argv(spec: &AgentSpec, session: &str) -> Option<Vec<String>> {
         }
     }
     check_argv(&argv).ok()?;
+    if let Some(prompt) = &spec.system_prompt {
+        if !template.iter().any(|t| t == ARGV_PLACEHOLDER) {
+            add_system_prompt(&mut argv, spec.runtime, prompt);
+        }
+    }
     Some(argv)
 }
 
@@ -1071,6 +1078,23 @@ mod tests {
                 CODEX_RESUME_PROMPT
             ]))
         );
+        // The system prompt the argv held goes with the resume too; a
+        // template that repeats the argv has it already.
+        codex.system_prompt = Some("be brief".into());
+        let argv = resume_argv(&codex, "0199a213-81c0").expect("resumes");
+        assert_eq!(
+            argv[7..],
+            strings(&["-c", r#"developer_instructions="be brief""#])
+        );
+        let mut pi = AgentSpec::new(
+            "p",
+            strings(&["pi", "--mode", "rpc", "--append-system-prompt", "x"]),
+        );
+        pi.system_prompt = Some("x".into());
+        pi.resume = default_resume_template(Runtime::Pi)
+            .map(|t| t.iter().map(|s| (*s).to_owned()).collect());
+        let argv = resume_argv(&pi, "s1").expect("resumes");
+        assert_eq!(argv.iter().filter(|a| *a == "x").count(), 1, "{argv:?}");
     }
 
     #[test]
