@@ -39,6 +39,10 @@ argv = ["/usr/bin/touch", "{dir}/marker-{{name}}"]
 params.name = "[a-z]{{1,16}}"
 jails = ["agents1"]
 
+[hostops.greet]
+argv = ["/bin/echo", "greetings"]
+roles = ["sysadmin"]
+
 [hostops.fail]
 argv = ["/bin/sh", "-c", "echo oops; echo to-stderr >&2; exit 3"]
 jails = ["agents1"]
@@ -200,6 +204,42 @@ fn only_the_jails_an_op_lists_may_run_it_and_only_declared_ops_exist() {
         "{text}"
     );
     assert!(!text.contains("hello"), "{text}");
+}
+
+/// A host agent whose role an op lists runs it; one of another role does
+/// not.
+#[test]
+fn an_agent_of_a_role_an_op_lists_may_run_it_and_another_role_may_not() {
+    let o = start(&[]);
+    let run_as = |role: &str| -> String {
+        let out = o.d.path(&format!("out-{role}"));
+        let script = format!(
+            "{COLIBRI} --socket {} hostop greet > {out} 2>&1; echo rc=$? >> {out}; touch {out}.done; exec sleep 60",
+            o.d.socket.display(),
+            out = out.display()
+        );
+        o.d.spawn(
+            &["/bin/sh", "-c", &script],
+            json!({"name": role, "role": role}),
+        );
+        let done = PathBuf::from(format!("{}.done", out.display()));
+        wait_for(
+            scaled(Duration::from_secs(30)),
+            "the agent's hostop",
+            || done.exists().then_some(()),
+        );
+        std::fs::read_to_string(&out).unwrap_or_default()
+    };
+    let text = run_as("sysadmin");
+    assert!(
+        text.contains("greetings") && text.contains("rc=0"),
+        "{text}"
+    );
+    let text = run_as("db-admin");
+    assert!(
+        text.contains("not allowed") && !text.contains("greetings"),
+        "{text}"
+    );
 }
 
 /// An op that runs past its timeout is killed with its process group and

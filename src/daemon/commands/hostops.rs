@@ -85,11 +85,11 @@ fn not_allowed(op: &str, by: &str) -> String {
     )
 }
 
-/// The role of the agent of pane `pane`, for `[hostops.NAME] roles`.
-/// Panes carry no role yet: until one is recorded (spawn-agent, a
-/// declared agent) only `jails` grant an agent an op.
-fn caller_role<'d>(_d: &'d Daemon, _pane: &str) -> Option<&'d str> {
-    None
+/// The role of the agent of pane `pane` (`role` on `spawn-agent` or
+/// `[agents.NAME]`), for `[hostops.NAME] roles`.
+fn caller_role<'d>(d: &'d Daemon, pane: &str) -> Option<&'d str> {
+    let key = d.panes.key(pane)?;
+    d.panes.pane(key)?.role.as_deref()
 }
 
 #[cfg(test)]
