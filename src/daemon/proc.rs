@@ -572,6 +572,7 @@ impl Daemon {
             generation: agent.generation,
             jail: agent.jail.as_deref(),
             system_prompt: recipe.system_prompt.as_deref(),
+            role: pane.role.as_deref(),
         };
         self.store.attach(&agent.session, &rec, t);
     }

@@ -64,13 +64,14 @@ impl Daemon {
                     );
                     agent.generation = rp.generation;
                     agent.runtime_indexed = true;
-                    let pane = Pane::new(
+                    let mut pane = Pane::new(
                         PaneId(rp.pane.clone()),
                         rp.agent.clone(),
                         runtime,
                         max_line,
                         rp.attached_at,
                     );
+                    pane.role = rp.role.clone();
                     self.panes.insert(pane, agent)
                 }
             };
@@ -302,6 +303,7 @@ mod tests {
             cwd: None,
             generation: 0,
             jail: None,
+            role: None,
             attached_at: Timestamp::from_millis(0),
             exit: None,
             events: events

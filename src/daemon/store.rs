@@ -187,6 +187,8 @@ pub struct AttachRecord<'a> {
     pub jail: Option<&'a str>,
     /// The system prompt this start gave the agent.
     pub system_prompt: Option<&'a str>,
+    /// The control plane's role (kept so a recovered pane keeps it).
+    pub role: Option<&'a str>,
 }
 
 /// A prompt the daemon itself wrote to an agent's input (the heartbeat).

@@ -484,3 +484,26 @@ system_prompt = "Review only."
         );
     }
 }
+
+/// A pane's role is in its start's log record, so the pane colibrid
+/// rebuilds from the logs after a restart keeps it.
+#[test]
+fn a_panes_role_survives_a_restart_of_colibrid() {
+    let mut d = Colibrid::start(&[]);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "exec sleep 600"],
+        json!({"name": "keeper", "role": "sysadmin"}),
+    );
+    d.wait_pane(&id, "keeper running", |p| p["pid"].is_i64());
+    assert!(d.terminate().success());
+    d.launch();
+    let st = d.ok(json!({"cmd":"state"}));
+    let agent = st["agents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["pane"] == json!(id))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(agent["role"], json!("sysadmin"), "{st}");
+}

@@ -58,6 +58,7 @@ pub struct RecoveredPane {
     pub cwd: Option<String>,
     pub generation: u32,
     pub jail: Option<String>,
+    pub role: Option<String>,
     pub attached_at: Timestamp,
     /// `(state, code, signal)` of the exit after the last attach.
     pub exit: Option<(String, Option<i32>, Option<i32>)>,

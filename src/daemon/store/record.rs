@@ -215,7 +215,8 @@ pub(super) fn oversize_tail(out: &mut Vec<u8>, dropped: u64) {
 }
 
 /// `{"ts":…,"pane":…,"colibri":"attach","agent":…,"runtime":…,"name":…,
-/// "cwd":…,"argv":[…],"generation":n[,"jail":…][,"system_prompt":…]}\n`.
+/// "cwd":…,"argv":[…],"generation":n[,"jail":…][,"system_prompt":…]
+/// [,"role":…]}\n`.
 pub(super) fn encode_attach(
     out: &mut Vec<u8>,
     ts: &mut TsText,
@@ -242,6 +243,7 @@ pub(super) fn encode_attach(
     push_int(out, rec.generation);
     push_field_str(out, "jail", rec.jail);
     push_field_str(out, "system_prompt", rec.system_prompt);
+    push_field_str(out, "role", rec.role);
     out.extend_from_slice(b"}\n");
 }
 
@@ -535,6 +537,7 @@ mod tests {
                 generation: 2,
                 jail: Some("j1"),
                 system_prompt: Some("be \"brief\""),
+                role: Some("sysadmin"),
             },
         );
         encode_exit(
@@ -574,6 +577,7 @@ mod tests {
         assert_eq!(lines[3]["generation"], 2);
         assert_eq!(lines[3]["jail"], "j1");
         assert_eq!(lines[3]["system_prompt"], "be \"brief\"");
+        assert_eq!(lines[3]["role"], "sysadmin");
         assert_eq!(lines[4]["code"], 1);
         assert!(lines[4].get("signal").is_none());
         assert_eq!(lines[5]["dropped"], 7);

@@ -49,6 +49,8 @@ pub(super) struct RecordFields<'a> {
     pub generation: Option<u32>,
     #[serde(borrow, default)]
     pub jail: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub role: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub state: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -369,6 +371,7 @@ impl PaneSlots<'_> {
             cwd: None,
             generation: 0,
             jail: None,
+            role: None,
             attached_at: ts,
             exit: None,
             events: Vec::new(),
@@ -492,6 +495,7 @@ fn apply_record(
         p.cwd = rec.cwd.as_deref().map(str::to_string);
         p.generation = rec.generation.unwrap_or(0);
         p.jail = rec.jail.as_deref().map(str::to_string);
+        p.role = rec.role.as_deref().map(str::to_string);
         p.attached_at = ts;
         p.exit = None;
         p.events = Vec::new();

@@ -78,6 +78,7 @@ fn attach_rec<'a>(pane: &'a str, argv: &'a [String]) -> AttachRecord<'a> {
         generation: 1,
         jail: None,
         system_prompt: None,
+        role: None,
     }
 }
 
