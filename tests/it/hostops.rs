@@ -62,7 +62,7 @@ jails = ["agents1"]
 timeout = "1m"
 
 [hostops.flood]
-argv = ["/bin/sh", "-c", "dd if=/dev/zero bs=1000 count=300 2>/dev/null | tr '\\000' x"]
+argv = ["/usr/bin/awk", "BEGIN {{{{ for (i = 0; i < 300000; i++) printf \"x\" }}}}"]
 jails = ["agents1"]
 output_max = 1000
 
