@@ -39,6 +39,9 @@ use crate::daemon::diag::{log_info, log_warn};
 
 pub const JOURNAL_FILE: &str = "watch.journal";
 pub const JOURNAL_PREVIOUS: &str = "watch.journal.1";
+/// Holds the journal's id ([`Journal::id`]), one line.
+pub const JOURNAL_ID_FILE: &str = "watch.journal.id";
+const JOURNAL_ID_TMP: &str = ".watch.journal.id.tmp";
 /// Overrides [`DEFAULT_MAX_BYTES`] (bytes); for small hosts and tests.
 pub const MAX_BYTES_ENV: &str = "COLIBRID_JOURNAL_BYTES";
 pub const DEFAULT_MAX_BYTES: u64 = 8 << 20;
@@ -120,6 +123,8 @@ pub struct Journal {
     writer: Option<WriterHandle>,
     /// Writes run inline until the thread is started (tests, failure).
     inline: Option<SegmentWriter>,
+    /// See [`Journal::id`].
+    id: String,
 }
 
 impl std::fmt::Debug for Journal {
@@ -150,6 +155,7 @@ impl Journal {
             submitted_seq: 0,
             writer: None,
             inline: None,
+            id: String::new(),
             cfg,
         };
         for name in [JOURNAL_PREVIOUS, JOURNAL_FILE] {
@@ -161,6 +167,7 @@ impl Journal {
             }
         }
         j.trim(now);
+        j.id = journal_id(&j.cfg.dir, j.last_seq);
         j.pending_seq = j.last_seq;
         j.submitted_seq = j.last_seq;
         j.inline = Some(SegmentWriter::new(j.cfg.clone()));
@@ -221,6 +228,15 @@ impl Journal {
 
     pub fn last_seq(&self) -> u64 {
         self.last_seq
+    }
+
+    /// Names this numbering of `seq`. A `seq` alone is not unique for good:
+    /// an emptied journal (a reset state dir, or every segment aged out
+    /// while colibrid was down) numbers from 1 again. The id is minted
+    /// exactly then and kept in [`JOURNAL_ID_FILE`] otherwise, so
+    /// `(id, seq)` never names two events.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// The oldest seq a replay can start at: everything from it up to
@@ -414,6 +430,49 @@ impl Journal {
     }
 }
 
+/// The id kept in `dir` when the journal goes on numbering after
+/// `last_seq`, else (numbering starts at 1, or no usable id is kept, as
+/// after an upgrade from a colibrid that had none) a new one, written
+/// down. If it cannot be written it still names this run's numbering; the
+/// next run mints another, which costs a fleet re-publish, never a clash.
+fn journal_id(dir: &Path, last_seq: u64) -> String {
+    let path = dir.join(JOURNAL_ID_FILE);
+    if last_seq > 0 {
+        match fs::read_to_string(&path) {
+            Ok(text) if valid_journal_id(text.trim()) => return text.trim().to_string(),
+            Ok(_) => log_warn!("{}: not a journal id; minting a new one", path.display()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => log_warn!("{}: {e}; minting a new journal id", path.display()),
+        }
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    if let Err(e) = write_id(dir, &id) {
+        log_warn!("cannot write {}: {e}", path.display());
+    }
+    id
+}
+
+fn valid_journal_id(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Temp file, fsync, rename: a crash leaves the old id or the new one.
+fn write_id(dir: &Path, id: &str) -> io::Result<()> {
+    let tmp = dir.join(JOURNAL_ID_TMP);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&tmp)?;
+    f.write_all(format!("{id}\n").as_bytes())?;
+    f.sync_all()?;
+    fs::rename(&tmp, dir.join(JOURNAL_ID_FILE))
+}
+
 /// The fields of an approval watch line that [`Journal::open_approvals`]
 /// reads.
 #[derive(Deserialize)]
@@ -592,6 +651,51 @@ mod tests {
         assert_eq!(third.jail.as_deref(), Some("j1"));
         assert_eq!(third.pane.as_deref(), Some("p3"));
         assert_eq!(&*third.frame, &*frame(3));
+    }
+
+    fn journal_with_events(dir: &Path, t: Timestamp, upto: u64) -> String {
+        let mut j = Journal::open(cfg(dir, 1 << 20), t);
+        for s in j.last_seq() + 1..=upto {
+            j.append(s, t, None, frame(s));
+        }
+        j.submit();
+        assert!(j.caught_up());
+        j.id().to_string()
+    }
+
+    #[test]
+    fn the_journal_id_lasts_as_long_as_its_numbering() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = Timestamp::from_millis(1_000_000);
+        let first = journal_with_events(dir.path(), t, 3);
+        assert!(valid_journal_id(&first), "{first}");
+        // Numbering goes on after seq 3: same id.
+        assert_eq!(journal_with_events(dir.path(), t, 5), first);
+        let kept = fs::read_to_string(dir.path().join(JOURNAL_ID_FILE)).expect("id file");
+        assert_eq!(kept.trim(), first);
+        // Emptied journal (a reset state dir keeps nothing else): seq
+        // starts over at 1, so the id must change.
+        for name in [JOURNAL_FILE, JOURNAL_PREVIOUS] {
+            let _ = fs::remove_file(dir.path().join(name));
+        }
+        let j = Journal::open(cfg(dir.path(), 1 << 20), t);
+        assert_eq!(j.last_seq(), 0);
+        assert_ne!(j.id(), first);
+    }
+
+    #[test]
+    fn a_journal_without_a_usable_id_file_gets_one_that_then_lasts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = Timestamp::from_millis(1_000_000);
+        let first = journal_with_events(dir.path(), t, 2);
+        // An older colibrid's state dir, or a hand-edited file.
+        fs::write(dir.path().join(JOURNAL_ID_FILE), "Not An Id!\n").expect("write");
+        let second = journal_with_events(dir.path(), t, 4);
+        assert_ne!(second, first);
+        fs::remove_file(dir.path().join(JOURNAL_ID_FILE)).expect("remove");
+        let third = journal_with_events(dir.path(), t, 6);
+        assert_ne!(third, second);
+        assert_eq!(journal_with_events(dir.path(), t, 7), third);
     }
 
     #[test]

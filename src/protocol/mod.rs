@@ -1149,6 +1149,12 @@ pub struct WatchReply {
     pub seq: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<String>,
+    /// Names this numbering of `seq`: it changes exactly when `seq` starts
+    /// over at 1 (a new or emptied journal), so `journal_id` and `seq`
+    /// together name an event for good (the fleet bridge's message ids).
+    /// Absent from daemons older than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_id: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -76,6 +76,39 @@ fn a_watch_resumes_across_a_restart_with_no_gap_and_no_duplicate() {
     );
 }
 
+/// `journal_id` names one numbering of `seq`: kept across restarts while
+/// numbering goes on, new once the journal is gone and `seq` starts over,
+/// so `(journal_id, seq)` never names two events (the fleet bridge's
+/// message ids rely on it).
+#[test]
+fn the_journal_id_lasts_while_numbering_goes_on_and_changes_when_it_starts_over() {
+    let mut d = Colibrid::start(&[]);
+    let watch = |d: &Colibrid| d.client().request(&json!({"cmd":"watch"}))["data"].clone();
+    d.spawn(&["/bin/sh", "-c", "exit 0"], json!({"name":"one"}));
+    let first = watch(&d);
+    let id = first["journal_id"]
+        .as_str()
+        .expect("a journal_id")
+        .to_string();
+    assert!(first["seq"].as_u64() > Some(0), "{first}");
+    assert!(d.terminate().success());
+    d.launch();
+    let again = watch(&d);
+    assert_eq!(again["journal_id"], json!(id), "{again}");
+    assert_ne!(again["epoch"], first["epoch"], "a new run: {again}");
+    assert!(again["seq"].as_u64() >= first["seq"].as_u64(), "{again}");
+
+    assert!(d.terminate().success());
+    for name in ["watch.journal", "watch.journal.1"] {
+        let _ = std::fs::remove_file(d.state.join(name));
+    }
+    d.launch();
+    let reset = watch(&d);
+    assert!(reset["seq"].as_u64() < first["seq"].as_u64(), "{reset}");
+    let new_id = reset["journal_id"].as_str().expect("a journal_id");
+    assert_ne!(new_id, id, "seq started over: {reset}");
+}
+
 #[test]
 fn a_since_older_than_the_journal_gets_the_gap_marker_first() {
     let mut d = Colibrid::start(&[]);

@@ -39,6 +39,7 @@ pub(super) fn watch(d: &mut Daemon, call: &Call, a: WatchArgs) -> Result<Reply, 
         watching: true,
         seq: d.bus.seq(),
         epoch: Some(d.bus.epoch().to_string()),
+        journal_id: Some(d.bus.journal().id().to_string()),
     }))
 }
 
