@@ -17,7 +17,8 @@ use super::hostops::RawHostOp;
 use super::{
     check_agent_path, check_jail_name, default_jail_socket, parse_duration, parse_mode,
     parse_positive_duration, parse_stall_after, positive_usize, ApprovalsLayer, ConfigError,
-    DaemonLayer, JailListener, Layer, Provider, RestartLayer, SessionsLayer, SyslogLayer,
+    DaemonLayer, JailListener, Layer, OrchestratorLayer, Provider, RestartLayer, SessionsLayer,
+    SyslogLayer,
 };
 use crate::syslog::{parse_facility, unknown_facility, Severity};
 
@@ -76,6 +77,8 @@ struct RawFile {
     restart: RawRestart,
     #[serde(default)]
     approvals: RawApprovals,
+    #[serde(default)]
+    orchestrator: RawOrchestrator,
     #[serde(default)]
     providers: BTreeMap<String, Spanned<RawProvider>>,
     #[serde(default)]
@@ -190,6 +193,15 @@ struct RawApprovals {
     default_after: Option<Spanned<String>>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawOrchestrator {
+    dispatch: Option<Spanned<bool>>,
+    ack_timeout: Option<Spanned<String>>,
+    retry_after: Option<Spanned<String>>,
+    prompt: Option<Spanned<String>>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawProvider {
@@ -226,6 +238,7 @@ impl Validator<'_> {
             sessions: self.sessions(raw.sessions),
             restart: self.restart(raw.restart),
             approvals: self.approvals(raw.approvals),
+            orchestrator: self.orchestrator(raw.orchestrator),
             agents: self.agents(raw.agents, &providers),
             resume: self.resume(raw.resume),
             providers,
@@ -343,6 +356,23 @@ impl Validator<'_> {
             }),
             default_after: self.opt(a.default_after, "approvals.default_after", |v| {
                 parse_duration(&v)
+            }),
+        }
+    }
+
+    fn orchestrator(&mut self, o: RawOrchestrator) -> OrchestratorLayer {
+        OrchestratorLayer {
+            dispatch: self.opt(o.dispatch, "orchestrator.dispatch", Ok),
+            ack_timeout: self.opt(o.ack_timeout, "orchestrator.ack_timeout", |v| {
+                parse_positive_duration(&v)
+            }),
+            retry_after: self.opt(o.retry_after, "orchestrator.retry_after", |v| {
+                parse_duration(&v)
+            }),
+            prompt: self.opt(o.prompt, "orchestrator.prompt", |v| {
+                crate::core::heartbeat::check_prompt(&v)
+                    .map(|()| v)
+                    .map_err(|e| format!("the dispatch prompt {e}"))
             }),
         }
     }

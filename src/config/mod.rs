@@ -292,6 +292,28 @@ layered! {
     }
 }
 
+layered! {
+    /// `[orchestrator]`, resolved: whether colibrid hands pending tasks to
+    /// idle agents itself (`core::dispatch`), and how.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    OrchestratorSection / OrchestratorLayer {
+        /// Off by default: a deployment that has its agents claim for
+        /// themselves keeps doing so.
+        dispatch: bool = false,
+        /// The claim handshake's window: a claim not acknowledged in it
+        /// goes back to pending.
+        #[serde(serialize_with = "render::duration")]
+        ack_timeout: Duration = crate::core::tasks::ACK_TIMEOUT,
+        /// How long an agent that let a dispatched claim lapse is not
+        /// offered that task again.
+        #[serde(serialize_with = "render::duration")]
+        retry_after: Duration = crate::core::dispatch::DEFAULT_RETRY_AFTER,
+        /// The text an agent is given with its task (`{id}`, `{title}`,
+        /// `{description}`).
+        prompt: String = crate::core::dispatch::DEFAULT_PROMPT.to_owned(),
+    }
+}
+
 /// How to start an agent for `spawn-agent {"provider": NAME}`; `{model}` in
 /// an argument is replaced by the requested model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -318,6 +340,7 @@ pub struct Config {
     pub sessions: SessionsSection,
     pub restart: RestartSection,
     pub approvals: ApprovalsSection,
+    pub orchestrator: OrchestratorSection,
     pub providers: BTreeMap<String, Provider>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub jails: BTreeMap<String, JailListener>,
@@ -349,6 +372,7 @@ pub struct Layer {
     pub sessions: SessionsLayer,
     pub restart: RestartLayer,
     pub approvals: ApprovalsLayer,
+    pub orchestrator: OrchestratorLayer,
     pub providers: BTreeMap<String, Provider>,
     pub jails: BTreeMap<String, JailListener>,
     pub agents: BTreeMap<String, AgentDecl>,
@@ -379,6 +403,7 @@ impl Layer {
             sessions: self.sessions.or(lower.sessions),
             restart: self.restart.or(lower.restart),
             approvals: self.approvals.or(lower.approvals),
+            orchestrator: self.orchestrator.or(lower.orchestrator),
             providers,
             jails,
             agents,
@@ -407,6 +432,7 @@ impl Layer {
             sessions: self.sessions.resolve(),
             restart: self.restart.resolve(),
             approvals: self.approvals.resolve(),
+            orchestrator: self.orchestrator.resolve(),
             providers,
             jails: self.jails,
             resume,
@@ -679,7 +705,7 @@ fn system_hostname() -> String {
 /// starts, stops, restarts or takes its new policy, as `supervisorctl
 /// update` does; `resume.` templates are read at the next resume;
 /// `hostops.` apply to the next request (a run keeps what it started with).
-pub const RELOADABLE_KEYS: [&str; 11] = [
+pub const RELOADABLE_KEYS: [&str; 12] = [
     "daemon.stall_after",
     "daemon.heartbeat",
     "daemon.shutdown_grace",
@@ -691,6 +717,7 @@ pub const RELOADABLE_KEYS: [&str; 11] = [
     "agents.",
     "resume.",
     "hostops.",
+    "orchestrator.",
 ];
 
 /// What a reload does with what changed in the configuration.

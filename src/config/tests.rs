@@ -1241,6 +1241,42 @@ fn the_approvals_section_parses_and_rejects_an_unknown_default() {
     );
 }
 
+/// Dispatch is off unless asked for; its durations and text are checked,
+/// and a changed key takes effect on reload.
+#[test]
+fn the_orchestrator_section_is_off_by_default_and_checked() {
+    let none = resolve_with(&DaemonArgs::default(), None);
+    assert!(!none.orchestrator.dispatch);
+    assert_eq!(none.orchestrator.ack_timeout, Duration::from_secs(180));
+    assert_eq!(none.orchestrator.retry_after, Duration::from_secs(600));
+    assert_eq!(
+        none.orchestrator.prompt,
+        crate::core::dispatch::DEFAULT_PROMPT
+    );
+    let layer = parse(
+        "[orchestrator]\ndispatch = true\nack_timeout = \"30s\"\nretry_after = \"0s\"\nprompt = \"do {id}\"\n",
+    )
+    .expect("parses");
+    let cfg = resolve_with(&DaemonArgs::default(), Some(&layer));
+    assert!(cfg.orchestrator.dispatch);
+    assert_eq!(cfg.orchestrator.ack_timeout, Duration::from_secs(30));
+    assert_eq!(cfg.orchestrator.retry_after, Duration::ZERO);
+    assert_eq!(cfg.orchestrator.prompt, "do {id}");
+    expect_invalid(
+        "[orchestrator]\nack_timeout = \"0s\"\n",
+        2,
+        "orchestrator.ack_timeout",
+        "",
+    );
+    expect_invalid(
+        "[orchestrator]\nprompt = \" \"\n",
+        2,
+        "orchestrator.prompt",
+        "empty",
+    );
+    assert!(crate::config::is_reloadable("orchestrator.dispatch"));
+}
+
 // ---------------------------------------------------------------------------
 // [hostops.NAME]
 

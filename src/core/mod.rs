@@ -6,6 +6,7 @@
 //! get exactly the states the daemon saw live.
 
 pub mod approval;
+pub mod dispatch;
 pub mod heartbeat;
 pub mod ingest;
 pub mod lifecycle;

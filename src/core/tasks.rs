@@ -146,6 +146,14 @@ pub enum TaskEvent {
         by: String,
         ack_due: u64,
     },
+    /// The orchestrator claimed it on `by`'s behalf and wrote it to the
+    /// agent's input (`core::dispatch`): a claim, marked as the daemon's.
+    Dispatched {
+        id: u64,
+        at: u64,
+        by: String,
+        ack_due: u64,
+    },
     Acked {
         id: u64,
         at: u64,
@@ -175,6 +183,7 @@ impl TaskEvent {
         match self {
             TaskEvent::Added { id, .. }
             | TaskEvent::Claimed { id, .. }
+            | TaskEvent::Dispatched { id, .. }
             | TaskEvent::Acked { id, .. }
             | TaskEvent::Done { id, .. }
             | TaskEvent::Failed { id, .. }
@@ -327,6 +336,9 @@ impl TaskQueue {
         match ev {
             TaskEvent::Added { .. } => {}
             TaskEvent::Claimed {
+                at, by, ack_due, ..
+            }
+            | TaskEvent::Dispatched {
                 at, by, ack_due, ..
             } => {
                 t.status = TaskStatus::Claimed;
@@ -516,6 +528,35 @@ impl TaskQueue {
             by: pane.to_string(),
             ack_due: ms(now.plus(ack_timeout)),
         })))
+    }
+
+    /// Claims pending task `id` on `pane`'s behalf (the orchestrator's
+    /// choice, `core::dispatch::plan`): the same claim and deadline as
+    /// [`TaskQueue::claim`], journalled as [`TaskEvent::Dispatched`].
+    pub fn dispatch(
+        &mut self,
+        id: u64,
+        pane: &str,
+        now: Timestamp,
+        ack_timeout: Duration,
+    ) -> Result<TaskEvent, TaskError> {
+        if let Some(held) = self.held_by(pane) {
+            return Err(TaskError::AlreadyHolding(pane.to_string(), held.id));
+        }
+        let t = self.tasks.get(&id).ok_or(TaskError::NotFound(id))?;
+        if t.status != TaskStatus::Pending {
+            return Err(TaskError::WrongStatus {
+                id,
+                status: t.status.as_str(),
+                wanted: "pending",
+            });
+        }
+        Ok(self.commit(TaskEvent::Dispatched {
+            id,
+            at: ms(now),
+            by: pane.to_string(),
+            ack_due: ms(now.plus(ack_timeout)),
+        }))
     }
 
     fn owned(&self, id: u64, actor: Actor<'_>) -> Result<&Task, TaskError> {

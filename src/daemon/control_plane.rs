@@ -30,7 +30,8 @@ use std::time::Duration;
 
 use mio::{Registry, Token};
 
-use crate::core::tasks::{TaskEvent, TaskQueue, ACK_TIMEOUT};
+use crate::core::dispatch::Dispatcher;
+use crate::core::tasks::{TaskEvent, TaskQueue};
 use crate::core::time::Timestamp;
 use crate::daemon::diag::{log_error, log_info, log_warn};
 use crate::platform::KernelTimer;
@@ -245,6 +246,10 @@ impl Drop for Journal {
 pub struct ControlPlane {
     pub queue: TaskQueue,
     pub ack_timeout: Duration,
+    /// [`ACK_TIMEOUT_ENV`] was set: it wins over the configuration.
+    ack_from_env: bool,
+    /// The orchestrator's hold-offs (`core::dispatch`).
+    pub dispatcher: Dispatcher,
     journal: Option<Journal>,
     timer: Option<(KernelTimer, Token)>,
     armed: Option<Timestamp>,
@@ -263,7 +268,7 @@ impl ControlPlane {
     /// Replays `<state_dir>/tasks.jsonl` and starts its writer. Runs once
     /// before the loop; a journal that cannot be opened leaves the queue
     /// in memory only (and says so).
-    pub fn open(state_dir: &Path) -> ControlPlane {
+    pub fn open(state_dir: &Path, ack_timeout: Duration) -> ControlPlane {
         let path = state_dir.join("tasks.jsonl");
         let mut queue = TaskQueue::new();
         let (applied, skipped, mut torn) = replay(&path, &mut queue);
@@ -300,14 +305,15 @@ impl ControlPlane {
                 None
             }
         };
-        let ack_timeout = std::env::var(ACK_TIMEOUT_ENV)
+        let from_env = std::env::var(ACK_TIMEOUT_ENV)
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
-            .map(Duration::from_millis)
-            .unwrap_or(ACK_TIMEOUT);
+            .map(Duration::from_millis);
         let mut cp = ControlPlane {
             queue,
-            ack_timeout,
+            ack_timeout: from_env.unwrap_or(ack_timeout),
+            ack_from_env: from_env.is_some(),
+            dispatcher: Dispatcher::default(),
             journal,
             timer: None,
             armed: None,
@@ -317,6 +323,14 @@ impl ControlPlane {
             cp.send(b"\n".to_vec());
         }
         cp
+    }
+
+    /// A reload's `orchestrator.ack_timeout` (the test hook still wins).
+    /// Claims already made keep their deadline.
+    pub(crate) fn set_ack_timeout(&mut self, ack_timeout: Duration) {
+        if !self.ack_from_env {
+            self.ack_timeout = ack_timeout;
+        }
     }
 
     pub(crate) fn record(&mut self, ev: &TaskEvent) {
@@ -488,7 +502,7 @@ pub(crate) fn status_event(ev: &TaskEvent, queue: &TaskQueue) -> Option<WatchKin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::tasks::{Actor, NewTask};
+    use crate::core::tasks::{Actor, NewTask, ACK_TIMEOUT};
 
     fn at(s: u64) -> Timestamp {
         Timestamp::from_millis(1_700_000_000_000 + s * 1000)
@@ -564,7 +578,7 @@ mod tests {
         // Every write to /dev/full fails (ENOSPC): the writer retries, so
         // what it was given stays counted as not yet written.
         std::os::unix::fs::symlink("/dev/full", dir.path().join("tasks.jsonl")).unwrap();
-        let mut cp = ControlPlane::open(dir.path());
+        let mut cp = ControlPlane::open(dir.path(), ACK_TIMEOUT);
         assert_eq!(cp.journal_behind(), None);
         let line = vec![b'x'; 1 << 20];
         for _ in 0..(JOURNAL_BEHIND_MAX >> 20) {
@@ -584,7 +598,7 @@ mod tests {
     fn the_journal_brings_the_queue_back_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut cp = ControlPlane::open(dir.path());
+            let mut cp = ControlPlane::open(dir.path(), ACK_TIMEOUT);
             let add = |cp: &mut ControlPlane, title: &str| {
                 let ev = cp
                     .queue
@@ -614,7 +628,7 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"{\"ev\":\"done\",\"id\":1,").unwrap();
         drop(f);
-        let mut cp = ControlPlane::open(dir.path());
+        let mut cp = ControlPlane::open(dir.path(), ACK_TIMEOUT);
         let tasks: Vec<_> = cp.queue.iter().map(|t| (t.id, t.status)).collect();
         use crate::core::tasks::TaskStatus::*;
         assert_eq!(tasks, vec![(1, Working), (2, Pending)]);
@@ -625,7 +639,7 @@ mod tests {
             .unwrap();
         cp.record(&ev);
         drop(cp);
-        let cp = ControlPlane::open(dir.path());
+        let cp = ControlPlane::open(dir.path(), ACK_TIMEOUT);
         assert_eq!(cp.queue.get(1).map(|t| t.status), Some(Done));
     }
 }

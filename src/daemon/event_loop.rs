@@ -200,6 +200,7 @@ impl Daemon {
             );
         }
         let state_dir = settings.daemon.state_dir.clone();
+        let ack_timeout = settings.orchestrator.ack_timeout;
         let governor = crate::core::policy::Governor::new(settings.governance.clone());
         let mut d = Daemon {
             governor,
@@ -230,7 +231,7 @@ impl Daemon {
             os: platform::os_release(),
             signals_received: std::collections::BTreeMap::new(),
             reloader,
-            control: crate::daemon::control_plane::ControlPlane::open(&state_dir),
+            control: crate::daemon::control_plane::ControlPlane::open(&state_dir, ack_timeout),
             records: Default::default(),
             deferred_closes: DeferredCloses::default(),
             approvals: crate::daemon::approvals::desk::ApprovalDesk::default(),

@@ -12,7 +12,8 @@
 //! `store` (session logs), `compaction` (`compact-session`'s deferred
 //! replies), `alert` (syslog), `settings`, `publish` (the bus's entry),
 //! `signals`, `reload`, `shutdown`, `hostops` (declared host operations
-//! run for `hostop`), `heartbeat` (the agents' heartbeat prompts). Owners
+//! run for `hostop`), `heartbeat` (the agents' heartbeat prompts),
+//! `dispatch` (the orchestrator hands pending tasks to idle agents). Owners
 //! (the types `Daemon` stores)
 //! never name `Daemon`; `tests/tidy.rs` keeps it so.
 
@@ -28,6 +29,7 @@ pub(crate) mod compaction;
 pub(crate) mod conn;
 pub(crate) mod control_plane;
 pub mod diag;
+mod dispatch;
 pub(crate) mod event_loop;
 mod govern;
 mod heartbeat;

@@ -177,6 +177,7 @@ impl Daemon {
         self.refresh_stall(key, t);
         self.after_approvals(key, t);
         self.heartbeat_if_owed(key, t);
+        self.dispatch_if_idle(key, t);
     }
 
     pub(crate) fn on_transition(&mut self, key: PaneKey, tr: &Transition, t: Timestamp) {
@@ -552,6 +553,7 @@ impl Daemon {
             self.push_pending(Pending::Exit(key));
         }
         self.heartbeat_started(key, t);
+        self.dispatch_if_idle(key, t);
         Ok(pid)
     }
 

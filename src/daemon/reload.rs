@@ -28,6 +28,8 @@ impl Daemon {
         self.settings.daemon.retain_finished = new.daemon.retain_finished;
         self.settings.restart_backoff = new.restart_backoff;
         self.settings.max_restarts = new.max_restarts;
+        self.control.set_ack_timeout(new.orchestrator.ack_timeout);
+        self.settings.orchestrator = new.orchestrator;
         self.settings.providers = new.providers;
         self.settings.alert = new.alert;
         // A running op keeps the recipe it started with.
@@ -56,6 +58,8 @@ impl Daemon {
             let ids: Vec<&str> = paused.iter().map(|(_, id)| id.as_str()).collect();
             self.signal_leftovers(&ids, libc::SIGSTOP);
         }
+        // A hold-off that has passed, or a change nothing else announced.
+        self.dispatch_pending(t);
         let n = self.panes.len();
         self.publish(WatchKind::Heartbeat { panes: n }, t);
         if let Some(session) = self.store.heartbeat(t) {

@@ -33,6 +33,8 @@ pub struct Settings {
     pub agents: BTreeMap<String, crate::core::spec::AgentSpec>,
     /// The `[approvals]` section.
     pub approvals: crate::daemon::approvals::desk::ApprovalPolicy,
+    /// The `[orchestrator]` section (`daemon::dispatch`).
+    pub orchestrator: crate::config::OrchestratorSection,
     /// Every SIGHUP's outcome so far, for `status`.
     pub reload: ReloadStatus,
     /// Budgets, loop detection, the guard and prices.
@@ -78,6 +80,7 @@ impl Settings {
                 .filter(|p| crate::config::notify::load_sinks(p).is_ok_and(|s| !s.is_empty())),
             agents: cfg.agents.clone(),
             approvals: crate::daemon::approvals::desk::ApprovalPolicy::from_section(&cfg.approvals),
+            orchestrator: cfg.orchestrator.clone(),
             reload: ReloadStatus::default(),
             governance: cfg.governance.clone(),
             hostops: cfg.hostops.clone(),

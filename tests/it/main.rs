@@ -34,6 +34,8 @@ mod lifecycle;
 mod load;
 /// The resumable watch and `colibri notify`.
 mod notify;
+/// The orchestrator: pending tasks dispatched to idle agents, the handshake.
+mod orchestrator;
 /// The reshaped top layer: per-pane resources, lifecycle events, the bus.
 mod reshape;
 /// Bad input, slow clients, floods, scale.

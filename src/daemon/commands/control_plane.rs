@@ -400,6 +400,7 @@ impl Daemon {
         ev: crate::core::tasks::TaskEvent,
         t: crate::core::time::Timestamp,
     ) {
+        use crate::core::tasks::TaskEvent;
         self.control.record(&ev);
         if let Some(kind) = crate::daemon::control_plane::status_event(&ev, &self.control.queue) {
             self.publish(kind, t);
@@ -408,6 +409,15 @@ impl Daemon {
         let queue = &mut self.control.queue;
         if queue.finished_count() > 2 * crate::daemon::control_plane::FINISHED_TASKS_KEPT {
             queue.forget_finished(crate::daemon::control_plane::FINISHED_TASKS_KEPT);
+        }
+        // A task to give, or an agent free of one: the orchestrator may act.
+        match ev {
+            TaskEvent::Added { .. }
+            | TaskEvent::Released { .. }
+            | TaskEvent::Done { .. }
+            | TaskEvent::Failed { .. }
+            | TaskEvent::Cancelled { .. } => self.dispatch_pending(t),
+            TaskEvent::Claimed { .. } | TaskEvent::Dispatched { .. } | TaskEvent::Acked { .. } => {}
         }
     }
 
@@ -421,7 +431,20 @@ impl Daemon {
     /// The acknowledgement timer fired: release every overdue claim.
     pub(crate) fn task_ack_due(&mut self, t: crate::core::time::Timestamp) {
         self.control.ack_timer_fired();
+        let holders: Vec<(u64, String)> = self
+            .control
+            .queue
+            .iter()
+            .filter(|task| task.status == TaskStatus::Claimed)
+            .filter_map(|task| Some((task.id, task.claimed_by.clone()?)))
+            .collect();
+        let retry_after = self.settings.orchestrator.retry_after;
         for ev in self.control.queue.expire(t) {
+            if let Some((_, pane)) = holders.iter().find(|(id, _)| *id == ev.id()) {
+                self.control
+                    .dispatcher
+                    .released(ev.id(), pane, t, retry_after);
+            }
             crate::daemon::diag::log_info!(
                 "task {} released: its claim was not acknowledged",
                 ev.id()
