@@ -197,6 +197,7 @@ struct RawApprovals {
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawOrchestrator {
     dispatch: Option<Spanned<bool>>,
+    escalate: Option<Spanned<bool>>,
     ack_timeout: Option<Spanned<String>>,
     retry_after: Option<Spanned<String>>,
     prompt: Option<Spanned<String>>,
@@ -363,6 +364,7 @@ impl Validator<'_> {
     fn orchestrator(&mut self, o: RawOrchestrator) -> OrchestratorLayer {
         OrchestratorLayer {
             dispatch: self.opt(o.dispatch, "orchestrator.dispatch", Ok),
+            escalate: self.opt(o.escalate, "orchestrator.escalate", Ok),
             ack_timeout: self.opt(o.ack_timeout, "orchestrator.ack_timeout", |v| {
                 parse_positive_duration(&v)
             }),

@@ -300,6 +300,8 @@ layered! {
         /// Off by default: a deployment that has its agents claim for
         /// themselves keeps doing so.
         dispatch: bool = false,
+        /// Climb the stuck-loop escalation ladder (docs/ORCHESTRATOR.md).
+        escalate: bool = false,
         /// The claim handshake's window: a claim not acknowledged in it
         /// goes back to pending.
         #[serde(serialize_with = "render::duration")]

@@ -1247,6 +1247,7 @@ fn the_approvals_section_parses_and_rejects_an_unknown_default() {
 fn the_orchestrator_section_is_off_by_default_and_checked() {
     let none = resolve_with(&DaemonArgs::default(), None);
     assert!(!none.orchestrator.dispatch);
+    assert!(!none.orchestrator.escalate);
     assert_eq!(none.orchestrator.ack_timeout, Duration::from_secs(180));
     assert_eq!(none.orchestrator.retry_after, Duration::from_secs(600));
     assert_eq!(
@@ -1254,11 +1255,12 @@ fn the_orchestrator_section_is_off_by_default_and_checked() {
         crate::core::dispatch::DEFAULT_PROMPT
     );
     let layer = parse(
-        "[orchestrator]\ndispatch = true\nack_timeout = \"30s\"\nretry_after = \"0s\"\nprompt = \"do {id}\"\n",
+        "[orchestrator]\ndispatch = true\nescalate = true\nack_timeout = \"30s\"\nretry_after = \"0s\"\nprompt = \"do {id}\"\n",
     )
     .expect("parses");
     let cfg = resolve_with(&DaemonArgs::default(), Some(&layer));
     assert!(cfg.orchestrator.dispatch);
+    assert!(cfg.orchestrator.escalate);
     assert_eq!(cfg.orchestrator.ack_timeout, Duration::from_secs(30));
     assert_eq!(cfg.orchestrator.retry_after, Duration::ZERO);
     assert_eq!(cfg.orchestrator.prompt, "do {id}");

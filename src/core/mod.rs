@@ -7,6 +7,7 @@
 
 pub mod approval;
 pub mod dispatch;
+pub mod escalation;
 pub mod heartbeat;
 pub mod ingest;
 pub mod lifecycle;

@@ -642,6 +642,21 @@ impl TaskQueue {
         Ok(self.commit(TaskEvent::Cancelled { id, at: ms(now) }))
     }
 
+    /// Releases the task an agent holds (claimed or working) for another:
+    /// the orchestrator's answer to a looping agent (the seed's "check
+    /// relevance, reassign").
+    pub fn release(&mut self, id: u64, now: Timestamp) -> Result<TaskEvent, TaskError> {
+        let t = self.tasks.get(&id).ok_or(TaskError::NotFound(id))?;
+        if !matches!(t.status, TaskStatus::Claimed | TaskStatus::Working) {
+            return Err(TaskError::WrongStatus {
+                id,
+                status: t.status.as_str(),
+                wanted: "claimed or working",
+            });
+        }
+        Ok(self.commit(TaskEvent::Released { id, at: ms(now) }))
+    }
+
     /// Releases every claim whose acknowledgement is overdue at `now`.
     pub fn expire(&mut self, now: Timestamp) -> Vec<TaskEvent> {
         let overdue: Vec<u64> = self
@@ -863,6 +878,19 @@ mod tests {
             (TaskStatus::Pending, 1, None)
         );
         assert_eq!(q.next_ack_due(), None);
+    }
+
+    #[test]
+    fn a_held_task_is_released_for_another_and_a_pending_one_is_not() {
+        let mut q = TaskQueue::new();
+        q.add(task("a", Priority::Medium, None), at(0)).unwrap();
+        assert!(q.release(1, at(1)).is_err(), "pending: nobody holds it");
+        q.claim("p1", None, None, at(1), ACK_TIMEOUT).unwrap();
+        q.ack(1, Actor::Agent("p1"), at(2)).unwrap();
+        q.release(1, at(3)).unwrap();
+        let t = q.get(1).unwrap();
+        assert_eq!((t.status, t.releases), (TaskStatus::Pending, 1));
+        assert_eq!(q.held_by("p1"), None);
     }
 
     #[test]

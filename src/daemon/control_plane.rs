@@ -250,6 +250,9 @@ pub struct ControlPlane {
     ack_from_env: bool,
     /// The orchestrator's hold-offs (`core::dispatch`).
     pub dispatcher: Dispatcher,
+    /// Each climbing agent's place on the escalation ladder, by pane id
+    /// (`core::escalation`); dropped when it works again or is removed.
+    pub ladders: std::collections::HashMap<String, crate::core::escalation::Ladder>,
     journal: Option<Journal>,
     timer: Option<(KernelTimer, Token)>,
     armed: Option<Timestamp>,
@@ -314,6 +317,7 @@ impl ControlPlane {
             ack_timeout: from_env.unwrap_or(ack_timeout),
             ack_from_env: from_env.is_some(),
             dispatcher: Dispatcher::default(),
+            ladders: Default::default(),
             journal,
             timer: None,
             armed: None,

@@ -78,7 +78,14 @@ impl Daemon {
 
     pub(crate) fn carry_out(&mut self, verdicts: Vec<Verdict>, t: Timestamp) {
         let mut timed = None;
+        let mut looping: Vec<String> = Vec::new();
         for v in verdicts {
+            if v.policy == PolicyKind::Loop
+                && matches!(v.action, Action::Pause { .. })
+                && !looping.contains(&v.pane)
+            {
+                looping.push(v.pane.clone());
+            }
             // The decision first, then its effects (paused, resumed, …).
             let pane = v.pane.clone();
             self.publish(
@@ -119,6 +126,9 @@ impl Daemon {
         }
         if let (Some(key), Some(at)) = (timed, self.governor.next_deadline()) {
             self.set_deadline(key, Deadline::Govern, at, t);
+        }
+        for pane in looping {
+            self.caught_stuck(&pane, crate::daemon::escalation::Stuck::Looping, t);
         }
     }
 

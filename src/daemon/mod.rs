@@ -13,7 +13,8 @@
 //! replies), `alert` (syslog), `settings`, `publish` (the bus's entry),
 //! `signals`, `reload`, `shutdown`, `hostops` (declared host operations
 //! run for `hostop`), `heartbeat` (the agents' heartbeat prompts),
-//! `dispatch` (the orchestrator hands pending tasks to idle agents). Owners
+//! `dispatch` (the orchestrator hands pending tasks to idle agents),
+//! `escalation` (stuck agents climb the escalation ladder). Owners
 //! (the types `Daemon` stores)
 //! never name `Daemon`; `tests/tidy.rs` keeps it so.
 
@@ -30,6 +31,7 @@ pub(crate) mod conn;
 pub(crate) mod control_plane;
 pub mod diag;
 mod dispatch;
+mod escalation;
 pub(crate) mod event_loop;
 mod govern;
 mod heartbeat;

@@ -249,3 +249,139 @@ runtime = "pi"
         "mute was not offered it again"
     );
 }
+
+/// A Pi agent that reads the same file over and over (a loop the loop
+/// policy catches), keeps what it reads on its input in `inputs`, and
+/// counts its starts in `starts`.
+fn looping_agent(d: &Colibrid) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    let inputs = d.path("loop.inputs");
+    let starts = d.path("loop.starts");
+    let script = d.script(
+        "loop.sh",
+        &format!(
+            r#"echo start >> '{starts}'
+exec 3<&0
+cat <&3 >> '{inputs}' &
+echo '{{"type":"agent_start"}}'
+n=0
+while :; do
+  n=$((n+1))
+  echo '{{"type":"tool_execution_start","toolCallId":"t'$n'","toolName":"read","args":{{"path":"a.txt"}}}}'
+  sleep 0.05
+done"#,
+            starts = starts.display(),
+            inputs = inputs.display()
+        ),
+    );
+    (script, inputs, starts)
+}
+
+/// The next escalation verdict (rule `escalation_<level>`) on `w`, and
+/// every `task` event seen before it.
+fn next_rung(w: &mut Client) -> (Value, Vec<Value>) {
+    let mut tasks = Vec::new();
+    let ev = wait_for(Duration::from_secs(60), "an escalation verdict", || {
+        let ev = w.read_line()?;
+        if ev["event"] == json!("task") {
+            tasks.push(ev.clone());
+        }
+        let rule = ev["verdict"]["rule"].as_str().unwrap_or("");
+        (ev["event"] == json!("verdict") && rule.starts_with("escalation_")).then_some(ev)
+    });
+    (ev, tasks)
+}
+
+#[test]
+fn a_looping_agent_climbs_the_ladder_in_order_and_productive_work_resets_it() {
+    let mut d = Colibrid::start(&[]);
+    let (script, inputs, starts) = looping_agent(&d);
+    d.relaunch_with_config(
+        "ladder.toml",
+        &format!(
+            r#"
+[orchestrator]
+escalate = true
+
+[loops]
+backoff = ["1s"]
+
+[agents.loop]
+argv = ["{script}"]
+runtime = "pi"
+"#
+        ),
+    );
+    let mut w = watch(&d);
+    let pane = pane_named(&d, "loop");
+    let mut rungs = Vec::new();
+    for _ in 0..4 {
+        let (ev, _) = next_rung(&mut w);
+        assert_eq!(ev["verdict"]["policy"], json!("loop"), "{ev}");
+        rungs.push((
+            ev["verdict"]["rule"].as_str().unwrap_or("").to_string(),
+            ev["verdict"]["action"].as_str().unwrap_or("").to_string(),
+        ));
+    }
+    let rungs: Vec<(&str, &str)> = rungs
+        .iter()
+        .map(|(r, a)| (r.as_str(), a.as_str()))
+        .collect();
+    assert_eq!(
+        rungs,
+        [
+            ("escalation_0", "message"),
+            ("escalation_1", "message"),
+            ("escalation_2", "kill"),
+            ("escalation_3", "escalate"),
+        ]
+    );
+    // Level 0 interrupted it (Pi's RPC abort) and gave a different
+    // prompt; level 1 asked for Pi's RPC compaction; level 2 respawned it.
+    // (The loop policy's own message comes first, at each pause.)
+    let read: Vec<Value> = wait_for(Duration::from_secs(10), "the inputs", || {
+        let read = lines(&inputs);
+        read.contains(&json!({"type":"compact"})).then_some(read)
+    });
+    let abort = read
+        .iter()
+        .position(|l| *l == json!({"type":"abort"}))
+        .unwrap_or_else(|| panic!("no abort: {read:?}"));
+    let prompt = read[abort + 1]["message"].as_str().unwrap_or("");
+    assert!(prompt.starts_with("colibri: you appear stuck"), "{read:?}");
+    let compact = read
+        .iter()
+        .position(|l| *l == json!({"type":"compact"}))
+        .unwrap_or(0);
+    assert!(compact > abort, "{read:?}");
+    let started = std::fs::read_to_string(&starts).unwrap_or_default();
+    assert!(started.lines().count() >= 2, "respawned: {started:?}");
+    // Productive work: it acknowledges a task. The next catch is level 0
+    // again, and the task the looping agent held goes back to the queue.
+    assert_eq!(pane_named(&d, "loop"), pane, "respawned in the same pane");
+    let id = d.ok(json!({"cmd":"task-add","title":"work"}))["task"]["task_id"]
+        .as_u64()
+        .expect("task_id");
+    let claimed = d.ok(json!({"cmd":"task-claim","pane": pane}));
+    assert_eq!(claimed["task"]["task_id"], json!(id), "{claimed}");
+    d.ok(json!({"cmd":"task-ack","task_id": id,"pane": pane}));
+    // Past the acknowledgement in the stream, the next rung is level 0.
+    wait_for(
+        Duration::from_secs(30),
+        "the acknowledgement's event",
+        || {
+            let ev = w.read_line()?;
+            (ev["event"] == json!("task") && ev["status"] == json!("working")).then_some(())
+        },
+    );
+    let (ev, tasks) = next_rung(&mut w);
+    assert_eq!(ev["verdict"]["rule"], json!("escalation_0"), "{ev}");
+    assert!(
+        tasks
+            .iter()
+            .any(|e| e["task_id"] == json!(id) && e["status"] == json!("pending")),
+        "{tasks:?}"
+    );
+    let t = task(&d, id);
+    assert_eq!(t["status"], json!("pending"), "{t}");
+    assert_eq!(t["releases"], json!(1), "{t}");
+}

@@ -53,6 +53,27 @@ pub fn input_message(runtime: Option<Runtime>, text: &str) -> Vec<u8> {
     line.into_bytes()
 }
 
+/// What interrupts the agent's turn on its input: Pi's RPC `abort`, a
+/// Claude `stream-json` `interrupt` control request, else ETX (Ctrl-C,
+/// which the terminal of a harness that reads lines turns into SIGINT).
+pub fn interrupt_input(runtime: Option<Runtime>) -> Vec<u8> {
+    match runtime {
+        Some(Runtime::Pi) => b"{\"type\":\"abort\"}\n".to_vec(),
+        Some(Runtime::Claude) => b"{\"type\":\"control_request\",\"request_id\":\"colibri-interrupt\",\"request\":{\"subtype\":\"interrupt\"}}\n".to_vec(),
+        _ => vec![0x03],
+    }
+}
+
+/// What makes the harness compact its context: Pi's RPC `compact`
+/// command, else the `/compact` slash command as a prompt (Claude Code's
+/// own, and a plain message to a harness without one).
+pub fn compact_input(runtime: Option<Runtime>) -> Vec<u8> {
+    match runtime {
+        Some(Runtime::Pi) => b"{\"type\":\"compact\"}\n".to_vec(),
+        _ => input_message(runtime, "/compact"),
+    }
+}
+
 /// The flag Pi, Claude Code and zot take a system prompt addition with:
 /// added to the harness's own prompt, which stays. Each reads it anywhere
 /// on its command line (Pi 0.73 and zot parse every argument; Claude Code
@@ -149,6 +170,24 @@ mod tests {
         };
         let table: toml::Table = toml::from_str(&arg).expect("a TOML key = value");
         assert_eq!(table["developer_instructions"].as_str(), Some(prompt));
+    }
+
+    #[test]
+    fn interrupt_and_compact_are_each_harness_own() {
+        let pi: serde_json::Value =
+            serde_json::from_slice(&interrupt_input(Some(Runtime::Pi))).expect("json");
+        assert_eq!(pi, serde_json::json!({"type": "abort"}));
+        let claude: serde_json::Value =
+            serde_json::from_slice(&interrupt_input(Some(Runtime::Claude))).expect("json");
+        assert_eq!(claude["request"]["subtype"], "interrupt");
+        assert_eq!(interrupt_input(Some(Runtime::Codex)), [0x03]);
+        let pi: serde_json::Value =
+            serde_json::from_slice(&compact_input(Some(Runtime::Pi))).expect("json");
+        assert_eq!(pi, serde_json::json!({"type": "compact"}));
+        let claude: serde_json::Value =
+            serde_json::from_slice(&compact_input(Some(Runtime::Claude))).expect("json");
+        assert_eq!(claude["message"]["content"], "/compact");
+        assert_eq!(compact_input(None), b"/compact\n");
     }
 
     #[test]

@@ -322,6 +322,10 @@ pub(super) fn act(
     }
     .map_err(task_error)?;
     d.task_changed(ev, call.t);
+    // The seed's productive actions: acknowledging, completing.
+    if let (Some(pane), TaskVerb::Ack | TaskVerb::Done | TaskVerb::Fail) = (&me, verb) {
+        d.productive(pane);
+    }
     Ok(task_reply(d, args.task_id))
 }
 
@@ -440,7 +444,11 @@ impl Daemon {
             .collect();
         let retry_after = self.settings.orchestrator.retry_after;
         for ev in self.control.queue.expire(t) {
-            if let Some((_, pane)) = holders.iter().find(|(id, _)| *id == ev.id()) {
+            let holder = holders
+                .iter()
+                .find(|(id, _)| *id == ev.id())
+                .map(|(_, pane)| pane.clone());
+            if let Some(pane) = &holder {
                 self.control
                     .dispatcher
                     .released(ev.id(), pane, t, retry_after);
@@ -450,6 +458,9 @@ impl Daemon {
                 ev.id()
             );
             self.task_changed(ev, t);
+            if let Some(pane) = holder {
+                self.caught_stuck(&pane, crate::daemon::escalation::Stuck::Unacknowledged, t);
+            }
         }
         self.rearm_task_timer(t);
     }

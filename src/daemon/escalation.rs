@@ -1,0 +1,177 @@
+//! The stuck-loop escalation ladder (`core::escalation`) carried out, when
+//! `[orchestrator] escalate = true` (docs/ORCHESTRATOR.md).
+//!
+//! An agent is caught stuck when the loop policy pauses it (each catch
+//! after the first comes after a backoff) or when it lets a claim lapse
+//! (idle after the prompt that gave it a task). Each catch climbs one
+//! rung: 0 interrupt the turn and give a different prompt, 1 compact its
+//! context the harness's own way, 2 kill and respawn it (resumed in its
+//! session where the harness can resume, as `restart-agent` does), 3 an
+//! `escalate` verdict (an alert, the notify sinks). A task the looping
+//! agent holds is released for another. Every rung is a `verdict` watch
+//! event (policy `loop`, rule `escalation_<level>`); what was written to
+//! the agent's input is logged as a `prompt` record (`by: "escalation"`).
+//! Productive work (the agent acknowledging or finishing a task) brings
+//! it back to the bottom.
+
+use crate::core::escalation::{Rung, INTERRUPT_PROMPT};
+use crate::core::policy::{Action, PolicyKind, Target, Verdict};
+use crate::core::tasks::TaskStatus;
+use crate::core::taxonomy::input::{compact_input, input_message, interrupt_input};
+use crate::core::time::Timestamp;
+use crate::daemon::diag::{log_info, log_warn};
+use crate::daemon::event_loop::Daemon;
+use crate::daemon::source::PaneKey;
+use crate::daemon::store::PromptRecord;
+use crate::protocol::{WatchKind, WireVerdict};
+
+/// Why an agent was caught stuck.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Stuck {
+    /// The loop policy paused it.
+    Looping,
+    /// It let a claim lapse: idle after the prompt that gave it a task.
+    Unacknowledged,
+}
+
+impl Stuck {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stuck::Looping => "caught looping",
+            Stuck::Unacknowledged => "did not acknowledge its task",
+        }
+    }
+}
+
+impl Daemon {
+    /// `pane` was caught stuck: climb one rung and carry it out.
+    pub(crate) fn caught_stuck(&mut self, pane: &str, why: Stuck, t: Timestamp) {
+        if !self.settings.orchestrator.escalate || self.is_stopping() {
+            return;
+        }
+        let Some(key) = self.panes.key(pane) else {
+            return;
+        };
+        if matches!(why, Stuck::Looping) {
+            self.release_held_task(pane, t);
+        }
+        let rung = self
+            .control
+            .ladders
+            .entry(pane.to_string())
+            .or_default()
+            .stuck(t);
+        log_info!(
+            "escalation: pane {pane} {}: level {} ({})",
+            why.as_str(),
+            rung.level(),
+            rung.as_str()
+        );
+        let reason = format!(
+            "{}; escalation level {}: {}",
+            why.as_str(),
+            rung.level(),
+            rung.as_str()
+        );
+        let verdict = |action| Verdict {
+            pane: pane.to_string(),
+            line: 0,
+            at: t,
+            policy: PolicyKind::Loop,
+            rule: format!("escalation_{}", rung.level()),
+            target: Target::Pane(pane.to_string()),
+            action,
+            reason: reason.clone(),
+        };
+        match rung {
+            Rung::Interrupt => {
+                self.publish_verdict(&verdict(Action::Message {
+                    text: INTERRUPT_PROMPT.to_string(),
+                }));
+                let runtime = self.panes.pane(key).and_then(|p| p.runtime());
+                let mut bytes = interrupt_input(runtime);
+                bytes.extend(input_message(runtime, INTERRUPT_PROMPT));
+                self.write_to_agent(key, &bytes, INTERRUPT_PROMPT, t);
+            }
+            Rung::Compact => {
+                self.publish_verdict(&verdict(Action::Message {
+                    text: "/compact".to_string(),
+                }));
+                let runtime = self.panes.pane(key).and_then(|p| p.runtime());
+                self.write_to_agent(key, &compact_input(runtime), "/compact", t);
+            }
+            Rung::Respawn => {
+                self.publish_verdict(&verdict(Action::Kill));
+                self.restart_agent(key, t);
+            }
+            Rung::Notify => self.carry_out(vec![verdict(Action::Escalate)], t),
+        }
+    }
+
+    /// `pane` did productive work: back to the ladder's bottom.
+    pub(crate) fn productive(&mut self, pane: &str) {
+        if let Some(mut ladder) = self.control.ladders.remove(pane) {
+            if ladder.productive() {
+                log_info!("escalation: pane {pane} works again; back to level 0");
+            }
+        }
+    }
+
+    fn publish_verdict(&mut self, v: &Verdict) {
+        self.publish(
+            WatchKind::Verdict {
+                pane: v.pane.clone(),
+                verdict: WireVerdict::from(v),
+            },
+            v.at,
+        );
+    }
+
+    /// The seed's "check relevance": a looping agent's task goes back to
+    /// the queue for another, and it is held off that task for a while.
+    fn release_held_task(&mut self, pane: &str, t: Timestamp) {
+        let Some(id) = self
+            .control
+            .queue
+            .held_by(pane)
+            .filter(|task| matches!(task.status, TaskStatus::Claimed | TaskStatus::Working))
+            .map(|task| task.id)
+        else {
+            return;
+        };
+        let Ok(ev) = self.control.queue.release(id, t) else {
+            return;
+        };
+        log_info!("escalation: task {id} released from looping pane {pane}");
+        let retry_after = self.settings.orchestrator.retry_after;
+        self.control.dispatcher.released(id, pane, t, retry_after);
+        self.task_changed(ev, t);
+    }
+
+    /// Writes `bytes` to the agent's input and logs `text` as a `prompt`
+    /// record by the escalation.
+    fn write_to_agent(&mut self, key: PaneKey, bytes: &[u8], text: &str, t: Timestamp) {
+        let Some(slot) = self.panes.get_mut(key) else {
+            return;
+        };
+        let pane_id = slot.agent.pane_id.clone();
+        let session = slot.agent.session.clone();
+        let Some(proc_) = slot.agent.proc.as_mut().filter(|p| p.status.is_none()) else {
+            return;
+        };
+        if let Err(e) = proc_.queue_input(bytes) {
+            log_warn!("escalation: pane {pane_id}: {e}; not written");
+            return;
+        }
+        self.write_input(key);
+        self.store.prompt(
+            &session,
+            &PromptRecord {
+                pane: &pane_id,
+                by: "escalation",
+                text,
+            },
+            t,
+        );
+    }
+}
