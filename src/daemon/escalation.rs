@@ -100,6 +100,11 @@ impl Daemon {
                 let runtime = self.panes.pane(key).and_then(|p| p.runtime());
                 self.write_to_agent(key, &compact_input(runtime), "/compact", t);
             }
+            // An agent without a recipe (attached, not started by
+            // colibrid) cannot be started again: a human decides.
+            Rung::Respawn if self.panes.agent(key).is_some_and(|a| a.recipe.is_none()) => {
+                self.carry_out(vec![verdict(Action::Escalate)], t);
+            }
             Rung::Respawn => {
                 self.publish_verdict(&verdict(Action::Kill));
                 self.restart_agent(key, t);
