@@ -8,6 +8,7 @@
 pub mod approval;
 pub mod dispatch;
 pub mod escalation;
+pub mod health;
 pub mod heartbeat;
 pub mod ingest;
 pub mod lifecycle;

@@ -147,6 +147,9 @@ pub struct AgentControlState {
     /// The task the agent holds (claimed or working).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<u64>,
+    /// The seed's health word while it runs (`core::health`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::core::health::Health>,
 }
 
 /// The fleet's token budget (the seed's `budget`): the global token

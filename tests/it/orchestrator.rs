@@ -89,6 +89,9 @@ runtime = "claude"
     );
     let pi_pane = pane_named(&d, "pi");
     let cc_pane = pane_named(&d, "cc");
+    // Up and silent so far: the seed's health word is `starting`.
+    let st = d.ok(json!({"cmd":"state","pane": pi_pane}));
+    assert_eq!(st["agents"][0]["health"], json!("starting"), "{st}");
     let mut w = watch(&d);
     let started = Instant::now();
     let first = d.ok(json!({"cmd":"task-add","title":"first"}))["task"]["task_id"]
@@ -314,8 +317,13 @@ runtime = "pi"
     let mut w = watch(&d);
     let pane = pane_named(&d, "loop");
     let mut rungs = Vec::new();
-    for _ in 0..4 {
+    for n in 0..4 {
         let (ev, _) = next_rung(&mut w);
+        if n == 0 {
+            // On the ladder: `state` says it is looping.
+            let st = d.ok(json!({"cmd":"state","pane": pane}));
+            assert_eq!(st["agents"][0]["health"], json!("looping"), "{st}");
+        }
         assert_eq!(ev["verdict"]["policy"], json!("loop"), "{ev}");
         rungs.push((
             ev["verdict"]["rule"].as_str().unwrap_or("").to_string(),

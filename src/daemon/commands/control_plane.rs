@@ -108,6 +108,14 @@ fn agent_state(d: &Daemon, s: &Slot, t: Timestamp) -> AgentControlState {
         budget: wire_budget(governed_budget(d, &info, t)),
         spend: pane_spend(d, s, &info),
         task_id: d.control.queue.held_by(&id).map(|t| t.id),
+        health: crate::core::health::health(crate::core::health::HealthFacts {
+            running,
+            spoke: s.pane.last_event_at().is_some(),
+            state: s.pane.state(),
+            stalled: s.pane.is_stalled(t, d.settings.daemon.stall_after),
+            looping: s.agent.holds.iter().any(|h| h.key == "loop")
+                || d.control.ladders.contains_key(&id),
+        }),
         pane: id,
     }
 }
