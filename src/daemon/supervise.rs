@@ -746,6 +746,7 @@ impl Daemon {
             self.alerter.forget_pane(&pane);
             self.governor.forget(&pane);
             self.activity.forget(&pane);
+            self.control.ladders.remove(&pane);
             log_info!("pane {pane} removed");
             self.publish(WatchKind::Removed { pane }, t);
         }
