@@ -198,6 +198,7 @@ struct RawApprovals {
 struct RawOrchestrator {
     dispatch: Option<Spanned<bool>>,
     escalate: Option<Spanned<bool>>,
+    grace: Option<Spanned<String>>,
     ack_timeout: Option<Spanned<String>>,
     retry_after: Option<Spanned<String>>,
     prompt: Option<Spanned<String>>,
@@ -365,6 +366,7 @@ impl Validator<'_> {
         OrchestratorLayer {
             dispatch: self.opt(o.dispatch, "orchestrator.dispatch", Ok),
             escalate: self.opt(o.escalate, "orchestrator.escalate", Ok),
+            grace: self.opt(o.grace, "orchestrator.grace", |v| parse_duration(&v)),
             ack_timeout: self.opt(o.ack_timeout, "orchestrator.ack_timeout", |v| {
                 parse_positive_duration(&v)
             }),

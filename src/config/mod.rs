@@ -302,6 +302,11 @@ layered! {
         dispatch: bool = false,
         /// Climb the stuck-loop escalation ladder (docs/ORCHESTRATOR.md).
         escalate: bool = false,
+        /// How long the agents colibrid starts or resumes at its own start
+        /// are left alone (no task given, no rung climbed): the seed's
+        /// grace period for arms found working.
+        #[serde(serialize_with = "render::duration")]
+        grace: Duration = Duration::from_secs(300),
         /// The claim handshake's window: a claim not acknowledged in it
         /// goes back to pending.
         #[serde(serialize_with = "render::duration")]

@@ -1248,6 +1248,7 @@ fn the_orchestrator_section_is_off_by_default_and_checked() {
     let none = resolve_with(&DaemonArgs::default(), None);
     assert!(!none.orchestrator.dispatch);
     assert!(!none.orchestrator.escalate);
+    assert_eq!(none.orchestrator.grace, Duration::from_secs(300));
     assert_eq!(none.orchestrator.ack_timeout, Duration::from_secs(180));
     assert_eq!(none.orchestrator.retry_after, Duration::from_secs(600));
     assert_eq!(

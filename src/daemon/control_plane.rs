@@ -253,6 +253,11 @@ pub struct ControlPlane {
     /// Each climbing agent's place on the escalation ladder, by pane id
     /// (`core::escalation`); dropped when it works again or is removed.
     pub ladders: std::collections::HashMap<String, crate::core::escalation::Ladder>,
+    /// The agents started at colibrid's start, left alone until the time
+    /// given (`orchestrator.grace`); `None` once it has passed.
+    grace: Option<(Timestamp, std::collections::HashSet<String>)>,
+    /// colibrid is starting its agents: nobody is given anything yet.
+    pub starting: bool,
     journal: Option<Journal>,
     timer: Option<(KernelTimer, Token)>,
     armed: Option<Timestamp>,
@@ -318,6 +323,8 @@ impl ControlPlane {
             ack_from_env: from_env.is_some(),
             dispatcher: Dispatcher::default(),
             ladders: Default::default(),
+            grace: None,
+            starting: false,
             journal,
             timer: None,
             armed: None,
@@ -327,6 +334,28 @@ impl ControlPlane {
             cp.send(b"\n".to_vec());
         }
         cp
+    }
+
+    /// The agents `panes` came up with colibrid: left alone until `until`.
+    pub(crate) fn start_grace(
+        &mut self,
+        until: Timestamp,
+        panes: std::collections::HashSet<String>,
+    ) {
+        self.starting = false;
+        self.grace = (!panes.is_empty()).then_some((until, panes));
+    }
+
+    /// The agents in their start's grace period at `now`, if any
+    /// (forgetting the grace once it has passed).
+    pub(crate) fn in_grace(
+        &mut self,
+        now: Timestamp,
+    ) -> Option<&std::collections::HashSet<String>> {
+        if self.grace.as_ref().is_some_and(|(until, _)| now >= *until) {
+            self.grace = None;
+        }
+        self.grace.as_ref().map(|(_, panes)| panes)
     }
 
     /// A reload's `orchestrator.ack_timeout` (the test hook still wins).

@@ -30,14 +30,25 @@ impl Daemon {
     pub(crate) fn dispatch_pending(&mut self, t: Timestamp) {
         if !self.settings.orchestrator.dispatch
             || self.is_stopping()
+            || self.control.starting
             || self.control.journal_behind().is_some()
         {
             return;
         }
-        let queue = &self.control.queue;
-        if !queue.iter().any(|task| task.status == TaskStatus::Pending) {
+        if !self
+            .control
+            .queue
+            .iter()
+            .any(|task| task.status == TaskStatus::Pending)
+        {
             return;
         }
+        // The seed's grace: agents that came up with colibrid may be busy
+        // with work of their own.
+        let empty = HashSet::new();
+        let in_grace = self.control.in_grace(t).cloned();
+        let in_grace = in_grace.as_ref().unwrap_or(&empty);
+        let queue = &self.control.queue;
         let holders: HashSet<&str> = queue
             .iter()
             .filter(|task| matches!(task.status, TaskStatus::Claimed | TaskStatus::Working))
@@ -52,6 +63,7 @@ impl Daemon {
                     && !s.pane.paused
                     && s.pane.state() == AgentState::Idle
                     && !holders.contains(s.pane.id.0.as_str())
+                    && !in_grace.contains(&s.pane.id.0)
             })
             .map(|s| IdleAgent {
                 pane: &s.pane.id.0,

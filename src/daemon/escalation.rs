@@ -46,7 +46,10 @@ impl Stuck {
 impl Daemon {
     /// `pane` was caught stuck: climb one rung and carry it out.
     pub(crate) fn caught_stuck(&mut self, pane: &str, why: Stuck, t: Timestamp) {
-        if !self.settings.orchestrator.escalate || self.is_stopping() {
+        if !self.settings.orchestrator.escalate
+            || self.is_stopping()
+            || self.control.in_grace(t).is_some_and(|g| g.contains(pane))
+        {
             return;
         }
         let Some(key) = self.panes.key(pane) else {

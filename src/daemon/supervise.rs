@@ -99,6 +99,20 @@ impl Daemon {
     /// record has their harness session), and spawned agents whose policy
     /// wants them come back in their own pane.
     pub(crate) fn supervise_at_start(&mut self, t: Timestamp) {
+        // Nothing is handed out while they come up; then the seed's grace.
+        self.control.starting = true;
+        self.supervise_at_start_inner(t);
+        let started: std::collections::HashSet<String> = self
+            .panes
+            .iter()
+            .filter(|(_, s)| s.agent.running_pid().is_some())
+            .map(|(_, s)| s.pane.id.0.clone())
+            .collect();
+        let until = t.plus(self.settings.orchestrator.grace);
+        self.control.start_grace(until, started);
+    }
+
+    fn supervise_at_start_inner(&mut self, t: Timestamp) {
         let records = read_records(&self.records_path());
         let declared: Vec<AgentSpec> = self.settings.agents.values().cloned().collect();
         // Every recovered pane is named by its record; none is running.

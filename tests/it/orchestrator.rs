@@ -74,6 +74,7 @@ fn a_task_reaches_an_idle_agent_through_its_protocol_within_a_second_and_is_ackn
         &format!(
             r#"
 [orchestrator]
+grace = "0s"
 dispatch = true
 prompt = "TASK {{id}}: {{title}}"
 
@@ -192,6 +193,7 @@ fn an_unacknowledged_dispatch_returns_to_pending_and_goes_to_another_agent() {
     let base = format!(
         r#"
 [orchestrator]
+grace = "0s"
 dispatch = true
 ack_timeout = "1s"
 retry_after = "10m"
@@ -303,6 +305,7 @@ fn a_looping_agent_climbs_the_ladder_in_order_and_productive_work_resets_it() {
         &format!(
             r#"
 [orchestrator]
+grace = "0s"
 escalate = true
 
 [loops]
@@ -392,4 +395,61 @@ runtime = "pi"
     let t = task(&d, id);
     assert_eq!(t["status"], json!("pending"), "{t}");
     assert_eq!(t["releases"], json!(1), "{t}");
+}
+
+/// The seed's grace: an agent that came up with colibrid is given no task
+/// before `orchestrator.grace` has passed (then at the next daemon
+/// heartbeat, here every second); one spawned later is given one at once.
+#[test]
+fn agents_that_came_up_with_colibrid_get_their_grace_before_a_task() {
+    let mut d = Colibrid::start(&[]);
+    let (early, early_inputs) = agent(&d, "early", true);
+    d.relaunch_with_config(
+        "grace.toml",
+        &format!(
+            r#"
+[daemon]
+heartbeat = "1s"
+
+[orchestrator]
+dispatch = true
+grace = "4s"
+prompt = "TASK {{id}}: {{title}}"
+
+[agents.early]
+argv = ["{early}"]
+runtime = "pi"
+"#
+        ),
+    );
+    let pane = pane_named(&d, "early");
+    let started = Instant::now();
+    let id = d.ok(json!({"cmd":"task-add","title":"after the grace"}))["task"]["task_id"]
+        .as_u64()
+        .expect("task_id");
+    let t = wait_for(Duration::from_secs(30), "the task acknowledged", || {
+        let t = task(&d, id);
+        (t["status"] == json!("working")).then_some(t)
+    });
+    assert_eq!(t["assigned_to"], json!(pane), "{t}");
+    // Not before the grace (counted from colibrid's start, before
+    // `started`), and only once.
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "given after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(lines(&early_inputs).len(), 1);
+    // A second task and an agent spawned now: no grace for it.
+    let (late, late_inputs) = agent(&d, "late", true);
+    let second = d.ok(json!({"cmd":"task-add","title":"at once"}))["task"]["task_id"]
+        .as_u64()
+        .expect("task_id");
+    let late_pane = d.spawn(&[&late], json!({"runtime":"pi"}));
+    let t = wait_for(Duration::from_secs(10), "the late agent's task", || {
+        let t = task(&d, second);
+        (t["status"] == json!("working")).then_some(t)
+    });
+    assert_eq!(t["assigned_to"], json!(late_pane), "{t}");
+    assert_eq!(lines(&late_inputs).len(), 1);
 }
