@@ -199,6 +199,7 @@ struct RawOrchestrator {
     dispatch: Option<Spanned<bool>>,
     escalate: Option<Spanned<bool>>,
     grace: Option<Spanned<String>>,
+    plan_file: Option<Spanned<String>>,
     ack_timeout: Option<Spanned<String>>,
     retry_after: Option<Spanned<String>>,
     prompt: Option<Spanned<String>>,
@@ -367,6 +368,14 @@ impl Validator<'_> {
             dispatch: self.opt(o.dispatch, "orchestrator.dispatch", Ok),
             escalate: self.opt(o.escalate, "orchestrator.escalate", Ok),
             grace: self.opt(o.grace, "orchestrator.grace", |v| parse_duration(&v)),
+            plan_file: self.opt(o.plan_file, "orchestrator.plan_file", |v| {
+                let path = PathBuf::from(v);
+                if path.is_absolute() {
+                    Ok(Some(path))
+                } else {
+                    Err(format!("{} is not an absolute path", path.display()))
+                }
+            }),
             ack_timeout: self.opt(o.ack_timeout, "orchestrator.ack_timeout", |v| {
                 parse_positive_duration(&v)
             }),

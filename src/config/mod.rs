@@ -307,6 +307,10 @@ layered! {
         /// grace period for arms found working.
         #[serde(serialize_with = "render::duration")]
         grace: Duration = Duration::from_secs(300),
+        /// A plan file (`.project/plan.md`) whose open checkbox items
+        /// become tasks; a task done ticks its line.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        plan_file: Option<PathBuf> = None,
         /// The claim handshake's window: a claim not acknowledged in it
         /// goes back to pending.
         #[serde(serialize_with = "render::duration")]

@@ -1249,6 +1249,13 @@ fn the_orchestrator_section_is_off_by_default_and_checked() {
     assert!(!none.orchestrator.dispatch);
     assert!(!none.orchestrator.escalate);
     assert_eq!(none.orchestrator.grace, Duration::from_secs(300));
+    assert_eq!(none.orchestrator.plan_file, None);
+    expect_invalid(
+        "[orchestrator]\nplan_file = \"plan.md\"\n",
+        2,
+        "orchestrator.plan_file",
+        "not an absolute path",
+    );
     assert_eq!(none.orchestrator.ack_timeout, Duration::from_secs(180));
     assert_eq!(none.orchestrator.retry_after, Duration::from_secs(600));
     assert_eq!(

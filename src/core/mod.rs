@@ -13,6 +13,7 @@ pub mod heartbeat;
 pub mod ingest;
 pub mod lifecycle;
 pub mod pane;
+pub mod plan_source;
 pub mod policy;
 pub mod reconcile;
 pub mod resolve;

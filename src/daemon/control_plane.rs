@@ -258,6 +258,8 @@ pub struct ControlPlane {
     grace: Option<(Timestamp, std::collections::HashSet<String>)>,
     /// colibrid is starting its agents: nobody is given anything yet.
     pub starting: bool,
+    /// The plan file's last read error, said once until it changes.
+    pub plan_error: Option<String>,
     journal: Option<Journal>,
     timer: Option<(KernelTimer, Token)>,
     armed: Option<Timestamp>,
@@ -325,6 +327,7 @@ impl ControlPlane {
             ladders: Default::default(),
             grace: None,
             starting: false,
+            plan_error: None,
             journal,
             timer: None,
             armed: None,

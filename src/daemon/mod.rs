@@ -14,7 +14,8 @@
 //! `signals`, `reload`, `shutdown`, `hostops` (declared host operations
 //! run for `hostop`), `heartbeat` (the agents' heartbeat prompts),
 //! `dispatch` (the orchestrator hands pending tasks to idle agents),
-//! `escalation` (stuck agents climb the escalation ladder). Owners
+//! `escalation` (stuck agents climb the escalation ladder), `plan_source`
+//! (a plan file's checkbox items as tasks). Owners
 //! (the types `Daemon` stores)
 //! never name `Daemon`; `tests/tidy.rs` keeps it so.
 
@@ -43,6 +44,7 @@ mod log_flow;
 pub(crate) mod notify;
 pub(crate) mod pane_text;
 pub(crate) mod panes;
+mod plan_source;
 mod proc;
 mod publish;
 pub(crate) mod recovery;

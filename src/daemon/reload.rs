@@ -58,6 +58,7 @@ impl Daemon {
             let ids: Vec<&str> = paused.iter().map(|(_, id)| id.as_str()).collect();
             self.signal_leftovers(&ids, libc::SIGSTOP);
         }
+        self.import_plan(t);
         // A hold-off that has passed, or a change nothing else announced.
         self.dispatch_pending(t);
         let n = self.panes.len();

@@ -453,3 +453,62 @@ runtime = "pi"
     assert_eq!(t["assigned_to"], json!(late_pane), "{t}");
     assert_eq!(lines(&late_inputs).len(), 1);
 }
+
+/// A plan file's open checkbox items become tasks, once each; a task from
+/// it that is done ticks its line.
+#[test]
+fn a_plan_files_open_items_become_tasks_and_a_done_task_ticks_its_line() {
+    let mut d = Colibrid::start(&[]);
+    let plan = d.path("plan.md");
+    std::fs::write(
+        &plan,
+        "# Plan\n- [ ] alpha\n- [x] done before\n- [ ] beta\n",
+    )
+    .expect("plan");
+    d.relaunch_with_config(
+        "plan.toml",
+        &format!(
+            r#"
+[daemon]
+heartbeat = "1s"
+
+[orchestrator]
+plan_file = "{}"
+"#,
+            plan.display()
+        ),
+    );
+    let titles = |d: &Colibrid| -> Vec<String> {
+        d.ok(json!({"cmd":"tasks"}))["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| t["title"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    wait_for(Duration::from_secs(30), "the plan's items as tasks", || {
+        (titles(&d).len() == 2).then_some(())
+    });
+    assert_eq!(titles(&d), ["alpha", "beta"]);
+    // Read again at each heartbeat: nothing is added twice.
+    let mut w = watch(&d);
+    wait_for(Duration::from_secs(30), "two more heartbeats", || {
+        let mut n = 0;
+        while n < 2 {
+            let ev = w.read_line()?;
+            if ev["event"] == json!("heartbeat") {
+                n += 1;
+            }
+        }
+        Some(())
+    });
+    assert_eq!(titles(&d), ["alpha", "beta"]);
+    // An agent takes alpha and finishes it: its line is ticked.
+    let pane = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
+    let claimed = d.ok(json!({"cmd":"task-claim","pane": pane}));
+    let id = claimed["task"]["task_id"].as_u64().expect("claimed");
+    assert_eq!(claimed["task"]["title"], json!("alpha"));
+    d.ok(json!({"cmd":"task-done","task_id": id,"pane": pane}));
+    let text = std::fs::read_to_string(&plan).expect("plan");
+    assert_eq!(text, "# Plan\n- [x] alpha\n- [x] done before\n- [ ] beta\n");
+}

@@ -422,6 +422,9 @@ impl Daemon {
         if queue.finished_count() > 2 * crate::daemon::control_plane::FINISHED_TASKS_KEPT {
             queue.forget_finished(crate::daemon::control_plane::FINISHED_TASKS_KEPT);
         }
+        if let TaskEvent::Done { id, .. } = ev {
+            self.tick_plan(id);
+        }
         // A task to give, or an agent free of one: the orchestrator may act.
         match ev {
             TaskEvent::Added { .. }
