@@ -28,7 +28,7 @@ dir=${COLIBRI_HARNESS_DIR:-$HOME/.cache/colibri-harnesses}
 mkdir -p "$dir"
 
 # name  npm package  version  minimum node major. One line per harness version;
-# tests/it/harness.rs names the same versions.
+# tests/it/harness.rs reads the versions (and node22_version) from here.
 harnesses='
 claude   @anthropic-ai/claude-code        2.1.332 18
 codex    @openai/codex                    0.171.0 16

