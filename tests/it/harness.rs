@@ -1135,3 +1135,138 @@ fn claude_code_sends_the_spawns_system_prompt_to_its_model() {
     assert!(system.len() > SYSTEM_MARKER.len() + 100, "{system}");
     d.ok(json!({"cmd":"kill-agent","agent_id":id}));
 }
+
+/// A declared agent `argv` of `runtime` stopped mid-turn by a colibrid
+/// restart (the provider holds the request after the tool's result) is
+/// resumed in its session by the default resume template: the provider's
+/// next request carries the result from before the restart, and once
+/// answered the agent ends cleanly in the same session.
+fn declared_agent_resumes(
+    mut d: Colibrid,
+    provider: &Provider,
+    runtime: &str,
+    argv: &[String],
+    env: &serde_json::Map<String, Value>,
+    work: &std::path::Path,
+) {
+    let config = format!(
+        "[agents.ag]\nargv = {argv:?}\nruntime = {runtime:?}\ncwd = {:?}\nrestart = \"on-failure\"\nenv = {}\n",
+        work.display().to_string(),
+        toml_env(env),
+    );
+    let cfg = d.path("colibri.toml");
+    std::fs::write(&cfg, config).expect("config");
+    d.terminate();
+    d.args.push("--config".into());
+    d.args.push(cfg.display().to_string());
+    d.launch();
+    let named = |d: &Colibrid| -> Option<Value> {
+        let snap = d.snapshot();
+        snap["panes"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == json!("ag"))
+            .cloned()
+    };
+    wait_requests(provider, 2);
+    let session = wait_for(Duration::from_secs(30), "the agent's session id", || {
+        named(&d)?["session_id"].as_str().map(str::to_string)
+    });
+    assert!(d.terminate().success());
+    d.launch();
+    let resumed = wait_requests(provider, 3);
+    let history = resumed[2].tool_results();
+    assert!(
+        history
+            .iter()
+            .any(|r| r.to_string().contains("scripted-ok")),
+        "{runtime}: the resumed request lacks the earlier result: {}",
+        resumed[2].body
+    );
+    provider.release();
+    let p = wait_for(Duration::from_secs(60), "the resumed agent to end", || {
+        named(&d).filter(|p| !p["exit"].is_null())
+    });
+    assert_eq!(p["session_id"], json!(session), "{p}");
+    assert_eq!(p["state"], json!("done"), "{p}");
+}
+
+#[test]
+fn pi_declared_comes_back_after_colibrid_restarts_resumed_in_its_own_session() {
+    let Some(pi) = harness(PI) else {
+        return;
+    };
+    let provider = Provider::start(Scenario::shell_then_answer("echo scripted-ok").holding(1));
+    let d = Colibrid::start(&[]);
+    let home = d.path("pi-home");
+    std::fs::create_dir_all(&home).expect("home");
+    let mut env = quiet_env(&home);
+    env.insert(
+        "PI_CODING_AGENT_DIR".into(),
+        json!(pi_agent_dir(&d, &provider).display().to_string()),
+    );
+    let argv: Vec<String> = [
+        pi.display().to_string().as_str(),
+        "--mode",
+        "json",
+        "--provider",
+        "scripted",
+        "--model",
+        "scripted-model",
+        "Run the scripted command.",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    declared_agent_resumes(d, &provider, "pi", &argv, &env, &home);
+}
+
+#[test]
+fn gemini_declared_comes_back_after_colibrid_restarts_resumed_in_its_own_session() {
+    let Some(gemini) = harness(GEMINI) else {
+        return;
+    };
+    let provider = Provider::start(Scenario::shell_then_answer("echo scripted-ok").holding(1));
+    let d = Colibrid::start(&[]);
+    let work = d.path("gemini-work");
+    std::fs::create_dir_all(&work).expect("work");
+    let env = gemini_env(&d, &provider);
+    let argv: Vec<String> = [
+        gemini.display().to_string().as_str(),
+        "--model",
+        "gemini-2.5-flash",
+        "--approval-mode",
+        "yolo",
+        "--output-format",
+        "stream-json",
+        "--prompt",
+        "Run the scripted command.",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    declared_agent_resumes(d, &provider, "gemini", &argv, &env, &work);
+}
+
+#[test]
+fn opencode_declared_comes_back_after_colibrid_restarts_resumed_in_its_own_session() {
+    let Some(opencode) = harness(OPENCODE) else {
+        return;
+    };
+    let provider = Provider::start(Scenario::shell_then_answer("echo scripted-ok").holding(1));
+    let d = Colibrid::start(&[]);
+    let work = d.path("opencode-work");
+    std::fs::create_dir_all(&work).expect("work");
+    let env = opencode_env(&d, &provider, "allow");
+    let argv: Vec<String> = [
+        opencode.display().to_string().as_str(),
+        "run",
+        "--format",
+        "json",
+        "Run the scripted command.",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    declared_agent_resumes(d, &provider, "opencode", &argv, &env, &work);
+}
