@@ -67,6 +67,19 @@ pub struct BudgetView {
     pub exceeded: bool,
 }
 
+impl BudgetView {
+    /// A ledger's cap and spend, in whole tokens; exceeded once spent up
+    /// or paused by it.
+    pub fn of(cap: f64, spent: f64, paused: bool) -> BudgetView {
+        BudgetView {
+            daily: cap.max(0.0) as u64,
+            spent: spent.max(0.0) as u64,
+            remaining: (cap - spent).max(0.0) as u64,
+            exceeded: paused || spent >= cap,
+        }
+    }
+}
+
 pub fn wire_budget(view: Option<BudgetView>) -> WireBudget {
     match view {
         None => WireBudget::default(),

@@ -158,14 +158,10 @@ pub struct AgentControlState {
 /// budget (empty without one).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WireFleetBudget {
-    pub configured: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub daily_tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spent_today: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remaining: Option<u64>,
-    pub hard_limit_exceeded: bool,
+    /// The global token budget's figures, at the top level as the seed
+    /// has them.
+    #[serde(flatten)]
+    pub figures: WireBudget,
     /// Tokens per role.
     #[serde(default)]
     pub allocation: std::collections::BTreeMap<String, u64>,

@@ -171,13 +171,30 @@ fn claude_sdk(d: &Colibrid, claude: &std::path::Path, provider: &Provider) -> St
     claude_sdk_with(d, claude, provider, json!({}))
 }
 
-/// [`claude_sdk`] with more `spawn-agent` fields.
-fn claude_sdk_with(
-    d: &Colibrid,
-    claude: &std::path::Path,
-    provider: &Provider,
-    extra: Value,
-) -> String {
+/// Claude Code's SDK mode: stream-json in and out, `can_use_tool` asked
+/// over stdio.
+fn claude_sdk_argv(claude: &std::path::Path) -> Vec<String> {
+    let claude = claude.display().to_string();
+    owned(&[
+        &claude,
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-prompt-tool",
+        "stdio",
+        "--permission-mode",
+        "default",
+        "--model",
+        "claude-sonnet-4-5",
+    ])
+}
+
+/// Claude Code's home and working directory in the test's, its environment
+/// pointing it at `provider`.
+fn claude_sdk_env(d: &Colibrid, provider: &Provider) -> (serde_json::Map<String, Value>, PathBuf) {
     let home = d.path("claude-home");
     let work = d.path("claude-work");
     std::fs::create_dir_all(&home).expect("home");
@@ -185,31 +202,24 @@ fn claude_sdk_with(
     let mut env = quiet_env(&home);
     env.insert("ANTHROPIC_BASE_URL".into(), json!(provider.base_url()));
     env.insert("ANTHROPIC_API_KEY".into(), json!("sk-ant-scripted"));
-    let claude = claude.display().to_string();
-    let id = d.spawn(
-        &[
-            &claude,
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--permission-prompt-tool",
-            "stdio",
-            "--permission-mode",
-            "default",
-            "--model",
-            "claude-sonnet-4-5",
-        ],
-        {
-            let mut fields = json!({"runtime":"claude","env":env,"cwd":work.display().to_string()});
-            for (k, v) in extra.as_object().into_iter().flatten() {
-                fields[k] = v.clone();
-            }
-            fields
-        },
-    );
+    (env, work)
+}
+
+/// [`claude_sdk`] with more `spawn-agent` fields.
+fn claude_sdk_with(
+    d: &Colibrid,
+    claude: &std::path::Path,
+    provider: &Provider,
+    extra: Value,
+) -> String {
+    let (env, work) = claude_sdk_env(d, provider);
+    let id = spawn_owned(d, &claude_sdk_argv(claude), {
+        let mut fields = json!({"runtime":"claude","env":env,"cwd":work.display().to_string()});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            fields[k] = v.clone();
+        }
+        fields
+    });
     let prompt =
         json!({"type":"user","message":{"role":"user","content":"Run the scripted command."}});
     d.ok(json!({"cmd":"send-input","agent_id":id,"text":prompt.to_string()}));
@@ -331,18 +341,9 @@ fn pi_json_turn(pi_version: Pin, case: &str) {
         let path = std::env::var("PATH").unwrap_or_default();
         env.insert("PATH".into(), json!(format!("{}:{path}", node.display())));
     }
-    let pi = pi.display().to_string();
-    let id = d.spawn(
-        &[
-            &pi,
-            "--mode",
-            "json",
-            "--provider",
-            "scripted",
-            "--model",
-            "scripted-model",
-            "Run the scripted command.",
-        ],
+    let id = spawn_owned(
+        &d,
+        &headless_argv("pi", &pi),
         json!({"runtime":"pi","env":env,"cwd":home.display().to_string()}),
     );
     let p = d.wait_pane(&id, "pi to finish", |p| {
@@ -377,6 +378,80 @@ fn pi_1_6_runs_a_whole_turn_in_json_mode_and_its_usage_is_what_the_provider_repo
     pi_json_turn(PI1, "json-shell-then-answer");
 }
 
+/// `argv` as owned strings, as `Colibrid::spawn` and a config take them.
+fn owned(argv: &[&str]) -> Vec<String> {
+    argv.iter().map(|a| a.to_string()).collect()
+}
+
+/// The argv every test's harness gets: one prompt, headless, in its JSON
+/// stream (Gemini with `--approval-mode yolo`: headless it offers no tool
+/// that needs a confirmation, the shell among them, unless told to run
+/// them all).
+fn headless_argv(runtime: &str, program: &std::path::Path) -> Vec<String> {
+    let program = program.display().to_string();
+    let prompt = "Run the scripted command.";
+    match runtime {
+        "pi" => owned(&[
+            &program,
+            "--mode",
+            "json",
+            "--provider",
+            "scripted",
+            "--model",
+            "scripted-model",
+            prompt,
+        ]),
+        "codex" => owned(&[&program, "exec", "--json", "--skip-git-repo-check", prompt]),
+        "gemini" => owned(&[
+            &program,
+            "--model",
+            "gemini-2.5-flash",
+            "--approval-mode",
+            "yolo",
+            "--output-format",
+            "stream-json",
+            "--prompt",
+            prompt,
+        ]),
+        "opencode" => owned(&[&program, "run", "--format", "json", prompt]),
+        other => panic!("no headless argv for {other}"),
+    }
+}
+
+/// Spawns `argv` as `spawn` does, from owned strings.
+fn spawn_owned(d: &Colibrid, argv: &[String], extra: Value) -> String {
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    d.spawn(&argv, extra)
+}
+
+/// The pane of the declared agent `name`, if the snapshot has it.
+fn named(d: &Colibrid, name: &str) -> Option<Value> {
+    Some(d.named(name)).filter(|p| !p.is_null())
+}
+
+/// Restarts `d` with one declared agent `name` running `argv` as
+/// `runtime` in `work` with `env`, under `restart`.
+fn launch_declared(
+    d: &mut Colibrid,
+    name: &str,
+    (runtime, restart): (&str, &str),
+    argv: &[String],
+    env: &serde_json::Map<String, Value>,
+    work: &std::path::Path,
+) {
+    let config = format!(
+        "[agents.{name}]\nargv = {argv:?}\nruntime = {runtime:?}\ncwd = {:?}\nrestart = {restart:?}\nenv = {}\n",
+        work.display().to_string(),
+        toml_env(env),
+    );
+    let cfg = d.path("colibri.toml");
+    std::fs::write(&cfg, config).expect("config");
+    d.terminate();
+    d.args.push("--config".into());
+    d.args.push(cfg.display().to_string());
+    d.launch();
+}
+
 const CODEX: Pin = ("codex", "codex");
 const GEMINI: Pin = ("gemini", "gemini");
 const OPENCODE: Pin = ("opencode", "opencode");
@@ -405,15 +480,9 @@ fn codex_env(d: &Colibrid, provider: &Provider) -> serde_json::Map<String, Value
 fn codex_exec(d: &Colibrid, codex: &std::path::Path, provider: &Provider) -> String {
     let work = d.path("codex-work");
     std::fs::create_dir_all(&work).expect("work");
-    let codex = codex.display().to_string();
-    d.spawn(
-        &[
-            &codex,
-            "exec",
-            "--json",
-            "--skip-git-repo-check",
-            "Run the scripted command.",
-        ],
+    spawn_owned(
+        d,
+        &headless_argv("codex", codex),
         json!({"runtime":"codex","env":codex_env(d, provider),"cwd":work.display().to_string()}),
     )
 }
@@ -484,21 +553,9 @@ fn gemini_runs_a_whole_headless_turn_and_its_usage_is_the_providers() {
     let d = Colibrid::start(&[]);
     let work = d.path("gemini-work");
     std::fs::create_dir_all(&work).expect("work");
-    let gemini = gemini.display().to_string();
-    // Headless, Gemini CLI offers no tool that needs a confirmation (the
-    // shell among them) unless told to run them all: `--approval-mode yolo`.
-    let id = d.spawn(
-        &[
-            &gemini,
-            "--model",
-            "gemini-2.5-flash",
-            "--approval-mode",
-            "yolo",
-            "--output-format",
-            "stream-json",
-            "--prompt",
-            "Run the scripted command.",
-        ],
+    let id = spawn_owned(
+        &d,
+        &headless_argv("gemini", &gemini),
         json!({"runtime":"gemini","env":gemini_env(&d, &provider),"cwd":work.display().to_string()}),
     );
     let p = d.wait_pane(&id, "gemini to exit", |p| !p["exit"].is_null());
@@ -550,9 +607,9 @@ fn opencode_run(
 ) -> String {
     let work = d.path("opencode-work");
     std::fs::create_dir_all(&work).expect("work");
-    let opencode = opencode.display().to_string();
-    d.spawn(
-        &[&opencode, "run", "--format", "json", "Run the scripted command."],
+    spawn_owned(
+        d,
+        &headless_argv("opencode", opencode),
         json!({"runtime":"opencode","env":opencode_env(d, provider, bash),"cwd":work.display().to_string()}),
     )
 }
@@ -611,72 +668,19 @@ fn codex_declared_comes_back_after_colibrid_restarts_resumed_in_its_own_session(
     let Some(codex) = harness(CODEX) else {
         return;
     };
-    // The answer after the tool result is held: colibrid stops while Codex
-    // waits for it, mid-turn.
     let provider = Provider::start(Scenario::shell_then_answer("echo scripted-ok").holding(1));
-    let mut d = Colibrid::start(&[]);
+    let d = Colibrid::start(&[]);
     let work = d.path("codex-work");
     std::fs::create_dir_all(&work).expect("work");
-    let argv = [
-        codex.display().to_string(),
-        "exec".into(),
-        "--json".into(),
-        "--skip-git-repo-check".into(),
-        "Run the scripted command.".into(),
-    ];
-    let config = format!(
-        "[agents.cx]\nargv = {argv:?}\nruntime = \"codex\"\ncwd = {:?}\nrestart = \"on-failure\"\nenv = {}\n",
-        work.display().to_string(),
-        toml_env(&codex_env(&d, &provider)),
-    );
-    let cfg = d.path("colibri.toml");
-    std::fs::write(&cfg, config).expect("config");
-    d.terminate();
-    d.args.push("--config".into());
-    d.args.push(cfg.display().to_string());
-    d.launch();
-
-    let first = wait_requests(&provider, 2);
-    let session = wait_for(Duration::from_secs(30), "codex's thread id", || {
-        let snap = d.snapshot();
-        let p = snap["panes"]
-            .as_array()?
-            .iter()
-            .find(|p| p["name"] == json!("cx"))?
-            .clone();
-        p["session_id"].as_str().map(str::to_string)
-    });
-    assert!(d.terminate().success());
-    d.launch();
-
-    // The resumed Codex asks again with its whole history: the command's
-    // result from before the restart, and colibri's resume prompt.
-    let resumed = wait_requests(&provider, 3);
-    let again = &resumed[2];
-    let result = again.tool_results()[0].to_string();
-    assert!(result.contains("scripted-ok"), "history: {result}");
+    let env = codex_env(&d, &provider);
+    let argv = headless_argv("codex", &codex);
+    let again = declared_agent_resumes(d, &provider, "codex", &argv, &env, &work);
+    // `codex exec resume` needs a prompt: colibri's resume prompt.
     let body = again.body.to_string();
     assert!(
         body.contains("colibri restarted you in this session"),
         "{body}"
     );
-    assert_eq!(first.len(), 2);
-    provider.release();
-    let p = wait_for(
-        Duration::from_secs(60),
-        "the resumed codex to finish",
-        || {
-            let snap = d.snapshot();
-            let p = snap["panes"]
-                .as_array()?
-                .iter()
-                .find(|p| p["name"] == json!("cx"))?
-                .clone();
-            (p["state"] == json!("done") && !p["exit"].is_null()).then_some(p)
-        },
-    );
-    assert_eq!(p["session_id"], json!(session), "the same session: {p}");
-    assert_eq!(p["exit"]["code"], json!(0), "{p}");
 }
 
 #[test]
@@ -691,19 +695,9 @@ fn gemini_repeating_one_command_is_caught_by_the_loop_detector_and_paused() {
     let d = Colibrid::start(&["--config", &cfg.display().to_string()]);
     let work = d.path("gemini-work");
     std::fs::create_dir_all(&work).expect("work");
-    let gemini = gemini.display().to_string();
-    let id = d.spawn(
-        &[
-            &gemini,
-            "--model",
-            "gemini-2.5-flash",
-            "--approval-mode",
-            "yolo",
-            "--output-format",
-            "stream-json",
-            "--prompt",
-            "Run the scripted command.",
-        ],
+    let id = spawn_owned(
+        &d,
+        &headless_argv("gemini", &gemini),
         json!({"runtime":"gemini","env":gemini_env(&d, &provider),"cwd":work.display().to_string()}),
     );
     let p = d.wait_pane(&id, "the loop detector to pause gemini", |p| {
@@ -969,59 +963,21 @@ fn claude_code_declared_is_resumed_after_colibrid_restarts_and_its_spend_is_coun
     let answer = scenario.steps[1].tokens();
     let provider = Provider::start(scenario);
     let mut d = Colibrid::start(&[]);
-    let home = d.path("claude-home");
-    let work = d.path("claude-work");
-    std::fs::create_dir_all(&home).expect("home");
-    std::fs::create_dir_all(&work).expect("work");
-    let mut env = quiet_env(&home);
-    env.insert("ANTHROPIC_BASE_URL".into(), json!(provider.base_url()));
-    env.insert("ANTHROPIC_API_KEY".into(), json!("sk-ant-scripted"));
-    let argv = [
-        claude.display().to_string(),
-        "-p".into(),
-        "--input-format".into(),
-        "stream-json".into(),
-        "--output-format".into(),
-        "stream-json".into(),
-        "--verbose".into(),
-        "--permission-prompt-tool".into(),
-        "stdio".into(),
-        "--permission-mode".into(),
-        "default".into(),
-        "--model".into(),
-        "claude-sonnet-4-5".into(),
-    ];
-    let config = format!(
-        "[agents.cc]\nargv = {argv:?}\nruntime = \"claude\"\ncwd = {:?}\nrestart = \"always\"\nenv = {}\n",
-        work.display().to_string(),
-        toml_env(&env),
-    );
-    let cfg = d.path("colibri.toml");
-    std::fs::write(&cfg, config).expect("config");
-    d.terminate();
-    d.args.push("--config".into());
-    d.args.push(cfg.display().to_string());
-    d.launch();
-    let named = |d: &Colibrid| -> Option<Value> {
-        let snap = d.snapshot();
-        snap["panes"]
-            .as_array()?
-            .iter()
-            .find(|p| p["name"] == json!("cc"))
-            .cloned()
-    };
+    let (env, work) = claude_sdk_env(&d, &provider);
+    let argv = claude_sdk_argv(&claude);
+    launch_declared(&mut d, "cc", ("claude", "always"), &argv, &env, &work);
     let prompt = |d: &Colibrid, id: &str, text: &str| {
         let message = json!({"type":"user","message":{"role":"user","content":text}});
         d.ok(json!({"cmd":"send-input","agent_id":id,"text":message.to_string()}));
     };
     let started = wait_for(Duration::from_secs(30), "cc to start", || {
-        named(&d).filter(|p| p["pid"].is_i64())
+        named(&d, "cc").filter(|p| p["pid"].is_i64())
     });
     let id = started["id"].as_str().expect("pane id").to_string();
     // A read-only command: Claude Code runs it without asking.
     prompt(&d, &id, "Run the scripted command.");
     let p = wait_for(Duration::from_secs(60), "the first query to end", || {
-        named(&d).filter(|p| p["state"] == json!("done"))
+        named(&d, "cc").filter(|p| p["state"] == json!("done"))
     });
     assert_usage(&p, first_query);
     let session = p["session_id"].clone();
@@ -1031,7 +987,7 @@ fn claude_code_declared_is_resumed_after_colibrid_restarts_and_its_spend_is_coun
     assert!(d.terminate().success());
     d.launch();
     wait_for(Duration::from_secs(30), "cc back", || {
-        named(&d).filter(|p| p["pid"].is_i64())
+        named(&d, "cc").filter(|p| p["pid"].is_i64())
     });
     prompt(&d, &id, "Say it again.");
     let reqs = wait_requests(&provider, 3);
@@ -1046,7 +1002,7 @@ fn claude_code_declared_is_resumed_after_colibrid_restarts_and_its_spend_is_coun
     // `modelUsage`); the run counts only what the new query spent, and the
     // pane's total across runs is each query once.
     let p = wait_for(Duration::from_secs(60), "the resumed query to end", || {
-        named(&d).filter(|p| {
+        named(&d, "cc").filter(|p| {
             p["state"] == json!("done") && p["usage"]["output_tokens"].as_u64() > Some(1)
         })
     });
@@ -1148,47 +1104,31 @@ fn declared_agent_resumes(
     argv: &[String],
     env: &serde_json::Map<String, Value>,
     work: &std::path::Path,
-) {
-    let config = format!(
-        "[agents.ag]\nargv = {argv:?}\nruntime = {runtime:?}\ncwd = {:?}\nrestart = \"on-failure\"\nenv = {}\n",
-        work.display().to_string(),
-        toml_env(env),
-    );
-    let cfg = d.path("colibri.toml");
-    std::fs::write(&cfg, config).expect("config");
-    d.terminate();
-    d.args.push("--config".into());
-    d.args.push(cfg.display().to_string());
-    d.launch();
-    let named = |d: &Colibrid| -> Option<Value> {
-        let snap = d.snapshot();
-        snap["panes"]
-            .as_array()?
-            .iter()
-            .find(|p| p["name"] == json!("ag"))
-            .cloned()
-    };
+) -> crate::provider::Request {
+    launch_declared(&mut d, "ag", (runtime, "on-failure"), argv, env, work);
     wait_requests(provider, 2);
     let session = wait_for(Duration::from_secs(30), "the agent's session id", || {
-        named(&d)?["session_id"].as_str().map(str::to_string)
+        named(&d, "ag")?["session_id"].as_str().map(str::to_string)
     });
     assert!(d.terminate().success());
     d.launch();
-    let resumed = wait_requests(provider, 3);
-    let history = resumed[2].tool_results();
+    let again = wait_requests(provider, 3).swap_remove(2);
+    let history = again.tool_results();
     assert!(
         history
             .iter()
             .any(|r| r.to_string().contains("scripted-ok")),
         "{runtime}: the resumed request lacks the earlier result: {}",
-        resumed[2].body
+        again.body
     );
     provider.release();
     let p = wait_for(Duration::from_secs(60), "the resumed agent to end", || {
-        named(&d).filter(|p| !p["exit"].is_null())
+        named(&d, "ag").filter(|p| !p["exit"].is_null())
     });
     assert_eq!(p["session_id"], json!(session), "{p}");
     assert_eq!(p["state"], json!("done"), "{p}");
+    assert_eq!(p["exit"]["code"], json!(0), "{p}");
+    again
 }
 
 #[test]
@@ -1205,19 +1145,7 @@ fn pi_declared_comes_back_after_colibrid_restarts_resumed_in_its_own_session() {
         "PI_CODING_AGENT_DIR".into(),
         json!(pi_agent_dir(&d, &provider).display().to_string()),
     );
-    let argv: Vec<String> = [
-        pi.display().to_string().as_str(),
-        "--mode",
-        "json",
-        "--provider",
-        "scripted",
-        "--model",
-        "scripted-model",
-        "Run the scripted command.",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let argv = headless_argv("pi", &pi);
     declared_agent_resumes(d, &provider, "pi", &argv, &env, &home);
 }
 
@@ -1231,20 +1159,7 @@ fn gemini_declared_comes_back_after_colibrid_restarts_resumed_in_its_own_session
     let work = d.path("gemini-work");
     std::fs::create_dir_all(&work).expect("work");
     let env = gemini_env(&d, &provider);
-    let argv: Vec<String> = [
-        gemini.display().to_string().as_str(),
-        "--model",
-        "gemini-2.5-flash",
-        "--approval-mode",
-        "yolo",
-        "--output-format",
-        "stream-json",
-        "--prompt",
-        "Run the scripted command.",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let argv = headless_argv("gemini", &gemini);
     declared_agent_resumes(d, &provider, "gemini", &argv, &env, &work);
 }
 
@@ -1258,15 +1173,6 @@ fn opencode_declared_comes_back_after_colibrid_restarts_resumed_in_its_own_sessi
     let work = d.path("opencode-work");
     std::fs::create_dir_all(&work).expect("work");
     let env = opencode_env(&d, &provider, "allow");
-    let argv: Vec<String> = [
-        opencode.display().to_string().as_str(),
-        "run",
-        "--format",
-        "json",
-        "Run the scripted command.",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let argv = headless_argv("opencode", &opencode);
     declared_agent_resumes(d, &provider, "opencode", &argv, &env, &work);
 }

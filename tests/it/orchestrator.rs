@@ -36,14 +36,8 @@ done"#,
 }
 
 fn pane_named(d: &Colibrid, name: &str) -> String {
-    wait_for(Duration::from_secs(30), "the declared agent", || {
-        let snap = d.snapshot();
-        snap["panes"]
-            .as_array()?
-            .iter()
-            .find(|p| p["name"] == json!(name) && p["pid"].is_number())
-            .and_then(|p| p["id"].as_str().map(str::to_string))
-    })
+    let p = d.wait_named(name, "the declared agent", |p| p["pid"].is_number());
+    p["id"].as_str().expect("pane id").to_string()
 }
 
 fn task(d: &Colibrid, id: u64) -> Value {

@@ -25,14 +25,8 @@ fn spender(d: &Colibrid, name: &str, gate: &Path, lines: &[&str]) -> String {
 }
 
 fn pane_named(d: &Colibrid, name: &str) -> String {
-    wait_for(Duration::from_secs(30), "the declared agent", || {
-        let snap = d.snapshot();
-        snap["panes"]
-            .as_array()?
-            .iter()
-            .find(|p| p["name"] == json!(name) && p["pid"].is_number())
-            .and_then(|p| p["id"].as_str().map(str::to_string))
-    })
+    let p = d.wait_named(name, "the declared agent", |p| p["pid"].is_number());
+    p["id"].as_str().expect("pane id").to_string()
 }
 
 fn watch(d: &Colibrid) -> Client {

@@ -12,22 +12,6 @@ use colibri::daemon::{write_records, RECORDS_FILE};
 
 use crate::support::{pid_alive, sessions_hold_pane, wait_for, Colibrid, SyslogSink};
 
-/// A pane by name in the v2 snapshot (`Null` when absent).
-fn named(d: &Colibrid, name: &str) -> Value {
-    d.snapshot()["panes"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == json!(name)).cloned())
-        .unwrap_or(Value::Null)
-}
-
-/// Waits until the pane named `name` satisfies `cond`.
-fn wait_named(d: &Colibrid, name: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
-    wait_for(Duration::from_secs(30), what, || {
-        let p = named(d, name);
-        cond(&p).then_some(p)
-    })
-}
-
 fn running(p: &Value) -> bool {
     p["supervision"]["actual"] == json!("running") && p["pid"].is_i64()
 }
@@ -66,17 +50,17 @@ fn declared_agents_start_at_startup_and_a_reload_adds_removes_changes_and_leaves
     std::fs::write(d.path("colibri.toml"), &config).expect("config");
     d.launch();
     for name in ["alpha", "bravo", "charlie"] {
-        let p = wait_named(&d, name, &format!("{name} running"), running);
+        let p = d.wait_named(name, &format!("{name} running"), running);
         assert_eq!(p["supervision"]["declared"], json!(true), "{p}");
         assert_eq!(p["supervision"]["wanted"], json!("up"), "{p}");
     }
-    let quiet = named(&d, "quiet");
+    let quiet = d.named("quiet");
     assert_eq!(quiet["supervision"]["wanted"], json!("down"), "{quiet}");
     assert_eq!(quiet["supervision"]["stopped_by"], json!("no-autostart"));
     assert!(quiet["pid"].is_null(), "{quiet}");
 
-    let bravo_pid = named(&d, "bravo")["pid"].clone();
-    let charlie = named(&d, "charlie");
+    let bravo_pid = d.named("bravo")["pid"].clone();
+    let charlie = d.named("charlie");
     // alpha leaves, bravo's launch changes, charlie stays, delta arrives.
     let config = [
         agent_table("bravo", &[&sleeper, "two"], ""),
@@ -87,7 +71,7 @@ fn declared_agents_start_at_startup_and_a_reload_adds_removes_changes_and_leaves
     .concat();
     std::fs::write(d.path("colibri.toml"), &config).expect("config");
     hup(&d);
-    let alpha = wait_named(&d, "alpha", "alpha stopped", |p| {
+    let alpha = d.wait_named("alpha", "alpha stopped", |p| {
         p["supervision"]["actual"] == json!("stopped")
     });
     assert_eq!(
@@ -95,11 +79,11 @@ fn declared_agents_start_at_startup_and_a_reload_adds_removes_changes_and_leaves
         json!("removed"),
         "{alpha}"
     );
-    wait_named(&d, "bravo", "bravo restarted", |p| {
+    d.wait_named("bravo", "bravo restarted", |p| {
         running(p) && p["pid"] != bravo_pid
     });
-    wait_named(&d, "delta", "delta running", running);
-    let now = named(&d, "charlie");
+    d.wait_named("delta", "delta running", running);
+    let now = d.named("charlie");
     assert_eq!(
         (&now["pid"], &now["generation"]),
         (&charlie["pid"], &charlie["generation"]),
@@ -125,7 +109,7 @@ fn an_always_agent_comes_back_resumed_after_sigterm_and_after_sigkill() {
     );
     std::fs::write(d.path("colibri.toml"), config).expect("config");
     d.launch();
-    let first = wait_named(&d, "keeper", "keeper's session", |p| {
+    let first = d.wait_named("keeper", "keeper's session", |p| {
         running(p) && p["session_id"] == json!("sess-42")
     });
     let id = first["id"].clone();
@@ -133,7 +117,7 @@ fn an_always_agent_comes_back_resumed_after_sigterm_and_after_sigkill() {
     // An orderly stop, then a start: resumed in its own session.
     assert!(d.terminate().success());
     d.launch();
-    let p = wait_named(&d, "keeper", "keeper back after SIGTERM", running);
+    let p = d.wait_named("keeper", "keeper back after SIGTERM", running);
     assert_eq!(p["id"], id, "the same pane");
     assert!(
         p["exit"].is_null(),
@@ -153,7 +137,7 @@ fn an_always_agent_comes_back_resumed_after_sigterm_and_after_sigkill() {
         })
     };
     assert_eq!(runs(2)[1], "run --session sess-42");
-    wait_named(&d, "keeper", "keeper's session again", |p| {
+    d.wait_named("keeper", "keeper's session again", |p| {
         p["session_id"] == json!("sess-42")
     });
 
@@ -170,7 +154,7 @@ fn an_always_agent_comes_back_resumed_after_sigterm_and_after_sigkill() {
     );
     d.crash();
     d.launch();
-    let p = wait_named(&d, "keeper", "keeper back after SIGKILL", running);
+    let p = d.wait_named("keeper", "keeper back after SIGKILL", running);
     assert_eq!(p["id"], id);
     assert_eq!(runs(3)[2], "run --session sess-42");
 }
@@ -188,12 +172,12 @@ fn a_planned_stop_raises_no_alert_while_a_crash_does_and_remove_frees_the_name()
     )
     .expect("config");
     d.launch();
-    let calm = wait_named(&d, "calm", "calm running", running);
+    let calm = d.wait_named("calm", "calm running", running);
     let calm_id = calm["id"].as_str().expect("id").to_string();
 
     let r = d.ok(json!({"cmd":"stop-agent","agent_id":"calm"}));
     assert_eq!(r["status"], json!("stopping"), "{r}");
-    let p = wait_named(&d, "calm", "calm stopped", |p| {
+    let p = d.wait_named("calm", "calm stopped", |p| {
         p["supervision"]["actual"] == json!("stopped")
     });
     assert_eq!(p["supervision"]["wanted"], json!("down"));
@@ -229,16 +213,16 @@ fn a_planned_stop_raises_no_alert_while_a_crash_does_and_remove_frees_the_name()
         .output()
         .expect("colibri start");
     assert!(out.status.success(), "{out:?}");
-    wait_named(&d, "calm", "calm started again", running);
+    d.wait_named("calm", "calm started again", running);
     let e = d.request(json!({"cmd":"remove-agent","agent_id":"calm"}));
     assert_eq!(e["ok"], json!(false), "a running agent is not removed: {e}");
     d.ok(json!({"cmd":"stop-agent","agent_id":"calm"}));
-    wait_named(&d, "calm", "calm stopped again", |p| {
+    d.wait_named("calm", "calm stopped again", |p| {
         p["supervision"]["actual"] == json!("stopped")
     });
     let r = d.ok(json!({"cmd":"remove-agent","agent_id":"calm"}));
     assert_eq!(r["status"], json!("removed"));
-    assert!(named(&d, "calm").is_null());
+    assert!(d.named("calm").is_null());
     let again = d.spawn(&[&sleeper], json!({"name":"calm"}));
     assert_ne!(again, calm_id);
     // Its session logs stay.
@@ -257,7 +241,7 @@ fn a_planned_stop_raises_no_alert_while_a_crash_does_and_remove_frees_the_name()
     assert!(d.pane(&calm_id).is_null(), "the removed pane came back");
     assert!(d.pane(&again).is_null(), "the removed pane came back");
     // `calm` is still declared: the name is its new pane's alone.
-    let declared = wait_named(&d, "calm", "the declared calm to start", running);
+    let declared = d.wait_named("calm", "the declared calm to start", running);
     let id = declared["id"].as_str().unwrap_or_default();
     assert!(id != calm_id && id != again, "{declared}");
     drop(d);
@@ -284,7 +268,7 @@ fn a_pane_whose_restarts_are_exhausted_is_given_up_and_alerted() {
     )
     .expect("config");
     d.launch();
-    let p = wait_named(&d, "flaky", "flaky given up", |p| {
+    let p = d.wait_named("flaky", "flaky given up", |p| {
         p["supervision"]["actual"] == json!("given-up")
     });
     assert_eq!(p["supervision"]["wanted"], json!("up"), "{p}");
@@ -335,9 +319,9 @@ fn ids_resolve_by_unique_prefix_and_an_ambiguous_prefix_lists_the_candidates() {
     )
     .expect("records");
     d.launch();
-    wait_named(&d, "left", "left running", running);
-    wait_named(&d, "right", "right running", running);
-    assert_eq!(named(&d, "left")["id"], json!(left));
+    d.wait_named("left", "left running", running);
+    d.wait_named("right", "right running", running);
+    assert_eq!(d.named("left")["id"], json!(left));
 
     let e = d.request(json!({"cmd":"pause-agent","agent_id":"abcd"}));
     assert_eq!(e["code"], json!("ambiguous"), "{e}");
@@ -419,7 +403,7 @@ fn finished_panes_older_than_retain_finished_leave_the_snapshot_and_declared_one
         "the leaver's pane to leave, and its leftover with it",
         || (d.pane(&leaver).is_null() && !pid_alive(left)).then_some(()),
     );
-    let resident = named(&d, "resident");
+    let resident = d.named("resident");
     assert_eq!(
         resident["supervision"]["actual"],
         json!("exited"),
@@ -453,11 +437,11 @@ fn stop_agent_kills_an_agent_that_ignores_sigterm_after_the_grace() {
     .expect("config");
     d.launch();
     // Only once its trap is set does SIGTERM leave it running.
-    wait_named(&d, "stubborn", "stubborn's trap", |p| {
+    d.wait_named("stubborn", "stubborn's trap", |p| {
         running(p) && p["counters"]["bytes"].as_u64().is_some_and(|b| b > 0)
     });
     d.ok(json!({"cmd":"stop-agent","agent_id":"stubborn"}));
-    let p = wait_named(&d, "stubborn", "stubborn stopped", |p| {
+    let p = d.wait_named("stubborn", "stubborn stopped", |p| {
         p["supervision"]["actual"] == json!("stopped")
     });
     assert_eq!(p["exit"]["signal"], json!(9), "{p}");
@@ -483,7 +467,7 @@ fn a_declared_agents_detected_runtime_is_told_again_after_colibrid_restarts() {
     for run in 0..2 {
         let _ = std::fs::remove_file(&go);
         d.launch();
-        let id = wait_named(&d, "finder", "finder running", running)["id"].clone();
+        let id = d.wait_named("finder", "finder running", running)["id"].clone();
         let mut w = d.client();
         assert_eq!(w.request(&json!({"cmd":"watch"}))["ok"], json!(true));
         std::fs::write(&go, "").expect("go");
@@ -511,13 +495,13 @@ fn a_declared_agent_that_failed_to_start_is_not_announced_lost_after_a_restart()
         &[],
     );
     d.launch();
-    wait_named(&d, "broken", "broken's start failed", |p| {
+    d.wait_named("broken", "broken's start failed", |p| {
         p["state"] == json!("error")
     });
     let seq = d.client().request(&json!({"cmd":"watch"}))["data"]["seq"].clone();
     assert!(d.terminate().success());
     d.launch();
-    wait_named(&d, "broken", "broken's start failed again", |p| {
+    d.wait_named("broken", "broken's start failed again", |p| {
         p["state"] == json!("error")
     });
     let mut w = d.client();

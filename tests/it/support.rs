@@ -256,6 +256,22 @@ impl Colibrid {
         data["agent_id"].as_str().expect("agent_id").to_string()
     }
 
+    /// The pane named `name` in the v2 snapshot (`Null` when absent).
+    pub fn named(&self, name: &str) -> Value {
+        self.snapshot()["panes"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == json!(name)).cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Polls the v2 snapshot until `cond` holds for the pane named `name`.
+    pub fn wait_named(&self, name: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+        wait_for(Duration::from_secs(30), what, || {
+            let p = self.named(name);
+            cond(&p).then_some(p)
+        })
+    }
+
     /// Polls the v2 snapshot until `cond` holds for the pane, or panics.
     pub fn wait_pane(&self, id: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
         wait_for(Duration::from_secs(30), what, || {

@@ -157,12 +157,7 @@ fn governed_budget(d: &Daemon, pane: &PaneInfo, now: Timestamp) -> Option<Budget
         .into_iter()
         .filter(|u| u.unit == Unit::Tokens)
         .filter(|u| u.key.is_empty() || keys.contains(&Some(u.key.as_str())))
-        .map(|u| BudgetView {
-            daily: u.cap.max(0.0) as u64,
-            spent: u.spent.max(0.0) as u64,
-            remaining: (u.cap - u.spent).max(0.0) as u64,
-            exceeded: u.paused || u.spent >= u.cap,
-        })
+        .map(|u| BudgetView::of(u.cap, u.spent, u.paused))
         .min_by_key(|b| b.remaining)
 }
 
@@ -176,22 +171,15 @@ fn fleet_budget(d: &Daemon, now: Timestamp) -> WireFleetBudget {
         .iter()
         .map(|(role, cap)| (role.clone(), whole(*cap)))
         .collect();
-    let allocated = whole(fleet.allocated());
-    match fleet.global {
-        None => WireFleetBudget {
-            allocation,
-            allocated,
-            ..WireFleetBudget::default()
-        },
-        Some(g) => WireFleetBudget {
-            configured: true,
-            daily_tokens: Some(whole(g.cap)),
-            spent_today: Some(whole(g.spent)),
-            remaining: Some(whole(g.cap - g.spent)),
-            hard_limit_exceeded: g.paused || g.spent >= g.cap,
-            allocation,
-            allocated,
-        },
+    WireFleetBudget {
+        figures: wire_budget(
+            fleet
+                .global
+                .as_ref()
+                .map(|g| BudgetView::of(g.cap, g.spent, g.paused)),
+        ),
+        allocation,
+        allocated: whole(fleet.allocated()),
     }
 }
 
