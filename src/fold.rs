@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::core::approval::{ApprovalEvent, LoggedAnswer};
+use crate::core::approval::{ApprovalEvent, LoggedApproval};
 use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
 use crate::core::policy::{Governor, PaneInfo, Policies, Verdict};
 use crate::core::state::AgentState;
@@ -16,24 +16,26 @@ use crate::protocol::{
     fold_approvals, FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage, WireVerdict,
 };
 
-/// An answer a session log recorded (a `colibri` `answer` record), after
-/// `offset` bytes of the stream.
+/// An approval record a session log kept (a `colibri` `answer`,
+/// `approval_request` or `approval_expired` record), after `offset` bytes
+/// of the stream.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RecordedAnswer {
+pub struct RecordedApproval {
     pub offset: usize,
-    pub answer: LoggedAnswer,
+    pub record: LoggedApproval,
 }
 
-/// Folds `bytes` with the answers the daemon recorded, each replayed where
-/// it happened (`Pane::replay_answer`, as the daemon's recovery does), so
-/// the approvals it closed close in the fold too. `exit` is how the run
+/// Folds `bytes` with the approval records the daemon kept, each replayed
+/// where it happened (`Pane::replay`, as the daemon's recovery does), so
+/// the approvals agents asked for open, and those answered or expired
+/// close, in the fold too. `exit` is how the run
 /// ended, and whether colibri stopped it on purpose (as the daemon folds a
 /// planned stop: `Pane::stopped`).
 pub fn fold_answered(
     runtime: Option<Runtime>,
     max_line: usize,
     bytes: &[u8],
-    answers: &[RecordedAnswer],
+    records: &[RecordedApproval],
     exit: Option<(ExitStatus, bool)>,
     policies: Policies,
 ) -> FoldReport {
@@ -45,12 +47,12 @@ pub fn fold_answered(
     let mut transitions: Vec<Transition> = Vec::new();
     let mut approvals: Vec<ApprovalEvent> = Vec::new();
     let mut at = 0;
-    for a in answers {
-        let end = a.offset.clamp(at, bytes.len());
+    for r in records {
+        let end = r.offset.clamp(at, bytes.len());
         pane.ingest(&bytes[at..end], t0, &mut transitions);
         govern(&mut pane, &mut governor, t0, &mut verdicts);
         at = end;
-        pane.replay_answer(&a.answer, t0);
+        pane.replay(&r.record, t0);
         approvals.extend(pane.take_approval_events());
     }
     pane.ingest(&bytes[at..], t0, &mut transitions);

@@ -159,6 +159,8 @@ fn every_watch_kind() -> Vec<WatchKind> {
                 asked_at: p(),
                 expires_at: None,
                 escalated: false,
+                task_id: None,
+                estimated_tokens: None,
             }),
         },
         WatchKind::ApprovalAnswered {

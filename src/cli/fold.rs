@@ -8,12 +8,12 @@
 
 use crate::cli::recording::{self, Action, Clock};
 use crate::cli::CliError;
-use crate::core::approval::LoggedAnswer;
+use crate::core::approval::LoggedApproval;
 use crate::core::ingest::is_blank;
 use crate::core::pane::ExitStatus;
 use crate::core::policy::Policies;
 use crate::core::taxonomy::Runtime;
-use crate::fold::{fold_answered, RecordedAnswer};
+use crate::fold::{fold_answered, RecordedApproval};
 use crate::protocol::{FoldHostop, FoldPrompt, FoldReport};
 
 /// An input ready to fold.
@@ -27,8 +27,9 @@ pub struct Unwrapped {
     pub exit: Option<ExitStatus>,
     /// The exit was a planned stop (colibri ended the agent on purpose).
     pub planned_stop: bool,
-    /// The answers a session log recorded, at their place in `stream`.
-    pub answers: Vec<RecordedAnswer>,
+    /// The approval records a session log kept (answers, agents' own
+    /// requests and their expiries), at their place in `stream`.
+    pub approval_records: Vec<RecordedApproval>,
     /// The host operations a session log recorded for the pane.
     pub hostops: Vec<FoldHostop>,
     /// The prompts the daemon wrote to the agent (the heartbeat), with
@@ -42,11 +43,12 @@ pub struct Unwrapped {
     pub other_panes: Vec<String>,
 }
 
-/// A session log's `colibri` `answer` record at `offset` of the stream.
-/// One that cannot be read is skipped: the fold shows its approval pending.
-fn recorded_answer(line: &[u8], offset: usize) -> Option<RecordedAnswer> {
-    let answer = LoggedAnswer::from_record(line).ok()??;
-    Some(RecordedAnswer { offset, answer })
+/// A session log's approval record at `offset` of the stream. One that
+/// cannot be read is skipped: the fold shows its approval as if it had not
+/// been written.
+fn recorded_approval(line: &[u8], offset: usize) -> Option<RecordedApproval> {
+    let record = LoggedApproval::from_record(line).ok()??;
+    Some(RecordedApproval { offset, record })
 }
 
 /// A session log's `colibri` `hostop` record on line `line`; `None` for
@@ -228,7 +230,8 @@ pub fn unwrap_input(input: Vec<u8>, pane: Option<&str>) -> Result<Unwrapped, Cli
                 continue;
             }
             Action::Skip => {
-                out.answers.extend(recorded_answer(line, out.stream.len()));
+                let record = recorded_approval(line, out.stream.len());
+                out.approval_records.extend(record);
                 out.hostops.extend(recorded_hostop(line, line_no));
                 out.prompts.extend(recorded_prompt(line, line_no));
                 continue;
@@ -273,7 +276,7 @@ pub fn fold_input_governed(
         runtime,
         max_line,
         &u.stream,
-        &u.answers,
+        &u.approval_records,
         u.exit.map(|status| (status, u.planned_stop)),
         policies,
     );
@@ -422,6 +425,44 @@ mod tests {
     }
 
     #[test]
+    fn an_agents_own_requests_open_and_end_in_the_fold_where_they_were_logged() {
+        // The agent asks twice, between a harness's dialog and its turn's
+        // end: the first is approved, the second's wait runs out; the
+        // harness's dialog is numbered between them, and the turn's end
+        // settles only the harness's.
+        let log = concat!(
+            "{\"ts\":\"2026-11-21T10:00:00.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"attach\",\"agent\":\"pi\",\"runtime\":\"pi\",\"argv\":[\"pi\"],\"generation\":0}\n",
+            "{\"ts\":\"2026-11-21T10:00:01.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"approval_request\",\"approval\":\"3f2a9c1d-1\",\"operation\":\"merge PR #42\",\"task_id\":2}\n",
+            "{\"ts\":\"2026-11-21T10:00:02.000Z\",\"pane\":\"3f2a9c1d-0000\",\"ev\":{\"type\":\"extension_ui_request\",\"id\":\"q1\",\"method\":\"confirm\",\"title\":\"Go?\"}}\n",
+            "{\"ts\":\"2026-11-21T10:00:03.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"approval_request\",\"approval\":\"3f2a9c1d-3\",\"operation\":\"drop the table\"}\n",
+            "{\"ts\":\"2026-11-21T10:00:04.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"answer\",\"approval\":\"3f2a9c1d-1\",\"decision\":\"approve\",\"by\":\"operator via board\"}\n",
+            "{\"ts\":\"2026-11-21T10:00:05.000Z\",\"pane\":\"3f2a9c1d-0000\",\"ev\":{\"type\":\"agent_end\",\"messages\":[]}}\n",
+            "{\"ts\":\"2026-11-21T10:00:06.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"approval_expired\",\"approval\":\"3f2a9c1d-3\",\"reason\":\"timed_out\"}\n",
+        );
+        let report = fold_input(log.as_bytes().to_vec(), None, 1 << 20, None).expect("fold");
+        let got: Vec<(&str, Option<&str>, Option<&str>)> = report
+            .approvals
+            .iter()
+            .map(|a| {
+                let o = a.outcome.as_ref();
+                (
+                    a.title.as_deref().unwrap_or(""),
+                    a.channel.as_deref(),
+                    o.and_then(|o| o.decision.as_deref().or(o.reason.as_deref())),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("merge PR #42", Some("reply"), Some("approve")),
+                ("Go?", None, Some("resolved")),
+                ("drop the table", Some("reply"), Some("timed_out")),
+            ]
+        );
+    }
+
+    #[test]
     fn a_guard_deny_of_a_pre_tool_use_closes_no_approval_in_the_fold() {
         // Even one whose tool call id reads like the approval's: the
         // `hook` mark, not the id's shape, says it answered no approval.
@@ -431,7 +472,7 @@ mod tests {
             "{\"ts\":\"2026-11-21T10:00:02.000Z\",\"pane\":\"3f2a9c1d-0000\",\"colibri\":\"answer\",\"approval\":\"3f2a9c1d-1\",\"hook\":\"PreToolUse\",\"decision\":\"deny\",\"message\":\"colibri's command guard refused this (rm_outside_cwd): rm -rf /\",\"by\":\"policy\"}\n",
         );
         let u = unwrap_input(log.as_bytes().to_vec(), None).expect("unwrap");
-        assert!(u.answers.is_empty(), "{:?}", u.answers);
+        assert!(u.approval_records.is_empty(), "{:?}", u.approval_records);
         let report = fold_input(log.as_bytes().to_vec(), None, 1 << 20, None).expect("fold");
         assert_eq!(report.approvals.len(), 1);
         assert_eq!(report.approvals[0].outcome, None, "q1 is still pending");

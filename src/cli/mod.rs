@@ -15,7 +15,8 @@
 //! - 2: usage error (clap's);
 //! - 3: the daemon cannot be reached (no socket, connection refused).
 //!
-//! `replay` exits with the code its recording names.
+//! `replay` exits with the code its recording names; `approval-request`
+//! with the decision (`approval_request.rs`).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ use crate::core::taxonomy::Runtime;
 use crate::protocol::request;
 use crate::protocol::Command as Wire;
 
+pub mod approval_request;
 #[cfg(feature = "tui")]
 pub mod attach;
 pub mod budget;
@@ -250,6 +252,10 @@ pub enum Command {
     Approvals {
         /// The pane's name, id or id prefix.
         id: Option<String>,
+        /// Also the latest that ended (approved, denied, expired), oldest
+        /// first, after the pending ones.
+        #[arg(long)]
+        history: bool,
         /// Print the list as JSON.
         #[arg(long)]
         json: bool,
@@ -276,6 +282,10 @@ pub enum Command {
         /// The answer.
         text: String,
     },
+    /// (agent) Ask the operator to approve an operation and wait for the
+    /// decision. Exits 0 approved, 4 denied, 5 no decision (the wait ran
+    /// out, the agent stopped), 6 left pending (--wait 0).
+    ApprovalRequest(approval_request::ApprovalRequestCmd),
     /// Deliver watch events to the [[notify]] sinks of colibri.toml
     /// (exec, webhook, ntfy), resuming from a saved cursor; runs until killed.
     Notify {
@@ -588,7 +598,9 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             &mut io::stderr(),
         )),
         Command::Notify { config, cursor } => notify_cmd(socket, &config, &cursor),
-        Command::Approvals { id, json } => remote::approvals(socket, id.as_deref(), json, &mut out),
+        Command::Approvals { id, history, json } => {
+            remote::approvals(socket, id.as_deref(), history, json, &mut out)
+        }
         Command::Approve { target } => remote::decide(
             socket,
             &request::decide(Wire::Approve, &target, None, None),
@@ -604,6 +616,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             &request::decide(Wire::Answer, &target, None, Some(&text)),
             &mut out,
         ),
+        Command::ApprovalRequest(cmd) => approval_request::run(socket, &cmd, &mut out),
         Command::Budget { action, json } => budget::run(socket, action.as_ref(), json, &mut out),
         Command::Hint {
             kind: HintKind::Resume,

@@ -462,10 +462,11 @@ fn default_decision(opts: &HookOptions<'_>, unreachable: bool) -> Option<String>
     Some(String::from_utf8_lossy(&line).trim_end().to_string())
 }
 
-/// `colibri approvals [AGENT]`.
+/// `colibri approvals [AGENT] [--history]`.
 pub fn approvals(
     socket: Option<&Path>,
     agent: Option<&str>,
+    history: bool,
     json: bool,
     out: &mut impl Write,
 ) -> Result<u8, CliError> {
@@ -473,12 +474,14 @@ pub fn approvals(
     let mut list = ApprovalsReply {
         approvals: Vec::new(),
         next: None,
+        approved: Vec::new(),
     };
     let mut client = connect(socket, REQUEST_TIMEOUT)?;
     loop {
         let req = request::approvals_after(agent, list.next.as_deref());
         let page: ApprovalsReply = decode("approvals", client.call(&req)?)?;
         list.approvals.extend(page.approvals);
+        list.approved.extend(page.approved);
         list.next = page.next;
         if list.next.is_none() {
             break;
@@ -497,6 +500,17 @@ pub fn approvals(
         }
         if a.escalated {
             line.push_str("  (escalated)");
+        }
+        text.push_str(&render::escape_controls(&line));
+        text.push('\n');
+    }
+    for e in list.approved.iter().filter(|_| history) {
+        let who = e.name.as_deref().unwrap_or(&e.pane);
+        let end = e.reason.as_deref().unwrap_or(&e.status);
+        let when = e.approved_at.as_deref().unwrap_or("");
+        let mut line = format!("{}  {}  {end}  {when}  {}", e.approval_id, who, e.operation);
+        if let Some(by) = &e.by {
+            line.push_str(&format!("  (by {by})"));
         }
         text.push_str(&render::escape_controls(&line));
         text.push('\n');

@@ -53,6 +53,11 @@ pub enum AnswerChannel {
     /// The standard output of the hook command that is waiting for a
     /// decision (Claude Code's `PermissionRequest` hook, via `colibri hook`).
     HookOutput,
+    /// The agent asked colibri itself (`approval-request`, `activity`
+    /// `approval_request`): the decision goes to its waiting request and
+    /// to the `approvals` history, never onto its input in a harness's
+    /// protocol.
+    Reply,
 }
 
 impl AnswerChannel {
@@ -60,6 +65,7 @@ impl AnswerChannel {
         match self {
             AnswerChannel::AgentInput => "agent_input",
             AnswerChannel::HookOutput => "hook_output",
+            AnswerChannel::Reply => "reply",
         }
     }
 }
@@ -101,6 +107,19 @@ impl<'a> ApprovalRequest<'a> {
             tool_use_id: None,
         }
     }
+}
+
+/// What an agent asks the operator itself (`approval-request`, `activity`
+/// `approval_request`): may it go on with `operation`? Answered approve or
+/// deny on [`AnswerChannel::Reply`]; no harness line is involved, so the
+/// daemon logs it as a `colibri` `approval_request` record, which `fold`
+/// and recovery replay ([`LoggedApproval::Requested`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentRequest {
+    pub operation: String,
+    pub reasoning: Option<String>,
+    pub task_id: Option<u64>,
+    pub estimated_tokens: Option<u64>,
 }
 
 /// Which pending approvals a line settles without the operator.
@@ -145,6 +164,10 @@ pub struct Approval {
     /// The non-blank line of the stream that asked.
     pub line: u64,
     pub tool_use_id: Option<String>,
+    /// The control plane's task an agent's own request is about.
+    pub task_id: Option<u64>,
+    /// What the agent expects the operation to cost, in tokens.
+    pub estimated_tokens: Option<u64>,
     /// The raw tool input, when small enough to echo back.
     input: Option<KeptInput>,
     input_too_big: bool,
@@ -194,8 +217,35 @@ impl Approval {
             expires_at: req.timeout.map(|t| now.plus(t)),
             line,
             tool_use_id: req.tool_use_id.as_deref().map(str::to_string),
+            task_id: None,
+            estimated_tokens: None,
             input,
             input_too_big,
+        }
+    }
+
+    /// An agent's own request, answered on [`AnswerChannel::Reply`]: a
+    /// yes/no question whose title is the operation and whose message the
+    /// agent's reasoning, both bounded like a harness's.
+    pub fn from_agent(id: String, req: &AgentRequest, now: Timestamp, line: u64) -> Self {
+        Approval {
+            id,
+            kind: ApprovalKind::Confirm,
+            channel: AnswerChannel::Reply,
+            request_id: String::new(),
+            tool: None,
+            summary: None,
+            title: Some(bounded(&req.operation)),
+            message: req.reasoning.as_deref().map(bounded),
+            options: Vec::new(),
+            asked_at: now,
+            expires_at: None,
+            line,
+            tool_use_id: None,
+            task_id: req.task_id,
+            estimated_tokens: req.estimated_tokens,
+            input: None,
+            input_too_big: false,
         }
     }
 
@@ -213,7 +263,7 @@ impl Approval {
 }
 
 /// Keeps at most [`TEXT_CHARS`] characters, whole characters only.
-fn bounded(s: &str) -> String {
+pub fn bounded(s: &str) -> String {
     match s.char_indices().nth(TEXT_CHARS) {
         Some((cut, _)) => format!("{}…", &s[..cut]),
         None => s.to_string(),
@@ -262,8 +312,9 @@ pub struct LoggedAnswer {
     pub uid: Option<u32>,
 }
 
-/// Why a `colibri` `answer` record cannot be replayed. The record stays in
-/// its log as it is; only its replay is skipped.
+/// Why a session log's approval record (`answer`, `approval_request`,
+/// `approval_expired`) cannot be replayed. The record stays in its log as
+/// it is; only its replay is skipped.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BadAnswer {
     /// Not a JSON object with string fields where the record has them.
@@ -272,21 +323,27 @@ pub enum BadAnswer {
     NoApproval,
     /// A `decision` other than `approve`, `deny` or `answer`.
     UnknownDecision(String),
+    /// An `approval_request` without its `operation`.
+    NoOperation,
+    /// An `approval_expired` whose `reason` is none of [`ExpiryReason`]'s.
+    UnknownReason(String),
 }
 
 impl std::fmt::Display for BadAnswer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BadAnswer::Unreadable => write!(f, "not a readable answer record"),
+            BadAnswer::Unreadable => write!(f, "not a readable approval record"),
             BadAnswer::NoApproval => write!(f, "it names no approval"),
             BadAnswer::UnknownDecision(d) => write!(f, "unknown decision {d:?}"),
+            BadAnswer::NoOperation => write!(f, "an approval request without its operation"),
+            BadAnswer::UnknownReason(r) => write!(f, "unknown expiry reason {r:?}"),
         }
     }
 }
 
 impl std::error::Error for BadAnswer {}
 
-/// The fields of an answer record that its replay reads.
+/// The fields of an approval record that its replay reads.
 #[derive(serde::Deserialize)]
 struct AnswerFields<'a> {
     #[serde(borrow, default)]
@@ -306,6 +363,29 @@ struct AnswerFields<'a> {
     by: Option<Cow<'a, str>>,
     #[serde(default)]
     uid: Option<u32>,
+    /// `approval_request`: what the agent asked.
+    #[serde(borrow, default)]
+    operation: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(default)]
+    task_id: Option<u64>,
+    #[serde(default)]
+    estimated_tokens: Option<u64>,
+    /// `approval_expired`: why.
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+}
+
+impl AnswerFields<'_> {
+    /// The approval the record names, with the count a replay matches on.
+    fn counted_approval(&self) -> Result<String, BadAnswer> {
+        self.approval
+            .as_deref()
+            .filter(|a| a.rsplit_once('-').is_some_and(|(_, n)| !n.is_empty()))
+            .map(str::to_string)
+            .ok_or(BadAnswer::NoApproval)
+    }
 }
 
 impl LoggedAnswer {
@@ -317,13 +397,17 @@ impl LoggedAnswer {
     pub fn from_record(line: &[u8]) -> Result<Option<LoggedAnswer>, BadAnswer> {
         let f: AnswerFields<'_> =
             serde_json::from_slice(line).map_err(|_| BadAnswer::Unreadable)?;
-        if f.colibri.as_deref() != Some("answer") || f.hook.is_some() {
+        if f.colibri.as_deref() != Some("answer") {
             return Ok(None);
         }
-        let approval = f
-            .approval
-            .filter(|a| a.rsplit_once('-').is_some_and(|(_, n)| !n.is_empty()))
-            .ok_or(BadAnswer::NoApproval)?;
+        LoggedAnswer::from_fields(f)
+    }
+
+    fn from_fields(f: AnswerFields<'_>) -> Result<Option<LoggedAnswer>, BadAnswer> {
+        if f.hook.is_some() {
+            return Ok(None);
+        }
+        let approval = f.counted_approval()?;
         let decision = match f.decision.as_deref() {
             Some("approve") => Decision::Approve,
             Some("deny") => Decision::Deny {
@@ -335,7 +419,7 @@ impl LoggedAnswer {
             other => return Err(BadAnswer::UnknownDecision(other.unwrap_or("").to_string())),
         };
         Ok(Some(LoggedAnswer {
-            approval: approval.into_owned(),
+            approval,
             decision,
             by: f.by.map(Cow::into_owned),
             uid: f.uid,
@@ -344,7 +428,83 @@ impl LoggedAnswer {
 
     /// The approval's per-pane count: what a replay matches on.
     pub fn count(&self) -> &str {
-        self.approval.rsplit_once('-').map_or("", |(_, n)| n)
+        count_of(&self.approval)
+    }
+}
+
+/// The per-pane count of approval id `id` (`3f2a9c1d-2`: `2`).
+fn count_of(id: &str) -> &str {
+    id.rsplit_once('-').map_or("", |(_, n)| n)
+}
+
+/// An approval record of a session log, read back for `colibri fold` and
+/// recovery, which replay each at its place among the pane's lines
+/// ([`crate::core::pane::Pane::replay`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoggedApproval {
+    /// `colibri` `approval_request`: an agent asked the operator itself.
+    /// The replay opens it as the next approval of the pane, as the daemon
+    /// did; `approval` is the id it had there.
+    Requested {
+        approval: String,
+        request: AgentRequest,
+    },
+    /// `colibri` `answer`.
+    Answered(LoggedAnswer),
+    /// `colibri` `approval_expired`: an agent's request ended unanswered
+    /// while its agent ran on (its wait ran out). A harness's timeout needs
+    /// no record: the harness's own lines settle it in the replay too.
+    Expired {
+        approval: String,
+        reason: ExpiryReason,
+    },
+}
+
+impl LoggedApproval {
+    /// Reads one session-log record: `Ok(None)` for a record of another
+    /// kind (or an answer no approval holds); an error when it is an
+    /// approval record that cannot be read.
+    pub fn from_record(line: &[u8]) -> Result<Option<LoggedApproval>, BadAnswer> {
+        let f: AnswerFields<'_> =
+            serde_json::from_slice(line).map_err(|_| BadAnswer::Unreadable)?;
+        match f.colibri.as_deref() {
+            Some("answer") => Ok(LoggedAnswer::from_fields(f)?.map(LoggedApproval::Answered)),
+            Some("approval_request") => {
+                let approval = f.counted_approval()?;
+                let operation = f.operation.ok_or(BadAnswer::NoOperation)?.into_owned();
+                Ok(Some(LoggedApproval::Requested {
+                    approval,
+                    request: AgentRequest {
+                        operation,
+                        reasoning: f.reasoning.map(Cow::into_owned),
+                        task_id: f.task_id,
+                        estimated_tokens: f.estimated_tokens,
+                    },
+                }))
+            }
+            Some("approval_expired") => {
+                let approval = f.counted_approval()?;
+                let given = f.reason.as_deref().unwrap_or("");
+                let reason = ExpiryReason::parse(given)
+                    .ok_or_else(|| BadAnswer::UnknownReason(given.to_string()))?;
+                Ok(Some(LoggedApproval::Expired { approval, reason }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The id of the approval the record is about.
+    pub fn approval(&self) -> &str {
+        match self {
+            LoggedApproval::Requested { approval, .. }
+            | LoggedApproval::Expired { approval, .. } => approval,
+            LoggedApproval::Answered(a) => &a.approval,
+        }
+    }
+
+    /// The approval's per-pane count: what a replay matches on.
+    pub fn count(&self) -> &str {
+        count_of(self.approval())
     }
 }
 
@@ -405,6 +565,10 @@ pub fn encode_answer(
     decision: &Decision,
 ) -> Result<Vec<u8>, AnswerError> {
     let mut line = match (runtime, approval.channel) {
+        (_, AnswerChannel::Reply) => {
+            check_reply(approval, decision)?;
+            return Ok(Vec::new());
+        }
         (Runtime::Pi, AnswerChannel::AgentInput) => pi_response(approval, decision)?,
         (Runtime::Claude, AnswerChannel::AgentInput) => claude_control_response(approval, decision)?,
         (Runtime::Claude, AnswerChannel::HookOutput) => claude_hook_decision(approval, decision)?,
@@ -423,6 +587,19 @@ pub fn encode_answer(
     };
     line.push(b'\n');
     Ok(line)
+}
+
+/// Whether `decision` answers an agent's own request ([`AnswerChannel::Reply`]):
+/// it asks to approve or deny, nothing else. Nothing is written anywhere:
+/// the daemon hands the decision to the agent's waiting request.
+pub fn check_reply(approval: &Approval, decision: &Decision) -> Result<(), AnswerError> {
+    match decision {
+        Decision::Approve | Decision::Deny { .. } => Ok(()),
+        Decision::Answer { .. } => Err(AnswerError::WrongDecision {
+            kind: approval.kind,
+            decision: decision.as_str(),
+        }),
+    }
 }
 
 /// Serialises a reply built from borrowed structs; their fields are
@@ -794,6 +971,20 @@ impl ExpiryReason {
             ExpiryReason::Overflow => "overflow",
         }
     }
+
+    /// The reason [`ExpiryReason::as_str`] names.
+    pub fn parse(s: &str) -> Option<ExpiryReason> {
+        [
+            ExpiryReason::Cancelled,
+            ExpiryReason::Resolved,
+            ExpiryReason::TimedOut,
+            ExpiryReason::Exited,
+            ExpiryReason::Stopped,
+            ExpiryReason::Overflow,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
 }
 
 /// One change to a pane's approvals, in the order it happened.
@@ -1066,6 +1257,91 @@ mod tests {
         assert_eq!(a.question(), "All messages will be lost.");
         let a = approval(ApprovalKind::Input, "v");
         assert_eq!(a.question(), "input");
+    }
+
+    #[test]
+    fn an_agents_request_takes_approve_or_deny_and_writes_nothing() {
+        let req = AgentRequest {
+            operation: "x".repeat(TEXT_CHARS + 5),
+            reasoning: None,
+            task_id: None,
+            estimated_tokens: Some(10),
+        };
+        let a = Approval::from_agent("p-1".into(), &req, Timestamp::from_millis(0), 0);
+        assert_eq!(a.question().chars().count(), 161, "one line, shortened");
+        assert_eq!(
+            a.title.as_deref().map(|t| t.chars().count()),
+            Some(TEXT_CHARS + 1)
+        );
+        for rt in [Runtime::Pi, Runtime::Claude, Runtime::Codex, Runtime::Zot] {
+            assert_eq!(encode_answer(rt, &a, &Decision::Approve), Ok(Vec::new()));
+            let deny = Decision::Deny { message: None };
+            assert_eq!(encode_answer(rt, &a, &deny), Ok(Vec::new()));
+        }
+        assert!(matches!(
+            check_reply(&a, &Decision::Answer { text: "y".into() }),
+            Err(AnswerError::WrongDecision { .. })
+        ));
+    }
+
+    #[test]
+    fn an_agents_request_and_its_expiry_read_back_or_say_why_not() {
+        let read = |line: &str| LoggedApproval::from_record(line.as_bytes());
+        assert_eq!(
+            read(
+                r#"{"ts":"t","pane":"p","colibri":"approval_request","approval":"3f2a9c1d-4","operation":"merge","reasoning":"why","task_id":2,"estimated_tokens":8500}"#
+            ),
+            Ok(Some(LoggedApproval::Requested {
+                approval: "3f2a9c1d-4".into(),
+                request: AgentRequest {
+                    operation: "merge".into(),
+                    reasoning: Some("why".into()),
+                    task_id: Some(2),
+                    estimated_tokens: Some(8500),
+                },
+            }))
+        );
+        let expired = read(
+            r#"{"ts":"t","pane":"p","colibri":"approval_expired","approval":"3f2a9c1d-4","reason":"timed_out"}"#,
+        );
+        assert_eq!(
+            expired,
+            Ok(Some(LoggedApproval::Expired {
+                approval: "3f2a9c1d-4".into(),
+                reason: ExpiryReason::TimedOut,
+            }))
+        );
+        assert_eq!(
+            expired.ok().flatten().map(|r| r.count().to_string()),
+            Some("4".into())
+        );
+        assert!(matches!(
+            read(r#"{"colibri":"answer","approval":"a-1","decision":"approve"}"#),
+            Ok(Some(LoggedApproval::Answered(_)))
+        ));
+        assert_eq!(read(r#"{"colibri":"exit","state":"done"}"#), Ok(None));
+        assert_eq!(
+            read(r#"{"colibri":"approval_request","approval":"a-1"}"#),
+            Err(BadAnswer::NoOperation)
+        );
+        assert_eq!(
+            read(r#"{"colibri":"approval_request","operation":"x"}"#),
+            Err(BadAnswer::NoApproval)
+        );
+        assert_eq!(
+            read(r#"{"colibri":"approval_expired","approval":"a-1","reason":"bored"}"#),
+            Err(BadAnswer::UnknownReason("bored".into()))
+        );
+        for r in [
+            ExpiryReason::Cancelled,
+            ExpiryReason::Resolved,
+            ExpiryReason::TimedOut,
+            ExpiryReason::Exited,
+            ExpiryReason::Stopped,
+            ExpiryReason::Overflow,
+        ] {
+            assert_eq!(ExpiryReason::parse(r.as_str()), Some(r));
+        }
     }
 
     #[test]

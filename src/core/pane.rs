@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::core::approval::{
-    Approval, ApprovalEvent, ApprovalOutcome, ApprovalRequest, Decision, ExpiryReason,
-    LoggedAnswer, Resolves,
+    AgentRequest, AnswerChannel, Approval, ApprovalEvent, ApprovalOutcome, ApprovalRequest,
+    Decision, ExpiryReason, LoggedAnswer, LoggedApproval, Resolves,
 };
 use crate::core::ingest::{is_blank, Frame, FramedLine, LineFramer};
 use crate::core::policy::{raw_log_bytes, LineFacts, ToolFacts, LOG_RECORD_BYTES, OUTPUT_STEP};
@@ -108,9 +108,22 @@ pub struct Transition {
     pub line: u64,
 }
 
-/// Approvals pending at once; one more drops the oldest, so a harness that
-/// asks without end cannot grow the pane.
+/// A harness's approvals pending at once; one more drops the oldest, so a
+/// harness that asks without end cannot grow the pane.
 pub const MAX_PENDING_APPROVALS: usize = 32;
+/// An agent's own requests pending at once (beside its harness's): one more
+/// is refused, never dropped, so no request the agent waits on vanishes.
+pub const MAX_AGENT_APPROVALS: usize = 16;
+
+/// An agent's request refused: it has [`MAX_AGENT_APPROVALS`] pending.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TooManyRequests;
+
+/// Whether a harness asked `a` (its own lines settle it), not the agent
+/// through colibri (only an answer, its wait or its agent's end does).
+fn from_harness(a: &Approval) -> bool {
+    a.channel != AnswerChannel::Reply
+}
 /// Approval events kept until [`Pane::take_approval_events`] drains them.
 pub const MAX_APPROVAL_EVENTS: usize = 256;
 
@@ -338,15 +351,69 @@ impl Pane {
     /// `None` when no pending approval has that count (the request never
     /// reached this pane, or the harness settled it first).
     pub fn replay_answer(&mut self, answer: &LoggedAnswer, now: Timestamp) -> Option<Approval> {
-        let count = answer.count();
-        let id = self
+        let id = self.pending_with_count(answer.count())?;
+        self.answered(&id, &answer.decision, now)
+    }
+
+    /// The pending approval whose per-pane count is `count`.
+    fn pending_with_count(&self, count: &str) -> Option<String> {
+        self.approvals
+            .pending
+            .iter()
+            .find(|a| a.id.rsplit_once('-').is_some_and(|(_, n)| n == count))
+            .map(|a| a.id.clone())
+    }
+
+    /// Replays an approval record of a session log (`colibri fold`, the
+    /// daemon's recovery) as the daemon lived it: an agent's request opens
+    /// the pane's next approval ([`Pane::request_approval`]), an answer
+    /// closes the approval it names ([`Pane::replay_answer`]), an expiry
+    /// closes it unanswered. Returns the approval opened or closed; `None`
+    /// when the record finds nothing to act on.
+    pub fn replay(&mut self, record: &LoggedApproval, now: Timestamp) -> Option<Approval> {
+        match record {
+            LoggedApproval::Requested { request, .. } => self.request_approval(request, now).ok(),
+            LoggedApproval::Answered(answer) => self.replay_answer(answer, now),
+            LoggedApproval::Expired { reason, .. } => {
+                let id = self.pending_with_count(record.count())?;
+                let outcome = ApprovalOutcome::Expired { reason: *reason };
+                self.close_approvals(|a| a.id == id, &outcome, now, 0)
+                    .into_iter()
+                    .next()
+            }
+        }
+    }
+
+    /// Opens an agent's own request as the pane's next approval (numbered
+    /// with its harness's), answered on [`AnswerChannel::Reply`]. Refused
+    /// while [`MAX_AGENT_APPROVALS`] of them are pending.
+    pub fn request_approval(
+        &mut self,
+        req: &AgentRequest,
+        now: Timestamp,
+    ) -> Result<Approval, TooManyRequests> {
+        let open = self
             .approvals
             .pending
             .iter()
-            .find(|a| a.id.rsplit_once('-').is_some_and(|(_, n)| n == count))?
-            .id
-            .clone();
-        self.answered(&id, &answer.decision, now)
+            .filter(|a| !from_harness(a))
+            .count();
+        if open >= MAX_AGENT_APPROVALS {
+            return Err(TooManyRequests);
+        }
+        let id = self.next_approval_id();
+        let approval = Approval::from_agent(id, req, now, self.lines);
+        self.approvals.pending.push(approval.clone());
+        self.push_approval_event(ApprovalEvent::Opened(approval.clone()));
+        Ok(approval)
+    }
+
+    /// The id the next approval gets: the pane id's first 8 characters and
+    /// a per-pane count.
+    fn next_approval_id(&mut self) -> String {
+        self.approvals.opened += 1;
+        let prefix: String = self.id.as_str().chars().take(8).collect();
+        format!("{prefix}-{}", self.approvals.opened)
     }
 
     /// Sets when a pending approval gives up by itself (a waiting hook's
@@ -727,14 +794,19 @@ impl Pane {
             reason: ExpiryReason::Resolved,
         };
         let new_session = !obs.subagent && matches!(obs.signal, Signal::Session(_));
+        // The harness settles only what it asked: an agent's own request
+        // waits for its answer across turns and sessions.
         match &obs.resolves {
-            _ if new_session => self.close_all_approvals(ExpiryReason::Resolved, now, line),
+            _ if new_session => {
+                self.close_approvals(from_harness, &resolved, now, line);
+            }
             Resolves::Nothing => {}
             Resolves::Cancelled(id) => {
                 let cancelled = ApprovalOutcome::Expired {
                     reason: ExpiryReason::Cancelled,
                 };
-                self.close_approvals(|a| a.request_id == id.as_ref(), &cancelled, now, line);
+                let asked = |a: &Approval| from_harness(a) && a.request_id == id.as_ref();
+                self.close_approvals(asked, &cancelled, now, line);
             }
             Resolves::ToolUses(ids) => {
                 let settled = |a: &Approval| {
@@ -744,7 +816,9 @@ impl Pane {
                 };
                 self.close_approvals(settled, &resolved, now, line);
             }
-            Resolves::All => self.close_all_approvals(ExpiryReason::Resolved, now, line),
+            Resolves::All => {
+                self.close_approvals(from_harness, &resolved, now, line);
+            }
         }
         if let Some(req) = &obs.approval {
             self.open_approval(req, now, line);
@@ -758,16 +832,15 @@ impl Pane {
         if !req.request_id.is_empty() && self.approvals.pending.iter().any(again) {
             return;
         }
-        if self.approvals.pending.len() >= MAX_PENDING_APPROVALS {
-            let oldest = self.approvals.pending.first().map(|a| a.id.clone());
+        let mut asked = self.approvals.pending.iter().filter(|a| from_harness(a));
+        if asked.clone().count() >= MAX_PENDING_APPROVALS {
+            let oldest = asked.next().map(|a| a.id.clone());
             let overflow = ApprovalOutcome::Expired {
                 reason: ExpiryReason::Overflow,
             };
             self.close_approvals(|a| Some(&a.id) == oldest.as_ref(), &overflow, now, line);
         }
-        self.approvals.opened += 1;
-        let prefix: String = self.id.as_str().chars().take(8).collect();
-        let id = format!("{prefix}-{}", self.approvals.opened);
+        let id = self.next_approval_id();
         let approval = Approval::from_request(id, req, now, line);
         self.approvals.pending.push(approval.clone());
         self.push_approval_event(ApprovalEvent::Opened(approval));
@@ -1182,5 +1255,141 @@ mod approval_tests {
             3_000,
         );
         assert!(p.pending_approvals().is_empty());
+    }
+
+    fn request(op: &str) -> AgentRequest {
+        AgentRequest {
+            operation: op.into(),
+            reasoning: Some("a conflict".into()),
+            task_id: Some(2),
+            estimated_tokens: Some(8500),
+        }
+    }
+
+    #[test]
+    fn an_agents_request_is_numbered_with_the_harness_and_capped_not_dropped() {
+        let mut p = pane(Runtime::Pi);
+        feed(&mut p, PI_CONFIRM, 2_000);
+        let a = p
+            .request_approval(&request("merge PR #42"), Timestamp::from_millis(2_500))
+            .expect("opened");
+        assert_eq!(a.id, "3f2a9c1d-2", "numbered after the harness's");
+        assert_eq!(a.channel, AnswerChannel::Reply);
+        assert_eq!(a.title.as_deref(), Some("merge PR #42"));
+        assert_eq!(a.message.as_deref(), Some("a conflict"));
+        assert_eq!((a.task_id, a.estimated_tokens), (Some(2), Some(8500)));
+        assert_eq!(a.line, 1, "asked after the first line");
+        for n in 1..MAX_AGENT_APPROVALS {
+            let opened =
+                p.request_approval(&request(&format!("op {n}")), Timestamp::from_millis(3_000));
+            assert!(opened.is_ok(), "request {n}");
+        }
+        assert_eq!(
+            p.request_approval(&request("one too many"), Timestamp::from_millis(3_000)),
+            Err(TooManyRequests)
+        );
+        // The harness's own approvals are bounded apart: a flood of them
+        // drops its own oldest, never an agent's request.
+        let mut c = pane(Runtime::Claude);
+        c.request_approval(&request("keep me"), Timestamp::from_millis(1_500))
+            .expect("opened");
+        for i in 0..MAX_PENDING_APPROVALS + 3 {
+            let line = format!(
+                r#"{{"type":"control_request","request_id":"req_{i}","request":{{"subtype":"can_use_tool","tool_name":"Bash","input":{{"command":"echo {i}"}},"tool_use_id":"toolu_{i}"}}}}"#
+            );
+            feed(&mut c, &line, 2_000);
+        }
+        assert_eq!(c.pending_approvals().len(), MAX_PENDING_APPROVALS + 1);
+        assert_eq!(c.pending_approvals()[0].title.as_deref(), Some("keep me"));
+    }
+
+    #[test]
+    fn the_harness_settles_only_what_it_asked() {
+        let mut p = pane(Runtime::Claude);
+        p.request_approval(&request("deploy"), Timestamp::from_millis(1_500))
+            .expect("opened");
+        feed(
+            &mut p,
+            r#"{"type":"control_request","request_id":"req_1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"},"tool_use_id":"toolu_1"}}"#,
+            2_000,
+        );
+        // A cancel naming no request id, a turn's end, a new session.
+        feed(
+            &mut p,
+            r#"{"type":"control_cancel_request","request_id":""}"#,
+            2_100,
+        );
+        feed(
+            &mut p,
+            r#"{"type":"result","subtype":"success","is_error":false}"#,
+            2_200,
+        );
+        feed(
+            &mut p,
+            r#"{"type":"system","subtype":"init","session_id":"s2","cwd":"/r"}"#,
+            3_000,
+        );
+        let left: Vec<&str> = p
+            .pending_approvals()
+            .iter()
+            .map(|a| a.title.as_deref().unwrap_or(""))
+            .collect();
+        assert_eq!(left, ["deploy"]);
+        // Its agent's end closes it.
+        p.exited(
+            ExitStatus::Code(0),
+            Timestamp::from_millis(4_000),
+            &mut Vec::new(),
+        );
+        assert!(p.pending_approvals().is_empty());
+    }
+
+    #[test]
+    fn a_replay_opens_answers_and_expires_agents_requests_as_they_were() {
+        use crate::core::approval::LoggedAnswer;
+        let t = Timestamp::from_millis(2_000);
+        let mut p = pane(Runtime::Pi);
+        let asked = |id: &str, op: &str| LoggedApproval::Requested {
+            approval: id.into(),
+            request: request(op),
+        };
+        assert!(p.replay(&asked("aaaa1111-1", "first"), t).is_some());
+        assert!(p.replay(&asked("aaaa1111-2", "second"), t).is_some());
+        let answered = LoggedApproval::Answered(LoggedAnswer {
+            approval: "aaaa1111-1".into(),
+            decision: Decision::Deny { message: None },
+            by: Some("operator".into()),
+            uid: None,
+        });
+        let closed = p.replay(&answered, t).expect("the first answered");
+        assert_eq!(closed.title.as_deref(), Some("first"));
+        let expired = LoggedApproval::Expired {
+            approval: "aaaa1111-2".into(),
+            reason: ExpiryReason::TimedOut,
+        };
+        assert!(p.replay(&expired, t).is_some());
+        assert!(p.replay(&expired, t).is_none(), "nothing left to expire");
+        assert!(p.pending_approvals().is_empty());
+        let outcomes: Vec<Option<ApprovalOutcome>> = p
+            .take_approval_events()
+            .into_iter()
+            .map(|e| match e {
+                ApprovalEvent::Opened(_) => None,
+                ApprovalEvent::Closed { outcome, .. } => Some(outcome),
+            })
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                None,
+                None,
+                Some(ApprovalOutcome::Answered {
+                    decision: Decision::Deny { message: None }
+                }),
+                Some(ApprovalOutcome::Expired {
+                    reason: ExpiryReason::TimedOut
+                }),
+            ]
+        );
     }
 }

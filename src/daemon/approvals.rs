@@ -5,8 +5,16 @@
 //! (`core::approval`, `Pane::answered`); this module owns what needs the
 //! loop: publishing the pane's approval events on the bus, writing an
 //! answer to the agent's input (or to the `colibri hook` waiting for it),
-//! logging every answer as a `colibri` record, the hook requests that stay
-//! open until their approval is decided, and escalation deadlines.
+//! logging every answer as a `colibri` record, the requests that stay open
+//! until their approval is decided (`hook`, `approval-request`), the
+//! history of ended approvals, and escalation deadlines.
+//!
+//! An agent's own request (`approval-request`, `activity`
+//! `approval_request`; `AnswerChannel::Reply`) is the same kind of entry
+//! as a harness's: listed, answered, escalated and notified alike. Its
+//! answer goes to the agent's waiting request and the history only; its
+//! opening and its expiry are logged as `colibri` records, since no agent
+//! line shows them, so `fold` and recovery replay it.
 //!
 //! [`guard_decision`] is the command guard before a tool runs: an approval it
 //! decides is answered at once, by `policy`, before the operator sees it.
@@ -19,9 +27,10 @@ use std::rc::Rc;
 use serde_json::Value;
 
 use crate::core::approval::{
-    encode_answer, guard_pre_tool_use, AnswerChannel, Approval, ApprovalEvent, ApprovalOutcome,
-    Decision,
+    check_reply, encode_answer, guard_pre_tool_use, AgentRequest, AnswerChannel, Approval,
+    ApprovalEvent, ApprovalOutcome, Decision, ExpiryReason,
 };
+use crate::core::pane::MAX_AGENT_APPROVALS;
 use crate::core::policy::GuardSettings;
 use crate::core::time::Timestamp;
 pub(crate) mod desk;
@@ -31,12 +40,13 @@ use crate::daemon::diag::log_warn;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::ConnId;
 use crate::daemon::source::PaneKey;
-use crate::daemon::store::AnswerRecord;
+use crate::daemon::store::{AnswerRecord, RequestRecord};
 use crate::daemon::timers::Deadline;
 use crate::protocol::{
     self, CommandError, DecideReply, ErrorCode, HookReply, Reply, WatchKind, WireApproval,
+    WireApprovalStatus,
 };
-use desk::{Answerer, Waiter};
+use desk::{Answerer, Ended, Waiter};
 
 /// The command guard before a tool runs: a tool call the guard flags
 /// (`core::policy::guard::check` on the tool's input, in the agent's `cwd`)
@@ -53,6 +63,16 @@ pub fn guard_decision(
     Some(Decision::Deny {
         message: Some(hit.refusal()),
     })
+}
+
+/// Whether a caller in `scope` may see an ended approval: the rule of
+/// `views::pane_visible`, read from the entry since its pane may be gone.
+pub fn ended_visible(e: &Ended, scope: &Scope) -> bool {
+    match scope {
+        Scope::Operator => true,
+        Scope::Jail(j) => e.jail.as_deref() == Some(j.as_str()),
+        Scope::Agent { pane, .. } => e.status.pane == *pane,
+    }
 }
 
 impl Daemon {
@@ -89,7 +109,10 @@ impl Daemon {
                 }
                 ApprovalEvent::Closed {
                     approval, outcome, ..
-                } => self.approval_closed(&pane_id, &approval, &outcome, t),
+                } => {
+                    self.log_unanswered(key, &approval, &outcome, t);
+                    self.approval_closed(&pane_id, &approval, &outcome, t);
+                }
             }
         }
         for (id, decision) in guarded {
@@ -110,13 +133,45 @@ impl Daemon {
         self.approvals.escalated.remove(&a.id);
         self.approvals.defaulted.remove(&a.id);
         let waiter = self.approvals.waiters.remove(&a.id);
-        let kind = match outcome {
-            ApprovalOutcome::Answered { decision } => {
-                let who = self
-                    .approvals
+        let who = match outcome {
+            ApprovalOutcome::Answered { .. } => Some(
+                self.approvals
                     .answering
                     .take()
-                    .unwrap_or_else(Answerer::policy);
+                    .unwrap_or_else(Answerer::policy),
+            ),
+            ApprovalOutcome::Expired { .. } => None,
+        };
+        let (name, jail) = match self.panes.key(pane_id) {
+            Some(k) => (
+                self.panes.pane(k).and_then(|p| p.name.clone()),
+                self.panes.agent(k).and_then(|ag| ag.jail.clone()),
+            ),
+            None => (None, None),
+        };
+        let by = who.as_ref().map(|w| w.by.as_str());
+        let status = WireApprovalStatus::ended(a, pane_id, name.as_deref(), outcome, by, t);
+        match (&waiter, a.channel, outcome) {
+            // The agent's own request: it hears how it ended, whatever ended it.
+            (Some(w), AnswerChannel::Reply, _) => {
+                let reply = Reply::ApprovalRequest(Box::new(status.clone()));
+                self.reply_later(w, &reply, t);
+            }
+            // A hook's answer went with the decision (`decide`).
+            (Some(w), _, ApprovalOutcome::Expired { reason }) => {
+                let reply = HookReply {
+                    approval: Some(a.id.clone()),
+                    decision: None,
+                    output: None,
+                    reason: Some(reason.as_str().into()),
+                };
+                self.reply_later(w, &Reply::Hook(reply), t);
+            }
+            _ => {}
+        }
+        self.approvals.remember(Ended { status, jail });
+        let kind = match outcome {
+            ApprovalOutcome::Answered { decision } => {
                 let (message, text) = match decision {
                     Decision::Approve => (None, None),
                     Decision::Deny { message } => (message.clone(), None),
@@ -128,27 +183,78 @@ impl Daemon {
                     decision: decision.as_str().into(),
                     message,
                     text,
-                    by: who.by,
+                    by: who.map_or_else(|| "policy".to_string(), |w| w.by),
                 }
             }
-            ApprovalOutcome::Expired { reason } => {
-                if let Some(w) = waiter {
-                    let reply = HookReply {
-                        approval: Some(a.id.clone()),
-                        decision: None,
-                        output: None,
-                        reason: Some(reason.as_str().into()),
-                    };
-                    self.reply_later(&w, &Reply::Hook(reply), t);
-                }
-                WatchKind::ApprovalExpired {
-                    pane: pane_id.to_string(),
-                    approval: a.id.clone(),
-                    reason: reason.as_str().into(),
-                }
-            }
+            ApprovalOutcome::Expired { reason } => WatchKind::ApprovalExpired {
+                pane: pane_id.to_string(),
+                approval: a.id.clone(),
+                reason: reason.as_str().into(),
+            },
         };
         self.publish(kind, t);
+    }
+
+    /// Opens an agent's own request on pane `key` (its wait, if any, ends
+    /// at `until`), logs it for `fold` and recovery, and announces it.
+    pub(crate) fn open_agent_approval(
+        &mut self,
+        key: PaneKey,
+        req: &AgentRequest,
+        until: Option<Timestamp>,
+        t: Timestamp,
+    ) -> Result<Approval, CommandError> {
+        let Some(slot) = self.panes.get_mut(key) else {
+            return Err(CommandError::new(ErrorCode::NotFound, "no such pane"));
+        };
+        let mut a = slot.pane.request_approval(req, t).map_err(|_| {
+            CommandError::new(
+                ErrorCode::Busy,
+                format!(
+                    "{} has {MAX_AGENT_APPROVALS} requests pending already; wait for an answer",
+                    slot.pane.id.as_str()
+                ),
+            )
+        })?;
+        if let Some(until) = until {
+            slot.pane.set_approval_expiry(&a.id, until);
+            a.expires_at = Some(until);
+        }
+        let rec = RequestRecord {
+            pane: &slot.agent.pane_id,
+            approval: &a.id,
+            operation: a.title.as_deref().unwrap_or(""),
+            reasoning: a.message.as_deref(),
+            task_id: a.task_id,
+            estimated_tokens: a.estimated_tokens,
+        };
+        self.store.approval_request(&slot.agent.session, &rec, t);
+        self.after_approvals(key, t);
+        Ok(a)
+    }
+
+    /// Logs an agent's own request that ended unanswered while its agent
+    /// ran on (its wait ran out): no line of the agent's shows it, and
+    /// `fold`, which has no clock, could not tell. Every other end shows
+    /// in the log already (an answer record, the agent's exit).
+    fn log_unanswered(
+        &mut self,
+        key: PaneKey,
+        a: &Approval,
+        outcome: &ApprovalOutcome,
+        t: Timestamp,
+    ) {
+        let reason = match outcome {
+            ApprovalOutcome::Expired {
+                reason: r @ ExpiryReason::TimedOut,
+            } if a.channel == AnswerChannel::Reply => r.as_str(),
+            _ => return,
+        };
+        let Some(agent) = self.panes.agent(key) else {
+            return;
+        };
+        self.store
+            .approval_expired(&agent.session, &agent.pane_id, &a.id, reason, t);
     }
 
     fn reply_later(&mut self, w: &Waiter, reply: &Reply, t: Timestamp) {
@@ -243,14 +349,18 @@ impl Daemon {
         let approval = slot.pane.approval(id).cloned().ok_or_else(|| {
             CommandError::new(ErrorCode::NotFound, format!("no pending approval {id:?}"))
         })?;
-        let runtime = slot.pane.runtime().ok_or_else(|| {
-            CommandError::new(
-                ErrorCode::Unanswerable,
-                format!("the runtime of {pane_id} is not known yet"),
-            )
-        })?;
-        let bytes = encode_answer(runtime, &approval, &decision)
-            .map_err(|e| CommandError::new(ErrorCode::Unanswerable, e.to_string()))?;
+        // An agent's own request needs no harness: nothing is written.
+        let bytes = match (approval.channel, slot.pane.runtime()) {
+            (AnswerChannel::Reply, _) => check_reply(&approval, &decision).map(|()| Vec::new()),
+            (_, Some(runtime)) => encode_answer(runtime, &approval, &decision),
+            (_, None) => {
+                return Err(CommandError::new(
+                    ErrorCode::Unanswerable,
+                    format!("the runtime of {pane_id} is not known yet"),
+                ))
+            }
+        }
+        .map_err(|e| CommandError::new(ErrorCode::Unanswerable, e.to_string()))?;
         match approval.channel {
             AnswerChannel::AgentInput => {
                 let proc_ = slot
@@ -278,6 +388,8 @@ impl Daemon {
                 };
                 self.reply_later(&w, &Reply::Hook(reply), t);
             }
+            // The waiting request hears it as the approval closes.
+            AnswerChannel::Reply => {}
         }
         self.log_answer(key, id, None, &decision, &who, t);
         self.approvals.answering = Some(who);
@@ -359,8 +471,9 @@ impl Daemon {
         })
     }
 
-    /// Registers the `hook` request `rid` on `conn` as waiting for approval
-    /// `id` until `until`; the guard may decide it at once.
+    /// Registers the request `rid` on `conn` (`hook`, `approval-request`)
+    /// as waiting for approval `id` until `until`; the guard may decide it
+    /// at once.
     pub(crate) fn wait_for_decision(
         &mut self,
         key: PaneKey,

@@ -3,7 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::core::approval::{Approval, ApprovalEvent, ApprovalOutcome, ExpiryReason};
+use crate::core::approval::{
+    Approval, ApprovalEvent, ApprovalOutcome, ExpiryReason, LoggedApproval,
+};
 use crate::core::pane::{ExitStatus, Pane, PaneId, Transition};
 use crate::core::taxonomy::Runtime;
 use crate::core::time::Timestamp;
@@ -229,41 +231,46 @@ fn ended_unheard(
         .collect()
 }
 
-/// Refolds a recovered pane's events with the answers its log recorded,
-/// each replayed where it was given (`Pane::replay_answer`, as `colibri
+/// Refolds a recovered pane's events with the approval records its log
+/// kept, each replayed where it was written (`Pane::replay`, as `colibri
 /// fold` does), so an approval answered before the restart is closed as
-/// answered, not pending. Nothing is written to any agent. Returns how
-/// many answers matched no pending approval (not counted when the cap
-/// dropped some of the pane's events: their approvals are not there).
+/// answered, not pending, and an agent's own request is opened where it was
+/// asked. Nothing is written to any agent. Returns how many answers
+/// matched no pending approval (not counted when the cap dropped some of
+/// the pane's events: their approvals are not there).
 fn replay(
     pane: &mut Pane,
     rp: &RecoveredPane,
     out: &mut Vec<Transition>,
     answerers: &mut HashMap<String, Answerer>,
 ) -> usize {
-    let mut answers = rp.answers.iter().peekable();
+    let mut records = rp.approval_records.iter().peekable();
     let mut unmatched = 0;
-    let mut answer_due = |pane: &mut Pane, before: usize| {
-        while let Some(a) = answers.next_if(|a| a.after_events <= before) {
-            match pane.replay_answer(&a.answer, a.ts) {
-                Some(closed) => {
-                    if let Some(by) = &a.answer.by {
+    let mut records_due = |pane: &mut Pane, before: usize| {
+        while let Some(r) = records.next_if(|r| r.after_events <= before) {
+            let acted = pane.replay(&r.record, r.ts);
+            match (&r.record, acted) {
+                (LoggedApproval::Answered(answer), Some(closed)) => {
+                    if let Some(by) = &answer.by {
                         let who = Answerer {
                             by: by.clone(),
-                            uid: a.answer.uid,
+                            uid: answer.uid,
                         };
                         answerers.insert(closed.id, who);
                     }
                 }
-                None => unmatched += 1,
+                (LoggedApproval::Answered(_), None) => unmatched += 1,
+                // A request refused, or an expiry the refold already made
+                // (a line after the wait ran out expires it too).
+                _ => {}
             }
         }
     };
     for (i, (ts, line)) in rp.events.iter().enumerate() {
-        answer_due(pane, i);
+        records_due(pane, i);
         let _ = pane.ingest_line(line, *ts, out);
     }
-    answer_due(pane, usize::MAX);
+    records_due(pane, usize::MAX);
     if rp.events_truncated {
         0
     } else {
@@ -275,25 +282,25 @@ fn replay(
 mod tests {
     use super::*;
     use crate::core::approval::{ApprovalEvent, ApprovalOutcome, Decision, LoggedAnswer};
-    use crate::daemon::store::RecoveredAnswer;
+    use crate::daemon::store::RecoveredApproval;
 
     const ASK_Q1: &[u8] =
         br#"{"type":"extension_ui_request","id":"q1","method":"confirm","title":"Go?"}"#;
 
-    fn answer(after_events: usize, approval: &str, decision: Decision) -> RecoveredAnswer {
-        RecoveredAnswer {
+    fn answer(after_events: usize, approval: &str, decision: Decision) -> RecoveredApproval {
+        RecoveredApproval {
             after_events,
             ts: Timestamp::from_millis(after_events as u64 * 10 + 5),
-            answer: LoggedAnswer {
+            record: LoggedApproval::Answered(LoggedAnswer {
                 approval: approval.into(),
                 decision,
                 by: Some("operator".into()),
                 uid: None,
-            },
+            }),
         }
     }
 
-    fn recovered(events: &[&[u8]], answers: Vec<RecoveredAnswer>) -> RecoveredPane {
+    fn recovered(events: &[&[u8]], approval_records: Vec<RecoveredApproval>) -> RecoveredPane {
         RecoveredPane {
             session: "s".into(),
             pane: "3f2a9c1d-0000".into(),
@@ -312,7 +319,7 @@ mod tests {
                 .map(|(i, e)| (Timestamp::from_millis(i as u64 * 10), e.to_vec()))
                 .collect(),
             events_truncated: false,
-            answers,
+            approval_records,
             removed: false,
             planned_exit: false,
         }

@@ -66,7 +66,7 @@ use self::session::{refill, Session};
 pub use self::dump::MAX_DUMP_BYTES;
 pub use self::dump::{attach_system_prompt, DumpSource};
 pub use self::flush::FlushReport;
-pub use self::open::{RecoveredAnswer, RecoveredPane, Recovery};
+pub use self::open::{RecoveredApproval, RecoveredPane, Recovery};
 #[cfg(test)]
 pub use self::pressure::READ_AHEAD;
 #[cfg(any(test, fuzzing))]
@@ -246,6 +246,18 @@ pub struct HostopRecord<'a> {
     pub signal: Option<i32>,
     pub ms: u64,
     pub output_bytes: u64,
+}
+
+/// An agent's own approval request, as the session log keeps it (`fold`
+/// and recovery replay it: `core::approval::LoggedApproval`).
+#[derive(Copy, Clone, Debug)]
+pub struct RequestRecord<'a> {
+    pub pane: &'a str,
+    pub approval: &'a str,
+    pub operation: &'a str,
+    pub reasoning: Option<&'a str>,
+    pub task_id: Option<u64>,
+    pub estimated_tokens: Option<u64>,
 }
 
 /// How compaction treats one event line (the taxonomy decides).
@@ -558,6 +570,28 @@ impl SessionStore {
     pub fn answer(&mut self, session: &str, rec: &AnswerRecord<'_>, now: Timestamp) {
         self.record(session, now, |buf, ts| {
             record::encode_answer(buf, ts, now, rec)
+        });
+    }
+
+    /// Records an agent's own approval request. Never dropped.
+    pub fn approval_request(&mut self, session: &str, rec: &RequestRecord<'_>, now: Timestamp) {
+        self.record(session, now, |buf, ts| {
+            record::encode_request(buf, ts, now, rec)
+        });
+    }
+
+    /// Records that an agent's own request ended unanswered (`reason`)
+    /// while its agent ran on. Never dropped.
+    pub fn approval_expired(
+        &mut self,
+        session: &str,
+        pane: &str,
+        approval: &str,
+        reason: &str,
+        now: Timestamp,
+    ) {
+        self.record(session, now, |buf, ts| {
+            record::encode_expired(buf, ts, now, pane, approval, reason)
         });
     }
 

@@ -5,7 +5,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::approval::{AnswerChannel, Approval, ApprovalEvent, ApprovalOutcome, Decision};
+use crate::core::approval::{
+    bounded, AnswerChannel, Approval, ApprovalEvent, ApprovalOutcome, Decision,
+};
+use crate::core::time::Timestamp;
 
 /// How an approval ended: `{"event":"answered","decision":"deny",
 /// "message":…}` or `{"event":"expired","reason":"cancelled"}`.
@@ -172,6 +175,12 @@ pub struct WireApproval {
     /// Pending longer than `[approvals] escalate_after`.
     #[serde(default)]
     pub escalated: bool,
+    /// An agent's own request (`channel: reply`): the task it is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<u64>,
+    /// An agent's own request: what it expects the operation to cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_tokens: Option<u64>,
 }
 
 impl WireApproval {
@@ -191,6 +200,8 @@ impl WireApproval {
             asked_at: a.asked_at.to_rfc3339(),
             expires_at: a.expires_at.map(|t| t.to_rfc3339()),
             escalated,
+            task_id: a.task_id,
+            estimated_tokens: a.estimated_tokens,
         }
     }
 }
@@ -216,6 +227,139 @@ pub struct ApprovalsReply {
     /// More wait: ask again with `after` set to this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+    /// The control plane's history (the seed's `approved`): the latest
+    /// approvals that ended, answered or not, oldest first, the caller's
+    /// own only; on the first page (no `after`) only.
+    #[serde(default)]
+    pub approved: Vec<WireApprovalStatus>,
+}
+
+/// An approval as an agent follows it: pending, or how it ended. The reply
+/// to `approval-request` and the items of `approvals`' `approved` history
+/// (the control-plane seed's fields: `approval_id`, `operation`,
+/// `operator_approved`, `approved_at`, with colibri's beside them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireApprovalStatus {
+    pub approval_id: String,
+    pub pane: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What was asked: an agent's operation, or a harness's question in
+    /// one line.
+    pub operation: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_tokens: Option<u64>,
+    /// `agent_input`, `hook_output` or `reply` (an agent's own request).
+    pub channel: String,
+    /// `pending`, `approved`, `denied`, `answered` or `expired`.
+    pub status: String,
+    /// The operator (or the policy) let it go on: approved, or answered.
+    pub operator_approved: bool,
+    /// A deny's message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// An answer's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Why it expired: `timed_out`, `exited`, `stopped`, `resolved`, ….
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who answered: `operator`, `operator via board`, `policy`, ….
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    pub asked_at: String,
+    /// When it ended (decided or expired); absent while pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_at: Option<String>,
+}
+
+impl WireApprovalStatus {
+    /// `a`, still pending.
+    pub fn pending(a: &Approval, pane: &str, name: Option<&str>) -> WireApprovalStatus {
+        WireApprovalStatus {
+            approval_id: a.id.clone(),
+            pane: pane.to_string(),
+            name: name.map(str::to_string),
+            // An agent's operation whole (as bounded as it was kept), a
+            // harness's question in one line.
+            operation: match (a.channel, &a.title) {
+                (AnswerChannel::Reply, Some(op)) => op.clone(),
+                _ => a.question(),
+            },
+            task_id: a.task_id,
+            estimated_tokens: a.estimated_tokens,
+            channel: a.channel.as_str().into(),
+            status: "pending".into(),
+            operator_approved: false,
+            message: None,
+            text: None,
+            reason: None,
+            by: None,
+            asked_at: a.asked_at.to_rfc3339(),
+            approved_at: None,
+        }
+    }
+
+    /// `a`, ended with `outcome` at `at` (answered by `by`). The operator's
+    /// texts are kept as bounded as the agent's.
+    pub fn ended(
+        a: &Approval,
+        pane: &str,
+        name: Option<&str>,
+        outcome: &ApprovalOutcome,
+        by: Option<&str>,
+        at: Timestamp,
+    ) -> WireApprovalStatus {
+        let mut w = WireApprovalStatus::pending(a, pane, name);
+        w.approved_at = Some(at.to_rfc3339());
+        match outcome {
+            ApprovalOutcome::Answered { decision } => {
+                w.by = by.map(str::to_string);
+                w.operator_approved = !matches!(decision, Decision::Deny { .. });
+                w.status = match decision {
+                    Decision::Approve => "approved",
+                    Decision::Deny { .. } => "denied",
+                    Decision::Answer { .. } => "answered",
+                }
+                .into();
+                match decision {
+                    Decision::Approve => {}
+                    Decision::Deny { message } => w.message = message.as_deref().map(bounded),
+                    Decision::Answer { text } => w.text = Some(bounded(text)),
+                }
+            }
+            ApprovalOutcome::Expired { reason } => {
+                w.status = "expired".into();
+                w.reason = Some(reason.as_str().into());
+            }
+        }
+        w
+    }
+}
+
+/// `approval-request`: an agent asks the operator to approve an operation
+/// (the control-plane seed's approval request).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequestArgs {
+    /// The asking agent's pane; an agent's own connection may leave it
+    /// out (the kernel says who it is), and one it names must be its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pane: Option<String>,
+    /// What the agent wants to do.
+    pub operation: String,
+    /// Why.
+    #[serde(default, alias = "detail", skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_tokens: Option<u64>,
+    /// Milliseconds to wait for the decision, the reply held until then (at
+    /// most a day); 0 or absent: reply at once with the approval pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
 }
 
 /// `approve`, `deny` and `answer`.

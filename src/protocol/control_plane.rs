@@ -246,4 +246,8 @@ pub struct TaskReply {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ActivityReply {
     pub seq: u64,
+    /// `approval_request`: the approval it opened, answered like a
+    /// harness's (`approvals` shows it pending, then in its history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
 }

@@ -29,8 +29,8 @@ use crate::core::usage::Usage;
 
 mod approvals;
 pub use approvals::{
-    fold_approvals, ApprovalsArgs, ApprovalsReply, DecideArgs, DecideReply, FoldApproval, HookArgs,
-    HookReply, WireApproval, WireOutcome,
+    fold_approvals, ApprovalRequestArgs, ApprovalsArgs, ApprovalsReply, DecideArgs, DecideReply,
+    FoldApproval, HookArgs, HookReply, WireApproval, WireApprovalStatus, WireOutcome,
 };
 pub mod control_plane;
 pub use control_plane::{
@@ -497,6 +497,7 @@ pub enum Command {
     Hook(HookArgs),
     Budget(BudgetArgs),
     Hostop(HostopArgs),
+    ApprovalRequest(ApprovalRequestArgs),
 }
 
 /// Who may use a command.
@@ -523,7 +524,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 39] = {
+pub const COMMANDS: [CommandInfo; 40] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -567,6 +568,7 @@ pub const COMMANDS: [CommandInfo; 39] = {
         // Who of the agents may run which op is the op's own list
         // (`[hostops.NAME] jails`, `roles`), checked by the handler.
         cmd("hostop", Agent),
+        cmd("approval-request", Agent),
     ]
 };
 
@@ -633,6 +635,7 @@ impl Command {
             Command::Hook(_) => 36,
             Command::Budget(_) => 37,
             Command::Hostop(_) => 38,
+            Command::ApprovalRequest(_) => 39,
         }
     }
 
@@ -1250,6 +1253,8 @@ pub enum Reply {
     Deferred,
     Budget(BudgetReply),
     Hostop(HostopReply),
+    /// `approval-request`: the approval, pending or decided.
+    ApprovalRequest(Box<WireApprovalStatus>),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1677,6 +1682,14 @@ mod tests {
             Command::Hostop(HostopArgs {
                 op: "zfs-snapshot".into(),
                 params: [("name".to_string(), "before".to_string())].into(),
+            }),
+            Command::ApprovalRequest(ApprovalRequestArgs {
+                pane: Some("w1".into()),
+                operation: "merge PR #42".into(),
+                reasoning: Some("conflict in src/index.ts".into()),
+                task_id: Some(2),
+                estimated_tokens: Some(8500),
+                wait_ms: Some(60_000),
             }),
         ]
     }

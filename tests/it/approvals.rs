@@ -1088,3 +1088,322 @@ fn approvals_come_in_pages_that_resume_after_answers() {
         d.ok(json!({"cmd":"kill-agent","agent_id": pane}));
     }
 }
+
+/// An agent whose script runs `body` (with `$C` the real `colibri` and
+/// `$OUT` a directory of its own) and then stays alive.
+pub(crate) fn scripted_agent(d: &Colibrid, name: &str, body: &str) -> (String, std::path::PathBuf) {
+    let out = d.path(&format!("{name}-out"));
+    std::fs::create_dir_all(&out).expect("out dir");
+    let script = d.script(
+        name,
+        &format!(
+            "OUT={out}; C={COLIBRI}\n{body}\nexec sleep 120",
+            out = out.display()
+        ),
+    );
+    let id = d.spawn(&[&script], json!({"name": name}));
+    (id, out)
+}
+
+/// Shell: `ask FILE ARGS…` runs `colibri approval-request ARGS…` and
+/// leaves its output and exit status in `$OUT/FILE`, whole once there.
+pub(crate) const ASK: &str = r#"ask() { f=$1; shift; "$C" approval-request "$@" > "$OUT/$f.tmp" 2>&1; echo "rc=$?" >> "$OUT/$f.tmp"; mv "$OUT/$f.tmp" "$OUT/$f"; }"#;
+
+/// What `ask` left in `$OUT/file`, once it is there.
+pub(crate) fn asked(out: &std::path::Path, file: &str) -> String {
+    read_when_there(&out.join(file).display().to_string())
+}
+
+/// The pending approval of pane `id` whose title is `op`.
+fn pending_titled(d: &Colibrid, id: &str, op: &str) -> Value {
+    wait_for(
+        Duration::from_secs(30),
+        &format!("{op:?} to be asked"),
+        || pending(d, id).into_iter().find(|a| a["title"] == json!(op)),
+    )
+}
+
+/// An agent asks through `colibri approval-request` from inside its pane
+/// and waits: approved from the CLI it exits 0, denied 4, and a wait that
+/// runs out 5. Nobody else sees or answers it (a second pane of the same
+/// uid is refused both), its `approvals` history shows the three ends, the
+/// watch stream announces them like a harness's, and `colibri fold` of the
+/// session log replays the same decisions.
+#[test]
+fn an_agents_own_request_is_answered_from_the_cli_and_reaches_it() {
+    let d = Colibrid::start(&[]);
+    let mut w = Client::connect(&d.socket);
+    w.request(&json!({"cmd":"watch"}));
+    let body = format!(
+        r#"{ASK}
+ask one --wait 60s --task 2 --tokens 8500 -r "a conflict in src/index.ts" "merge PR #42"
+ask two --wait 60s "drop the table"
+ask three --wait 1s "rewrite history"
+"$C" approvals --json > "$OUT/list.tmp" 2>&1; mv "$OUT/list.tmp" "$OUT/list""#
+    );
+    let (id, out) = scripted_agent(&d, "asker", &body);
+    let a = pending_titled(&d, &id, "merge PR #42");
+    let approval = a["id"].as_str().expect("id").to_string();
+    assert_eq!(a["channel"], json!("reply"));
+    assert_eq!(a["kind"], json!("confirm"));
+    assert_eq!(a["message"], json!("a conflict in src/index.ts"));
+    assert_eq!(
+        (&a["task_id"], &a["estimated_tokens"]),
+        (&json!(2), &json!(8500))
+    );
+    assert!(a["expires_at"].is_string(), "its wait's end: {a}");
+
+    // Another agent of the same uid neither sees nor answers it, nor asks
+    // as the first.
+    let nosy = format!(
+        r#""$C" approvals --json > "$OUT/list" 2>&1
+"$C" approve {approval} > "$OUT/approve" 2>&1; echo "rc=$?" >> "$OUT/approve"
+"$C" approval-request --wait 0 --pane {id} "as the other" > "$OUT/as" 2>&1; echo "rc=$?" >> "$OUT/as"
+touch "$OUT/done""#
+    );
+    let (_, nosy_out) = scripted_agent(&d, "nosy", &nosy);
+    read_when_there(&nosy_out.join("done").display().to_string());
+    let seen: Value = serde_json::from_str(&asked(&nosy_out, "list")).expect("list JSON");
+    assert_eq!(seen["approvals"], json!([]), "{seen}");
+    assert_eq!(seen["approved"], json!([]), "{seen}");
+    let refused = asked(&nosy_out, "approve");
+    assert!(
+        refused.contains("rc=1") && refused.contains("operator"),
+        "{refused}"
+    );
+    let refused = asked(&nosy_out, "as");
+    assert!(
+        refused.contains("rc=1") && refused.contains("cannot act as"),
+        "{refused}"
+    );
+    assert_eq!(pending(&d, &id).len(), 1, "still waiting");
+
+    // Approved from the CLI: the agent's command says so and exits 0.
+    let o = colibri(&d, &["approve", &approval]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let reply = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(reply.contains("0 bytes to reply"), "{reply}");
+    assert_eq!(
+        asked(&out, "one"),
+        format!("{approval}: approved by operator\nrc=0\n")
+    );
+
+    // Denied with a reason: exit 4.
+    let b = pending_titled(&d, &id, "drop the table");
+    let second = b["id"].as_str().expect("id").to_string();
+    let o = colibri(&d, &["deny", &second, "-m", "not today"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        asked(&out, "two"),
+        format!("{second}: denied by operator: not today\nrc=4\n")
+    );
+    // An answer is no decision an agent's request takes.
+    let c = pending_titled(&d, &id, "rewrite history");
+    let third = c["id"].as_str().expect("id").to_string();
+    let o = colibri(&d, &["answer", &third, "maybe"]);
+    assert!(!o.status.success(), "an answer to a yes/no request");
+    // Nobody decides the third: its wait runs out, exit 5.
+    assert_eq!(
+        asked(&out, "three"),
+        format!("{third}: no decision (timed_out)\nrc=5\n")
+    );
+
+    // Its history, as the agent reads it (its own only).
+    let list: Value = serde_json::from_str(&asked(&out, "list")).expect("list JSON");
+    assert_eq!(list["approvals"], json!([]), "{list}");
+    let ends: Vec<(Value, Value, Value, Value)> = list["approved"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .map(|e| {
+            (
+                e["approval_id"].clone(),
+                e["status"].clone(),
+                e["operator_approved"].clone(),
+                e["by"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (
+                json!(approval),
+                json!("approved"),
+                json!(true),
+                json!("operator")
+            ),
+            (
+                json!(second),
+                json!("denied"),
+                json!(false),
+                json!("operator")
+            ),
+            (json!(third), json!("expired"), json!(false), Value::Null),
+        ]
+    );
+    let first = &list["approved"][0];
+    assert_eq!(first["operation"], json!("merge PR #42"));
+    assert_eq!(
+        (&first["task_id"], &first["estimated_tokens"]),
+        (&json!(2), &json!(8500))
+    );
+    assert!(first["approved_at"].is_string(), "{first}");
+    assert_eq!(list["approved"][1]["message"], json!("not today"));
+    assert_eq!(list["approved"][2]["reason"], json!("timed_out"));
+    // The operator's `approvals` holds them too, beside the other pane's none.
+    let all = d.ok(json!({"cmd":"approvals"}));
+    assert_eq!(all["approved"].as_array().map(Vec::len), Some(3), "{all}");
+
+    // The watch stream told them like a harness's approvals.
+    let mut seen = Vec::new();
+    while seen.len() < 6 {
+        let ev = w.read_line().expect("watch event");
+        let kind = ev["event"].as_str().unwrap_or_default().to_string();
+        if kind.starts_with("approval_") {
+            seen.push((kind, ev));
+        }
+    }
+    let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "approval_opened",
+            "approval_answered",
+            "approval_opened",
+            "approval_answered",
+            "approval_opened",
+            "approval_expired"
+        ]
+    );
+    assert_eq!(seen[0].1["approval"]["channel"], json!("reply"));
+    assert_eq!(seen[5].1["reason"], json!("timed_out"));
+
+    // `colibri fold` of the session log replays the same three ends.
+    let log = log_holding(&d, &id);
+    let o = Command::new(COLIBRI)
+        .args(["fold", "--json", "--pane", &id])
+        .arg(&log)
+        .output()
+        .expect("fold");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: Value = serde_json::from_slice(&o.stdout).expect("fold report");
+    let folded: Vec<(Value, Value)> = report["approvals"]
+        .as_array()
+        .expect("approvals")
+        .iter()
+        .map(|a| (a["title"].clone(), a["outcome"].clone()))
+        .collect();
+    assert_eq!(
+        folded,
+        [
+            (
+                json!("merge PR #42"),
+                json!({"event":"answered","decision":"approve"})
+            ),
+            (
+                json!("drop the table"),
+                json!({"event":"answered","decision":"deny","message":"not today"})
+            ),
+            (
+                json!("rewrite history"),
+                json!({"event":"expired","reason":"timed_out"})
+            ),
+        ]
+    );
+}
+
+/// The bounds: at most 16 requests of one agent pending (the next is
+/// refused, `busy`), `activity` `approval_request` opens one as well, and
+/// an agent that ends has its requests closed and its waiting requests
+/// answered.
+#[test]
+fn an_agents_requests_are_capped_and_end_with_it() {
+    let d = Colibrid::start(&[]);
+    let id = d.spawn(
+        &["/bin/sh", "-c", "exec sleep 120"],
+        json!({"name":"worker"}),
+    );
+    // The operator may ask as a pane it names, as with `activity`.
+    let mut waiting = Client::connect(&d.socket);
+    waiting.send_raw(
+        format!(
+            "{}\n",
+            json!({"id":7,"cmd":"approval-request","pane": id,"operation":"deploy","wait_ms": 60_000})
+        )
+        .as_bytes(),
+    );
+    pending_titled(&d, &id, "deploy");
+    let posted = d.ok(
+        json!({"cmd":"activity","pane": id,"event_type":"approval_request",
+        "message":"vacuum the db","detail":"it is locked","tokens": 1200}),
+    );
+    let via_activity = posted["approval"].as_str().expect("the approval it opened");
+    let a = pending_titled(&d, &id, "vacuum the db");
+    assert_eq!(a["id"], json!(via_activity));
+    assert_eq!(a["estimated_tokens"], json!(1200));
+    for n in 2..16 {
+        let r = d.ok(json!({"cmd":"approval-request","pane": id,"operation": format!("op {n}")}));
+        assert_eq!(r["status"], json!("pending"), "{r}");
+    }
+    let refused =
+        d.request(json!({"cmd":"approval-request","pane": id,"operation":"one too many"}));
+    assert_eq!(refused["ok"], json!(false), "{refused}");
+    assert_eq!(refused["code"], json!("busy"), "{refused}");
+    assert_eq!(pending(&d, &id).len(), 16);
+
+    // The agent ends: every request closes, and the waiting one hears it.
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+    let reply = waiting.read_line().expect("the held reply");
+    assert_eq!(reply["id"], json!(7), "{reply}");
+    assert_eq!(reply["data"]["status"], json!("expired"), "{reply}");
+    assert_eq!(reply["data"]["reason"], json!("exited"), "{reply}");
+    assert!(pending(&d, &id).is_empty());
+    let list = d.ok(json!({"cmd":"approvals","agent_id": id}));
+    let ends = list["approved"].as_array().expect("history");
+    assert_eq!(ends.len(), 16);
+    assert!(
+        ends.iter().all(|e| e["reason"] == json!("exited")),
+        "{list}"
+    );
+    // A pane that does not run asks nothing.
+    let r = d.request(json!({"cmd":"approval-request","pane": id,"operation":"late"}));
+    assert_eq!(r["code"], json!("not_running"), "{r}");
+}
+
+/// The `[approvals]` policy treats an agent's own request as a harness's:
+/// escalated after `escalate_after`, then denied by default, which the
+/// waiting agent hears (exit 4, by the policy).
+#[test]
+fn an_agents_unanswered_request_escalates_then_is_denied_by_default() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cfg = dir.path().join("colibri.toml");
+    std::fs::write(
+        &cfg,
+        "[approvals]\nescalate_after = \"1s\"\ndefault_answer = \"deny\"\ndefault_after = \"1s\"\n",
+    )
+    .expect("write config");
+    let cfg = cfg.display().to_string();
+    let d = Colibrid::start(&["--config", &cfg]);
+    let mut w = Client::connect(&d.socket);
+    w.request(&json!({"cmd":"watch"}));
+    let body = format!("{ASK}\nask one --wait 60s \"rotate the keys\"");
+    let (_, out) = scripted_agent(&d, "patient", &body);
+    let reply = asked(&out, "one");
+    assert!(
+        reply.contains(": denied by policy: Denied by colibri: no answer within 2s.")
+            && reply.ends_with("rc=4\n"),
+        "{reply}"
+    );
+    let mut kinds = Vec::new();
+    while kinds.len() < 3 {
+        let ev = w.read_line().expect("watch event");
+        if let Some(k) = ev["event"].as_str().filter(|k| k.starts_with("approval_")) {
+            kinds.push(k.to_string());
+        }
+    }
+    assert_eq!(
+        kinds,
+        ["approval_opened", "approval_escalated", "approval_answered"]
+    );
+}

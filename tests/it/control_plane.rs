@@ -243,7 +243,7 @@ fn an_agent_sees_and_moves_only_its_own_tasks() {
     assert_eq!(st["agents"][0]["task_id"], json!(tb));
     assert_eq!(
         d.ok(json!({"cmd":"approvals","agent_id": b})),
-        json!({"approvals": []})
+        json!({"approvals": [], "approved": []})
     );
     // The operator sees everything and may finish any task.
     let all = d.ok(json!({"cmd":"tasks"}));

@@ -559,6 +559,64 @@ fn pi_asking_agent_named(d: &Colibrid, name: &str) -> (String, String) {
     (script, got)
 }
 
+/// An agent's own request (`colibri approval-request --wait` from inside
+/// its pane) shows on the board like a harness's, and the board's approve
+/// (the POST its button sends) reaches the waiting agent, which exits 0;
+/// the history says who answered.
+#[test]
+fn an_agents_own_request_is_approved_from_the_board_and_reaches_it() {
+    use crate::approvals::{asked, scripted_agent, ASK};
+    let d = Colibrid::start(&[]);
+    let web = Web::start(&d);
+    let bearer = format!("Bearer {}", web.token);
+    let body = format!("{ASK}\nask one --wait 60s --tokens 300 \"restart the db jail\"");
+    let (id, out) = scripted_agent(&d, "asker", &body);
+    let shown = wait_for(Duration::from_secs(30), "the request on the board", || {
+        let (status, _, body) = http(
+            &web.addr,
+            "GET",
+            "/api/snapshot",
+            &[("Authorization", &bearer)],
+            "",
+        );
+        assert_eq!(status, 200, "{body}");
+        let snap: Value = serde_json::from_str(&body).ok()?;
+        snap["board"]["approvals"]
+            .as_array()?
+            .iter()
+            .find(|a| a["pane"] == json!(id))
+            .cloned()
+    });
+    assert_eq!(shown["channel"], json!("reply"), "{shown}");
+    assert_eq!(shown["question"], json!("restart the db jail"), "{shown}");
+    let approval = shown["id"].as_str().expect("id").to_string();
+    let (status, _, reply) = http(
+        &web.addr,
+        "POST",
+        "/api/approve",
+        &[("Authorization", &bearer)],
+        &json!({"pane": id, "approval": approval}).to_string(),
+    );
+    assert_eq!(status, 200, "{reply}");
+    let reply: Value = serde_json::from_str(&reply).expect("json");
+    assert_eq!(reply["ok"], json!(true), "{reply}");
+    assert_eq!(
+        asked(&out, "one"),
+        format!("{approval}: approved by operator via board\nrc=0\n")
+    );
+    let list = d.ok(json!({"cmd":"approvals","agent_id": id}));
+    assert_eq!(
+        list["approved"][0]["by"],
+        json!("operator via board"),
+        "{list}"
+    );
+    assert_eq!(
+        list["approved"][0]["estimated_tokens"],
+        json!(300),
+        "{list}"
+    );
+}
+
 #[test]
 fn web_board_in_a_headless_browser() {
     let d = Colibrid::start(&[]);

@@ -1,23 +1,30 @@
-//! `approvals`, `approve`, `deny`, `answer`, and `hook` (a Claude Code hook
+//! `approvals`, `approve`, `deny`, `answer`, `hook` (a Claude Code hook
 //! input that may wait for the operator's decision, or, for a
-//! `PreToolUse`, gets the command guard's verdict at once).
+//! `PreToolUse`, gets the command guard's verdict at once), and
+//! `approval-request` (an agent asking the operator itself, which may wait
+//! for the decision the same way).
 
-use crate::protocol::{ApprovalsArgs, HookArgs};
+use crate::protocol::{ApprovalRequestArgs, ApprovalsArgs, HookArgs};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use crate::core::approval::{AnswerChannel, Decision};
+use crate::core::approval::{AgentRequest, AnswerChannel, Decision};
+use crate::daemon::activity::bounded;
 use crate::daemon::approvals::desk::Answerer;
+use crate::daemon::approvals::ended_visible;
 use crate::daemon::event_loop::Daemon;
 use crate::platform;
 use crate::protocol::{
     ApprovalsReply, CommandError, DecideArgs, ErrorCode, HookReply, Reply, WireApproval,
+    WireApprovalStatus,
 };
 
+use super::control_plane::{posting_agent, take_post};
 use super::Call;
 
-/// The longest a `hook` request may wait for a decision.
-const MAX_HOOK_WAIT: Duration = Duration::from_secs(24 * 3600);
+/// The longest a request (`hook`, `approval-request`) may wait for a
+/// decision.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 pub(super) fn list(d: &mut Daemon, call: &Call, a: ApprovalsArgs) -> Result<Reply, CommandError> {
     let only = match &a.agent_id {
@@ -42,10 +49,77 @@ pub(super) fn list(d: &mut Daemon, call: &Call, a: ApprovalsArgs) -> Result<Repl
     let next = more
         .then(|| page.last().map(|(key, _)| key.clone()))
         .flatten();
+    // The history comes once, with the first page.
+    let approved = match &a.after {
+        Some(_) => Vec::new(),
+        None => {
+            let only = only.and_then(|k| d.panes.pane(k)).map(|p| p.id.0.clone());
+            d.approvals.history(|e| {
+                ended_visible(e, &call.scope) && only.as_ref().is_none_or(|p| e.status.pane == *p)
+            })
+        }
+    };
     Ok(Reply::Approvals(ApprovalsReply {
         approvals: page.into_iter().map(|(_, a)| a).collect(),
         next,
+        approved,
     }))
+}
+
+/// `approval-request`: the agent (`pane`, or the connection's own) asks the
+/// operator to approve an operation. Opened like a harness's approval
+/// (listed, answered, escalated, notified); with `wait_ms` the reply waits
+/// for the decision, else it comes at once with the approval pending.
+pub(super) fn request(
+    d: &mut Daemon,
+    call: &Call,
+    a: ApprovalRequestArgs,
+) -> Result<Reply, CommandError> {
+    let (key, pane) = posting_agent(d, call, a.pane.as_deref())?;
+    if a.operation.trim().is_empty() {
+        return Err(CommandError::invalid("approval-request needs an operation"));
+    }
+    let req = AgentRequest {
+        operation: bounded(Some(a.operation)).unwrap_or_default(),
+        reasoning: bounded(a.reasoning),
+        task_id: a.task_id,
+        estimated_tokens: a.estimated_tokens,
+    };
+    let bytes = (req.operation.len() + req.reasoning.as_ref().map_or(0, String::len)) as u64;
+    take_post(d, &pane, bytes, call)?;
+    let until = a
+        .wait_ms
+        .map(Duration::from_millis)
+        .filter(|w| !w.is_zero())
+        .map(|w| call.t.plus(w.min(MAX_WAIT)));
+    let approval = d.open_agent_approval(key, &req, until, call.t)?;
+    let name = d.panes.pane(key).and_then(|p| p.name.clone());
+    let pending = d.panes.pane(key).and_then(|p| p.approval(&approval.id));
+    match (until, pending) {
+        (Some(until), Some(_)) => {
+            d.wait_for_decision(
+                key,
+                &approval.id,
+                call.conn,
+                call.rid.clone(),
+                until,
+                call.t,
+            );
+            Ok(Reply::Deferred)
+        }
+        (_, Some(_)) => Ok(Reply::ApprovalRequest(Box::new(
+            WireApprovalStatus::pending(&approval, &pane, name.as_deref()),
+        ))),
+        // Decided as it opened (by a policy): how it ended.
+        (_, None) => {
+            let ended = d
+                .approvals
+                .history(|e| e.status.approval_id == approval.id)
+                .pop()
+                .unwrap_or_else(|| WireApprovalStatus::pending(&approval, &pane, name.as_deref()));
+            Ok(Reply::ApprovalRequest(Box::new(ended)))
+        }
+    }
 }
 
 /// An approval's place in the `approvals` order: its asking time in
@@ -125,7 +199,7 @@ pub(super) fn hook(d: &mut Daemon, call: &Call, a: HookArgs) -> Result<Reply, Co
         .wait_ms
         .map(Duration::from_millis)
         .filter(|w| !w.is_zero())
-        .map(|w| w.min(MAX_HOOK_WAIT));
+        .map(|w| w.min(MAX_WAIT));
     match (opened, wait) {
         (Some(id), Some(wait)) => {
             let until = call.t.plus(wait);

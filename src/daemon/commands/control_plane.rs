@@ -1,6 +1,7 @@
 //! The control plane's commands: `state`, `tasks`, `task-add`,
 //! `task-claim`, `task-ack`, `task-done`, `task-fail`, `task-cancel`,
-//! `approvals`, `activity`.
+//! `activity` (`approvals` and `approval-request` are `approvals.rs`'s,
+//! with the harnesses' approvals).
 //!
 //! Scope: an agent names itself with `pane`; it then sees only its own
 //! budget, the tasks it claimed and its own approvals, and may move only
@@ -9,6 +10,7 @@
 //! a request without `pane` acts as the operator and sees everything.
 
 use super::Call;
+use crate::core::approval::AgentRequest;
 use crate::core::policy::PaneInfo;
 use crate::core::policy::Unit;
 use crate::core::tasks::{Actor, NewTask, Task, TaskError, TaskStatus, MAX_CONTEXT_BYTES};
@@ -19,6 +21,7 @@ use crate::daemon::control_plane::{wire_budget, BudgetView};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::govern::pane_info;
 use crate::daemon::panes::Slot;
+use crate::daemon::source::PaneKey;
 use crate::protocol::control_plane::{
     ActivityType, AgentControlState, PaneSpend, WireFleetBudget, WireTask,
 };
@@ -31,7 +34,11 @@ use crate::protocol::{
 
 /// The caller's pane id, `None` for the operator. A jail socket must name
 /// a pane of its jail.
-fn caller(d: &Daemon, call: &Call, pane: Option<&str>) -> Result<Option<String>, CommandError> {
+pub(super) fn caller(
+    d: &Daemon,
+    call: &Call,
+    pane: Option<&str>,
+) -> Result<Option<String>, CommandError> {
     match (pane, &call.scope) {
         (_, Scope::Agent { pane: me, .. }) if me.is_empty() => Err(CommandError::new(
             ErrorCode::Forbidden,
@@ -325,24 +332,59 @@ pub(super) fn act(
     Ok(task_reply(d, args.task_id))
 }
 
+/// The running agent a post comes from: `pane` as [`caller`] reads it
+/// (`None`: the connection's own agent), which must have a process.
+/// Posting as each ended pane of a jail would multiply the per-pane limit.
+pub(super) fn posting_agent(
+    d: &Daemon,
+    call: &Call,
+    pane: Option<&str>,
+) -> Result<(PaneKey, String), CommandError> {
+    let Some(pane) = caller(d, call, pane)? else {
+        return Err(CommandError::invalid(
+            "name the agent that asks (\"pane\"): the operator has no pane",
+        ));
+    };
+    match d.panes.key(&pane) {
+        Some(key)
+            if d.panes
+                .agent(key)
+                .is_some_and(|a| a.running_pid().is_some()) =>
+        {
+            Ok((key, pane))
+        }
+        _ => Err(CommandError::not_running(&pane)),
+    }
+}
+
+/// Takes one post of `bytes` from `pane` from the activity limiter
+/// (`daemon::activity`), or says how long to wait.
+pub(super) fn take_post(
+    d: &mut Daemon,
+    pane: &str,
+    bytes: u64,
+    call: &Call,
+) -> Result<(), CommandError> {
+    let journal_bytes = d.bus.journal().max_bytes();
+    d.activity
+        .take(pane, bytes, journal_bytes, call.t)
+        .map_err(|wait_ms| {
+            CommandError::new(
+                ErrorCode::Busy,
+                format!(
+                    "activity: more than {ACTIVITY_BURST} posts at once or 30 a minute from this pane, or all agents' posts past their share of the watch journal; try again in {:.1} s",
+                    wait_ms as f64 / 1000.0
+                ),
+            )
+        })
+}
+
 pub(super) fn activity(
     d: &mut Daemon,
     call: &Call,
     a: ActivityArgs,
 ) -> Result<Reply, CommandError> {
-    let Some(pane) = caller(d, call, Some(&a.pane))? else {
-        return Err(CommandError::not_found(&a.pane));
-    };
-    // Only a running agent reports: posting as each ended pane of a jail
-    // would multiply the per-pane limit.
-    let running = d
-        .panes
-        .key(&pane)
-        .and_then(|k| d.panes.agent(k))
-        .is_some_and(|a| a.running_pid().is_some());
-    if !running {
-        return Err(CommandError::not_running(&pane));
-    }
+    let (key, pane) = posting_agent(d, call, Some(&a.pane))?;
     let mut a = a;
     a.message = bounded(a.message.take());
     a.detail = bounded(a.detail.take());
@@ -350,16 +392,23 @@ pub(super) fn activity(
         .iter()
         .map(|t| t.as_ref().map_or(0, String::len) as u64)
         .sum();
-    let journal_bytes = d.bus.journal().max_bytes();
-    if let Err(wait_ms) = d.activity.take(&pane, bytes, journal_bytes, call.t) {
-        return Err(CommandError::new(
-            ErrorCode::Busy,
-            format!(
-                "activity: more than {ACTIVITY_BURST} posts at once or 30 a minute from this pane, or all agents' posts past their share of the watch journal; try again in {:.1} s",
-                wait_ms as f64 / 1000.0
-            ),
-        ));
-    }
+    take_post(d, &pane, bytes, call)?;
+    // An agent asking for approval opens one, answered like a harness's.
+    let approval = match a.event_type {
+        ActivityType::ApprovalRequest => {
+            let req = AgentRequest {
+                operation: a
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| "approval_request".to_string()),
+                reasoning: a.detail.clone(),
+                task_id: a.task_id,
+                estimated_tokens: a.tokens,
+            };
+            Some(d.open_agent_approval(key, &req, None, call.t)?.id)
+        }
+        _ => None,
+    };
     let kind = match a.event_type {
         ActivityType::TaskCompleted => WatchKind::TaskCompleted {
             pane: pane.clone(),
@@ -389,7 +438,10 @@ pub(super) fn activity(
         crate::terminal_text::escape_controls(a.message.as_deref().unwrap_or(""))
     );
     d.publish(kind, call.t);
-    Ok(Reply::Activity(ActivityReply { seq: d.bus.seq() }))
+    Ok(Reply::Activity(ActivityReply {
+        seq: d.bus.seq(),
+        approval,
+    }))
 }
 
 impl Daemon {

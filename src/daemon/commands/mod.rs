@@ -88,6 +88,7 @@ fn dispatch(d: &mut Daemon, call: &Call, command: Command) -> Result<Reply, Comm
         Command::Hook(a) => approvals::hook(d, call, a),
         Command::Budget(a) => budget::budget(d, call, a),
         Command::Hostop(a) => hostops::hostop(d, call, a),
+        Command::ApprovalRequest(a) => approvals::request(d, call, a),
     }
 }
 

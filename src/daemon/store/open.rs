@@ -9,7 +9,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::core::approval::LoggedAnswer;
+use crate::core::approval::LoggedApproval;
 use crate::core::time::Timestamp;
 
 use super::flush::WriterLink;
@@ -66,22 +66,24 @@ pub struct RecoveredPane {
     pub events: Vec<(Timestamp, Vec<u8>)>,
     /// Some events were not kept because of [`RECOVERY_EVENT_CAP`].
     pub events_truncated: bool,
-    /// The answer records since the last attach, each at its place among
-    /// `events` (dropped with them when the cap releases them).
-    pub answers: Vec<RecoveredAnswer>,
+    /// The approval records (answers, agents' own requests and their
+    /// expiries) since the last attach, each at its place among `events`
+    /// (dropped with them when the cap releases them).
+    pub approval_records: Vec<RecoveredApproval>,
     /// A `removed` record follows the last attach: not rebuilt.
     pub removed: bool,
     /// The exit record says colibri ended the run on purpose.
     pub planned_exit: bool,
 }
 
-/// An answer to one of a recovered pane's approvals, as its log recorded it.
+/// An approval record of a recovered pane (an answer, an agent's own
+/// request or its expiry), as its log recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecoveredAnswer {
+pub struct RecoveredApproval {
     /// How many of the pane's `events` came before it.
     pub after_events: usize,
     pub ts: Timestamp,
-    pub answer: LoggedAnswer,
+    pub record: LoggedApproval,
 }
 
 /// A state directory every user may write to would let anyone plant,
@@ -276,7 +278,7 @@ fn load_session(
     recovery.corrupt_lines += sum.corrupt_lines;
     if let Some(why) = &sum.bad_answer {
         recovery.problems.push(format!(
-            "session {id}: {} answer record(s) not replayed (the first: {why}); the log keeps them",
+            "session {id}: {} approval record(s) not replayed (the first: {why}); the log keeps them",
             sum.bad_answers
         ));
     }

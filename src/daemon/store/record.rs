@@ -10,7 +10,7 @@ use std::io::Write as _;
 use crate::core::time::Timestamp;
 use crate::protocol::json_text::{push_escaped, push_str};
 
-use super::{AnswerRecord, AttachRecord, ExitRecord, HostopRecord, PromptRecord};
+use super::{AnswerRecord, AttachRecord, ExitRecord, HostopRecord, PromptRecord, RequestRecord};
 
 /// Length of `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 const TS_LEN: usize = 24;
@@ -344,6 +344,44 @@ pub(super) fn encode_hostop(
     push_int(out, rec.ms);
     push_key(out, "output_bytes");
     push_int(out, rec.output_bytes);
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":…,"colibri":"approval_request","approval":…,
+/// "operation":…[,"reasoning":…][,"task_id":n][,"estimated_tokens":n]}\n`:
+/// an agent asked the operator itself.
+pub(super) fn encode_request(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    rec: &RequestRecord<'_>,
+) {
+    push_head(out, ts, now, rec.pane);
+    out.extend_from_slice(b",\"colibri\":\"approval_request\",\"approval\":");
+    push_str(out, rec.approval);
+    out.extend_from_slice(b",\"operation\":");
+    push_str(out, rec.operation);
+    push_field_str(out, "reasoning", rec.reasoning);
+    push_field_int(out, "task_id", rec.task_id);
+    push_field_int(out, "estimated_tokens", rec.estimated_tokens);
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"ts":…,"pane":…,"colibri":"approval_expired","approval":…,"reason":…}\n`:
+/// an agent's request ended unanswered while its agent ran on.
+pub(super) fn encode_expired(
+    out: &mut Vec<u8>,
+    ts: &mut TsText,
+    now: Timestamp,
+    pane: &str,
+    approval: &str,
+    reason: &str,
+) {
+    push_head(out, ts, now, pane);
+    out.extend_from_slice(b",\"colibri\":\"approval_expired\",\"approval\":");
+    push_str(out, approval);
+    out.extend_from_slice(b",\"reason\":");
+    push_str(out, reason);
     out.extend_from_slice(b"}\n");
 }
 

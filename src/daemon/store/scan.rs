@@ -16,10 +16,10 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::core::approval::LoggedAnswer;
+use crate::core::approval::LoggedApproval;
 use crate::core::time::Timestamp;
 
-use super::{RecoveredAnswer, RecoveredPane, Recovery};
+use super::{RecoveredApproval, RecoveredPane, Recovery};
 
 /// The recovered event bytes kept across all panes. Past it, the events of
 /// finished panes are released first (oldest exit first), then new events
@@ -336,7 +336,7 @@ impl RecoveryBuilder {
             let freed: u64 = p.events.iter().map(|(_, e)| e.len() as u64).sum();
             p.events = Vec::new();
             // Their approvals went with the events.
-            p.answers = Vec::new();
+            p.approval_records = Vec::new();
             p.events_truncated = true;
             self.event_bytes -= freed;
             self.events_dropped += freed;
@@ -376,7 +376,7 @@ impl PaneSlots<'_> {
             exit: None,
             events: Vec::new(),
             events_truncated: false,
-            answers: Vec::new(),
+            approval_records: Vec::new(),
             removed: false,
             planned_exit: false,
         });
@@ -500,7 +500,7 @@ fn apply_record(
         p.exit = None;
         p.events = Vec::new();
         p.events_truncated = false;
-        p.answers = Vec::new();
+        p.approval_records = Vec::new();
         p.removed = false;
         p.planned_exit = false;
     } else if rec.is("removed") {
@@ -519,45 +519,45 @@ fn apply_record(
         if !rb.panes[i].events.is_empty() {
             rb.finished.push_back(i);
         }
-    } else if rec.is("answer") {
-        // An answer can only close an approval its pane's events opened:
-        // one of a pane with no record before it makes no pane.
+    } else if rec.is("answer") || rec.is("approval_request") || rec.is("approval_expired") {
+        // An approval record acts on approvals of a pane its records
+        // started: one of a pane with no record before it makes no pane.
         let i = slots.slots.get(pane).copied();
-        note_answer(line, ts, sum, i, rb);
+        note_approval(line, ts, sum, i, rb);
     } else if let Some(ev) = rec.ev {
         let i = slots.slot(rb, pane, ts);
         rb.push_event(i, ts, ev.get().as_bytes());
     }
 }
 
-/// Keeps an answer record for pane `i`'s replay, at its place among the
-/// pane's events (`None`: a pane not seen yet, whose answer has nothing to
-/// close); one that cannot be read is counted, not fatal.
-fn note_answer(
+/// Keeps an approval record for pane `i`'s replay, at its place among the
+/// pane's events (`None`: a pane not seen yet, whose record has nothing to
+/// act on); one that cannot be read is counted, not fatal.
+fn note_approval(
     line: &[u8],
     ts: Timestamp,
     sum: &mut LogSummary,
     i: Option<usize>,
     rb: &mut RecoveryBuilder,
 ) {
-    match LoggedAnswer::from_record(line) {
-        Ok(Some(answer)) => {
+    match LoggedApproval::from_record(line) {
+        Ok(Some(record)) => {
             let Some(i) = i else { return };
             let p = &mut rb.panes[i];
             // Past a dropped event the approvals' numbers may have shifted
-            // (the dropped one may have opened one): a later answer could
-            // close the wrong approval, so none is kept. Its approvals end
+            // (the dropped one may have opened one): a later record could
+            // act on the wrong approval, so none is kept. Its approvals end
             // as the pane ends, unpublished.
             if p.events_truncated {
                 return;
             }
-            p.answers.push(RecoveredAnswer {
+            p.approval_records.push(RecoveredApproval {
                 after_events: p.events.len(),
                 ts,
-                answer,
+                record,
             });
         }
-        // `rec.is("answer")` said it was one.
+        // An answer the daemon gave a hook call itself: nothing to replay.
         Ok(None) => {}
         Err(why) => {
             sum.bad_answers += 1;

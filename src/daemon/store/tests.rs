@@ -2124,16 +2124,18 @@ fn answers_of_an_unseen_pane_or_past_a_dropped_event_are_not_kept() {
     assert!(p1.events_truncated, "{:?}", p1.events);
     assert_eq!(p1.events.len(), 2);
     let kept: Vec<&str> = p1
-        .answers
+        .approval_records
         .iter()
-        .map(|a| a.answer.approval.as_str())
+        .map(|a| a.record.approval())
         .collect();
     assert_eq!(kept, ["p1abcdef-1"], "only the answer before the drop");
 }
 
 #[test]
-fn answers_come_back_at_their_place_and_unreadable_ones_are_counted_not_fatal() {
-    use crate::core::approval::{Decision, LoggedAnswer};
+fn approval_records_come_back_at_their_place_and_unreadable_ones_are_counted_not_fatal() {
+    use crate::core::approval::{
+        AgentRequest, Decision, ExpiryReason, LoggedAnswer, LoggedApproval,
+    };
     let tmp = tempfile::tempdir().expect("tempdir");
     let cfg = config(tmp.path());
     let argv = vec!["pi".to_string()];
@@ -2146,21 +2148,34 @@ fn answers_come_back_at_their_place_and_unreadable_ones_are_counted_not_fatal() 
         store.answer("s1", &answer_rec("p1abcdef-2", "shrug", None), at(4));
         store.append("s1", "p1", LineRecord::Event(b"{\"type\":\"b\"}"), at(5));
         store.answer("s1", &answer_rec("p1abcdef-3", "approve", None), at(6));
+        let request = RequestRecord {
+            pane: "p1",
+            approval: "p1abcdef-4",
+            operation: "merge PR #42",
+            reasoning: Some("a conflict in \"src\""),
+            task_id: Some(2),
+            estimated_tokens: Some(8500),
+        };
+        store.approval_request("s1", &request, at(7));
+        store.approval_expired("s1", "p1", "p1abcdef-4", "timed_out", at(8));
+        store.approval_expired("s1", "p1", "p1abcdef-4", "bored", at(9));
         drain(&mut store);
     }
     let (_, rec) = open(&cfg);
     let p1 = rec.panes.iter().find(|p| p.pane == "p1").expect("p1");
     assert_eq!(p1.events.len(), 2, "every event is still there");
-    let got: Vec<(usize, Timestamp, LoggedAnswer)> = p1
-        .answers
+    let got: Vec<(usize, Timestamp, LoggedApproval)> = p1
+        .approval_records
         .iter()
-        .map(|a| (a.after_events, a.ts, a.answer.clone()))
+        .map(|a| (a.after_events, a.ts, a.record.clone()))
         .collect();
-    let answer = |approval: &str, decision| LoggedAnswer {
-        approval: approval.into(),
-        decision,
-        by: Some("operator".into()),
-        uid: Some(1001),
+    let answer = |approval: &str, decision| {
+        LoggedApproval::Answered(LoggedAnswer {
+            approval: approval.into(),
+            decision,
+            by: Some("operator".into()),
+            uid: Some(1001),
+        })
     };
     assert_eq!(
         got,
@@ -2176,13 +2191,34 @@ fn answers_come_back_at_their_place_and_unreadable_ones_are_counted_not_fatal() 
                 )
             ),
             (2, at(6), answer("p1abcdef-3", Decision::Approve)),
+            (
+                2,
+                at(7),
+                LoggedApproval::Requested {
+                    approval: "p1abcdef-4".into(),
+                    request: AgentRequest {
+                        operation: "merge PR #42".into(),
+                        reasoning: Some("a conflict in \"src\"".into()),
+                        task_id: Some(2),
+                        estimated_tokens: Some(8500),
+                    },
+                }
+            ),
+            (
+                2,
+                at(8),
+                LoggedApproval::Expired {
+                    approval: "p1abcdef-4".into(),
+                    reason: ExpiryReason::TimedOut,
+                }
+            ),
         ]
     );
     assert_eq!(rec.corrupt_lines, 0, "an unreadable answer is a record");
     assert!(
-        rec.problems
-            .iter()
-            .any(|p| p.contains("s1") && p.contains("1 answer record") && p.contains("\"shrug\"")),
+        rec.problems.iter().any(|p| p.contains("s1")
+            && p.contains("2 approval record")
+            && p.contains("\"shrug\"")),
         "{:?}",
         rec.problems
     );

@@ -117,10 +117,6 @@ function applyEvent(ev) {
     }
     p.dirty = true;
   }
-  if (ev.event === "approval_request") {
-    approvals.push({ pane: id, message: ev.message, detail: ev.detail, kind: "activity" });
-    dirtyApprovals = true;
-  }
   if (ev.event !== "heartbeat") {
     feedItems.push(ev);
     if (feedItems.length > FEED_MAX) feedItems.shift();
