@@ -1366,7 +1366,8 @@ fn an_agents_requests_are_capped_and_end_with_it() {
         ends.iter().all(|e| e["reason"] == json!("exited")),
         "{list}"
     );
-    // A pane that does not run asks nothing.
+    // A pane that does not run asks nothing (once its process is gone).
+    d.wait_pane(&id, "the killed agent's exit", |p| !p["exit"].is_null());
     let r = d.request(json!({"cmd":"approval-request","pane": id,"operation":"late"}));
     assert_eq!(r["code"], json!("not_running"), "{r}");
 }
