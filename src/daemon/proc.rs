@@ -170,6 +170,11 @@ impl Daemon {
         for tr in &transitions {
             self.on_transition(key, tr, t);
         }
+        // An agent that was idle already was offered every task it fits
+        // when it turned idle (and on each heartbeat since): planning
+        // again for each line it prints would cost a pass over the queue
+        // per batch and change nothing.
+        let turned_idle = transitions.iter().any(|tr| tr.to == AgentState::Idle);
         self.transitions = transitions;
         self.transitions.clear();
         self.index_runtime(key, t);
@@ -177,7 +182,9 @@ impl Daemon {
         self.refresh_stall(key, t);
         self.after_approvals(key, t);
         self.heartbeat_if_owed(key, t);
-        self.dispatch_if_idle(key, t);
+        if turned_idle {
+            self.dispatch_if_idle(key, t);
+        }
     }
 
     pub(crate) fn on_transition(&mut self, key: PaneKey, tr: &Transition, t: Timestamp) {
