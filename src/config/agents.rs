@@ -204,7 +204,7 @@ impl Validator<'_> {
     }
 
     /// `argv`, or `provider` (and `model`): exactly one way to start.
-    fn launch(
+    pub(super) fn launch(
         &mut self,
         key: &str,
         span: std::ops::Range<usize>,
@@ -303,7 +303,7 @@ fn check_resume(template: Vec<String>) -> Result<Vec<String>, String> {
 }
 
 /// Environment names an `execve` and a shell both take.
-fn check_env(env: BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
+pub(super) fn check_env(env: BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
     for (name, value) in &env {
         let plain = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if name.is_empty() || !plain || name.starts_with(|c: char| c.is_ascii_digit()) {

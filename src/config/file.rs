@@ -14,6 +14,7 @@ use toml::Spanned;
 use super::agents::{RawAgent, RawResume};
 use super::governance::{RawBudget, RawGovernance, RawGuard, RawLoops, RawPrice};
 use super::hostops::RawHostOp;
+use super::roles::RawRole;
 use super::{
     check_agent_path, check_jail_name, default_jail_socket, parse_duration, parse_mode,
     parse_positive_duration, parse_stall_after, positive_usize, ApprovalsLayer, ConfigError,
@@ -89,6 +90,8 @@ struct RawFile {
     resume: BTreeMap<String, Spanned<RawResume>>,
     #[serde(default)]
     hostops: BTreeMap<String, Spanned<RawHostOp>>,
+    #[serde(default)]
+    roles: BTreeMap<String, Spanned<RawRole>>,
     /// `[[notify]]` sinks: read and checked by `colibri notify`
     /// (`config/notify.rs`); colibrid only passes the file on.
     #[serde(default, rename = "notify")]
@@ -243,6 +246,7 @@ impl Validator<'_> {
             approvals: self.approvals(raw.approvals),
             orchestrator: self.orchestrator(raw.orchestrator),
             agents: self.agents(raw.agents, &providers),
+            roles: self.roles(raw.roles, &providers),
             resume: self.resume(raw.resume),
             providers,
             jails: self.jails(raw.jails),

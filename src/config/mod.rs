@@ -29,6 +29,8 @@ mod governance;
 mod hostops;
 pub mod notify;
 mod render;
+mod roles;
+pub use roles::{RoleRunner, DEFAULT_IDLE_STOP};
 
 use std::collections::BTreeMap;
 use std::io;
@@ -368,6 +370,10 @@ pub struct Config {
     /// host (docs/JAILS.md, "Host operations").
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub hostops: BTreeMap<String, HostOp>,
+    /// `[roles.NAME]`: how the orchestrator starts an agent for a role
+    /// with work and no agent (docs/ORCHESTRATOR.md, "Runners").
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, RoleRunner>,
     /// `[budgets.*]`, `[loops]`, `[guard]`, `[prices.*]` (docs/GOVERNANCE.md).
     #[serde(skip)]
     pub governance: crate::core::policy::Policies,
@@ -393,6 +399,8 @@ pub struct Layer {
     pub governance: Option<crate::core::policy::Policies>,
     /// `[hostops.NAME]` (only a file sets them).
     pub hostops: BTreeMap<String, HostOp>,
+    /// `[roles.NAME]` (only a file sets them).
+    pub roles: BTreeMap<String, RoleRunner>,
 }
 
 impl Layer {
@@ -408,6 +416,8 @@ impl Layer {
         resume.extend(self.resume);
         let mut hostops = lower.hostops;
         hostops.extend(self.hostops);
+        let mut roles = lower.roles;
+        roles.extend(self.roles);
         Layer {
             daemon: self.daemon.or(lower.daemon),
             syslog: self.syslog.or(lower.syslog),
@@ -421,6 +431,7 @@ impl Layer {
             resume,
             governance: self.governance.or(lower.governance),
             hostops,
+            roles,
         }
     }
 
@@ -449,6 +460,7 @@ impl Layer {
             resume,
             agents,
             hostops: self.hostops,
+            roles: self.roles,
             governance: self.governance.unwrap_or_default(),
         };
         errors.extend(check_listeners(&config));
@@ -715,8 +727,9 @@ fn system_hostname() -> String {
 /// applied by reconciling ([`crate::core::reconcile::plan`]): the agent
 /// starts, stops, restarts or takes its new policy, as `supervisorctl
 /// update` does; `resume.` templates are read at the next resume;
-/// `hostops.` apply to the next request (a run keeps what it started with).
-pub const RELOADABLE_KEYS: [&str; 12] = [
+/// `hostops.` apply to the next request (a run keeps what it started with);
+/// `roles.` to the next agent a runner starts.
+pub const RELOADABLE_KEYS: [&str; 13] = [
     "daemon.stall_after",
     "daemon.heartbeat",
     "daemon.shutdown_grace",
@@ -729,6 +742,7 @@ pub const RELOADABLE_KEYS: [&str; 12] = [
     "resume.",
     "hostops.",
     "orchestrator.",
+    "roles.",
 ];
 
 /// What a reload does with what changed in the configuration.

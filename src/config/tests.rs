@@ -1389,3 +1389,74 @@ fn a_changed_hostop_is_applied_on_reload() {
     assert_eq!(p.applied, ["hostops.snap"]);
     assert!(p.restart_needed.is_empty(), "{p:?}");
 }
+
+// [roles.NAME]
+
+const ROLES: &str = r#"
+[roles.builder]
+argv = ["pi", "--mode", "rpc"]
+runtime = "pi"
+cwd = "/srv/project"
+env = { TERM = "dumb" }
+max = 3
+idle_stop = "90s"
+
+[roles.reviewer]
+provider = "anthropic"
+model = "claude-sonnet-4"
+"#;
+
+#[test]
+fn role_runners_are_read_checked_and_rendered_back() {
+    let config = config_of(ROLES);
+    let builder = &config.roles["builder"];
+    assert_eq!(builder.max, 3);
+    assert_eq!(builder.idle_stop, Duration::from_secs(90));
+    let argv = ["pi", "--mode", "rpc"].map(String::from);
+    assert_eq!(builder.argv.as_deref(), Some(&argv[..]));
+    assert_eq!(builder.cwd.as_deref(), Some("/srv/project"));
+    assert_eq!(builder.env["TERM"], "dumb");
+    let reviewer = &config.roles["reviewer"];
+    assert_eq!(reviewer.max, 1);
+    assert_eq!(reviewer.idle_stop, crate::config::DEFAULT_IDLE_STOP);
+    assert_eq!(reviewer.provider.as_deref(), Some("anthropic"));
+
+    let text = render_effective(&config);
+    assert!(text.contains("[roles.builder]"), "{text}");
+    let round = resolve_with(&DaemonArgs::default(), Some(&parse(&text).expect("parses")));
+    assert_eq!(render_effective(&round), text);
+    // A reload applies a changed runner to the next agent it starts.
+    let new = config_of(&ROLES.replace("max = 3", "max = 4"));
+    let p = plan(&config, &config, &new);
+    assert_eq!(p.applied, ["roles.builder"]);
+}
+
+#[test]
+fn a_bad_role_runner_is_refused_with_its_line() {
+    expect_invalid("[roles.b]\nmax = 1\n", 1, "roles.b", "needs argv");
+    expect_invalid(
+        "[roles.b]\nargv = [\"x\"]\nmax = 0\n",
+        3,
+        "roles.b.max",
+        "out of range",
+    );
+    expect_invalid(
+        "[roles.b]\nargv = [\"x\"]\nidle_stop = \"0s\"\n",
+        3,
+        "roles.b.idle_stop",
+        "",
+    );
+    expect_invalid(
+        "[roles.b]\nargv = [\"x\"]\ncwd = \"rel\"\n",
+        3,
+        "roles.b.cwd",
+        "absolute",
+    );
+    expect_invalid(
+        "[roles.\"a b\"]\nargv = [\"x\"]\n",
+        1,
+        "roles.a b",
+        "invalid role",
+    );
+    assert!(parse("[roles.b]\nargv = [\"x\"]\nmaximum = 2\n").is_err());
+}

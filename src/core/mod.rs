@@ -17,6 +17,7 @@ pub mod plan_source;
 pub mod policy;
 pub mod reconcile;
 pub mod resolve;
+pub mod runners;
 pub mod signal;
 pub mod spec;
 pub mod state;

@@ -273,6 +273,12 @@ pub struct ControlPlane {
     pub starting: bool,
     /// The plan file's last read error, said once until it changes.
     pub plan_error: Option<String>,
+    /// Roles whose runner failed to start an agent, and until when no
+    /// other start is tried (`daemon::runners`).
+    pub runner_holdoff: std::collections::HashMap<String, Timestamp>,
+    /// A runner step is being carried out: a spawn dispatches, and the
+    /// dispatch must not plan runners again under it.
+    pub running_runners: bool,
     journal: Option<Journal>,
     timer: Option<(KernelTimer, Token)>,
     armed: Option<Timestamp>,
@@ -341,6 +347,8 @@ impl ControlPlane {
             grace: None,
             starting: false,
             plan_error: None,
+            runner_holdoff: Default::default(),
+            running_runners: false,
             journal,
             timer: None,
             armed: None,

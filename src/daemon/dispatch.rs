@@ -76,6 +76,8 @@ impl Daemon {
         for a in plan {
             self.hand_over(a, t);
         }
+        // What no idle agent could take may want an agent started.
+        self.run_runners(t);
     }
 
     /// `key` may have turned idle: dispatch if it could take a task.

@@ -49,6 +49,7 @@ mod proc;
 mod publish;
 pub(crate) mod recovery;
 mod reload;
+mod runners;
 mod sched;
 mod server;
 mod session_stream;

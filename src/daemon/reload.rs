@@ -34,6 +34,8 @@ impl Daemon {
         self.settings.alert = new.alert;
         // A running op keeps the recipe it started with.
         self.settings.hostops = new.hostops;
+        // A runner's agents keep the recipe they were started with.
+        self.settings.roles = new.roles;
         let t = super::now();
         self.reconcile_declared(new.agents, t);
         let resumed = self.governor.reconfigure(new.governance.clone(), t);
@@ -61,6 +63,9 @@ impl Daemon {
         self.import_plan(t);
         // A hold-off that has passed, or a change nothing else announced.
         self.dispatch_pending(t);
+        // Idle runners' agents are stopped here, and ended ones forgotten,
+        // whether or not anything is pending.
+        self.run_runners(t);
         let n = self.panes.len();
         self.publish(WatchKind::Heartbeat { panes: n }, t);
         if let Some(session) = self.store.heartbeat(t) {

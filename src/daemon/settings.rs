@@ -41,6 +41,8 @@ pub struct Settings {
     pub governance: crate::core::policy::Policies,
     /// `[hostops.NAME]`: what `hostop` may run.
     pub hostops: BTreeMap<String, crate::config::HostOp>,
+    /// `[roles.NAME]`: the orchestrator's runners.
+    pub roles: BTreeMap<String, crate::config::RoleRunner>,
 }
 
 /// How long an exited agent's PTY may stay open (a grandchild holding the
@@ -84,6 +86,7 @@ impl Settings {
             reload: ReloadStatus::default(),
             governance: cfg.governance.clone(),
             hostops: cfg.hostops.clone(),
+            roles: cfg.roles.clone(),
         }
     }
 }

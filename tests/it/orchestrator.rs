@@ -506,3 +506,120 @@ plan_file = "{}"
     let text = std::fs::read_to_string(&plan).expect("plan");
     assert_eq!(text, "# Plan\n- [x] alpha\n- [x] done before\n- [ ] beta\n");
 }
+
+/// A role with work and no agent gets one started by its runner
+/// (`[roles.NAME]`), never more than `max` at once; the agent is handed the
+/// work like any idle agent, and once it has sat idle for `idle_stop` with
+/// nothing left for its role it is stopped (planned) and its pane goes.
+#[test]
+fn a_role_with_work_and_no_agent_gets_one_started_and_stopped_when_idle() {
+    let mut d = Colibrid::start(&[]);
+    let done = d.path("done.log");
+    // Acknowledges and finishes each task it is given, as itself.
+    let worker = d.script(
+        "worker.sh",
+        &format!(
+            r#"while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*TASK \([0-9]*\):.*/\1/p')
+  [ -n "$id" ] || continue
+  {COLIBRI} task ack "$id" >/dev/null
+  printf '%s %s\n' "$id" "$COLIBRI_PANE_ID" >> '{done}'
+  {COLIBRI} task done "$id" built >/dev/null
+done"#,
+            done = done.display()
+        ),
+    );
+    d.relaunch_with_config(
+        "runners.toml",
+        &format!(
+            r#"
+[daemon]
+heartbeat = "1s"
+
+[orchestrator]
+grace = "0s"
+dispatch = true
+prompt = "TASK {{id}}: {{title}}"
+
+[roles.builder]
+argv = ["{worker}"]
+runtime = "pi"
+max = 1
+idle_stop = "2s"
+"#
+        ),
+    );
+    let runner_panes = |d: &Colibrid| -> Vec<Value> {
+        d.snapshot()["panes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| {
+                p["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("builder-runner-"))
+            })
+            .cloned()
+            .collect()
+    };
+    assert!(runner_panes(&d).is_empty(), "no work, no agent");
+    // A task of another role, or of none, starts nothing.
+    let other = d.ok(json!({"cmd":"task-add","title":"review it","role":"reviewer"}))["task"]
+        ["task_id"]
+        .as_u64()
+        .expect("task_id");
+    let ids: Vec<u64> = ["one", "two", "three"]
+        .iter()
+        .map(|title| {
+            d.ok(json!({"cmd":"task-add","title": title,"role":"builder"}))["task"]["task_id"]
+                .as_u64()
+                .expect("task_id")
+        })
+        .collect();
+    let mut most = 0;
+    wait_for(Duration::from_secs(30), "the builder tasks done", || {
+        most = most.max(runner_panes(&d).len());
+        ids.iter()
+            .all(|id| task(&d, *id)["status"] == json!("done"))
+            .then_some(())
+    });
+    assert_eq!(most, 1, "max = 1: one runner agent at a time");
+    // All three by the one agent it started, with the role and the name.
+    let by: Vec<String> = std::fs::read_to_string(&done)
+        .expect("done log")
+        .lines()
+        .map(|l| l.split(' ').nth(1).unwrap_or("").to_string())
+        .collect();
+    assert_eq!(by.len(), 3, "{by:?}");
+    assert!(by.iter().all(|p| p == &by[0]), "{by:?}");
+    let st = d.ok(json!({"cmd":"state","pane": by[0]}));
+    assert_eq!(st["agents"][0]["role"], json!("builder"), "{st}");
+    assert_eq!(task(&d, other)["status"], json!("pending"));
+    // Idle with nothing left for its role: stopped, planned, and its pane
+    // leaves the table.
+    let session = d.pane(&by[0])["daemon_session"]
+        .as_str()
+        .expect("daemon session")
+        .to_string();
+    wait_for(
+        Duration::from_secs(30),
+        "the idle runner agent gone",
+        || runner_panes(&d).is_empty().then_some(()),
+    );
+    let dump = d.ok(json!({"cmd":"get-session","session_id": session}));
+    let exit = dump["records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["colibri"] == json!("exit"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(exit["planned"], json!(true), "{exit}");
+    // New work starts a new one.
+    let again = d.ok(json!({"cmd":"task-add","title":"four","role":"builder"}))["task"]["task_id"]
+        .as_u64()
+        .expect("task_id");
+    wait_for(Duration::from_secs(30), "the fourth task done", || {
+        (task(&d, again)["status"] == json!("done")).then_some(())
+    });
+}
