@@ -203,6 +203,7 @@ struct RawOrchestrator {
     escalate: Option<Spanned<bool>>,
     grace: Option<Spanned<String>>,
     plan_file: Option<Spanned<String>>,
+    project: Option<Spanned<String>>,
     ack_timeout: Option<Spanned<String>>,
     retry_after: Option<Spanned<String>>,
     prompt: Option<Spanned<String>>,
@@ -372,14 +373,8 @@ impl Validator<'_> {
             dispatch: self.opt(o.dispatch, "orchestrator.dispatch", Ok),
             escalate: self.opt(o.escalate, "orchestrator.escalate", Ok),
             grace: self.opt(o.grace, "orchestrator.grace", |v| parse_duration(&v)),
-            plan_file: self.opt(o.plan_file, "orchestrator.plan_file", |v| {
-                let path = PathBuf::from(v);
-                if path.is_absolute() {
-                    Ok(Some(path))
-                } else {
-                    Err(format!("{} is not an absolute path", path.display()))
-                }
-            }),
+            plan_file: self.opt(o.plan_file, "orchestrator.plan_file", absolute_path),
+            project: self.opt(o.project, "orchestrator.project", absolute_path),
             ack_timeout: self.opt(o.ack_timeout, "orchestrator.ack_timeout", |v| {
                 parse_positive_duration(&v)
             }),
@@ -545,4 +540,14 @@ fn find_key(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<String>
         path.pop();
     }
     false
+}
+
+/// An absolute path, as `Some` for an optional setting.
+fn absolute_path(v: String) -> Result<Option<PathBuf>, String> {
+    let path = PathBuf::from(v);
+    if path.is_absolute() {
+        Ok(Some(path))
+    } else {
+        Err(format!("{} is not an absolute path", path.display()))
+    }
 }

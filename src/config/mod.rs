@@ -313,6 +313,11 @@ layered! {
         /// become tasks; a task done ticks its line.
         #[serde(skip_serializing_if = "Option::is_none")]
         plan_file: Option<PathBuf> = None,
+        /// A project directory: its `.project/plan.md`, `**/*.plan.md` and
+        /// `**/plans/*.md` are plan files, and its `.project/inbox.md` an
+        /// inbox whose headers and items become tasks.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        project: Option<PathBuf> = None,
         /// The claim handshake's window: a claim not acknowledged in it
         /// goes back to pending.
         #[serde(serialize_with = "render::duration")]

@@ -1256,6 +1256,13 @@ fn the_orchestrator_section_is_off_by_default_and_checked() {
         "orchestrator.plan_file",
         "not an absolute path",
     );
+    assert_eq!(none.orchestrator.project, None);
+    expect_invalid(
+        "[orchestrator]\nproject = \"src\"\n",
+        2,
+        "orchestrator.project",
+        "not an absolute path",
+    );
     assert_eq!(none.orchestrator.ack_timeout, Duration::from_secs(180));
     assert_eq!(none.orchestrator.retry_after, Duration::from_secs(600));
     assert_eq!(

@@ -271,8 +271,8 @@ pub struct ControlPlane {
     grace: Option<(Timestamp, std::collections::HashSet<String>)>,
     /// colibrid is starting its agents: nobody is given anything yet.
     pub starting: bool,
-    /// The plan file's last read error, said once until it changes.
-    pub plan_error: Option<String>,
+    /// Each task source's last read error, said once until it changes.
+    pub source_errors: std::collections::HashMap<PathBuf, String>,
     /// Roles whose runner failed to start an agent, and until when no
     /// other start is tried (`daemon::runners`).
     pub runner_holdoff: std::collections::HashMap<String, Timestamp>,
@@ -346,7 +346,7 @@ impl ControlPlane {
             ladders: Default::default(),
             grace: None,
             starting: false,
-            plan_error: None,
+            source_errors: Default::default(),
             runner_holdoff: Default::default(),
             running_runners: false,
             journal,

@@ -1,114 +1,296 @@
-//! A plan file as a task source (`orchestrator.plan_file`;
-//! docs/ORCHESTRATOR.md): on each daemon heartbeat its open checkbox items
-//! (`core::plan_source`) not yet a task by that title become tasks, and a
-//! task from it that is done ticks its line. The file is small and read
-//! and written whole on the loop, bounded at [`MAX_PLAN_BYTES`]; a missing
-//! or unreadable file is skipped (said once per change of error).
+//! Plan files and a project's inbox as task sources
+//! (`orchestrator.plan_file`, `orchestrator.project`;
+//! docs/ORCHESTRATOR.md): on each daemon heartbeat the plan files' open
+//! checkbox items and the inbox's headers and items (`core::plan_source`)
+//! not yet a task by that title become tasks; the inbox is then cleared,
+//! and a task from a plan file that is done ticks its line.
+//!
+//! The files are small and read and written whole on the loop: each at
+//! most [`MAX_PLAN_BYTES`], a project scan at most [`MAX_SCAN_ENTRIES`]
+//! directory entries, [`MAX_SCAN_DEPTH`] deep and [`MAX_PLAN_FILES`] plan
+//! files, never through a symbolic link. A file that cannot be read is
+//! skipped (said once per change of error).
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::core::plan_source::{open_items, tick};
+use crate::core::plan_source::{inbox_items, is_plan_path, open_items, tick};
 use crate::core::tasks::{NewTask, Task};
 use crate::core::time::Timestamp;
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 
-/// The largest plan file read: past it the file is left alone.
+/// The largest plan or inbox file read: past it the file is left alone.
 pub const MAX_PLAN_BYTES: u64 = 1 << 20;
+/// Directory entries a project scan looks at, at most.
+pub const MAX_SCAN_ENTRIES: usize = 4096;
+/// How deep under the project a scan goes.
+pub const MAX_SCAN_DEPTH: usize = 8;
+/// Plan files a project scan takes, at most.
+pub const MAX_PLAN_FILES: usize = 64;
 
 /// The key of a task's context that names the plan file it came from.
 const FROM_PLAN: &str = "plan_file";
+/// The key of a task's context that names the inbox it came from.
+const FROM_INBOX: &str = "inbox";
+
+/// Directories a project scan never enters: dependencies and build output
+/// hold no plans of the project's own, and are large.
+const SKIPPED_DIRS: [&str; 3] = ["node_modules", "target", "vendor"];
 
 fn read_plan(path: &Path) -> std::io::Result<String> {
-    let file = std::fs::File::open(path)?;
-    let meta = file.metadata()?;
+    // A link could lead the scan (and the tick's rewrite) anywhere.
+    let meta = std::fs::symlink_metadata(path)?;
     if !meta.is_file() || meta.len() > MAX_PLAN_BYTES {
         return Err(std::io::Error::other(format!(
             "not a regular file of at most {MAX_PLAN_BYTES} bytes"
         )));
     }
+    let file = std::fs::File::open(path)?;
     let mut text = String::new();
     file.take(MAX_PLAN_BYTES).read_to_string(&mut text)?;
     Ok(text)
 }
 
-/// The context of a task from the plan file `path`: `{"plan_file": path}`.
-fn plan_context(path: &Path) -> serde_json::Value {
+/// The context of a task from the source `path`: `{key: path}`.
+fn source_context(key: &str, path: &Path) -> serde_json::Value {
     let mut context = serde_json::Map::new();
     context.insert(
-        FROM_PLAN.to_string(),
+        key.to_string(),
         serde_json::Value::String(path.display().to_string()),
     );
     serde_json::Value::Object(context)
 }
 
-/// Whether `task` came from the plan file `path`.
-fn from_plan(task: &Task, path: &Path) -> bool {
+/// The plan file `task` came from, if it names one.
+fn plan_of(task: &Task) -> Option<PathBuf> {
     task.spec
         .context
         .as_ref()
         .and_then(|c| c.get(FROM_PLAN))
         .and_then(|v| v.as_str())
-        .is_some_and(|p| Path::new(p) == path)
+        .map(PathBuf::from)
+}
+
+/// The plan files under `root` (the seeds' `.project/plan.md`,
+/// `**/*.plan.md`, `**/plans/*.md`), in a stable order, within the scan's
+/// bounds; the second value says the scan stopped at a bound.
+fn scan_project(root: &Path) -> (Vec<PathBuf>, bool) {
+    let mut found = Vec::new();
+    let mut entries = 0usize;
+    let mut stack: Vec<(PathBuf, String, usize)> = vec![(root.to_path_buf(), String::new(), 0)];
+    while let Some((dir, rel, depth)) = stack.pop() {
+        let Ok(read) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut names: Vec<(String, std::fs::FileType)> = Vec::new();
+        for entry in read.flatten() {
+            entries += 1;
+            if entries > MAX_SCAN_ENTRIES {
+                return (found, true);
+            }
+            let (Ok(kind), Some(name)) = (
+                entry.file_type(),
+                entry.file_name().to_str().map(str::to_string),
+            ) else {
+                continue;
+            };
+            names.push((name, kind));
+        }
+        names.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, kind) in names.into_iter().rev() {
+            let child_rel = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            if kind.is_dir() {
+                let hidden = name.starts_with('.') && !(depth == 0 && name == ".project");
+                if !hidden && depth + 1 < MAX_SCAN_DEPTH && !SKIPPED_DIRS.contains(&name.as_str()) {
+                    stack.push((dir.join(&name), child_rel, depth + 1));
+                }
+            } else if kind.is_file() && is_plan_path(&child_rel) {
+                found.push(dir.join(&name));
+                if found.len() >= MAX_PLAN_FILES {
+                    return (found, true);
+                }
+            }
+        }
+    }
+    (found, false)
 }
 
 impl Daemon {
-    /// Adds the plan file's open items that are not tasks yet.
-    pub(crate) fn import_plan(&mut self, t: Timestamp) {
-        let Some(path) = self.settings.orchestrator.plan_file.clone() else {
-            return;
-        };
-        if self.control.journal_behind().is_some() {
-            return;
+    /// The plan files to read now: `plan_file`, then the project's.
+    fn plan_paths(&mut self) -> Vec<PathBuf> {
+        let o = &self.settings.orchestrator;
+        let mut paths: Vec<PathBuf> = o.plan_file.iter().cloned().collect();
+        if let Some(root) = o.project.clone() {
+            let (found, cut) = scan_project(&root);
+            let said = cut.then(|| {
+                format!(
+                    "scan stopped at its bounds ({MAX_SCAN_ENTRIES} entries, {MAX_PLAN_FILES} plan files)"
+                )
+            });
+            self.note_source_error(&root, said);
+            for p in found {
+                if !paths.contains(&p) {
+                    paths.push(p);
+                }
+            }
         }
-        let text = match read_plan(&path) {
+        paths
+    }
+
+    /// Logs a source's error once per change; `None` clears it.
+    fn note_source_error(&mut self, path: &Path, error: Option<String>) {
+        let errors = &mut self.control.source_errors;
+        match error {
+            None => {
+                errors.remove(path);
+            }
+            Some(said) if errors.get(path) != Some(&said) => {
+                log_warn!("task source {}: {said}", path.display());
+                errors.insert(path.to_path_buf(), said);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Reads `path`, saying (once) why not.
+    fn read_source(&mut self, path: &Path) -> Option<String> {
+        match read_plan(path) {
             Ok(text) => {
-                self.control.plan_error = None;
-                text
+                self.note_source_error(path, None);
+                Some(text)
             }
             Err(e) => {
-                let said = e.to_string();
-                if self.control.plan_error.as_ref() != Some(&said) {
-                    log_warn!("plan file {}: {said}; not read", path.display());
-                    self.control.plan_error = Some(said);
-                }
-                return;
-            }
-        };
-        let new: Vec<String> = open_items(&text)
-            .into_iter()
-            .filter(|item| {
-                !self
-                    .control
-                    .queue
-                    .iter()
-                    .any(|task| task.spec.title == *item)
-            })
-            .map(str::to_string)
-            .collect();
-        for title in new {
-            let task = NewTask {
-                title,
-                context: Some(plan_context(&path)),
-                ..NewTask::default()
-            };
-            match self.control.queue.add(task, t) {
-                Ok(ev) => {
-                    log_info!("plan file {}: task {} added", path.display(), ev.id());
-                    self.task_changed(ev, t);
-                }
-                Err(e) => log_warn!("plan file {}: {e}", path.display()),
+                self.note_source_error(path, Some(format!("{e}; not read")));
+                None
             }
         }
     }
 
-    /// Task `id` is done: tick its line in the plan file it came from.
-    pub(crate) fn tick_plan(&mut self, id: u64) {
-        let Some(path) = self.settings.orchestrator.plan_file.clone() else {
+    /// Whether the queue holds a task titled `title`, whatever its status.
+    fn has_task_titled(&self, title: &str) -> bool {
+        self.control
+            .queue
+            .iter()
+            .any(|task| task.spec.title == title)
+    }
+
+    /// Adds a task from a source; whether it was added.
+    fn add_from_source(&mut self, task: NewTask, from: &Path, t: Timestamp) -> bool {
+        match self.control.queue.add(task, t) {
+            Ok(ev) => {
+                log_info!("task source {}: task {} added", from.display(), ev.id());
+                self.task_changed(ev, t);
+                true
+            }
+            Err(e) => {
+                log_warn!("task source {}: {e}", from.display());
+                false
+            }
+        }
+    }
+
+    /// Adds the plan files' open items and the inbox's entries that are
+    /// not tasks yet, and clears the inbox.
+    pub(crate) fn import_plan(&mut self, t: Timestamp) {
+        if self.control.journal_behind().is_some() {
+            return;
+        }
+        for path in self.plan_paths() {
+            let Some(text) = self.read_source(&path) else {
+                continue;
+            };
+            for title in open_items(&text) {
+                if self.has_task_titled(title) {
+                    continue;
+                }
+                let task = NewTask {
+                    title: title.to_string(),
+                    context: Some(source_context(FROM_PLAN, &path)),
+                    ..NewTask::default()
+                };
+                self.add_from_source(task, &path, t);
+            }
+        }
+        self.import_inbox(t);
+    }
+
+    /// The project's `.project/inbox.md`: each header and item a task
+    /// (unless one has its title), then the file emptied, unless someone
+    /// wrote to it meanwhile or a task could not be added.
+    fn import_inbox(&mut self, t: Timestamp) {
+        let Some(root) = self.settings.orchestrator.project.clone() else {
             return;
         };
-        let Some(task) = self.control.queue.get(id).filter(|t| from_plan(t, &path)) else {
+        let path = root.join(".project").join("inbox.md");
+        if std::fs::symlink_metadata(&path).is_err() {
+            return;
+        }
+        let Some(text) = self.read_source(&path) else {
+            return;
+        };
+        let items = inbox_items(&text);
+        if items.is_empty() {
+            return;
+        }
+        let mut all_added = true;
+        for item in items {
+            if self.has_task_titled(&item.title) {
+                continue;
+            }
+            let task = NewTask {
+                title: item.title,
+                description: item.description,
+                context: Some(source_context(FROM_INBOX, &path)),
+                ..NewTask::default()
+            };
+            all_added &= self.add_from_source(task, &path, t);
+        }
+        if !all_added {
+            return;
+        }
+        // Cleared only as it was read: a line someone added since is read
+        // at the next heartbeat instead.
+        let unchanged = read_plan(&path).is_ok_and(|now| now == text);
+        if !unchanged {
+            return;
+        }
+        match write_plan(&path, "") {
+            Ok(()) => log_info!("inbox {}: read and cleared", path.display()),
+            Err(e) => log_warn!("inbox {}: not cleared: {e}", path.display()),
+        }
+    }
+
+    /// Whether `path` is a plan file colibrid reads now: the one named,
+    /// or one of the project's. A task's context is anyone's to write, so
+    /// a tick never rewrites a file colibrid did not take the task from.
+    fn is_plan_source(&self, path: &Path) -> bool {
+        let o = &self.settings.orchestrator;
+        if o.plan_file.as_deref() == Some(path) {
+            return true;
+        }
+        let Some(root) = o.project.as_deref() else {
+            return false;
+        };
+        let Ok(rel) = path.strip_prefix(root) else {
+            return false;
+        };
+        let plain = rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        plain && rel.to_str().is_some_and(is_plan_path)
+    }
+
+    /// Task `id` is done: tick its line in the plan file it came from.
+    pub(crate) fn tick_plan(&mut self, id: u64) {
+        let Some(task) = self.control.queue.get(id) else {
+            return;
+        };
+        let Some(path) = plan_of(task).filter(|p| self.is_plan_source(p)) else {
             return;
         };
         let title = task.spec.title.clone();
@@ -134,4 +316,55 @@ fn write_plan(path: &Path, text: &str) -> std::io::Result<()> {
         .inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp);
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_project_scan_finds_the_seeds_plan_files_and_no_link_or_hidden_dir() {
+        let root = std::env::temp_dir().join(format!("colibri-scan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mk = |rel: &str| {
+            let p = root.join(rel);
+            if let Some(dir) = p.parent() {
+                assert!(std::fs::create_dir_all(dir).is_ok());
+            }
+            assert!(std::fs::write(&p, "- [ ] x\n").is_ok());
+        };
+        for rel in [
+            ".project/plan.md",
+            ".project/inbox.md",
+            "docs/release.plan.md",
+            "svc/plans/migrate.md",
+            "plans/notes.txt",
+            ".git/plans/a.md",
+            "node_modules/pkg/plans/b.md",
+            "README.md",
+        ] {
+            mk(rel);
+        }
+        let outside = root.join("outside");
+        assert!(std::fs::create_dir_all(outside.join("plans")).is_ok());
+        assert!(std::fs::write(outside.join("plans/c.md"), "- [ ] c\n").is_ok());
+        assert!(std::os::unix::fs::symlink(&outside, root.join("docs/linked")).is_ok());
+        let (found, cut) = scan_project(&root);
+        let rel: Vec<String> = found
+            .iter()
+            .filter_map(|p| p.strip_prefix(&root).ok())
+            .map(|p| p.display().to_string())
+            .collect();
+        assert!(!cut);
+        assert_eq!(
+            rel,
+            [
+                ".project/plan.md",
+                "docs/release.plan.md",
+                "outside/plans/c.md",
+                "svc/plans/migrate.md"
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

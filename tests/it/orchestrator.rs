@@ -507,6 +507,116 @@ plan_file = "{}"
     assert_eq!(text, "# Plan\n- [x] alpha\n- [x] done before\n- [ ] beta\n");
 }
 
+/// A project directory's sources: its `.project/plan.md`, `*.plan.md` and
+/// `plans/*.md` items and its inbox's headers and items become tasks, once
+/// each; the inbox is emptied once read; a done task ticks its own file's
+/// line, and a task whose context names a file that is no source ticks
+/// nothing.
+#[test]
+fn a_projects_plans_and_inbox_become_tasks_and_a_done_task_ticks_its_file() {
+    let mut d = Colibrid::start(&[]);
+    let root = d.path("project");
+    let write = |rel: &str, text: &str| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+        std::fs::write(&p, text).expect("write");
+        p
+    };
+    write(".project/plan.md", "# Plan\n- [ ] alpha\n- [x] old\n");
+    let release = write("docs/release.plan.md", "- [ ] beta\n- [ ] alpha\n");
+    write("svc/plans/migrate.md", "* [ ] gamma\n");
+    write("notes.md", "- [ ] not a plan\n");
+    let inbox = write(
+        ".project/inbox.md",
+        "# Inbox\n## Fix login\nIt 500s.\n- [ ] delta\n- alpha\n",
+    );
+    let outsider = d.path("elsewhere.md");
+    std::fs::write(&outsider, "- [ ] forged\n").expect("outsider");
+    d.relaunch_with_config(
+        "project.toml",
+        &format!(
+            r#"
+[daemon]
+heartbeat = "1s"
+
+[orchestrator]
+project = "{}"
+"#,
+            root.display()
+        ),
+    );
+    let tasks = |d: &Colibrid| -> Vec<Value> {
+        d.ok(json!({"cmd":"tasks"}))["tasks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let titled = |d: &Colibrid, title: &str| -> Value {
+        tasks(d)
+            .into_iter()
+            .find(|t| t["title"] == json!(title))
+            .unwrap_or(Value::Null)
+    };
+    wait_for(
+        Duration::from_secs(30),
+        "the sources' items as tasks",
+        || (tasks(&d).len() == 5).then_some(()),
+    );
+    let mut titles: Vec<String> = tasks(&d)
+        .iter()
+        .map(|t| t["title"].as_str().unwrap_or("").to_string())
+        .collect();
+    titles.sort();
+    assert_eq!(titles, ["Fix login", "alpha", "beta", "delta", "gamma"]);
+    assert_eq!(titled(&d, "Fix login")["description"], json!("It 500s."));
+    // The inbox is read once and emptied; the plans stay as they were.
+    wait_for(Duration::from_secs(30), "the inbox emptied", || {
+        std::fs::read_to_string(&inbox).ok()?.is_empty().then_some(())
+    });
+    // Read again at each heartbeat: nothing is added twice.
+    let mut w = watch(&d);
+    wait_for(Duration::from_secs(30), "two more heartbeats", || {
+        let mut n = 0;
+        while n < 2 {
+            let ev = w.read_line()?;
+            if ev["event"] == json!("heartbeat") {
+                n += 1;
+            }
+        }
+        Some(())
+    });
+    assert_eq!(tasks(&d).len(), 5);
+    // beta is done: docs/release.plan.md ticks it, nothing else changes.
+    // (The others are cancelled first, so the claim takes beta.)
+    let pane = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
+    let beta = titled(&d, "beta")["task_id"].as_u64().expect("beta");
+    for task in tasks(&d) {
+        let id = task["task_id"].as_u64().expect("id");
+        if id != beta {
+            d.ok(json!({"cmd":"task-cancel","task_id": id}));
+        }
+    }
+    let claimed = d.ok(json!({"cmd":"task-claim","pane": pane}));
+    assert_eq!(claimed["task"]["task_id"], json!(beta));
+    d.ok(json!({"cmd":"task-done","task_id": beta,"pane": pane}));
+    assert_eq!(
+        std::fs::read_to_string(&release).expect("release"),
+        "- [x] beta\n- [ ] alpha\n"
+    );
+    // A task that says it came from a file no source names ticks nothing.
+    let forged = d.ok(json!({"cmd":"task-add","title":"forged",
+        "context": {"plan_file": outsider.display().to_string()}}))["task"]["task_id"]
+        .as_u64()
+        .expect("forged");
+    let claimed = d.ok(json!({"cmd":"task-claim","pane": pane}));
+    assert_eq!(claimed["task"]["task_id"], json!(forged));
+    d.ok(json!({"cmd":"task-done","task_id": forged,"pane": pane}));
+    assert_eq!(
+        std::fs::read_to_string(&outsider).expect("outsider"),
+        "- [ ] forged\n"
+    );
+}
+
 /// A role with work and no agent gets one started by its runner
 /// (`[roles.NAME]`), never more than `max` at once; the agent is handed the
 /// work like any idle agent, and once it has sat idle for `idle_stop` with
