@@ -37,6 +37,7 @@ pub(crate) mod desk;
 
 use crate::daemon::conn::Scope;
 use crate::daemon::diag::log_warn;
+use crate::daemon::escalation::Stuck;
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::ConnId;
 use crate::daemon::source::PaneKey;
@@ -521,10 +522,15 @@ impl Daemon {
         let pane_id = pane.id.0.clone();
         let mut escalate = Vec::new();
         let mut deny = Vec::new();
+        // A harness's permission request left unanswered is a stuck
+        // agent too (the ladder); an agent's own request is its question
+        // to a human, not a sign it is stuck.
+        let mut harness_waits = false;
         for a in pane.pending_approvals() {
             let at = a.asked_at.plus(escalate_after);
             if at <= t && !self.approvals.escalated.contains(&a.id) {
                 escalate.push((a.id.clone(), t.since(a.asked_at)));
+                harness_waits |= a.channel != AnswerChannel::Reply;
             }
             if let Some(after) = policy.deny_after {
                 if at.plus(after) <= t && !self.approvals.defaulted.contains(&a.id) {
@@ -542,6 +548,9 @@ impl Daemon {
                 },
                 t,
             );
+        }
+        if harness_waits {
+            self.caught_stuck(&pane_id, Stuck::Unanswered, t);
         }
         for id in deny {
             self.approvals.defaulted.insert(id.clone());

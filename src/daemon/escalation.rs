@@ -2,8 +2,10 @@
 //! `[orchestrator] escalate = true` (docs/ORCHESTRATOR.md).
 //!
 //! An agent is caught stuck when the loop policy pauses it (each catch
-//! after the first comes after a backoff) or when it lets a claim lapse
-//! (idle after the prompt that gave it a task). Each catch climbs one
+//! after the first comes after a backoff), when it lets a claim lapse
+//! (idle after the prompt that gave it a task), or when a permission
+//! request its harness asked is escalated unanswered
+//! (`approvals.escalate_after`). Each catch climbs one
 //! rung: 0 interrupt the turn and give a different prompt, 1 compact its
 //! context the harness's own way, 2 kill and respawn it (resumed in its
 //! session where the harness can resume, as `restart-agent` does), 3 an
@@ -32,6 +34,9 @@ pub(crate) enum Stuck {
     Looping,
     /// It let a claim lapse: idle after the prompt that gave it a task.
     Unacknowledged,
+    /// A permission request its harness asked went unanswered for
+    /// `approvals.escalate_after`.
+    Unanswered,
 }
 
 impl Stuck {
@@ -39,6 +44,7 @@ impl Stuck {
         match self {
             Stuck::Looping => "caught looping",
             Stuck::Unacknowledged => "did not acknowledge its task",
+            Stuck::Unanswered => "waited on an unanswered permission request",
         }
     }
 }

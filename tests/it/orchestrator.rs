@@ -571,7 +571,10 @@ project = "{}"
     assert_eq!(titled(&d, "Fix login")["description"], json!("It 500s."));
     // The inbox is read once and emptied; the plans stay as they were.
     wait_for(Duration::from_secs(30), "the inbox emptied", || {
-        std::fs::read_to_string(&inbox).ok()?.is_empty().then_some(())
+        std::fs::read_to_string(&inbox)
+            .ok()?
+            .is_empty()
+            .then_some(())
     });
     // Read again at each heartbeat: nothing is added twice.
     let mut w = watch(&d);
@@ -732,4 +735,77 @@ idle_stop = "2s"
     wait_for(Duration::from_secs(30), "the fourth task done", || {
         (task(&d, again)["status"] == json!("done")).then_some(())
     });
+}
+
+/// A permission request the harness asked and nobody answered within
+/// `approvals.escalate_after` climbs the ladder too; an agent's own
+/// request does not (it is a question to a human, not a stuck agent).
+#[test]
+fn an_unanswered_permission_request_climbs_the_ladder() {
+    let mut d = Colibrid::start(&[]);
+    let inputs = d.path("asker.inputs");
+    let asker = d.script(
+        "asker.sh",
+        &format!(
+            r#"printf '%s\n' '{{"type":"extension_ui_request","id":"q1","method":"confirm","title":"Push?"}}'
+while IFS= read -r line; do printf '%s\n' "$line" >> '{}'; done"#,
+            inputs.display()
+        ),
+    );
+    d.relaunch_with_config(
+        "unanswered.toml",
+        &format!(
+            r#"
+[approvals]
+escalate_after = "1s"
+
+[orchestrator]
+grace = "0s"
+escalate = true
+
+[agents.asker]
+argv = ["{asker}"]
+runtime = "pi"
+"#
+        ),
+    );
+    let mut w = watch(&d);
+    let pane = pane_named(&d, "asker");
+    let (ev, _) = next_rung(&mut w);
+    assert_eq!(ev["pane"], json!(pane), "{ev}");
+    assert_eq!(ev["verdict"]["rule"], json!("escalation_0"), "{ev}");
+    let reason = ev["verdict"]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("unanswered permission request"), "{ev}");
+    // Level 0 carried out on its input: Pi's abort, then the prompt.
+    let got = wait_for(
+        Duration::from_secs(10),
+        "the interrupt on its input",
+        || {
+            let l = lines(&inputs);
+            (l.len() >= 2).then_some(l)
+        },
+    );
+    assert_eq!(got[0], json!({"type":"abort"}));
+    assert_eq!(got[1]["type"], json!("prompt"));
+    // Its own request, unanswered as long, climbs nothing.
+    let mut own = Client::connect(&d.socket);
+    let asked = own.request(&json!({"cmd":"approval-request","pane": pane,
+        "operation":"merge PR #42"}));
+    assert_eq!(asked["ok"], json!(true), "{asked}");
+    let own_id = asked["data"]["approval_id"].clone();
+    wait_for(Duration::from_secs(10), "its own request escalated", || {
+        let ev = w.read_line()?;
+        (ev["event"] == json!("approval_escalated") && ev["approval"] == own_id).then_some(())
+    });
+    // Whatever else comes in the next two seconds, no rung.
+    w.reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let more: Vec<Value> = std::iter::from_fn(|| w.read_line()).collect();
+    let rungs: Vec<&Value> = more
+        .iter()
+        .filter(|e| e["event"] == json!("verdict"))
+        .collect();
+    assert!(rungs.is_empty(), "{rungs:?}");
 }
