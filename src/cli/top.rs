@@ -32,6 +32,8 @@ use crate::cli::render::{
 };
 use crate::cli::CliError;
 use crate::client::{resolve_socket, Client};
+use crate::core::health::{health, Health, HealthFacts};
+use crate::core::state::AgentState;
 use crate::protocol::request;
 use crate::protocol::{Command as Wire, WatchEvent, WatchKind};
 
@@ -352,6 +354,29 @@ fn state_text(p: &Value) -> String {
     st
 }
 
+/// The seed's health word for a v2 pane row (`core::health`, as `state`
+/// gives it): looping is read from a loop policy's hold, since the row
+/// does not carry the escalation ladder. Empty once it is not running.
+fn health_text(p: &Value) -> &'static str {
+    let Some(state) = p
+        .get("state")
+        .and_then(|v| serde_json::from_value::<AgentState>(v.clone()).ok())
+    else {
+        return "";
+    };
+    let looping = p["holds"]
+        .as_array()
+        .is_some_and(|holds| holds.iter().any(|h| h["by"] == "loop"));
+    health(HealthFacts {
+        running: p["pid"].is_number() && p["exit"].is_null(),
+        spoke: p["last_event_at"].is_string(),
+        state,
+        stalled: p["stalled"] == Value::Bool(true),
+        looping,
+    })
+    .map_or("", Health::as_str)
+}
+
 /// The last column: a pending approval first, else the last tool.
 fn activity(p: &Value) -> String {
     let approval = p
@@ -495,12 +520,16 @@ fn draw_detail(f: &mut Frame, m: &Model, area: ratatui::layout::Rect, now: Syste
     let mut lines = Vec::new();
     if let Some(p) = pane {
         lines.push(Line::from(format!(
-            "{} {}  {}  pid {}  since {}",
+            "{} {}  {}  health {}  pid {}  since {}  up {}",
             escape_controls(display_name(p)),
             short_id(&id),
             state_text(p),
+            Some(health_text(p))
+                .filter(|w| !w.is_empty())
+                .unwrap_or("-"),
             p.get("pid").map_or("-".into(), Value::to_string),
             age(now, s(p, "state_since")),
+            age(now, s(p, "started_at")),
         )));
         lines.push(Line::from(format!(
             "cwd {}  cost {}  {}",
@@ -734,6 +763,27 @@ fn drain(rx: &Receiver<Feed>, model: &mut Model, snapshot_due: &mut Option<Insta
 mod tests {
     use super::*;
     use ratatui::backend::TestBackend;
+
+    #[test]
+    fn a_rows_health_is_the_seeds_word_as_state_gives_it() {
+        let row = |extra: Value| {
+            let mut p = json!({"state":"working","pid":7,"exit":null,
+                "last_event_at":"2026-11-22T10:00:00.000Z","stalled":false});
+            if let (Some(p), Some(e)) = (p.as_object_mut(), extra.as_object()) {
+                p.extend(e.clone());
+            }
+            health_text(&p)
+        };
+        assert_eq!(row(json!({})), "productive");
+        assert_eq!(row(json!({"stalled": true})), "silent");
+        assert_eq!(row(json!({"last_event_at": null})), "starting");
+        assert_eq!(row(json!({"state": "blocked"})), "waiting_permission");
+        assert_eq!(row(json!({"state": "idle"})), "idle");
+        let held = json!({"holds":[{"by":"loop","since":"…"}]});
+        assert_eq!(row(held), "looping");
+        assert_eq!(row(json!({"pid": null})), "", "not running");
+        assert_eq!(row(json!({"exit": {"code": 0}})), "", "ended");
+    }
 
     fn snap() -> Value {
         json!({"panes":[

@@ -23,6 +23,21 @@ pub enum Health {
     Error,
 }
 
+impl Health {
+    /// The word as the seed and the wire spell it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Health::Starting => "starting",
+            Health::Productive => "productive",
+            Health::Idle => "idle",
+            Health::WaitingPermission => "waiting_permission",
+            Health::Looping => "looping",
+            Health::Silent => "silent",
+            Health::Error => "error",
+        }
+    }
+}
+
 /// What the health word is read from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct HealthFacts {
@@ -126,5 +141,20 @@ mod tests {
                 "\"starting\""
             ]
         );
+    }
+
+    #[test]
+    fn each_word_is_spelled_as_serde_spells_it() {
+        for h in [
+            Health::Starting,
+            Health::Productive,
+            Health::Idle,
+            Health::WaitingPermission,
+            Health::Looping,
+            Health::Silent,
+            Health::Error,
+        ] {
+            assert_eq!(serde_json::to_value(h).ok(), Some(h.as_str().into()));
+        }
     }
 }

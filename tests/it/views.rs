@@ -268,6 +268,14 @@ fn top_shows_state_changes_and_a_key_pauses_the_agent() {
     t.wait_screen("top to list the pane", |s| {
         row(s, "waiter").is_some_and(|r| r.contains(&first)) && s.contains("a approve")
     });
+    // Up and silent so far: the detail view gives the seed's health word,
+    // `starting`.
+    t.keys(&["v"]);
+    t.wait_screen("the detail view's health word", |s| {
+        s.contains("health starting")
+    });
+    t.keys(&["v"]);
+    t.wait_screen("the table again", |s| s.contains("TOOL / APPROVAL"));
     t.keys(&["p"]);
     d.wait_pane(&id, "the pane paused by the p key", |p| {
         p["paused"] == json!(true)

@@ -660,6 +660,11 @@ fn web_board_in_a_headless_browser() {
     browser.wait_eval("the row to show blocked", &state_js, |v| {
         *v == json!("blocked")
     });
+    // With the seed's health word for it.
+    let health_js = format!("return document.querySelector(\"{row}\").dataset.health;");
+    browser.wait_eval("the row's health word", &health_js, |v| {
+        *v == json!("waiting_permission")
+    });
     let latency = started.elapsed();
     eprintln!("web board: state change on the page after {latency:?}");
 

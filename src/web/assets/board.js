@@ -98,7 +98,7 @@ function applyEvent(ev) {
     const i = p.info;
     switch (ev.event) {
       case "state":
-        i.state = ev.to; i.state_since = ev.at;
+        i.state = ev.to; i.state_since = ev.at; i.last_event_at = i.last_event_at || ev.at;
         if (ev.reason) i.blocked_reason = ev.reason;
         p.timeline.push([ev.at, ev.to]);
         if (p.timeline.length > TIMELINE_MAX) p.timeline.shift();
@@ -223,6 +223,20 @@ function shownState(i) {
   return i.supervision && i.supervision.actual === "stopped" ? "stopped" : i.state;
 }
 
+// The seed's health word, as `state` gives it (`core::health`): looping is
+// read from a loop policy's hold, since a row does not carry the
+// escalation ladder. Empty once the agent is not running.
+function healthOf(i) {
+  const running = i.running !== undefined ? i.running : i.pid != null && !i.exit;
+  if (!running) return "";
+  if ((i.holds || []).some((h) => h.by === "loop")) return "looping";
+  if (i.state === "blocked") return "waiting_permission";
+  if (i.state === "error") return "error";
+  if (!i.last_event_at) return "starting";
+  if (i.state === "working") return i.stalled ? "silent" : "productive";
+  return "idle";
+}
+
 // Pause and resume act on a running process only; colibri's own notifier
 // is not the operator's to pause from here.
 function pausable(i) {
@@ -248,7 +262,10 @@ function renderRow(id, p) {
     c[1].appendChild(flag);
   }
   if (i.stalled) c[1].appendChild(el("span", "flag", "stalled"));
+  const health = healthOf(i);
+  if (health) c[1].appendChild(el("span", "health", health));
   p.row.dataset.state = shown;
+  p.row.dataset.health = health;
   c[2].textContent = ago(i.state_since);
   // The timeline is redrawn only when it gained a state.
   const tlKey = p.timeline.length + ":" + (p.timeline.length ? p.timeline[p.timeline.length - 1][0] : "");
