@@ -764,7 +764,7 @@ fn reload_plan_applies_what_it_can_and_names_the_rest() {
 #[test]
 fn every_reloadable_key_names_a_real_key() {
     let keys = render::keyed(&config_of(
-        "[agents.a]\nargv = [\"x\"]\n[hostops.h]\nargv = [\"/bin/true\"]\n",
+        "[agents.a]\nargv = [\"x\"]\n[hostops.h]\nargv = [\"/bin/true\"]\n[roles.r]\nargv = [\"x\"]\n",
     ));
     for reloadable in RELOADABLE_KEYS {
         assert!(
