@@ -14,9 +14,11 @@ use crate::cli::remote::connect;
 use crate::cli::render::{escape_controls, json_for_terminal};
 use crate::cli::{print, CliError, REQUEST_TIMEOUT};
 use crate::client::ClientError;
-use crate::core::tasks::Priority;
+use crate::core::tasks::{Place, Priority};
 use crate::protocol::control_plane::{TaskReply, TasksReply, WireTask};
-use crate::protocol::{Command as Wire, TaskActArgs, TaskAddArgs, TaskClaimArgs, TasksArgs};
+use crate::protocol::{
+    Command as Wire, TaskActArgs, TaskAddArgs, TaskClaimArgs, TaskMoveArgs, TasksArgs,
+};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PriorityArg {
@@ -35,6 +37,12 @@ impl PriorityArg {
             PriorityArg::Urgent => Priority::Urgent,
         }
     }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PlaceArg {
+    Top,
+    Bottom,
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,6 +73,15 @@ pub enum TaskCommand {
     Show { task_id: u64 },
     /// Cancel a task that has not finished.
     Cancel { task_id: u64 },
+    /// Move a task to the top or the bottom of the queue.
+    Move {
+        task_id: u64,
+        #[arg(value_enum)]
+        to: PlaceArg,
+    },
+    /// Take a task's line out of the plan file it came from (and cancel
+    /// the task if it is open).
+    Remove { task_id: u64 },
     /// (agent) Claim the most urgent pending task; prints it as JSON.
     Claim {
         #[arg(long, short = 'r')]
@@ -128,6 +145,14 @@ pub fn request(cmd: &TaskCommand) -> Result<Wire, CliError> {
             ..TasksArgs::default()
         }),
         TaskCommand::Cancel { task_id } => Wire::TaskCancel(act(*task_id, &None, &None)),
+        TaskCommand::Move { task_id, to } => Wire::TaskMove(TaskMoveArgs {
+            task_id: *task_id,
+            to: match to {
+                PlaceArg::Top => Place::Top,
+                PlaceArg::Bottom => Place::Bottom,
+            },
+        }),
+        TaskCommand::Remove { task_id } => Wire::TaskRemove(act(*task_id, &None, &None)),
         TaskCommand::Claim { role, pane } => Wire::TaskClaim(TaskClaimArgs {
             pane: pane.clone(),
             role: role.clone(),
@@ -230,6 +255,8 @@ pub fn run(socket: Option<&Path>, cmd: &TaskCommand, out: &mut impl Write) -> Re
         }
         TaskCommand::Ls { .. }
         | TaskCommand::Cancel { .. }
+        | TaskCommand::Move { .. }
+        | TaskCommand::Remove { .. }
         | TaskCommand::Ack { .. }
         | TaskCommand::Done { .. }
         | TaskCommand::Fail { .. } => {}
@@ -293,6 +320,27 @@ mod tests {
     }
 
     #[test]
+    fn move_and_remove_send_the_protocols_requests() {
+        let line = |cmd: &TaskCommand| -> Value {
+            let bytes = request(cmd).expect("a request").to_line().expect("encodes");
+            serde_json::from_slice(&bytes).expect("JSON")
+        };
+        let moved = line(&TaskCommand::Move {
+            task_id: 4,
+            to: PlaceArg::Bottom,
+        });
+        assert_eq!(
+            moved,
+            serde_json::json!({"cmd":"task-move","task_id":4,"to":"bottom"})
+        );
+        let removed = line(&TaskCommand::Remove { task_id: 5 });
+        assert_eq!(
+            removed,
+            serde_json::json!({"cmd":"task-remove","task_id":5})
+        );
+    }
+
+    #[test]
     fn the_table_escapes_agent_text() {
         let t = WireTask {
             task_id: 7,
@@ -310,6 +358,7 @@ mod tests {
             finished_at: None,
             outcome: None,
             releases: 0,
+            rank: 0,
         };
         let out = table(&[t]);
         assert!(!out.contains('\x1b'), "{out}");

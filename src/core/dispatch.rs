@@ -9,8 +9,9 @@
 //! writes the task to the agent's input in its own protocol
 //! (`taxonomy::input`), with the text of [`render`].
 //!
-//! The rules: the most urgent, then oldest, pending task first (the order
-//! `task-claim` takes); each goes to the agent idle longest among those it
+//! The rules: the pending task an operator moved up first, then the most
+//! urgent, then the oldest (`Task::queue_order`, the order `task-claim`
+//! takes); each goes to the agent idle longest among those it
 //! fits: its role (a task with a role to agents of that role; one without
 //! to anyone), its jail (`Task::open_to`), and not an agent that let the
 //! same task's claim lapse within `retry_after` ([`Dispatcher::released`]).
@@ -114,7 +115,7 @@ impl Dispatcher {
             .iter()
             .filter(|t| t.status == TaskStatus::Pending)
             .collect();
-        pending.sort_by_key(|t| (std::cmp::Reverse(t.spec.priority), t.id));
+        pending.sort_by_key(|t| t.queue_order());
         let mut out = Vec::new();
         let mut left = agents.len();
         for task in pending {

@@ -54,6 +54,34 @@ pub fn tick(text: &str, title: &str) -> Option<String> {
     done.then_some(out)
 }
 
+/// `text` without the first checkbox item (open or ticked) whose text is
+/// `title`, or `None` when there is none (`task-remove`).
+pub fn remove_item(text: &str, title: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut done = false;
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        if !done && checkbox_item(body) == Some(title) {
+            done = true;
+            continue;
+        }
+        out.push_str(line);
+    }
+    done.then_some(out)
+}
+
+/// The text of `line` if it is a checkbox item, open or ticked.
+fn checkbox_item(line: &str) -> Option<&str> {
+    open_item(line).or_else(|| {
+        let rest = line.trim_start();
+        let rest = ["- [x] ", "* [x] ", "- [X] ", "* [X] "]
+            .iter()
+            .find_map(|p| rest.strip_prefix(p))?;
+        let item = rest.trim();
+        (!item.is_empty()).then_some(item)
+    })
+}
+
 /// One task read from an inbox: a header's text and the prose under it,
 /// or a list item's text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -236,5 +264,17 @@ mod tests {
         ] {
             assert!(!is_plan_path(no), "{no}");
         }
+    }
+
+    #[test]
+    fn a_removed_items_line_goes_and_nothing_else() {
+        let removed = remove_item(PLAN, "write the parser").expect("removed");
+        assert_eq!(
+            removed,
+            "# Plan\n\n- [x] set up CI\n  * [ ] nested item  \n- [ ]   \n- [ ] write the parser\nprose - [ ] not an item\n"
+        );
+        let ticked = remove_item(PLAN, "set up CI").expect("a ticked one too");
+        assert!(!ticked.contains("set up CI"));
+        assert_eq!(remove_item(PLAN, "not an item"), None);
     }
 }

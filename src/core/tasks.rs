@@ -120,9 +120,27 @@ pub struct Task {
     pub outcome: Option<String>,
     /// Claims released for want of an acknowledgement.
     pub releases: u32,
+    /// Where an operator moved it (`task-move`): below zero before every
+    /// task not moved, above zero after them; 0 for a task never moved.
+    pub rank: i64,
+}
+
+/// Where `task-move` puts a task in the queue's order.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Place {
+    Top,
+    Bottom,
 }
 
 impl Task {
+    /// The order in which pending tasks are taken, smallest first: where an
+    /// operator moved it, then the most urgent, then the oldest. Claims
+    /// (`TaskQueue::claim`) and the orchestrator's dispatch both use it.
+    pub fn queue_order(&self) -> (i64, std::cmp::Reverse<Priority>, u64) {
+        (self.rank, std::cmp::Reverse(self.spec.priority), self.id)
+    }
+
     /// Whether an agent in `jail` (`None`: on the host) may take it: a
     /// task for a jail is its agents' alone, one for none is anyone's.
     pub fn open_to(&self, jail: Option<&str>) -> bool {
@@ -176,6 +194,13 @@ pub enum TaskEvent {
         id: u64,
         at: u64,
     },
+    /// An operator moved it to the top or the bottom of the queue: its
+    /// new rank ([`Task::rank`]).
+    Moved {
+        id: u64,
+        at: u64,
+        rank: i64,
+    },
 }
 
 impl TaskEvent {
@@ -188,7 +213,8 @@ impl TaskEvent {
             | TaskEvent::Done { id, .. }
             | TaskEvent::Failed { id, .. }
             | TaskEvent::Cancelled { id, .. }
-            | TaskEvent::Released { id, .. } => *id,
+            | TaskEvent::Released { id, .. }
+            | TaskEvent::Moved { id, .. } => *id,
         }
     }
 }
@@ -326,6 +352,7 @@ impl TaskQueue {
                     finished_at: None,
                     outcome: None,
                     releases: 0,
+                    rank: 0,
                 },
             );
             return;
@@ -374,6 +401,7 @@ impl TaskQueue {
                 t.ack_due = None;
                 t.releases += 1;
             }
+            TaskEvent::Moved { rank, .. } => t.rank = *rank,
         }
     }
 
@@ -415,6 +443,13 @@ impl TaskQueue {
                 at: ms(t.created_at),
                 task: t.spec.clone(),
             });
+            if t.rank != 0 {
+                out.push(TaskEvent::Moved {
+                    id: t.id,
+                    at: ms(t.created_at),
+                    rank: t.rank,
+                });
+            }
             let at = ms(t.claimed_at.unwrap_or(t.created_at));
             for _ in 0..t.releases {
                 out.push(TaskEvent::Released { id: t.id, at });
@@ -517,7 +552,7 @@ impl TaskQueue {
             .tasks
             .values()
             .filter(fits)
-            .min_by_key(|t| (std::cmp::Reverse(t.spec.priority), t.id))
+            .min_by_key(|t| t.queue_order())
             .map(|t| t.id)
         else {
             return Ok(None);
@@ -640,6 +675,34 @@ impl TaskQueue {
             });
         }
         Ok(self.commit(TaskEvent::Cancelled { id, at: ms(now) }))
+    }
+
+    /// Moves open task `id` to the top or the bottom of the queue's order
+    /// ([`Task::queue_order`]): before (or after) every other open task,
+    /// urgent ones included, and every task added later.
+    pub fn move_to(&mut self, id: u64, to: Place, now: Timestamp) -> Result<TaskEvent, TaskError> {
+        let t = self.tasks.get(&id).ok_or(TaskError::NotFound(id))?;
+        if t.status.is_final() {
+            return Err(TaskError::WrongStatus {
+                id,
+                status: t.status.as_str(),
+                wanted: "open",
+            });
+        }
+        let others = self
+            .tasks
+            .values()
+            .filter(|o| o.id != id && !o.status.is_final())
+            .map(|o| o.rank);
+        let rank = match to {
+            Place::Top => others.min().unwrap_or(0).min(0).saturating_sub(1),
+            Place::Bottom => others.max().unwrap_or(0).max(0).saturating_add(1),
+        };
+        Ok(self.commit(TaskEvent::Moved {
+            id,
+            at: ms(now),
+            rank,
+        }))
     }
 
     /// Releases the task an agent holds (claimed or working) for another:
@@ -956,5 +1019,53 @@ mod tests {
         assert_eq!(a, b);
         let ev = replayed.add(task("c", Priority::Low, None), at(5)).unwrap();
         assert_eq!(ev.id(), 3);
+    }
+
+    #[test]
+    fn a_task_moved_to_the_top_or_bottom_is_taken_first_or_last_and_replays() {
+        let mut q = TaskQueue::new();
+        let urgent = q
+            .add(task("urgent", Priority::Urgent, None), at(0))
+            .map(|e| e.id());
+        let low = q
+            .add(task("low", Priority::Low, None), at(0))
+            .map(|e| e.id());
+        let mid = q
+            .add(task("mid", Priority::Medium, None), at(0))
+            .map(|e| e.id());
+        let (Ok(urgent), Ok(low), Ok(mid)) = (urgent, low, mid) else {
+            panic!("added");
+        };
+        let mut events = q.events();
+        events.extend(q.move_to(low, Place::Top, at(1)));
+        events.extend(q.move_to(urgent, Place::Bottom, at(1)));
+        // A task added later comes after the top, before the bottom.
+        events.extend(q.add(task("later", Priority::Medium, None), at(2)));
+        let order = |q: &TaskQueue| {
+            let mut open: Vec<&Task> = q.iter().collect();
+            open.sort_by_key(|t| t.queue_order());
+            open.iter()
+                .map(|t| t.spec.title.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(order(&q), ["low", "mid", "later", "urgent"]);
+        let claimed = q.claim("w1", None, None, at(3), ACK_TIMEOUT);
+        assert_eq!(claimed.ok().flatten().map(|e| e.id()), Some(low));
+        // Top again goes above the earlier top; a finished task stays put.
+        assert!(q.move_to(mid, Place::Top, at(4)).is_ok());
+        assert!(q.get(mid).is_some_and(|t| t.rank < -1));
+        assert!(q.cancel(urgent, at(5)).is_ok());
+        assert!(q.move_to(urgent, Place::Top, at(6)).is_err());
+        // The journal (live events or a compacted one) rebuilds the order.
+        let mut live = TaskQueue::new();
+        for ev in events {
+            live.apply(&ev);
+        }
+        assert_eq!(order(&live), ["low", "mid", "later", "urgent"]);
+        let mut compacted = TaskQueue::new();
+        for ev in q.events() {
+            compacted.apply(&ev);
+        }
+        assert_eq!(order(&compacted), order(&q));
     }
 }

@@ -14,7 +14,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::core::plan_source::{inbox_items, is_plan_path, open_items, tick};
+use crate::core::plan_source::{inbox_items, is_plan_path, open_items, remove_item, tick};
 use crate::core::tasks::{NewTask, Task};
 use crate::core::time::Timestamp;
 use crate::daemon::diag::{log_info, log_warn};
@@ -304,6 +304,30 @@ impl Daemon {
             Ok(()) => log_info!("plan file {}: task {id} ticked", path.display()),
             Err(e) => log_warn!("plan file {}: task {id} not ticked: {e}", path.display()),
         }
+    }
+}
+
+impl Daemon {
+    /// The plan file task `id` came from, if colibrid reads it as a source
+    /// now.
+    pub(crate) fn plan_source_of(&self, id: u64) -> Option<PathBuf> {
+        let task = self.control.queue.get(id)?;
+        plan_of(task).filter(|p| self.is_plan_source(p))
+    }
+
+    /// Takes task `id`'s line out of `path` (`task-remove`).
+    pub(crate) fn unplan(&mut self, id: u64, path: &Path) -> Result<(), String> {
+        let Some(task) = self.control.queue.get(id) else {
+            return Err(format!("no task {id}"));
+        };
+        let title = task.spec.title.clone();
+        let text = read_plan(path).map_err(|e| e.to_string())?;
+        let Some(text) = remove_item(&text, &title) else {
+            return Err(format!("{} has no item {title:?} any more", path.display()));
+        };
+        write_plan(path, &text).map_err(|e| e.to_string())?;
+        log_info!("plan file {}: task {id}'s line removed", path.display());
+        Ok(())
     }
 }
 

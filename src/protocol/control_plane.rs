@@ -71,6 +71,13 @@ pub struct TaskActArgs {
     pub note: Option<String>,
 }
 
+/// `task-move`: the task goes to the top or the bottom of the queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskMoveArgs {
+    pub task_id: u64,
+    pub to: crate::core::tasks::Place,
+}
+
 /// The seed's three activity posts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -203,6 +210,14 @@ pub struct WireTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
     pub releases: u32,
+    /// Where `task-move` put it: below 0 first, above 0 last; absent (0)
+    /// for a task never moved.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rank: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 impl From<&Task> for WireTask {
@@ -223,6 +238,7 @@ impl From<&Task> for WireTask {
             finished_at: t.finished_at.map(|x| x.to_rfc3339()),
             outcome: t.outcome.clone(),
             releases: t.releases,
+            rank: t.rank,
         }
     }
 }

@@ -35,7 +35,7 @@ pub use approvals::{
 pub mod control_plane;
 pub use control_plane::{
     ActivityArgs, ActivityReply, CallerArgs, StateReply, TaskActArgs, TaskAddArgs, TaskClaimArgs,
-    TaskReply, TasksArgs, TasksReply,
+    TaskMoveArgs, TaskReply, TasksArgs, TasksReply,
 };
 mod lifecycle;
 pub use lifecycle::{LifecycleReply, WireSupervision};
@@ -498,6 +498,8 @@ pub enum Command {
     Budget(BudgetArgs),
     Hostop(HostopArgs),
     ApprovalRequest(ApprovalRequestArgs),
+    TaskMove(TaskMoveArgs),
+    TaskRemove(TaskActArgs),
 }
 
 /// Who may use a command.
@@ -524,7 +526,7 @@ const fn cmd(name: &'static str, scope: CommandScope) -> CommandInfo {
 /// every command, in [`Command::index`] order. Names, the jail-scope check
 /// and the docs tidy test derive from it; the daemon's handler table is
 /// checked against it row by row.
-pub const COMMANDS: [CommandInfo; 40] = {
+pub const COMMANDS: [CommandInfo; 42] = {
     use CommandScope::{Agent, Operator};
     [
         cmd("status", Agent),
@@ -569,6 +571,8 @@ pub const COMMANDS: [CommandInfo; 40] = {
         // (`[hostops.NAME] jails`, `roles`), checked by the handler.
         cmd("hostop", Agent),
         cmd("approval-request", Agent),
+        cmd("task-move", Operator),
+        cmd("task-remove", Operator),
     ]
 };
 
@@ -636,6 +640,8 @@ impl Command {
             Command::Budget(_) => 37,
             Command::Hostop(_) => 38,
             Command::ApprovalRequest(_) => 39,
+            Command::TaskMove(_) => 40,
+            Command::TaskRemove(_) => 41,
         }
     }
 
@@ -1639,6 +1645,11 @@ mod tests {
             Command::TaskDone(act()),
             Command::TaskFail(act()),
             Command::TaskCancel(act()),
+            Command::TaskMove(TaskMoveArgs {
+                task_id: 4,
+                to: crate::core::tasks::Place::Top,
+            }),
+            Command::TaskRemove(act()),
             Command::Activity(ActivityArgs {
                 pane: "w1".into(),
                 event_type: control_plane::ActivityType::ApprovalRequest,

@@ -809,3 +809,88 @@ runtime = "pi"
         .collect();
     assert!(rungs.is_empty(), "{rungs:?}");
 }
+
+/// An operator moves a task to the top: the next claim takes it before an
+/// urgent one; to the bottom: after a task added later. `task-remove` takes
+/// a plan task's line out of its file and cancels it, and refuses a task
+/// from no plan file.
+#[test]
+fn a_moved_task_is_given_first_and_a_removed_one_leaves_its_plan() {
+    let mut d = Colibrid::start(&[]);
+    let plan = d.path("plan.md");
+    std::fs::write(&plan, "# Plan\n- [ ] from the plan\n- [ ] keep me\n").expect("plan");
+    d.relaunch_with_config(
+        "move.toml",
+        &format!(
+            r#"
+[daemon]
+heartbeat = "1s"
+
+[orchestrator]
+plan_file = "{}"
+"#,
+            plan.display()
+        ),
+    );
+    let titles = |d: &Colibrid| -> Vec<String> {
+        d.ok(json!({"cmd":"tasks"}))["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| t["title"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    wait_for(Duration::from_secs(30), "the plan's items as tasks", || {
+        (titles(&d).len() == 2).then_some(())
+    });
+    let id_of = |d: &Colibrid, title: &str| -> u64 {
+        d.ok(json!({"cmd":"tasks"}))["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| t["title"] == json!(title))
+            .and_then(|t| t["task_id"].as_u64())
+            .expect("task id")
+    };
+    let add = |d: &Colibrid, title: &str, priority: &str| -> u64 {
+        d.ok(json!({"cmd":"task-add","title": title,"priority": priority}))["task"]["task_id"]
+            .as_u64()
+            .expect("task_id")
+    };
+    let urgent = add(&d, "urgent", "urgent");
+    let low = add(&d, "low", "low");
+    // The low one to the top: taken before the urgent one. The urgent one
+    // to the bottom: after a task added later.
+    let moved = d.ok(json!({"cmd":"task-move","task_id": low,"to":"top"}));
+    assert_eq!(moved["task"]["rank"], json!(-1), "{moved}");
+    d.ok(json!({"cmd":"task-move","task_id": urgent,"to":"bottom"}));
+    let later = add(&d, "later", "medium");
+    // Removed from the plan: its line goes, it is cancelled.
+    let from_plan = id_of(&d, "from the plan");
+    let removed = d.ok(json!({"cmd":"task-remove","task_id": from_plan}));
+    assert_eq!(removed["task"]["status"], json!("cancelled"), "{removed}");
+    assert_eq!(
+        std::fs::read_to_string(&plan).expect("plan"),
+        "# Plan\n- [ ] keep me\n"
+    );
+    // A task from no plan file: refused, left as it was.
+    let refused = d
+        .client()
+        .request(&json!({"cmd":"task-remove","task_id": later}));
+    assert_eq!(refused["code"], json!("invalid"), "{refused}");
+    // Claims follow the order: low, keep me, later, urgent.
+    let keep = id_of(&d, "keep me");
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let pane = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
+        let c = d.ok(json!({"cmd":"task-claim","pane": pane}));
+        got.push(c["task"]["task_id"].as_u64().unwrap_or(0));
+    }
+    assert_eq!(got, [low, keep, later, urgent]);
+    // The order outlives a restart: the journal kept the moves.
+    let rank = |d: &Colibrid, id: u64| task(d, id)["rank"].clone();
+    d.terminate();
+    d.launch();
+    assert_eq!(rank(&d, low), json!(-1));
+    assert_eq!(rank(&d, urgent), json!(1));
+}

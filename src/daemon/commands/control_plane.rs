@@ -26,7 +26,7 @@ use crate::protocol::control_plane::{
     ActivityType, AgentControlState, PaneSpend, WireFleetBudget, WireTask,
 };
 use crate::protocol::{
-    ActivityArgs, CallerArgs, TaskActArgs, TaskAddArgs, TaskClaimArgs, TasksArgs,
+    ActivityArgs, CallerArgs, TaskActArgs, TaskAddArgs, TaskClaimArgs, TaskMoveArgs, TasksArgs,
 };
 use crate::protocol::{
     ActivityReply, CommandError, ErrorCode, Reply, StateReply, TaskReply, TasksReply, WatchKind,
@@ -332,6 +332,62 @@ pub(super) fn act(
     Ok(task_reply(d, args.task_id))
 }
 
+/// `task-move`: the operator puts a task at the top or the bottom of the
+/// queue's order.
+pub(super) fn task_move(
+    d: &mut Daemon,
+    call: &Call,
+    args: TaskMoveArgs,
+) -> Result<Reply, CommandError> {
+    journal_ready(d)?;
+    if caller(d, call, None)?.is_some() {
+        return Err(task_error(TaskError::OperatorOnly("move")));
+    }
+    let ev = d
+        .control
+        .queue
+        .move_to(args.task_id, args.to, call.t)
+        .map_err(task_error)?;
+    d.task_changed(ev, call.t);
+    Ok(task_reply(d, args.task_id))
+}
+
+/// `task-remove`: the seed's remove-from-plan. The task's line leaves the
+/// plan file it came from, and the task, if open, is cancelled.
+pub(super) fn task_remove(
+    d: &mut Daemon,
+    call: &Call,
+    args: TaskActArgs,
+) -> Result<Reply, CommandError> {
+    journal_ready(d)?;
+    if caller(d, call, args.pane.as_deref())?.is_some() {
+        return Err(task_error(TaskError::OperatorOnly("remove")));
+    }
+    let id = args.task_id;
+    let status = d
+        .control
+        .queue
+        .get(id)
+        .map(|t| t.status)
+        .ok_or_else(|| task_error(TaskError::NotFound(id)))?;
+    let Some(path) = d.plan_source_of(id) else {
+        return Err(CommandError::invalid(format!(
+            "task {id} came from no plan file colibrid reads (orchestrator.plan_file, orchestrator.project); cancel it instead"
+        )));
+    };
+    d.unplan(id, &path).map_err(|e| {
+        CommandError::new(
+            ErrorCode::Os,
+            format!("task {id}: its line was not removed: {e}"),
+        )
+    })?;
+    if !status.is_final() {
+        let ev = d.control.queue.cancel(id, call.t).map_err(task_error)?;
+        d.task_changed(ev, call.t);
+    }
+    Ok(task_reply(d, id))
+}
+
 /// The running agent a post comes from: `pane` as [`caller`] reads it
 /// (`None`: the connection's own agent), which must have a process.
 /// Posting as each ended pane of a jail would multiply the per-pane limit.
@@ -472,7 +528,10 @@ impl Daemon {
             | TaskEvent::Done { .. }
             | TaskEvent::Failed { .. }
             | TaskEvent::Cancelled { .. } => self.dispatch_pending(t),
-            TaskEvent::Claimed { .. } | TaskEvent::Dispatched { .. } | TaskEvent::Acked { .. } => {}
+            TaskEvent::Claimed { .. }
+            | TaskEvent::Dispatched { .. }
+            | TaskEvent::Acked { .. }
+            | TaskEvent::Moved { .. } => {}
         }
     }
 

@@ -89,6 +89,8 @@ fn dispatch(d: &mut Daemon, call: &Call, command: Command) -> Result<Reply, Comm
         Command::Budget(a) => budget::budget(d, call, a),
         Command::Hostop(a) => hostops::hostop(d, call, a),
         Command::ApprovalRequest(a) => approvals::request(d, call, a),
+        Command::TaskMove(a) => control_plane::task_move(d, call, a),
+        Command::TaskRemove(a) => control_plane::task_remove(d, call, a),
     }
 }
 
