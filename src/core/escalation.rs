@@ -80,6 +80,21 @@ impl Ladder {
         rung
     }
 
+    /// A ladder read back after a restart of colibrid: the next catch
+    /// climbs to `next` (capped at the top), as if it had last climbed at
+    /// `now`.
+    pub fn resumed(next: u8, now: Timestamp) -> Ladder {
+        Ladder {
+            next: next.min(Rung::Notify.level()),
+            last: Some(now),
+        }
+    }
+
+    /// The rung the next catch climbs to, as the agent records keep it.
+    pub fn next_level(&self) -> u8 {
+        self.next
+    }
+
     /// It did productive work (acknowledged or finished a task): back to
     /// the bottom. Returns whether it had climbed.
     pub fn productive(&mut self) -> bool {
@@ -147,5 +162,17 @@ mod tests {
                 (3, "notify")
             ]
         );
+    }
+
+    #[test]
+    fn a_resumed_ladder_climbs_on_from_where_it_was() {
+        let mut l = Ladder::default();
+        l.stuck(at(1));
+        l.stuck(at(2));
+        let mut back = Ladder::resumed(l.next_level(), at(3));
+        assert_eq!(back.stuck(at(4)), Rung::Respawn);
+        assert_eq!(Ladder::resumed(200, at(0)).next_level(), 3, "capped");
+        assert!(back.productive());
+        assert_eq!(back.next_level(), 0);
     }
 }

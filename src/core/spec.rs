@@ -689,6 +689,15 @@ pub struct AgentRecord {
     /// The session id the harness itself reported (not colibri's).
     #[serde(default)]
     pub harness_session: Option<String>,
+    /// The escalation ladder's rung its next catch climbs to
+    /// (`core::escalation`): a restart of colibrid does not put a stuck
+    /// agent back at the bottom. Absent (0) for an agent off the ladder.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub escalation: u8,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 impl AgentRecord {
@@ -1206,6 +1215,7 @@ mod tests {
             },
             pane_id: Some("dc663815-1111-4000-8000-000000000001".into()),
             harness_session: Some("3f9f74a6".into()),
+            escalation: 2,
         };
         let back = AgentRecord::decode(&record.encode()).ok();
         assert_eq!(back.as_ref(), Some(&record));
@@ -1236,6 +1246,7 @@ mod tests {
             wanted: by.map_or(Wanted::Up, |by| Wanted::Down { by, reason: None }),
             pane_id: None,
             harness_session: None,
+            escalation: 0,
         };
         assert!(with(RestartPolicy::Always, None).comes_back_at_start());
         assert!(with(RestartPolicy::OnFailure, Some(StopCause::Shutdown)).comes_back_at_start());

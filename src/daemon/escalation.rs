@@ -70,6 +70,8 @@ impl Daemon {
             .entry(pane.to_string())
             .or_default()
             .stuck(t);
+        // The agent records keep each agent's rung across a restart.
+        self.mark_records_changed();
         log_info!(
             "escalation: pane {pane} {}: level {} ({})",
             why.as_str(),
@@ -127,6 +129,7 @@ impl Daemon {
         if let Some(mut ladder) = self.control.ladders.remove(pane) {
             if ladder.productive() {
                 log_info!("escalation: pane {pane} works again; back to level 0");
+                self.mark_records_changed();
             }
         }
     }

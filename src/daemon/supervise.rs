@@ -21,6 +21,7 @@ use std::time::Duration;
 
 pub mod records;
 
+use crate::core::escalation::Ladder;
 use crate::core::lifecycle::{Life, LifeEvent};
 use crate::core::pane::{Pane, PaneId};
 use crate::core::reconcile::{self, AgentChange, Occasion, Origin, TableEntry};
@@ -156,6 +157,13 @@ impl Daemon {
                 }
                 AgentChange::Stop { name } => self.forget_declared(&name),
                 AgentChange::Restart(_) | AgentChange::Update(_) => {}
+            }
+        }
+        // Each agent stays where it was on the escalation ladder.
+        for (_, record) in &records {
+            if let (Some(pane), 1..) = (&record.pane_id, record.escalation) {
+                let ladder = Ladder::resumed(record.escalation, t);
+                self.control.ladders.insert(pane.clone(), ladder);
             }
         }
         for (is_declared, record) in &records {
@@ -680,6 +688,11 @@ impl Daemon {
                     wanted: sup.wanted.clone(),
                     pane_id: Some(slot.pane.id.0.clone()),
                     harness_session: harness_session.clone(),
+                    escalation: self
+                        .control
+                        .ladders
+                        .get(&slot.pane.id.0)
+                        .map_or(0, Ladder::next_level),
                 },
             ));
             if moved {
@@ -784,6 +797,7 @@ mod tests {
             },
             pane_id: Some("p1".into()),
             harness_session: Some("s-1".into()),
+            escalation: 1,
         };
         write_records(&path, &[(true, record.clone())]).expect("write");
         let back = read_records(&path);

@@ -894,3 +894,60 @@ plan_file = "{}"
     assert_eq!(rank(&d, low), json!(-1));
     assert_eq!(rank(&d, urgent), json!(1));
 }
+
+/// An agent's place on the ladder outlives a restart of colibrid: caught
+/// twice (interrupt, compact) before, its next catch after is the respawn.
+#[test]
+fn a_stuck_agents_rung_outlives_a_restart_of_colibrid() {
+    let mut d = Colibrid::start(&[]);
+    let (script, _inputs, _starts) = looping_agent(&d);
+    d.relaunch_with_config(
+        "ladder-restart.toml",
+        &format!(
+            r#"
+[orchestrator]
+grace = "0s"
+escalate = true
+
+[loops]
+backoff = ["1s"]
+
+[agents.loop]
+argv = ["{script}"]
+runtime = "pi"
+"#
+        ),
+    );
+    let mut w = watch(&d);
+    let pane = pane_named(&d, "loop");
+    for want in ["escalation_0", "escalation_1"] {
+        let (ev, _) = next_rung(&mut w);
+        assert_eq!(ev["verdict"]["rule"], json!(want), "{ev}");
+    }
+    // The records are written at the end of the wakeup that climbed.
+    let records = d.state.join("agents.jsonl");
+    wait_for(
+        Duration::from_secs(10),
+        "the rung in the agent records",
+        || {
+            let text = std::fs::read_to_string(&records).ok()?;
+            text.contains("\"escalation\":2").then_some(())
+        },
+    );
+    d.terminate();
+    // It may have climbed once more before it stopped: the records say
+    // where it stood when colibrid stopped.
+    let text = std::fs::read_to_string(&records).expect("records");
+    let level = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|r| r["record"]["escalation"].as_u64())
+        .expect("a rung kept");
+    assert!(level >= 2, "{text}");
+    d.launch();
+    let mut w = watch(&d);
+    assert_eq!(pane_named(&d, "loop"), pane, "the same pane comes back");
+    let (ev, _) = next_rung(&mut w);
+    let want = format!("escalation_{}", level.min(3));
+    assert_eq!(ev["verdict"]["rule"], json!(want), "{ev}");
+}

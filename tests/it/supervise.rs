@@ -292,6 +292,7 @@ fn record(name: &str, argv: &str, pane_id: &str) -> (bool, AgentRecord) {
             wanted: Wanted::Up,
             pane_id: Some(pane_id.to_string()),
             harness_session: None,
+            escalation: 0,
         },
     )
 }
