@@ -938,9 +938,11 @@ fn line_facts(
         return None;
     }
     let tool = obs.tool.as_ref().map(|t| {
+        // The arguments when there are any: a write tool's path is in
+        // them, and a shell tool's command is read out of them too.
         let mut facts = match (&t.command, t.args) {
-            (Some(cmd), _) => ToolFacts::new(&t.name, cmd),
-            (None, Some(args)) => ToolFacts::new(&t.name, args.get()),
+            (_, Some(args)) => ToolFacts::new(&t.name, args.get()),
+            (Some(cmd), None) => ToolFacts::new(&t.name, cmd),
             (None, None) => ToolFacts::new(&t.name, ""),
         };
         facts.gated = obs.tool_gated;

@@ -60,9 +60,12 @@ impl<'a> Signal<'a> {
 #[derive(Clone, Debug)]
 pub struct ToolCall<'a> {
     pub name: Cow<'a, str>,
-    /// The arguments as raw JSON, summarised only if the pane keeps them.
+    /// The arguments as raw JSON, summarised only if the pane keeps them;
+    /// the policies read these when given.
     pub args: Option<&'a RawValue>,
-    /// Codex reports a shell command as a bare string rather than an object.
+    /// Codex reports a shell command as a bare string rather than an
+    /// object; its file changes come with both (the paths here, for the
+    /// summary; the changes in `args`, for the policies).
     pub command: Option<Cow<'a, str>>,
 }
 

@@ -76,9 +76,10 @@ struct Item<'a> {
     query: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     action: Option<&'a RawValue>,
-    /// `file_change.changes[].path`.
+    /// `file_change.changes`: `[{path, kind}]`, kept as given so the
+    /// guard's scope rule reads every path.
     #[serde(borrow, default)]
-    changes: Option<Vec<FileChange<'a>>>,
+    changes: Option<&'a RawValue>,
 }
 
 // No `id` field: a `web_search` item carries the key `id` twice (the item's
@@ -312,15 +313,16 @@ fn item_tool(raw: &RawValue, started: bool) -> Option<ToolCall<'_>> {
             command: Some(web_search_target(item.query, item.action)),
         }),
         "file_change" => {
-            let paths: Vec<Cow<'_, str>> = item
-                .changes
+            let changes = item.changes;
+            let paths: Vec<Cow<'_, str>> = changes
+                .and_then(|raw| serde_json::from_str::<Vec<FileChange<'_>>>(raw.get()).ok())
                 .unwrap_or_default()
                 .into_iter()
                 .filter_map(|c| c.path)
                 .collect();
             Some(ToolCall {
                 name: Cow::Borrowed("file_change"),
-                args: None,
+                args: changes,
                 command: Some(Cow::Owned(paths.join(", "))),
             })
         }
@@ -521,6 +523,14 @@ mod tests {
         assert_eq!(
             tool(&mut st, br#"{"type":"item.completed","item":{"id":"item_3","type":"file_change","changes":[{"path":"a.rs","kind":"add"},{"path":"b.rs","kind":"update"}],"status":"completed"}}"#),
             Some(("file_change".into(), Some("a.rs, b.rs".into())))
+        );
+        // The changes themselves go to the policies, each path whole.
+        let line = br#"{"type":"item.completed","item":{"id":"item_4","type":"file_change","changes":[{"path":"a, b.rs","kind":"add"}],"status":"completed"}}"#;
+        let obs = st.observe(line).expect("valid");
+        let args = obs.tool.and_then(|t| t.args).map(|a| a.get().to_string());
+        assert_eq!(
+            args.as_deref(),
+            Some(r#"[{"path":"a, b.rs","kind":"add"}]"#)
         );
     }
 
