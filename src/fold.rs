@@ -16,6 +16,14 @@ use crate::protocol::{
     fold_approvals, FoldReport, FoldStep, WireCounters, WireExit, WireTool, WireUsage, WireVerdict,
 };
 
+/// What a session log's `attach` record says of the run folded: where it
+/// ran and its scope, as the daemon judged its tool calls by them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attached {
+    pub cwd: Option<String>,
+    pub scope: Vec<String>,
+}
+
 /// An approval record a session log kept (a `colibri` `answer`,
 /// `approval_request` or `approval_expired` record), after `offset` bytes
 /// of the stream.
@@ -30,7 +38,8 @@ pub struct RecordedApproval {
 /// the approvals agents asked for open, and those answered or expired
 /// close, in the fold too. `exit` is how the run
 /// ended, and whether colibri stopped it on purpose (as the daemon folds a
-/// planned stop: `Pane::stopped`).
+/// planned stop: `Pane::stopped`). `attached` is the run's start as its
+/// log recorded it (a plain stream has none: `Attached::default()`).
 pub fn fold_answered(
     runtime: Option<Runtime>,
     max_line: usize,
@@ -38,10 +47,15 @@ pub fn fold_answered(
     records: &[RecordedApproval],
     exit: Option<(ExitStatus, bool)>,
     policies: Policies,
+    attached: &Attached,
 ) -> FoldReport {
     let t0 = Timestamp::from_millis(0);
     let mut pane = Pane::new(PaneId("fold".into()), "fold".into(), runtime, max_line, t0);
+    // As the daemon starts a pane: in its directory, which a harness's
+    // header may then replace.
+    pane.set_cwd(attached.cwd.clone());
     pane.record_facts();
+    let scope = attached.scope.as_slice();
     let mut governor = Governor::new(policies);
     let mut verdicts: Vec<Verdict> = Vec::new();
     let mut transitions: Vec<Transition> = Vec::new();
@@ -50,7 +64,7 @@ pub fn fold_answered(
     for r in records {
         let end = r.offset.clamp(at, bytes.len());
         pane.ingest(&bytes[at..end], t0, &mut transitions);
-        govern(&mut pane, &mut governor, t0, &mut verdicts);
+        govern(&mut pane, scope, &mut governor, t0, &mut verdicts);
         at = end;
         pane.replay(&r.record, t0);
         approvals.extend(pane.take_approval_events());
@@ -62,7 +76,7 @@ pub fn fold_answered(
         None => pane.finish_stream(t0, &mut transitions),
     }
     approvals.extend(pane.take_approval_events());
-    govern(&mut pane, &mut governor, t0, &mut verdicts);
+    govern(&mut pane, scope, &mut governor, t0, &mut verdicts);
     let mut report = report(&pane, &transitions, &approvals);
     report.verdicts = verdicts.iter().map(WireVerdict::from).collect();
     report
@@ -100,27 +114,34 @@ pub fn fold_chunks_governed<'a>(
     for c in chunks {
         pane.ingest(c, t0, &mut transitions);
         approvals.extend(pane.take_approval_events());
-        govern(&mut pane, &mut governor, t0, &mut verdicts);
+        govern(&mut pane, &[], &mut governor, t0, &mut verdicts);
     }
     match exit {
         Some(status) => pane.exited(status, t0, &mut transitions),
         None => pane.finish_stream(t0, &mut transitions),
     }
     approvals.extend(pane.take_approval_events());
-    govern(&mut pane, &mut governor, t0, &mut verdicts);
+    govern(&mut pane, &[], &mut governor, t0, &mut verdicts);
     let mut report = report(&pane, &transitions, &approvals);
     report.verdicts = verdicts.iter().map(WireVerdict::from).collect();
     (pane, report)
 }
 
 /// Runs the policies over the lines the pane took in since the last call.
-fn govern(pane: &mut Pane, governor: &mut Governor, now: Timestamp, out: &mut Vec<Verdict>) {
+fn govern(
+    pane: &mut Pane,
+    scope: &[String],
+    governor: &mut Governor,
+    now: Timestamp,
+    out: &mut Vec<Verdict>,
+) {
     let info = PaneInfo {
         id: pane.id.to_string(),
         name: pane.name.clone(),
         runtime: pane.runtime().map(|r| r.as_str().to_string()),
         model: pane.model().map(str::to_string),
         cwd: pane.cwd().map(str::to_string),
+        scope: scope.to_vec(),
         ..PaneInfo::default()
     };
     for facts in pane.take_facts() {

@@ -192,6 +192,7 @@ fn every_watch_kind() -> Vec<WatchKind> {
                 until: None,
                 text: None,
                 reason: p(),
+                path: None,
             },
         },
         WatchKind::Hostop {

@@ -13,7 +13,7 @@ use crate::core::ingest::is_blank;
 use crate::core::pane::ExitStatus;
 use crate::core::policy::Policies;
 use crate::core::taxonomy::Runtime;
-use crate::fold::{fold_answered, RecordedApproval};
+use crate::fold::{fold_answered, Attached, RecordedApproval};
 use crate::protocol::{FoldHostop, FoldPrompt, FoldReport};
 
 /// An input ready to fold.
@@ -41,6 +41,26 @@ pub struct Unwrapped {
     /// agent of its own, with its own approvals and exit, so their lines
     /// are left out (folded together they would be one made-up agent).
     pub other_panes: Vec<String>,
+    /// Where the folded run started and its scope (its `attach` record).
+    pub attached: Attached,
+}
+
+/// The working directory and scope an `attach` record names; a record
+/// that does not say is a run with neither.
+fn attached(line: &[u8]) -> Attached {
+    #[derive(serde::Deserialize)]
+    struct Record {
+        #[serde(default)]
+        cwd: Option<String>,
+        #[serde(default)]
+        scope: Vec<String>,
+    }
+    serde_json::from_slice::<Record>(line)
+        .map(|r| Attached {
+            cwd: r.cwd,
+            scope: r.scope,
+        })
+        .unwrap_or_default()
 }
 
 /// A session log's approval record at `offset` of the stream. One that
@@ -227,6 +247,7 @@ pub fn unwrap_input(input: Vec<u8>, pane: Option<&str>) -> Result<Unwrapped, Cli
             }
             Action::Attach => {
                 started = true;
+                out.attached = attached(line);
                 continue;
             }
             Action::Skip => {
@@ -279,6 +300,7 @@ pub fn fold_input_governed(
         &u.approval_records,
         u.exit.map(|status| (status, u.planned_stop)),
         policies,
+        &u.attached,
     );
     report.pane = u.pane.clone();
     report.other_panes = u.other_panes.clone();

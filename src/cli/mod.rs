@@ -413,6 +413,11 @@ pub struct SpawnArgs {
     /// Code, zot: --append-system-prompt; Codex: -c developer_instructions).
     #[arg(long, value_name = "TEXT")]
     pub system_prompt: Option<String>,
+    /// A path in the agent's scope besides its working directory (the
+    /// guard's scope rule), repeatable; made absolute here, as --cwd is
+    /// (with --jail, sent as given: the jail's paths are not ours).
+    #[arg(long = "scope", value_name = "PATH")]
+    pub scope: Vec<PathBuf>,
     /// The command line, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "ARGV")]
     pub argv: Vec<String>,

@@ -120,6 +120,15 @@ pub fn spawn(socket: Option<&Path>, args: SpawnArgs, out: &mut impl Write) -> Re
                 .into_owned(),
         ),
     };
+    let mut scope = Vec::with_capacity(args.scope.len());
+    for p in &args.scope {
+        let p = match args.jail {
+            Some(_) => p.clone(),
+            None => std::path::absolute(p)
+                .map_err(|e| CliError::io(format!("cannot resolve {}", p.display()), e))?,
+        };
+        scope.push(p.to_string_lossy().into_owned());
+    }
     let req = wire::SpawnArgs {
         argv: Some(args.argv),
         runtime: args.runtime,
@@ -134,6 +143,7 @@ pub fn spawn(socket: Option<&Path>, args: SpawnArgs, out: &mut impl Write) -> Re
         role: args.role,
         heartbeat: args.heartbeat,
         system_prompt: args.system_prompt,
+        scope: (!scope.is_empty()).then_some(scope),
         ..wire::SpawnArgs::default()
     };
     let data = call(socket, &wire::Command::SpawnAgent(Box::new(req)))?;

@@ -24,8 +24,9 @@ use super::{
 use crate::core::heartbeat::{check_period, check_prompt as check_heartbeat_prompt};
 use crate::core::spec::{
     add_system_prompt, check_agent_name, check_argv, check_resume_template, check_role,
-    check_system_prompt, default_resume_template, expand_template, known_runtime,
-    template_places_system_prompt, AgentSpec, RestartPolicy, SYSTEM_PROMPT_PLACEHOLDER,
+    check_scope_path, check_system_prompt, default_resume_template, expand_template, known_runtime,
+    template_places_system_prompt, AgentSpec, RestartPolicy, MAX_SCOPE_PATHS,
+    SYSTEM_PROMPT_PLACEHOLDER,
 };
 use crate::core::taxonomy::Runtime;
 
@@ -86,6 +87,7 @@ pub(super) struct RawAgent {
     heartbeat: Option<Spanned<String>>,
     heartbeat_prompt: Option<Spanned<String>>,
     system_prompt: Option<Spanned<String>>,
+    scope: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -194,6 +196,9 @@ impl Validator<'_> {
         spec.system_prompt = self.opt(raw.system_prompt, &format!("{key}.system_prompt"), |v| {
             check_system_prompt(&v).map(|()| v)
         });
+        spec.scope = self
+            .opt(raw.scope, &format!("{key}.scope"), check_scope)
+            .unwrap_or_default();
         let resume = self.opt(raw.resume, &format!("{key}.resume"), check_resume);
         Some(AgentDecl {
             spec,
@@ -300,6 +305,18 @@ fn check_resume(template: Vec<String>) -> Result<Vec<String>, String> {
         return Ok(template);
     }
     check_resume_template(&template).map(|()| template)
+}
+
+/// An agent's `scope`: at most [`MAX_SCOPE_PATHS`] paths, each absolute
+/// or relative to its `cwd`.
+fn check_scope(paths: Vec<String>) -> Result<Vec<String>, String> {
+    if paths.len() > MAX_SCOPE_PATHS {
+        return Err(format!("at most {MAX_SCOPE_PATHS} paths"));
+    }
+    for p in &paths {
+        check_scope_path(p)?;
+    }
+    Ok(paths)
 }
 
 /// Environment names an `execve` and a shell both take.
@@ -435,6 +452,8 @@ struct Rendered<'a> {
     stall_after: Option<String>,
     autostart: bool,
     resume: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    scope: &'a [String],
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     env: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -465,6 +484,7 @@ impl<'a> Rendered<'a> {
             stall_after: spec.stall_after.as_ref().map(text),
             autostart: spec.autostart,
             resume: spec.resume.as_deref().unwrap_or(&[]),
+            scope: &spec.scope,
             env: &spec.env,
             role: spec.role.as_deref(),
             heartbeat: spec.heartbeat.as_ref().map(text),

@@ -14,8 +14,8 @@ use toml::Spanned;
 use super::file::Validator;
 use super::parse_positive_duration;
 use crate::core::policy::{
-    BudgetRule, GuardResponse, GuardRule, LoopSettings, Period, Policies, Price, Scope, Unit,
-    OUTPUT_BUDGET,
+    BudgetRule, GuardResponse, GuardRule, LoopSettings, Period, Policies, Price, Scope, ScopeMode,
+    ScopeSettings, Unit, OUTPUT_BUDGET,
 };
 
 #[derive(Deserialize, Default)]
@@ -38,6 +38,10 @@ pub(super) struct RawGuard {
     enabled: Option<bool>,
     response: Option<Spanned<String>>,
     disable: Option<Spanned<Vec<String>>>,
+    /// The scope rule: `pause` (warn, then pause), `warn` or `off`.
+    scope: Option<Spanned<String>>,
+    scope_pause_after: Option<Spanned<u64>>,
+    scope_paths: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -169,10 +173,44 @@ impl Validator<'_> {
                     .collect::<Result<Vec<_>, _>>()
             })
             .unwrap_or_default();
+        let d = ScopeSettings::default();
+        let mode = self
+            .opt(g.scope, "guard.scope", |m| {
+                ScopeMode::parse(&m)
+                    .ok_or_else(|| format!("invalid scope rule {m:?}: pause, warn or off"))
+            })
+            .unwrap_or(d.mode);
+        let pause_after = self
+            .opt(g.scope_pause_after, "guard.scope_pause_after", |n| {
+                u32::try_from(n)
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| format!("{n} is out of range (1..=4294967295)"))
+            })
+            .unwrap_or(d.pause_after);
+        let paths = self
+            .opt(g.scope_paths, "guard.scope_paths", |paths| {
+                if paths.len() > crate::core::spec::MAX_SCOPE_PATHS {
+                    return Err(format!(
+                        "at most {} paths",
+                        crate::core::spec::MAX_SCOPE_PATHS
+                    ));
+                }
+                paths
+                    .into_iter()
+                    .map(check_scope_path)
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .unwrap_or_default();
         crate::core::policy::GuardSettings {
             enabled: g.enabled.unwrap_or(true),
             response,
             disabled,
+            scope: ScopeSettings {
+                mode,
+                pause_after,
+                paths,
+            },
         }
     }
 
@@ -259,6 +297,11 @@ fn parse_scope(s: &str) -> Result<Scope, String> {
             "invalid scope {s:?}: pane, global, name:NAME, role:ROLE or runtime:RUNTIME"
         )),
     }
+}
+
+/// A path of a scope (`[guard] scope_paths`, an agent's `scope`).
+pub(super) fn check_scope_path(path: String) -> Result<String, String> {
+    crate::core::spec::check_scope_path(&path).map(|()| path)
 }
 
 fn guard_rule(name: &str) -> Result<GuardRule, String> {
@@ -411,5 +454,41 @@ output = 10.0
         assert!(err.contains(":4: budgets.b.scope"), "{err}");
         let err = parse("[loops]\nrepeat = 3\n").unwrap_err();
         assert!(err.contains("repeat"), "{err}");
+        let err = parse("[guard]\nscope = \"loud\"\n").unwrap_err();
+        assert!(err.contains(":2: guard.scope: invalid scope rule"), "{err}");
+        let err = parse("[guard]\nscope_pause_after = 0\n").unwrap_err();
+        assert!(err.contains(":2: guard.scope_pause_after"), "{err}");
+        let err = parse("[guard]\nscope_paths = [\"$TMPDIR\"]\n").unwrap_err();
+        assert!(err.contains(":2: guard.scope_paths"), "{err}");
+    }
+
+    #[test]
+    fn the_scope_rule_is_on_by_default_and_tuned_or_turned_off_in_guard() {
+        let d = parse("").expect("parses").guard.scope;
+        assert_eq!(
+            (d.mode, d.pause_after, d.paths.len()),
+            (ScopeMode::Pause, 2, 0)
+        );
+        let p = parse(
+            "[guard]\nscope = \"warn\"\nscope_pause_after = 3\nscope_paths = [\"/tmp\", \"../cache\"]\n",
+        )
+        .expect("parses");
+        assert_eq!(
+            p.guard.scope,
+            ScopeSettings {
+                mode: ScopeMode::Warn,
+                pause_after: 3,
+                paths: vec!["/tmp".into(), "../cache".into()],
+            }
+        );
+        let off = parse("[guard]\nscope = \"off\"\n").expect("parses");
+        assert_eq!(off.guard.scope.mode, ScopeMode::Off);
+        let disabled =
+            parse("[guard]\ndisable = [\"write_outside_scope\", \"chmod_outside_scope\"]\n")
+                .expect("parses");
+        assert_eq!(
+            disabled.guard.disabled,
+            [GuardRule::WriteOutsideScope, GuardRule::ChmodOutsideScope]
+        );
     }
 }

@@ -463,6 +463,12 @@ fn bad_values_name_key_and_line() {
     );
 
     expect_invalid(
+        "[agents.a]\nargv = [\"x\"]\nscope = [\"/srv\", \"~/x\"]\n",
+        3,
+        "agents.a.scope",
+        "no ~, no $",
+    );
+    expect_invalid(
         "[daemon]\nsocket_mode = \"999\"\n",
         2,
         "daemon.socket_mode",
@@ -788,6 +794,7 @@ restart = "on-failure"
 backoff = ["10s", "1m"]
 max_restarts = 3
 stall_after = "15m"
+scope = ["/srv/shared", "../cache"]
 
 [agents.reviewer]
 provider = "deepseek"
@@ -827,6 +834,7 @@ fn declared_agents_resolve_into_specs() {
     );
     assert_eq!(fixer.max_restarts, Some(3));
     assert_eq!(fixer.stall_after, Some(Duration::from_secs(15 * 60)));
+    assert_eq!(fixer.scope, strings(&["/srv/shared", "../cache"]));
     assert!(fixer.autostart);
     // No runtime given: the program's base name says Claude, whose default
     // resume template applies.

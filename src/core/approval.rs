@@ -893,11 +893,15 @@ struct PreToolUseDecision<'a> {
 /// runs the call, which a `cd` in an earlier call may have moved) and must
 /// lie below the agent's `cwd` (which stands in for the input's when that
 /// has none; without the agent's, only relative targets that stay below
-/// the input's `cwd` pass).
+/// the input's `cwd` pass), or below a path of the pane's `scope` (its
+/// declared paths and `[guard] scope_paths`). The scope rule's writes
+/// outside the scope are the stream's to judge (warn, then pause), not
+/// denied here.
 pub fn guard_pre_tool_use(
     guard: &GuardSettings,
     event: &serde_json::Value,
     cwd: Option<&str>,
+    scope: &[String],
 ) -> Option<PreToolUseDenial> {
     if event.get("hook_event_name")?.as_str()? != "PreToolUse" {
         return None;
@@ -907,9 +911,11 @@ pub fn guard_pre_tool_use(
     let here = event.get("cwd").and_then(serde_json::Value::as_str);
     // The hook's `cwd` moves with `cd`: it never stands in as the bound, so
     // without the pane's directory an absolute target is still outside.
+    let roots = guard.roots(cwd, scope);
     let dirs = crate::core::policy::guard::Dirs {
         root: cwd,
         here: here.or(cwd),
+        scope: roots.others(),
     };
     let message = guard.check_in(tool, &args, dirs)?.refusal();
     let output = PreToolUseOutput {
@@ -1137,7 +1143,7 @@ mod tests {
         let guard = GuardSettings::default();
         let ev = serde_json::json!({"hook_event_name":"PreToolUse","tool_name":"Bash",
             "tool_input":{"command":"rm -rf /"},"tool_use_id":"toolu_g1"});
-        let denial = guard_pre_tool_use(&guard, &ev, Some("/srv/app")).expect("denied");
+        let denial = guard_pre_tool_use(&guard, &ev, Some("/srv/app"), &[]).expect("denied");
         assert_eq!(denial.tool_use_id, "toolu_g1");
         assert_eq!(
             denial.message,
@@ -1153,28 +1159,34 @@ mod tests {
                 "tool_input":{"command":command}})
         };
         assert_eq!(
-            guard_pre_tool_use(&guard, &harmless("ls -la"), Some("/srv/app")),
+            guard_pre_tool_use(&guard, &harmless("ls -la"), Some("/srv/app"), &[]),
             None
         );
         assert_eq!(
-            guard_pre_tool_use(&guard, &harmless("rm -rf ./build"), Some("/srv/app")),
+            guard_pre_tool_use(&guard, &harmless("rm -rf ./build"), Some("/srv/app"), &[]),
             None
         );
         // Another event with the same input is not this path's to answer.
         let mut asked = ev.clone();
         asked["hook_event_name"] = serde_json::json!("PermissionRequest");
-        assert_eq!(guard_pre_tool_use(&guard, &asked, Some("/srv/app")), None);
+        assert_eq!(
+            guard_pre_tool_use(&guard, &asked, Some("/srv/app"), &[]),
+            None
+        );
         // The guard off, or the rule off: never denied.
         let off = GuardSettings {
             enabled: false,
             ..GuardSettings::default()
         };
-        assert_eq!(guard_pre_tool_use(&off, &ev, Some("/srv/app")), None);
+        assert_eq!(guard_pre_tool_use(&off, &ev, Some("/srv/app"), &[]), None);
         let rule_off = GuardSettings {
             disabled: vec![crate::core::policy::GuardRule::RmOutsideCwd],
             ..GuardSettings::default()
         };
-        assert_eq!(guard_pre_tool_use(&rule_off, &ev, Some("/srv/app")), None);
+        assert_eq!(
+            guard_pre_tool_use(&rule_off, &ev, Some("/srv/app"), &[]),
+            None
+        );
     }
 
     #[test]
@@ -1184,24 +1196,41 @@ mod tests {
             serde_json::json!({"hook_event_name":"PreToolUse","tool_name":"Bash",
                 "tool_input":{"command":command},"cwd":cwd,"tool_use_id":"toolu_c"})
         };
+        let app = Some("/srv/app");
         // The agent moved to /: `etc` is /etc.
         let denial =
-            guard_pre_tool_use(&guard, &call("rm -rf etc", "/"), Some("/srv/app")).expect("denied");
+            guard_pre_tool_use(&guard, &call("rm -rf etc", "/"), app, &[]).expect("denied");
         assert!(denial.message.contains("rm -rf etc"), "{}", denial.message);
         // In a subdirectory, `../build` is the project's own build dir.
         assert_eq!(
-            guard_pre_tool_use(
-                &guard,
-                &call("rm -rf ../build", "/srv/app/src"),
-                Some("/srv/app")
-            ),
+            guard_pre_tool_use(&guard, &call("rm -rf ../build", "/srv/app/src"), app, &[]),
             None
         );
         // The pane's directory unknown: the call's stands in.
         assert_eq!(
-            guard_pre_tool_use(&guard, &call("rm -rf build", "/srv/app"), None),
+            guard_pre_tool_use(&guard, &call("rm -rf build", "/srv/app"), None, &[]),
             None
         );
+        // The pane's scope holds more than its directory: what lies below
+        // a declared path is the agent's too, for `rm` and `chmod -R`.
+        let scope = ["../cache".to_string()];
+        for (command, rule) in [
+            ("rm -rf /srv/cache/old", "rm_outside_cwd"),
+            ("chmod -R a+w /srv/cache", "chmod_outside_scope"),
+        ] {
+            let denial =
+                guard_pre_tool_use(&guard, &call(command, "/srv/app"), app, &[]).expect("denied");
+            assert!(denial.message.contains(rule), "{}", denial.message);
+            assert_eq!(
+                guard_pre_tool_use(&guard, &call(command, "/srv/app"), app, &scope),
+                None,
+                "{command} is in scope"
+            );
+        }
+        // A write outside the scope is the stream's to judge, not denied.
+        let write = serde_json::json!({"hook_event_name":"PreToolUse","tool_name":"Write",
+            "tool_input":{"file_path":"/etc/motd","content":"hi"},"tool_use_id":"toolu_w"});
+        assert_eq!(guard_pre_tool_use(&guard, &write, app, &[]), None);
     }
 
     #[test]

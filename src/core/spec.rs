@@ -125,6 +125,11 @@ pub struct AgentSpec {
     /// kept to be logged with each start, so `get-session` returns it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// Paths in the agent's scope besides its working directory (the
+    /// guard's scope rule, `core::policy::scope`): absolute, or relative
+    /// to `cwd`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scope: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -172,6 +177,7 @@ impl AgentSpec {
             heartbeat: None,
             heartbeat_prompt: None,
             system_prompt: None,
+            scope: Vec::new(),
         }
     }
 
@@ -196,6 +202,9 @@ impl AgentSpec {
         let spec = persisted.spec;
         check_agent_name(&spec.name).map_err(DecodeError::Invalid)?;
         check_argv(&spec.argv).map_err(DecodeError::Invalid)?;
+        for p in &spec.scope {
+            check_scope_path(p).map_err(DecodeError::Invalid)?;
+        }
         Ok(spec)
     }
 
@@ -217,6 +226,7 @@ impl AgentSpec {
             user: self.user.as_deref(),
             jail: self.jail.as_deref(),
             system_prompt: self.system_prompt.as_deref(),
+            scope: &self.scope,
         }
     }
 
@@ -239,6 +249,10 @@ impl AgentSpec {
 }
 
 /// What a process is started from: a change here needs a new process.
+/// The scope is here, though the process does not read it, because a run
+/// is judged by the scope its session log's `attach` record names (so a
+/// fold of the log shows the daemon's verdicts); left out when empty, so
+/// a recipe without one keeps the digest it had before scopes.
 #[derive(Serialize)]
 struct LaunchPart<'a> {
     argv: &'a [String],
@@ -250,6 +264,8 @@ struct LaunchPart<'a> {
     // Absent when unset: a recipe without one keeps its digest.
     #[serde(skip_serializing_if = "Option::is_none")]
     system_prompt: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    scope: &'a [String],
 }
 
 /// What the supervisor does around the process: applied in place.
@@ -341,6 +357,25 @@ pub fn check_role(role: &str) -> Result<(), String> {
 /// Whether `text` could be (a prefix of) a pane id.
 pub fn looks_like_id(text: &str) -> bool {
     text.len() >= MIN_ID_PREFIX && text.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+/// The most paths one agent's scope lists.
+pub const MAX_SCOPE_PATHS: usize = 64;
+
+/// A path of a scope (an agent's `scope`, `[guard] scope_paths`):
+/// absolute, or relative to the agent's working directory. The guard
+/// compares paths as text and expands nothing, so `~`, a variable or a
+/// substitution would never match: they are refused, as is an empty path.
+pub fn check_scope_path(path: &str) -> Result<(), String> {
+    if path.is_empty() || path.contains('\0') {
+        return Err("a scope path must be a non-empty path".to_owned());
+    }
+    if crate::core::policy::scope::unresolvable(path) {
+        return Err(format!(
+            "scope path {path:?}: give it absolute or relative to the agent's cwd (no ~, no $)"
+        ));
+    }
+    Ok(())
 }
 
 /// An argv must name a program.
@@ -869,6 +904,20 @@ mod tests {
     }
 
     #[test]
+    fn a_scope_is_kept_and_checked_as_declared() {
+        let mut spec = AgentSpec::new("w", strings(&["pi"]));
+        assert!(!spec.encode().contains("scope"), "left out when empty");
+        spec.scope = strings(&["/srv/shared", "../cache"]);
+        let back = AgentSpec::decode(&spec.encode()).expect("decodes");
+        assert_eq!(back.scope, spec.scope);
+        let bad = spec.encode().replace("../cache", "~/cache");
+        assert!(matches!(
+            AgentSpec::decode(&bad),
+            Err(DecodeError::Invalid(_))
+        ));
+    }
+
+    #[test]
     fn decode_fills_defaults_for_fields_left_out() {
         let spec = AgentSpec::decode(r#"{"version":1,"spec":{"name":"w","argv":["pi"]}}"#);
         let spec = spec.ok();
@@ -888,7 +937,11 @@ mod tests {
         env.env.insert("HOME".into(), "/home/agent".into());
         let mut cwd = base.clone();
         cwd.cwd = None;
-        for changed in [argv, env, cwd] {
+        // A run is judged by the scope its attach record names: a new
+        // scope is a new run.
+        let mut scope = base.clone();
+        scope.scope.push("/srv/shared".into());
+        for changed in [argv, env, cwd, scope] {
             let other = changed.fingerprint();
             assert_ne!(other.launch, fp.launch);
             assert_eq!(other.policy, fp.policy);

@@ -44,6 +44,9 @@ pub struct Recipe {
     /// takes none, only `COLIBRI_SYSTEM_PROMPT` does): logged with each
     /// start, so `get-session` returns it.
     pub system_prompt: Option<String>,
+    /// The paths in the agent's scope besides its working directory (the
+    /// guard's scope rule), as given.
+    pub scope: Vec<String>,
 }
 
 /// An agent's heartbeat: its schedule and the prompt it is given.
@@ -165,6 +168,12 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// The paths in the agent's scope besides its working directory (none
+    /// for a pane recovered without a recipe).
+    pub fn scope(&self) -> &[String] {
+        self.recipe.as_ref().map_or(&[], |r| r.scope.as_slice())
+    }
+
     /// A pane's daemon state before its first process starts.
     pub fn new(
         pane_id: String,

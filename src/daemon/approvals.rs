@@ -50,17 +50,25 @@ use crate::protocol::{
 use desk::{Answerer, Ended, Waiter};
 
 /// The command guard before a tool runs: a tool call the guard flags
-/// (`core::policy::guard::check` on the tool's input, in the agent's `cwd`)
-/// is denied at once, with the rule and the command as its message, and
-/// logged as answered `by: policy`. `None` leaves the operator to decide.
+/// (`core::policy::guard::check` on the tool's input, in the agent's `cwd`
+/// and `scope`) is denied at once, with the rule and the command as its
+/// message, and logged as answered `by: policy`. `None` leaves the
+/// operator to decide.
 pub fn guard_decision(
     guard: &GuardSettings,
     approval: &Approval,
     cwd: Option<&str>,
+    scope: &[String],
 ) -> Option<Decision> {
     let tool = approval.tool.as_deref()?;
     let args = approval.input_json().or(approval.summary.as_deref())?;
-    let hit = guard.check(tool, args, cwd)?;
+    let roots = guard.roots(cwd, scope);
+    let dirs = crate::core::policy::guard::Dirs {
+        root: cwd,
+        here: cwd,
+        scope: roots.others(),
+    };
+    let hit = guard.check_in(tool, args, dirs)?;
     Some(Decision::Deny {
         message: Some(hit.refusal()),
     })
@@ -94,8 +102,10 @@ impl Daemon {
             match ev {
                 ApprovalEvent::Opened(a) => {
                     let cwd = self.panes.pane(key).and_then(|p| p.cwd());
+                    let scope = self.panes.agent(key).map_or(&[][..], |a| a.scope());
                     if a.channel == AnswerChannel::AgentInput {
-                        if let Some(d) = guard_decision(&self.settings.governance.guard, &a, cwd) {
+                        let guard = &self.settings.governance.guard;
+                        if let Some(d) = guard_decision(guard, &a, cwd, scope) {
                             guarded.push((a.id.clone(), d));
                         }
                     }
@@ -452,7 +462,8 @@ impl Daemon {
         t: Timestamp,
     ) -> Option<HookReply> {
         let cwd = self.panes.pane(key).and_then(|p| p.cwd());
-        let denial = guard_pre_tool_use(&self.settings.governance.guard, event, cwd)?;
+        let scope = self.panes.agent(key).map_or(&[][..], |a| a.scope());
+        let denial = guard_pre_tool_use(&self.settings.governance.guard, event, cwd, scope)?;
         let decision = Decision::Deny {
             message: Some(denial.message),
         };
@@ -484,15 +495,14 @@ impl Daemon {
         until: Timestamp,
         t: Timestamp,
     ) {
-        let guarded = match self.panes.pane_mut(key) {
-            Some(p) => {
-                p.set_approval_expiry(id, until);
-                let cwd = p.cwd();
-                p.approval(id)
-                    .and_then(|a| guard_decision(&self.settings.governance.guard, a, cwd))
-            }
-            None => return,
+        let Some(slot) = self.panes.get_mut(key) else {
+            return;
         };
+        slot.pane.set_approval_expiry(id, until);
+        let guarded = slot.pane.approval(id).and_then(|a| {
+            let guard = &self.settings.governance.guard;
+            guard_decision(guard, a, slot.pane.cwd(), slot.agent.scope())
+        });
         self.approvals
             .waiters
             .insert(id.to_string(), Waiter { conn, rid });

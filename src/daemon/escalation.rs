@@ -93,6 +93,7 @@ impl Daemon {
             target: Target::Pane(pane.to_string()),
             action,
             reason: reason.clone(),
+            path: None,
         };
         match rung {
             Rung::Interrupt => {

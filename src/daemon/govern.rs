@@ -340,6 +340,7 @@ pub(crate) fn pane_info(slot: &Slot) -> PaneInfo {
         runtime: slot.pane.runtime().map(|r| r.as_str().to_string()),
         model: slot.pane.model().map(str::to_string),
         cwd: slot.pane.cwd().map(str::to_string),
+        scope: slot.agent.scope().to_vec(),
     }
 }
 

@@ -582,6 +582,7 @@ impl Daemon {
             jail: agent.jail.as_deref(),
             system_prompt: recipe.system_prompt.as_deref(),
             role: pane.role.as_deref(),
+            scope: &recipe.scope,
         };
         self.store.attach(&agent.session, &rec, t);
     }

@@ -189,6 +189,9 @@ pub struct AttachRecord<'a> {
     pub system_prompt: Option<&'a str>,
     /// The control plane's role (kept so a recovered pane keeps it).
     pub role: Option<&'a str>,
+    /// The agent's scope besides its working directory (left out of the
+    /// record when empty).
+    pub scope: &'a [String],
 }
 
 /// A prompt the daemon itself wrote to an agent's input (the heartbeat).

@@ -69,6 +69,7 @@ fn recipe_of(spec: &AgentSpec, argv: Vec<String>) -> Recipe {
         rows: 50,
         runtime: spec.runtime,
         system_prompt: spec.system_prompt.clone(),
+        scope: spec.scope.clone(),
     }
 }
 
@@ -606,6 +607,7 @@ impl Daemon {
         spec.env = recipe.env.iter().cloned().collect();
         spec.user = recipe.user.clone();
         spec.jail = recipe.jail.clone();
+        spec.scope = recipe.scope.clone();
         spec.restart = agent.restart.policy;
         spec.max_restarts = max_restarts;
         spec.resume = known_runtime(&spec)

@@ -25,6 +25,9 @@ pub struct WireVerdict {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     pub reason: String,
+    /// The file a `write_outside_scope` verdict is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 impl From<&Verdict> for WireVerdict {
@@ -49,6 +52,7 @@ impl From<&Verdict> for WireVerdict {
             until,
             text,
             reason: v.reason.clone(),
+            path: v.path.clone(),
         }
     }
 }

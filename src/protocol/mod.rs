@@ -713,6 +713,10 @@ pub struct SpawnArgs {
     /// The heartbeat's text (default: the control plane's loop).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat_prompt: Option<String>,
+    /// Paths in the agent's scope besides `cwd` (the guard's scope rule):
+    /// absolute, or relative to `cwd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Vec<String>>,
 }
 
 /// A duration given as `"90s"` or as milliseconds.
@@ -1591,6 +1595,7 @@ mod tests {
                 role: Some("sysadmin".into()),
                 heartbeat: Some(DurationArg(Duration::from_secs(600))),
                 heartbeat_prompt: Some("check in".into()),
+                scope: Some(vec!["/srv/data".into(), "../shared".into()]),
             })),
             Command::KillAgent(agent()),
             Command::GetSession(session()),

@@ -786,3 +786,224 @@ fn watch_all(d: &Colibrid) -> Client {
     w.request(&json!({"cmd":"watch"}));
     w
 }
+
+/// The guard's scope rule in the daemon: a Claude-shaped agent in `work`
+/// with `../shared` in its scope writes in both (nothing), then outside
+/// them with its `Write` tool (a warning naming the file) and with its
+/// shell (a pause and an escalation, as the guard's pauses). `colibri
+/// fold` of its session log shows the same verdicts at the lines of the
+/// log that hold those writes.
+#[test]
+fn a_write_outside_the_scope_warns_then_pauses_and_the_fold_of_the_log_shows_it() {
+    let d = Colibrid::start(&[]);
+    let work = d.path("work");
+    std::fs::create_dir_all(&work).expect("work dir");
+    let (work_s, root) = (work.display().to_string(), d.dir.path().display());
+    let assistant = |id: u32, name: &str, input: Value| {
+        json!({"type":"assistant","message":{"id":format!("m{id}"),"role":"assistant",
+            "content":[{"type":"tool_use","id":format!("t{id}"),"name":name,"input":input}]},
+            "parent_tool_use_id":null,"session_id":"s"})
+        .to_string()
+    };
+    let outside = format!("{root}/elsewhere/notes.md");
+    let lines = [
+        json!({"type":"system","subtype":"init","session_id":"s","cwd":work_s,"model":"m","tools":[]})
+            .to_string(),
+        assistant(1, "Write", json!({"file_path": format!("{work_s}/src/a.rs"), "content":"x"})),
+        assistant(2, "Edit", json!({"file_path": format!("{root}/shared/b.rs"), "old_string":"a", "new_string":"b"})),
+        assistant(3, "Write", json!({"file_path": outside, "content":"first-outside"})),
+        assistant(4, "Bash", json!({"command":"echo second-outside > /var/tmp/colibri-scope.txt"})),
+    ];
+    let go_file = d.path("scope.go");
+    let mut body = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done\n",
+        go_file.display()
+    );
+    for l in &lines {
+        body.push_str(&format!("printf '%s\\n' '{l}'\n"));
+    }
+    body.push_str("exec sleep 60\n");
+    let script = d.script("scope.sh", &body);
+    let id = d.spawn(
+        &[&script],
+        json!({"runtime":"claude","cwd":work_s,"scope":["../shared"]}),
+    );
+    let mut w = watch(&d, &id);
+    go(&go_file.display().to_string());
+
+    let warn = next(&mut w, "verdict", None);
+    let v = &warn["verdict"];
+    assert_eq!(
+        (&v["policy"], &v["rule"], &v["action"], &v["line"]),
+        (
+            &json!("guard"),
+            &json!("write_outside_scope"),
+            &json!("warn"),
+            &json!(4)
+        ),
+        "{warn}"
+    );
+    assert_eq!(v["path"], json!(outside), "{warn}");
+    let pause = next(&mut w, "verdict", None);
+    assert_eq!(pause["verdict"]["action"], json!("pause"), "{pause}");
+    assert_eq!(pause["verdict"]["line"], json!(5), "{pause}");
+    assert_eq!(
+        pause["verdict"]["path"],
+        json!("/var/tmp/colibri-scope.txt")
+    );
+    assert_eq!(
+        next(&mut w, "verdict", None)["verdict"]["action"],
+        json!("escalate")
+    );
+    let p = d.wait_pane(&id, "the scope rule's pause", |p| {
+        p["paused"] == json!(true)
+    });
+    assert_eq!(p["holds"][0]["rule"], json!("write_outside_scope"), "{p}");
+
+    // The session log, once it holds the second write: its attach record
+    // names the scope, and the fold replays the verdicts at its lines.
+    let (log, text) = wait_for(
+        Duration::from_secs(30),
+        "the log to hold the writes",
+        || {
+            std::fs::read_dir(d.state.join("sessions"))
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find_map(|p| {
+                    let t = std::fs::read_to_string(&p).ok()?;
+                    t.contains("second-outside").then_some((p, t))
+                })
+        },
+    );
+    let line_of = |needle: &str| {
+        text.lines()
+            .position(|l| l.contains(needle))
+            .map(|i| i as u64 + 1)
+            .expect("the line is logged")
+    };
+    let attach: Value = serde_json::from_str(
+        text.lines()
+            .find(|l| l.contains("\"colibri\":\"attach\""))
+            .expect("an attach record"),
+    )
+    .expect("json");
+    assert_eq!(attach["scope"], json!(["../shared"]), "{attach}");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_colibri"))
+        .args(["fold", "--json"])
+        .arg(&log)
+        .output()
+        .expect("fold");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: Value = serde_json::from_slice(&o.stdout).expect("fold report");
+    let folded: Vec<(u64, String, String)> = report["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .map(|v| {
+            (
+                v["line"].as_u64().unwrap_or(0),
+                v["rule"].as_str().unwrap_or("").to_string(),
+                v["action"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let (first, second) = (line_of("first-outside"), line_of("second-outside"));
+    let scope = "write_outside_scope".to_string();
+    assert_eq!(
+        folded,
+        [
+            (first, scope.clone(), "warn".to_string()),
+            (second, scope.clone(), "pause".to_string()),
+            (second, scope, "escalate".to_string()),
+        ],
+        "{report}"
+    );
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+}
+
+/// The scope rule as colibri.toml sets it: a declared Pi-shaped agent
+/// whose `scope` names `../shared`, with `[guard] scope_paths` adding a
+/// scratch directory for every pane and `scope_pause_after = 1`. Its
+/// writes in its directory, its declared path and the scratch directory
+/// (its `write` tool, its shell's `>>`) give nothing; its first `edit`
+/// outside them pauses it at once, naming the file.
+#[test]
+fn a_declared_agents_scope_and_the_guards_scope_settings_come_from_colibri_toml() {
+    let mut d = Colibrid::start(&[]);
+    let (work, shared, scratch) = (d.path("work"), d.path("shared"), d.path("scratch"));
+    for dir in [&work, &shared, &scratch] {
+        std::fs::create_dir_all(dir).expect("dir");
+    }
+    let outside = d.path("elsewhere/b.txt").display().to_string();
+    let call = |id: u32, tool: &str, args: Value| {
+        json!({"type":"tool_execution_start","toolCallId":format!("t{id}"),"toolName":tool,"args":args})
+            .to_string()
+    };
+    let lines = [
+        r#"{"type":"agent_start"}"#.to_string(),
+        call(1, "write", json!({"path":"src/a.txt","content":"x"})),
+        call(2, "write", json!({"path":"../shared/a.txt","content":"x"})),
+        call(
+            3,
+            "bash",
+            json!({"command": format!("echo x >> {}/log", scratch.display())}),
+        ),
+        call(
+            4,
+            "edit",
+            json!({"path": outside, "oldText":"a","newText":"b"}),
+        ),
+    ];
+    let gate = d.path("declared.go");
+    let mut body = format!("while [ ! -e '{}' ]; do sleep 0.05; done\n", gate.display());
+    for l in &lines {
+        body.push_str(&format!("printf '%s\\n' '{l}'\n"));
+    }
+    body.push_str("exec sleep 60\n");
+    let script = d.script("declared.sh", &body);
+    d.relaunch_with_config(
+        "scope.toml",
+        &format!(
+            r#"
+[guard]
+scope_pause_after = 1
+scope_paths = ["{scratch}"]
+
+[agents.w]
+argv = ["{script}"]
+runtime = "pi"
+cwd = "{work}"
+scope = ["../shared"]
+"#,
+            scratch = scratch.display(),
+            work = work.display(),
+        ),
+    );
+    let p = d.wait_named("w", "the declared agent", |p| p["pid"].is_number());
+    let id = p["id"].as_str().expect("pane id").to_string();
+    let mut w = watch(&d, &id);
+    go(&gate.display().to_string());
+
+    let first = next(&mut w, "verdict", None);
+    let v = &first["verdict"];
+    assert_eq!(
+        (&v["rule"], &v["action"], &v["line"], &v["path"]),
+        (
+            &json!("write_outside_scope"),
+            &json!("pause"),
+            &json!(5),
+            &json!(outside)
+        ),
+        "{first}"
+    );
+    assert_eq!(
+        next(&mut w, "verdict", None)["verdict"]["action"],
+        json!("escalate")
+    );
+    let p = d.wait_pane(&id, "the scope rule's pause", |p| {
+        p["paused"] == json!(true)
+    });
+    assert_eq!(p["holds"][0]["rule"], json!("write_outside_scope"), "{p}");
+    d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+}

@@ -328,6 +328,7 @@ impl Budgets {
                     target: prev.target(&key),
                     action: Action::Resume,
                     reason: format!("budget {}: changed or removed by a reload", prev.name),
+                    path: None,
                 });
             }
         }
@@ -380,6 +381,7 @@ impl Budgets {
                 target: rule.target(&key),
                 action,
                 reason,
+                path: None,
             };
             let spent = describe(rule.unit, total, cap);
             match ledger.status {
@@ -444,6 +446,7 @@ impl Budgets {
                 target: rule.target(key),
                 action: Action::Resume,
                 reason: format!("budget {}: {}", rule.name, describe(rule.unit, total, cap)),
+                path: None,
             });
         }
     }
@@ -512,6 +515,7 @@ impl Budgets {
                 target: rule.target(key),
                 action: Action::Resume,
                 reason: format!("budget {}: resumed once by an operator", rule.name),
+                path: None,
             });
         }
         Ok(out)
@@ -549,6 +553,7 @@ impl Budgets {
                     "budget {}: paused for its scope; a pane that starts meanwhile waits too",
                     rule.name
                 ),
+                path: None,
             });
         }
         out
@@ -696,6 +701,7 @@ mod tests {
             runtime: Some("pi".into()),
             model: None,
             cwd: None,
+            scope: Vec::new(),
         }
     }
 

@@ -21,17 +21,23 @@
 
 mod shell;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+
+use super::scope;
 
 /// Which rule a tool call matched.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GuardRule {
     /// A recursive `rm` (or `find -delete`, `find -exec rm -r`) of a path
-    /// outside the working directory (or a path the guard cannot resolve:
-    /// a variable, `~`, a substitution, what `xargs` reads).
+    /// not strictly below the working directory or a path of the pane's
+    /// scope (or a path the guard cannot resolve: a variable, `~`, a
+    /// substitution, what `xargs` reads).
     RmOutsideCwd,
+    /// A recursive `chmod`, `chown` or `chgrp` (`-R`) of a path not at or
+    /// below the working directory or a path of the pane's scope.
+    ChmodOutsideScope,
     /// `git push --force` / `-f` / a `+refspec`, or one that deletes
     /// remote branches (`--delete`, `:branch`, `--mirror`, `--prune`).
     GitForcePush,
@@ -53,12 +59,18 @@ pub enum GuardRule {
     /// A command the guard could not read to its end: nested deeper than
     /// it reads, or longer than it reads.
     Unreadable,
+    /// A file written or edited outside the pane's scope: the scope rule
+    /// (`policy::scope`), which warns before it pauses. [`check`] never
+    /// gives it; it is a rule here so `disable` and the verdicts name it
+    /// as they name the others.
+    WriteOutsideScope,
 }
 
 impl GuardRule {
     /// Every rule, in the order the docs list them.
-    pub const ALL: [GuardRule; 8] = [
+    pub const ALL: [GuardRule; 10] = [
         GuardRule::RmOutsideCwd,
+        GuardRule::ChmodOutsideScope,
         GuardRule::GitForcePush,
         GuardRule::GitDiscard,
         GuardRule::SqlDrop,
@@ -66,11 +78,13 @@ impl GuardRule {
         GuardRule::DdToDevice,
         GuardRule::SystemConfig,
         GuardRule::Unreadable,
+        GuardRule::WriteOutsideScope,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             GuardRule::RmOutsideCwd => "rm_outside_cwd",
+            GuardRule::ChmodOutsideScope => "chmod_outside_scope",
             GuardRule::GitForcePush => "git_force_push",
             GuardRule::GitDiscard => "git_discard",
             GuardRule::SqlDrop => "sql_drop",
@@ -78,6 +92,7 @@ impl GuardRule {
             GuardRule::DdToDevice => "dd_to_device",
             GuardRule::SystemConfig => "system_config",
             GuardRule::Unreadable => "unreadable",
+            GuardRule::WriteOutsideScope => "write_outside_scope",
         }
     }
 }
@@ -329,15 +344,20 @@ pub fn check(tool: &str, args: &str, cwd: Option<&str>) -> Option<GuardHit> {
 }
 
 /// The directories an `rm` target is judged by: relative targets are
-/// resolved from `here`, and must lie strictly below `root`. They differ
-/// when the harness says where the call runs (a Claude Code hook's `cwd`)
-/// and the agent has left the directory it was started in.
+/// resolved from `here`, and must lie strictly below `root` or a path of
+/// `scope`. `root` and `here` differ when the harness says where the call
+/// runs (a Claude Code hook's `cwd`) and the agent has left the directory
+/// it was started in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Dirs<'a> {
     /// The agent's working directory: what `rm` may empty.
     pub root: Option<&'a str>,
     /// Where the call runs.
     pub here: Option<&'a str>,
+    /// The pane's scope besides its working directory, absolute and
+    /// resolved (`scope::Roots::others`): what `rm` and `chmod -R` may
+    /// also touch.
+    pub scope: &'a [String],
 }
 
 impl<'a> Dirs<'a> {
@@ -346,12 +366,33 @@ impl<'a> Dirs<'a> {
         Dirs {
             root: cwd,
             here: cwd,
+            scope: &[],
         }
     }
 }
 
 /// [`check`] with the call's own directory besides the agent's.
 pub fn check_in(tool: &str, args: &str, dirs: Dirs<'_>) -> Option<GuardHit> {
+    read(tool, args, dirs).hit
+}
+
+/// What one reading of a tool call found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// The destructive rule it matched.
+    pub hit: Option<GuardHit>,
+    /// The files its shell command writes (redirections, `tee`, `sed -i`,
+    /// the destination of `cp`/`mv`/`install`/`ln`, `dd of=`, the files
+    /// an `apply_patch` patches), as written after the variables the
+    /// command set are substituted, in reading order, at most
+    /// [`scope::MAX_WRITES`](super::scope::MAX_WRITES). A reading cut
+    /// short by a hit holds those seen before it.
+    pub writes: Vec<String>,
+}
+
+/// [`check_in`], with the files the command writes (for the scope rule:
+/// one reading serves both).
+pub fn read(tool: &str, args: &str, dirs: Dirs<'_>) -> Reading {
     let text = match serde_json::from_str::<serde_json::Value>(args) {
         Ok(value) => command_text(&value),
         // Not JSON: a bare command line.
@@ -359,18 +400,31 @@ pub fn check_in(tool: &str, args: &str, dirs: Dirs<'_>) -> Option<GuardHit> {
     };
     if is_sql_tool(tool) {
         if let Some(hit) = sql_drop(text.as_deref().unwrap_or(args)) {
-            return Some(hit);
+            return Reading {
+                hit: Some(hit),
+                writes: Vec::new(),
+            };
         }
     }
-    let text = text?;
+    let Some(text) = text else {
+        return Reading::default();
+    };
     if text.len() > MAX_SCRIPT {
-        return hit(GuardRule::Unreadable, &text);
+        return Reading {
+            hit: hit(GuardRule::Unreadable, &text),
+            writes: Vec::new(),
+        };
     }
     let reader = Reader {
         dirs,
         budget: Cell::new(READ_BUDGET),
+        writes: RefCell::new(Vec::new()),
     };
-    reader.script(&text, &[], 0)
+    let hit = reader.script(&text, &[], 0);
+    Reading {
+        hit,
+        writes: reader.writes.into_inner(),
+    }
 }
 
 /// The command string inside a tool's JSON arguments, if it has one.
@@ -408,11 +462,12 @@ fn is_sql_tool(tool: &str) -> bool {
     t.contains("sql") || t.contains("query") || t.contains("database")
 }
 
-/// One call's reading: where its paths are judged from, and how much more
-/// it may read.
+/// One call's reading: where its paths are judged from, how much more it
+/// may read, and the files it writes so far.
 struct Reader<'a> {
     dirs: Dirs<'a>,
     budget: Cell<usize>,
+    writes: RefCell<Vec<String>>,
 }
 
 impl Reader<'_> {
@@ -499,6 +554,11 @@ impl Reader<'_> {
             "tee" => self.tee(rest, &line),
             "sed" => self.sed(rest, &line),
             "cp" | "mv" | "install" | "ln" => self.copied(rest, &line),
+            "chmod" | "chown" | "chgrp" => self.chmod(&program, rest, &line),
+            "apply_patch" | "applypatch" => {
+                self.patched(rest, feed);
+                None
+            }
             p if is_mkfs(p) => hit(GuardRule::Mkfs, &line),
             "zfs" | "zpool" | "gpart" => storage_destroy(&program, rest, &line),
             "dropdb" | "dropuser" => hit(GuardRule::SqlDrop, &line),
@@ -707,11 +767,108 @@ impl Reader<'_> {
     }
 
     fn dd(&self, args: &[String], line: &str) -> Option<GuardHit> {
-        let to_device = args
-            .iter()
-            .filter_map(|a| a.strip_prefix("of="))
-            .any(|dest| self.is_device(dest));
+        let mut to_device = false;
+        for dest in args.iter().filter_map(|a| a.strip_prefix("of=")) {
+            self.note_write(dest);
+            to_device |= self.is_device(dest);
+        }
         to_device.then(|| hit(GuardRule::DdToDevice, line))?
+    }
+
+    /// `chmod|chown|chgrp -R` (`--recursive`) of a target not at or below
+    /// the working directory or a path of the scope. The mode or owner is
+    /// the first operand, unless `--reference` stands for it; `chmod -w`
+    /// and `chmod -rwx` are modes, not options.
+    fn chmod(&self, program: &str, args: &[String], line: &str) -> Option<GuardHit> {
+        const LONG: [&str; 13] = [
+            "recursive",
+            "reference",
+            "from",
+            "changes",
+            "silent",
+            "quiet",
+            "verbose",
+            "dereference",
+            "no-dereference",
+            "preserve-root",
+            "no-preserve-root",
+            "help",
+            "version",
+        ];
+        let (mut recursive, mut reference) = (false, false);
+        let mut operands: Vec<&str> = Vec::new();
+        let mut options_done = false;
+        let mut iter = args.iter();
+        while let Some(a) = iter.next() {
+            if options_done || !a.starts_with('-') || a == "-" {
+                operands.push(a);
+            } else if a == "--" {
+                options_done = true;
+            } else if let Some(long) = a.strip_prefix("--") {
+                let name = long_option(long, &LONG);
+                recursive |= name == Some("recursive");
+                reference |= name == Some("reference");
+                // `--reference FILE`, `--from OWNER`: the value follows.
+                if matches!(name, Some("reference" | "from")) && !long.contains('=') {
+                    iter.next();
+                }
+            } else if program == "chmod" && !a[1..].chars().all(|c| "RHLPfvch".contains(c)) {
+                operands.push(a);
+            } else {
+                recursive |= a.contains('R');
+            }
+        }
+        if !recursive {
+            return None;
+        }
+        let targets = if reference {
+            &operands[..]
+        } else {
+            operands.get(1..).unwrap_or_default()
+        };
+        let outside = targets.iter().any(|t| !self.within_scope(t));
+        outside.then(|| hit(GuardRule::ChmodOutsideScope, line))?
+    }
+
+    /// Whether `target` lies at or below the working directory or a path
+    /// of the scope (a root of `/` holds nothing safely, as for `rm`).
+    /// What cannot be resolved is outside; a relative path with no
+    /// directory known is inside unless it climbs above its start.
+    fn within_scope(&self, target: &str) -> bool {
+        if scope::unresolvable(target) {
+            return false;
+        }
+        let here = self.dirs.here.or(self.dirs.root);
+        if here.is_none() && !target.starts_with('/') {
+            return !scope::climbs(target);
+        }
+        let Some(path) = scope::resolve(target, here) else {
+            return false;
+        };
+        let root = self.dirs.root.or(self.dirs.here);
+        root.and_then(|r| scope::resolve(r, None))
+            .iter()
+            .chain(self.dirs.scope)
+            .any(|r| r != "/" && scope::at_or_below(&path, r))
+    }
+
+    /// `apply_patch PATCH`, or a patch on its standard input (`apply_patch
+    /// <<'EOF'`): the files it adds, updates, deletes or moves to.
+    fn patched(&self, args: &[String], feed: &[String]) {
+        let texts = args.iter().filter(|a| !a.starts_with('-')).chain(feed);
+        for text in texts {
+            for path in scope::patch_paths(text) {
+                self.note_write(&path);
+            }
+        }
+    }
+
+    /// Remembers a file the command writes (up to [`scope::MAX_WRITES`]).
+    fn note_write(&self, path: &str) {
+        let mut writes = self.writes.borrow_mut();
+        if writes.len() < scope::MAX_WRITES {
+            writes.push(path.to_string());
+        }
     }
 
     /// A program that writes over every file it names (`shred`).
@@ -738,9 +895,34 @@ impl Reader<'_> {
         if !in_place {
             return None;
         }
-        args.iter()
-            .filter(|a| !a.starts_with('-'))
-            .find_map(|a| self.written(a, line))
+        // The files are the operands after the script (the first operand,
+        // unless `-e`/`-f` gave it); BSD's `-i ''` names an empty suffix.
+        let mut script_given = false;
+        let mut operands: Vec<&String> = Vec::new();
+        let mut iter = args.iter();
+        while let Some(a) = iter.next() {
+            match a.as_str() {
+                "-e" | "-f" | "--expression" | "--file" => {
+                    script_given = true;
+                    iter.next();
+                }
+                "" | "--" => {}
+                o if o.starts_with("--expression=") || o.starts_with("--file=") => {
+                    script_given = true;
+                }
+                o if o.len() > 2 && (o.starts_with("-e") || o.starts_with("-f")) => {
+                    script_given = true;
+                }
+                o if o.starts_with('-') => {}
+                _ => operands.push(a),
+            }
+        }
+        let files = if script_given {
+            &operands[..]
+        } else {
+            operands.get(1..).unwrap_or_default()
+        };
+        files.iter().find_map(|a| self.written(a, line))
     }
 
     /// `cp`/`mv`/`install`/`ln`: the destination (`-t DIR`, or the last
@@ -765,9 +947,10 @@ impl Reader<'_> {
         self.written(operands.last()?, line)
     }
 
-    /// A file written (by a redirection, `tee`, `sed -i`, `cp`): a device
-    /// or system configuration is a hit.
+    /// A file written (by a redirection, `tee`, `sed -i`, `cp`): noted for
+    /// the scope rule; a device or system configuration is a hit.
     fn written(&self, path: &str, line: &str) -> Option<GuardHit> {
+        self.note_write(path);
         let path = normalise(path, self.dirs.here)?;
         if is_device_path(&path) {
             return hit(GuardRule::DdToDevice, line);
@@ -1188,8 +1371,8 @@ fn substituted_program(word: &str) -> Option<&str> {
 }
 
 /// Whether `target`, resolved from `dirs.here`, names something strictly
-/// below `dirs.root`. Anything the guard cannot resolve (a variable, `~`,
-/// a substitution, a glob at the top) is not.
+/// below `dirs.root` or a path of `dirs.scope`. Anything the guard cannot
+/// resolve (a variable, `~`, a substitution, a glob at the top) is not.
 fn inside_cwd(target: &str, dirs: Dirs<'_>) -> bool {
     if target.is_empty()
         || target.contains('$')
@@ -1237,20 +1420,24 @@ fn inside_cwd(target: &str, dirs: Dirs<'_>) -> bool {
     }
     let root = match (absolute, dirs.root, dirs.here) {
         (_, Some(root), _) => components(root),
-        (true, None, _) => return false,
         (false, None, Some(here)) => components(here),
         (false, None, None) => {
             // No working directory known: a relative path that never climbs
             // above its start is below it.
             return !resolved.is_empty();
         }
+        (true, None, _) => None,
     };
-    let Some(root) = root else { return false };
-    if root.is_empty() {
-        // A working directory of `/`: nothing is safely inside it.
-        return false;
-    }
-    resolved.len() > root.len() && resolved[..root.len()] == root[..]
+    // A root of `/` (a working directory of `/`) holds nothing safely.
+    let strictly_below = |root: &[String]| {
+        !root.is_empty() && resolved.len() > root.len() && resolved[..root.len()] == root[..]
+    };
+    root.is_some_and(|r| strictly_below(&r))
+        || dirs
+            .scope
+            .iter()
+            .filter_map(|s| components(s))
+            .any(|r| strictly_below(&r))
 }
 
 /// `DROP TABLE|DATABASE|SCHEMA|USER|ROLE` anywhere in SQL text, any case,
@@ -1406,7 +1593,16 @@ mod tests {
     fn relative_targets_resolve_from_where_the_call_runs_and_stay_below_the_agents_directory() {
         let rm = |cmd: &str, root: Option<&str>, here: Option<&str>| {
             let args = serde_json::json!({ "command": cmd }).to_string();
-            check_in("bash", &args, Dirs { root, here }).map(|h| h.rule)
+            check_in(
+                "bash",
+                &args,
+                Dirs {
+                    root,
+                    here,
+                    scope: &[],
+                },
+            )
+            .map(|h| h.rule)
         };
         let root = Some("/home/dev/project");
         let sub = Some("/home/dev/project/src");

@@ -13,6 +13,7 @@
 pub mod budget;
 pub mod guard;
 pub mod loops;
+pub mod scope;
 
 use std::collections::BTreeMap;
 
@@ -22,6 +23,7 @@ use crate::core::usage::Usage;
 pub use budget::{BudgetRule, Budgets, FleetBudget, Period, Price, Scope, Unit, OUTPUT_BUDGET};
 pub use guard::{GuardHit, GuardRule};
 pub use loops::{LoopSettings, LoopState};
+pub use scope::{ScopeMode, ScopeSettings};
 
 /// What one line of an agent's stream meant to the policies.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -181,6 +183,10 @@ pub struct PaneInfo {
     /// The pane's working directory now (informational: the guard uses
     /// the line's own, [`LineFacts::cwd`]).
     pub cwd: Option<String>,
+    /// The paths in the pane's scope besides its working directory, as
+    /// declared (absolute, or relative to the working directory): the
+    /// guard's scope rule (`scope`).
+    pub scope: Vec<String>,
 }
 
 /// Which policy gave a verdict.
@@ -276,6 +282,8 @@ pub struct Verdict {
     pub target: Target,
     pub action: Action,
     pub reason: String,
+    /// The file a scope verdict is about (resolved where it could be).
+    pub path: Option<String>,
 }
 
 /// What the guard does when a tool call matches.
@@ -293,6 +301,8 @@ pub struct GuardSettings {
     pub response: GuardResponse,
     /// Rules turned off.
     pub disabled: Vec<GuardRule>,
+    /// The scope rule (`write_outside_scope`).
+    pub scope: ScopeSettings,
 }
 
 impl GuardSettings {
@@ -305,11 +315,37 @@ impl GuardSettings {
     /// [`GuardSettings::check`] with the call's own directory
     /// ([`guard::check_in`]).
     pub fn check_in(&self, tool: &str, args: &str, dirs: guard::Dirs<'_>) -> Option<GuardHit> {
+        self.read(tool, args, dirs).hit
+    }
+
+    /// [`guard::read`] under these settings: nothing when the guard is
+    /// off, and no hit of a rule turned off.
+    pub fn read(&self, tool: &str, args: &str, dirs: guard::Dirs<'_>) -> guard::Reading {
         if !self.enabled {
-            return None;
+            return guard::Reading::default();
         }
-        let hit = guard::check_in(tool, args, dirs)?;
-        (!self.disabled.contains(&hit.rule)).then_some(hit)
+        let mut reading = guard::read(tool, args, dirs);
+        if reading
+            .hit
+            .as_ref()
+            .is_some_and(|h| self.disabled.contains(&h.rule))
+        {
+            reading.hit = None;
+        }
+        reading
+    }
+
+    /// A pane's scope: its working directory, its declared paths and
+    /// `[guard] scope_paths`, resolved against the directory.
+    pub fn roots(&self, cwd: Option<&str>, declared: &[String]) -> scope::Roots {
+        scope::Roots::resolve(cwd, declared, &self.scope.paths)
+    }
+
+    /// Whether the scope rule judges writes at all.
+    fn scope_on(&self) -> bool {
+        self.enabled
+            && self.scope.mode != ScopeMode::Off
+            && !self.disabled.contains(&GuardRule::WriteOutsideScope)
     }
 }
 
@@ -319,6 +355,7 @@ impl Default for GuardSettings {
             enabled: true,
             response: GuardResponse::Pause,
             disabled: Vec::new(),
+            scope: ScopeSettings::default(),
         }
     }
 }
@@ -372,6 +409,12 @@ struct PaneGovernance {
     /// A loop pause's timed resume.
     loop_resume_at: Option<Timestamp>,
     loop_line: u64,
+    /// Tool calls that wrote outside the pane's scope so far.
+    scope_strikes: u32,
+    /// The last tool call's name and arguments, hashed: the same call
+    /// reported twice in a row (Claude Code's `PreToolUse`, then its
+    /// `PermissionRequest` or the stream's `tool_use`) counts once.
+    last_call: Option<(u64, u64)>,
 }
 
 /// The policies and their state, for all panes.
@@ -421,7 +464,7 @@ impl Governor {
         for facts in lines {
             let cost = line_cost(&self.prices, pane, facts);
             self.budgets.observe(pane, facts, cost, now, &mut out);
-            guard_line(&self.guard, pane, facts, now, &mut out);
+            guard_line(&self.guard, state, pane, facts, now, &mut out);
             loop_line(&self.loops, state, pane, facts, now, &mut out);
         }
         out
@@ -448,6 +491,7 @@ impl Governor {
                 target: Target::Pane(id.clone()),
                 action: Action::Resume,
                 reason: "loop backoff elapsed".into(),
+                path: None,
             });
         }
         out
@@ -523,21 +567,37 @@ fn line_verdict<'a>(
         target: Target::Pane(pane.id.clone()),
         action,
         reason: reason.clone(),
+        path: None,
     }
 }
 
-/// The guard's verdicts on one line's tool call, if any.
+/// The guard's verdicts on one line's tool call, if any: a destructive
+/// rule's, else the scope rule's.
 fn guard_line(
     guard: &GuardSettings,
+    state: &mut PaneGovernance,
     pane: &PaneInfo,
     facts: &LineFacts,
     now: Timestamp,
     out: &mut Vec<Verdict>,
 ) {
     let Some(tool) = &facts.tool else { return };
+    let call = (fnv1a(tool.name.as_bytes()), tool.args_hash);
+    let again = state.last_call.replace(call) == Some(call);
     // The directory at this line, not the pane's latest: a replay cut
     // into other chunks must judge the line alike.
-    let Some(hit) = guard.check(&tool.name, &tool.args, facts.cwd.as_deref()) else {
+    let cwd = facts.cwd.as_deref();
+    let roots = guard.roots(cwd, &pane.scope);
+    let dirs = guard::Dirs {
+        root: cwd,
+        here: cwd,
+        scope: roots.others(),
+    };
+    let reading = guard.read(&tool.name, &tool.args, dirs);
+    let Some(hit) = reading.hit else {
+        if !again {
+            scope_line(guard, state, pane, facts, &roots, reading.writes, now, out);
+        }
         return;
     };
     let verdict = line_verdict(
@@ -557,6 +617,75 @@ fn guard_line(
         (false, GuardResponse::Kill) => Action::Kill,
     }));
     out.push(verdict(Action::Escalate));
+}
+
+/// The scope rule on one tool call: the first file it writes outside the
+/// pane's scope is a strike; the strikes before `pause_after` warn, that
+/// one and later ones pause (and escalate, as the guard's pauses do).
+#[allow(clippy::too_many_arguments)]
+fn scope_line(
+    guard: &GuardSettings,
+    state: &mut PaneGovernance,
+    pane: &PaneInfo,
+    facts: &LineFacts,
+    roots: &scope::Roots,
+    shell_writes: Vec<String>,
+    now: Timestamp,
+    out: &mut Vec<Verdict>,
+) {
+    let Some(tool) = &facts.tool else { return };
+    // A pane whose directory is not known, and given no path, has no
+    // scope to judge by.
+    if !guard.scope_on() || roots.is_empty() {
+        return;
+    }
+    let cwd = facts.cwd.as_deref();
+    let mut writes = scope::tool_writes(&tool.name, &tool.args);
+    writes.extend(shell_writes);
+    let Some(outside) = writes
+        .iter()
+        .filter(|w| !w.is_empty() && !scope::is_device(w, cwd))
+        .find(|w| !roots.holds(w, cwd))
+    else {
+        return;
+    };
+    state.scope_strikes = state.scope_strikes.saturating_add(1);
+    let strikes = state.scope_strikes;
+    let path = scope::resolve(outside, cwd).unwrap_or_else(|| outside.clone());
+    let pauses = guard.scope.mode == ScopeMode::Pause && strikes >= guard.scope.pause_after;
+    let rule = GuardRule::WriteOutsideScope.as_str();
+    let then = match guard.scope.mode {
+        ScopeMode::Pause if !pauses => format!("; the {} pauses", ordinal(guard.scope.pause_after)),
+        _ => String::new(),
+    };
+    let reason = format!(
+        "{rule}: {} {} ({} outside the scope{then})",
+        tool.name,
+        clip(&path),
+        ordinal(strikes),
+    );
+    let verdict = |action| Verdict {
+        path: Some(path.clone()),
+        ..line_verdict(pane, facts, now, PolicyKind::Guard, rule, reason.clone())(action)
+    };
+    if pauses {
+        out.push(verdict(Action::Pause { until: None }));
+        out.push(verdict(Action::Escalate));
+    } else {
+        out.push(verdict(Action::Warn));
+    }
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, … `11th`, `21st`.
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// The loop detector's verdicts on one line: a pause with its backoff,
@@ -836,6 +965,226 @@ mod tests {
         }
         assert_eq!(got, want);
         assert_eq!(together.next_deadline(), alone.next_deadline());
+    }
+
+    /// A pane in `/work/repo` with `../shared` in its scope, and a tool
+    /// call there: the verdicts of a fresh governor, as (rule, action).
+    fn first_verdicts(tool: &str, args: &str) -> Vec<(String, &'static str)> {
+        let pane = PaneInfo {
+            scope: vec!["../shared".into()],
+            ..info()
+        };
+        let mut facts = tool_line(3, tool, args);
+        facts.cwd = pane.cwd.clone();
+        Governor::new(Policies::default())
+            .observe(&pane, &facts, Timestamp::default())
+            .into_iter()
+            .map(|v| (v.rule, v.action.as_str()))
+            .collect()
+    }
+
+    fn bash(cmd: &str) -> String {
+        serde_json::json!({ "command": cmd }).to_string()
+    }
+
+    /// The (rule, action) pairs a call is expected to give.
+    type Expected = &'static [(&'static str, &'static str)];
+
+    #[test]
+    fn scope_verdicts_for_each_rule() {
+        const WARN: Expected = &[("write_outside_scope", "warn")];
+        const NONE: Expected = &[];
+        let guard =
+            |rule: &'static str| -> Vec<(&str, &str)> { vec![(rule, "pause"), (rule, "escalate")] };
+        let writes: &[(&str, String, Expected)] = &[
+            // A harness's write and edit tools.
+            ("Write", r#"{"file_path":"/etc/motd","content":"x"}"#.into(), WARN),
+            ("Write", r#"{"file_path":"src/new.rs","content":"x"}"#.into(), NONE),
+            ("Edit", r#"{"file_path":"/work/shared/a.md"}"#.into(), NONE),
+            ("NotebookEdit", r#"{"notebook_path":"/home/u/n.ipynb"}"#.into(), WARN),
+            ("write", r#"{"path":"../elsewhere/x"}"#.into(), WARN),
+            ("write_file", r#"{"file_path":"/work/repo/ok"}"#.into(), NONE),
+            ("replace", r#"{"file_path":"/opt/app/main.py"}"#.into(), WARN),
+            ("edit", r#"{"filePath":"/tmp/x.ts"}"#.into(), WARN),
+            (
+                "patch",
+                r#"{"patchText":"*** Begin Patch\n*** Update File: a.rs\n*** Add File: /srv/x\n*** End Patch"}"#.into(),
+                WARN,
+            ),
+            ("file_change", r#"[{"path":"/work/repo/src/lib.rs","kind":"update"}]"#.into(), NONE),
+            ("file_change", r#"[{"path":"/var/tmp/x","kind":"add"}]"#.into(), WARN),
+            // Shell redirections and the programs that write a named file.
+            ("bash", bash("echo x > /tmp/out"), WARN),
+            ("bash", bash("make >> ../elsewhere/build.log"), WARN),
+            ("bash", bash("cargo test 2>/dev/null > out.txt"), NONE),
+            ("bash", bash("ls | tee /var/tmp/list"), WARN),
+            ("bash", bash("ls | tee -a ./list"), NONE),
+            ("bash", bash("cp a.txt /opt/"), WARN),
+            ("bash", bash("cp -r src ../shared/backup"), NONE),
+            ("bash", bash("mv build /srv/"), WARN),
+            ("bash", bash("sed -i 's/a/b/' /home/u/.profile"), WARN),
+            ("bash", bash("sed -i '' -e 's/a/b/' src/x.rs"), NONE),
+            ("bash", bash("dd if=/dev/zero of=/var/tmp/img bs=1M count=1"), WARN),
+            ("bash", bash("echo hi > \"$OUT\""), WARN),
+            (
+                "bash",
+                bash("apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: /etc/cron.d/x\n+* * * * * true\n*** End Patch\nEOF"),
+                WARN,
+            ),
+            ("bash", bash("cat /etc/hosts > ./hosts"), NONE),
+            // Reading outside is no write.
+            ("Read", r#"{"file_path":"/etc/passwd"}"#.into(), NONE),
+            ("bash", bash("grep -r x /usr/share/doc"), NONE),
+        ];
+        let mut wrong = Vec::new();
+        for (tool, args, want) in writes {
+            let got = first_verdicts(tool, args);
+            let got: Vec<(&str, &str)> = got.iter().map(|(r, a)| (r.as_str(), *a)).collect();
+            if got != *want {
+                wrong.push(format!("{tool} {args}: want {want:?}, got {got:?}"));
+            }
+        }
+        // The destructive rules that honour the scope; outside it they
+        // pause and escalate at once.
+        let destructive: &[(&str, Vec<(&str, &str)>)] = &[
+            ("git reset --hard", guard("git_discard")),
+            (
+                "git -C /srv/other reset --hard HEAD~1",
+                guard("git_discard"),
+            ),
+            ("git clean -fdx", guard("git_discard")),
+            ("find /srv -name '*.log' -delete", guard("rm_outside_cwd")),
+            ("find ../shared/cache -delete", vec![]),
+            ("find . -name '*.o' -delete", vec![]),
+            ("rm -rf ../shared/tmp", vec![]),
+            ("rm -rf ../shared", guard("rm_outside_cwd")),
+            ("chmod -R 777 /srv", guard("chmod_outside_scope")),
+            ("chmod -R -w /srv", guard("chmod_outside_scope")),
+            ("chmod --recursive a+r ..", guard("chmod_outside_scope")),
+            ("chown -R me:staff /home/u", guard("chmod_outside_scope")),
+            ("chgrp -R staff /var/www", guard("chmod_outside_scope")),
+            ("sudo chown -R root /", guard("chmod_outside_scope")),
+            (
+                "chmod -R --reference=a.txt /opt",
+                guard("chmod_outside_scope"),
+            ),
+            ("chmod -R u+w .", vec![]),
+            ("chmod -R 755 /work/repo", vec![]),
+            ("chown -R me ../shared", vec![]),
+            ("chmod 644 /etc/x.conf", vec![]),
+            ("chmod -R 755 $DIR", guard("chmod_outside_scope")),
+            // A write the destructive guard pauses for is not also a strike.
+            ("echo x > /etc/hosts", guard("system_config")),
+        ];
+        for (cmd, want) in destructive {
+            let got = first_verdicts("bash", &bash(cmd));
+            let got: Vec<(&str, &str)> = got.iter().map(|(r, a)| (r.as_str(), *a)).collect();
+            if got != *want {
+                wrong.push(format!("{cmd}: want {want:?}, got {got:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// One pane's outside-scope writes in a row, under `policies`: the
+    /// actions of each call's verdicts.
+    fn strikes(policies: Policies, calls: &[(&str, &str)]) -> Vec<Vec<&'static str>> {
+        let mut g = Governor::new(policies);
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, (tool, args))| {
+                let mut f = tool_line(i as u64 + 1, tool, args);
+                f.cwd = info().cwd;
+                g.observe(&info(), &f, Timestamp::default())
+                    .iter()
+                    .map(|v| v.action.as_str())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_first_write_outside_the_scope_warns_the_second_pauses() {
+        let etc = r#"{"file_path":"/etc/motd"}"#;
+        let tmp = r#"{"file_path":"/tmp/x"}"#;
+        let inside = r#"{"file_path":"src/a.rs"}"#;
+        let calls = [
+            ("Write", etc),
+            // The same call again at once (a hook, then the stream): once.
+            ("Write", etc),
+            ("Write", inside),
+            ("Write", tmp),
+            ("Edit", etc),
+        ];
+        let got = strikes(Policies::default(), &calls);
+        assert_eq!(
+            got,
+            [
+                vec!["warn"],
+                vec![],
+                vec![],
+                vec!["pause", "escalate"],
+                vec!["pause", "escalate"]
+            ]
+        );
+        // The verdict names the rule and the file, resolved.
+        let mut g = Governor::new(Policies::default());
+        let mut f = tool_line(9, "write", r#"{"path":"../x/../y"}"#);
+        f.cwd = info().cwd;
+        let v = g.observe(&info(), &f, Timestamp::default());
+        assert_eq!(v[0].rule, "write_outside_scope");
+        assert_eq!(v[0].path.as_deref(), Some("/work/y"));
+        assert_eq!(
+            v[0].reason,
+            "write_outside_scope: write /work/y (1st outside the scope; the 2nd pauses)"
+        );
+        assert_eq!(v[0].line, 9);
+
+        // Warn-only never pauses; a later N pauses later; off, or the rule
+        // disabled, or the guard off, says nothing.
+        let mut warn_only = Policies::default();
+        warn_only.guard.scope.mode = ScopeMode::Warn;
+        let three = [("Write", etc), ("Write", tmp), ("Edit", etc)];
+        assert_eq!(strikes(warn_only, &three), [["warn"], ["warn"], ["warn"]]);
+        let mut third = Policies::default();
+        third.guard.scope.pause_after = 3;
+        assert_eq!(
+            strikes(third, &three),
+            [vec!["warn"], vec!["warn"], vec!["pause", "escalate"]]
+        );
+        let mut off = Policies::default();
+        off.guard.scope.mode = ScopeMode::Off;
+        let mut disabled = Policies::default();
+        disabled.guard.disabled = vec![GuardRule::WriteOutsideScope];
+        let mut guard_off = Policies::default();
+        guard_off.guard.enabled = false;
+        for p in [off, disabled, guard_off] {
+            assert!(strikes(p, &three).iter().all(Vec::is_empty));
+        }
+        // `[guard] scope_paths` widen every pane's scope.
+        let mut tmp_ok = Policies::default();
+        tmp_ok.guard.scope.paths = vec!["/tmp".into()];
+        assert_eq!(strikes(tmp_ok, &[("Write", tmp)]), [Vec::<&str>::new()]);
+    }
+
+    #[test]
+    fn a_pane_with_no_known_directory_and_no_scope_is_not_judged() {
+        let mut g = Governor::new(Policies::default());
+        let f = tool_line(1, "Write", r#"{"file_path":"/etc/motd"}"#);
+        assert!(g.observe(&info(), &f, Timestamp::default()).is_empty());
+        // A declared path is enough to judge by.
+        let pane = PaneInfo {
+            scope: vec!["/srv/data".into()],
+            ..info()
+        };
+        let v = g.observe(
+            &pane,
+            &tool_line(2, "Write", r#"{"file_path":"/etc/x"}"#),
+            Timestamp::default(),
+        );
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].action, Action::Warn);
     }
 
     #[test]

@@ -27,6 +27,22 @@ pub(super) fn spawn(d: &mut Daemon, call: &Call, a: Box<SpawnArgs>) -> Result<Re
 /// The longest name `spawn-agent` takes (a declared agent's is shorter:
 /// `core::spec::MAX_NAME_LEN`).
 const MAX_SPAWN_NAME_CHARS: usize = 256;
+
+/// `spawn-agent`'s `scope`: paths the guard compares as text, so a `~` or
+/// a variable (which nothing expands) is refused, as in colibri.toml.
+fn check_scope(scope: &[String]) -> Result<(), CommandError> {
+    if scope.len() > crate::core::spec::MAX_SCOPE_PATHS {
+        return Err(CommandError::invalid(format!(
+            "scope lists {} paths; at most {}",
+            scope.len(),
+            crate::core::spec::MAX_SCOPE_PATHS
+        )));
+    }
+    for p in scope {
+        crate::core::spec::check_scope_path(p).map_err(CommandError::invalid)?;
+    }
+    Ok(())
+}
 impl Daemon {
     /// The argv `a` asks for, with its system prompt placed: by the
     /// provider template's `{system_prompt}`, else appended the way the
@@ -193,6 +209,8 @@ impl Daemon {
                 )));
             }
         }
+        let scope = a.scope.clone().unwrap_or_default();
+        check_scope(&scope)?;
         let mut env: Vec<(String, String)> =
             a.env.clone().unwrap_or_default().into_iter().collect();
         if let Some(sp) = &a.system_prompt {
@@ -208,6 +226,7 @@ impl Daemon {
             rows: a.rows.unwrap_or(50).max(1),
             runtime: a.runtime,
             system_prompt: a.system_prompt.clone(),
+            scope,
         };
         let pane_id = uuid::Uuid::new_v4().to_string();
         let agent_name = Path::new(&recipe.argv[0]).file_name().map_or_else(

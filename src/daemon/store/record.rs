@@ -216,7 +216,7 @@ pub(super) fn oversize_tail(out: &mut Vec<u8>, dropped: u64) {
 
 /// `{"ts":…,"pane":…,"colibri":"attach","agent":…,"runtime":…,"name":…,
 /// "cwd":…,"argv":[…],"generation":n[,"jail":…][,"system_prompt":…]
-/// [,"role":…]}\n`.
+/// [,"role":…][,"scope":[…]]}\n`.
 pub(super) fn encode_attach(
     out: &mut Vec<u8>,
     ts: &mut TsText,
@@ -244,6 +244,16 @@ pub(super) fn encode_attach(
     push_field_str(out, "jail", rec.jail);
     push_field_str(out, "system_prompt", rec.system_prompt);
     push_field_str(out, "role", rec.role);
+    if !rec.scope.is_empty() {
+        out.extend_from_slice(b",\"scope\":[");
+        for (i, p) in rec.scope.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            push_str(out, p);
+        }
+        out.push(b']');
+    }
     out.extend_from_slice(b"}\n");
 }
 
@@ -561,6 +571,7 @@ mod tests {
         encode_raw(&mut out, &mut ts, now, "p", b"not json\x00");
         encode_oversize(&mut out, &mut ts, now, "p", 12345);
         let argv = vec!["pi".to_string(), "--mode".into(), "a\"b".into()];
+        let scope = vec!["/srv/data".to_string(), "../shared".into()];
         encode_attach(
             &mut out,
             &mut ts,
@@ -576,6 +587,7 @@ mod tests {
                 jail: Some("j1"),
                 system_prompt: Some("be \"brief\""),
                 role: Some("sysadmin"),
+                scope: &scope,
             },
         );
         encode_exit(
@@ -616,6 +628,10 @@ mod tests {
         assert_eq!(lines[3]["jail"], "j1");
         assert_eq!(lines[3]["system_prompt"], "be \"brief\"");
         assert_eq!(lines[3]["role"], "sysadmin");
+        assert_eq!(
+            lines[3]["scope"],
+            serde_json::json!(["/srv/data", "../shared"])
+        );
         assert_eq!(lines[4]["code"], 1);
         assert!(lines[4].get("signal").is_none());
         assert_eq!(lines[5]["dropped"], 7);

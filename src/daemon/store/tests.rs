@@ -79,6 +79,7 @@ fn attach_rec<'a>(pane: &'a str, argv: &'a [String]) -> AttachRecord<'a> {
         jail: None,
         system_prompt: None,
         role: None,
+        scope: &[],
     }
 }
 

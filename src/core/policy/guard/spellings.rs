@@ -112,6 +112,18 @@ const DESTRUCTIVE: &[(&str, &str)] = &[
     ("echo x | tee -a /usr/local/etc/pkg.conf", "system_config"),
     ("sed -i '' 's/a/b/' /etc/ssh/sshd_config", "system_config"),
     ("sed --in-place 's/a/b/' /etc/fstab", "system_config"),
+    // Permissions and owners changed down a tree outside the scope.
+    ("chmod -R 777 /", "chmod_outside_scope"),
+    ("chmod -Rv 000 /home", "chmod_outside_scope"),
+    ("chmod -R -w /srv", "chmod_outside_scope"),
+    ("chmod --recurs a+w ../other", "chmod_outside_scope"),
+    ("chown -R nobody ~", "chmod_outside_scope"),
+    ("chown -hR root:wheel /usr/local", "chmod_outside_scope"),
+    ("chown --from=me -R you /var", "chmod_outside_scope"),
+    ("chgrp -R wheel /etc", "chmod_outside_scope"),
+    ("sudo chmod -R 755 /", "chmod_outside_scope"),
+    ("find / -exec chmod -R 777 {} +", "chmod_outside_scope"),
+    ("echo /home | xargs chmod -R 700", "chmod_outside_scope"),
 ];
 
 /// Twins of the above that must pass.
@@ -184,6 +196,12 @@ const HARMLESS: &[&str] = &[
     "sed 's/a/b/' /etc/hosts",
     "sed -i 's/a/b/' ./config",
     "tee ./log < /etc/hosts",
+    "chmod -R u+w .",
+    "chmod -R 755 ./build /home/dev/project/bin",
+    "chmod 777 /tmp/x.sock",
+    "chown -R me ./data",
+    "chgrp -R staff src",
+    "chmod -R --reference=./a ./b",
 ];
 
 fn rule_of(cmd: &str) -> Option<&'static str> {
