@@ -10,6 +10,7 @@
 //! re-publish inside the duplicate window a no-op.
 
 mod args;
+mod cmd;
 mod nats;
 mod watch;
 

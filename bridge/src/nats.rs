@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, kv, stream, Context};
-use async_nats::HeaderMap;
+use async_nats::jetstream::{self, context::PublishErrorKind, kv, stream, Context};
+use async_nats::{Client, HeaderMap};
 use serde_json::{json, Value};
 
 use crate::args::{InitOpts, RunOpts};
+use crate::cmd;
 use crate::watch::{self, Item, Resume};
 
 pub const STREAM: &str = "COLIBRI_EVENTS";
@@ -17,9 +18,16 @@ pub const HOSTS_BUCKET: &str = "colibri_hosts";
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
 const RETRY_MIN: Duration = Duration::from_millis(250);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// Names the bridge instance that stored a message: how a bridge tells
+/// its own writes from another's when the stream moves under it.
+pub const WRITER_HEADER: &str = "Colibri-Bridge";
+/// The sequence chain: the stream sequence of the host's last stored
+/// message, and the filter that makes it the host's (servers >= 2.11).
+const EXPECTED_SEQ: &str = "Nats-Expected-Last-Subject-Sequence";
+const EXPECTED_SEQ_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 pub async fn init(o: &InitOpts) -> Result<(), String> {
-    let js = connect(&o.url, "colibri-bridge init").await?;
+    let js = jetstream::new(connect(&o.url, "colibri-bridge init").await?);
     let cfg = stream::Config {
         name: STREAM.to_string(),
         subjects: vec!["colibri.evt.>".to_string()],
@@ -52,14 +60,33 @@ pub async fn init(o: &InitOpts) -> Result<(), String> {
     Ok(())
 }
 
-async fn connect(url: &str, name: &str) -> Result<Context, String> {
-    let client = async_nats::ConnectOptions::new()
+async fn connect(url: &str, name: &str) -> Result<Client, String> {
+    async_nats::ConnectOptions::new()
         .name(name)
         .retry_on_initial_connect()
         .connect(url)
         .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    Ok(jetstream::new(client))
+        .map_err(|e| format!("{url}: {e}"))
+}
+
+/// This bridge's name on the messages it stores: unique per process.
+fn instance_id(host: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{host}/{}/{nanos:08x}", std::process::id())
+}
+
+/// Whether the server checks `Nats-Expected-Last-Subject-Sequence`
+/// against a subject filter: 2.11 and later. Older ones ignore the filter
+/// header and check the exact subject, which would refuse every publish.
+pub fn chain_supported(version: &str) -> bool {
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= (2, 11)
 }
 
 /// Publishes until stopped. A NATS error (the server gone, an ack that
@@ -67,15 +94,33 @@ async fn connect(url: &str, name: &str) -> Result<Context, String> {
 /// the server stored is the truth, so a publish it took before dying is
 /// not sent again after the duplicate window closed.
 pub async fn run(o: &RunOpts) -> Result<(), String> {
-    let js = connect(&o.url, &format!("colibri-bridge {}", o.host)).await?;
+    let client = connect(&o.url, &format!("colibri-bridge {}", o.host)).await?;
+    let js = jetstream::new(client.clone());
+    let me = instance_id(&o.host);
     let mut backoff = RETRY_MIN;
     let mut first = true;
     loop {
-        let pass = session(&js, o, first).await;
+        // One writer per host: wait while another bridge serves it, then
+        // serve it before writing, so the next one to start waits too.
+        cmd::stand_by(&client, &o.host, &me).await;
+        let server = match cmd::serve(&client, &o.host, &me).await {
+            Ok(s) => s,
+            Err(msg) => {
+                eprintln!("colibri-bridge: {msg}; resyncing in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_MAX);
+                continue;
+            }
+        };
+        let pass = session(&client, &js, o, &me, first).await;
+        drop(server);
         first = false;
         match pass {
             Ok(()) => return Ok(()),
             Err(Failure::Fatal(msg)) => return Err(msg),
+            Err(Failure::Conflict(msg)) => {
+                eprintln!("colibri-bridge: {msg}: another bridge writes for this host");
+            }
             Err(Failure::Retry { msg, published }) => {
                 if published > 0 {
                     backoff = RETRY_MIN;
@@ -94,6 +139,10 @@ enum Failure {
     /// Retrying cannot help (no stream at start: `init` was never run;
     /// later, a server coming back may briefly not know it yet).
     Fatal(String),
+    /// The host's stream moved under this bridge: another one stored the
+    /// event, or a message this one never saw. It stands by while the
+    /// other answers, then reads the last stored message and resumes.
+    Conflict(String),
 }
 
 fn retry(msg: String) -> Failure {
@@ -102,7 +151,13 @@ fn retry(msg: String) -> Failure {
 
 /// One pass: the host's last stored message, then `watch since` it, each
 /// event published and acked before the next.
-async fn session(js: &Context, o: &RunOpts, first: bool) -> Result<(), Failure> {
+async fn session(
+    client: &Client,
+    js: &Context,
+    o: &RunOpts,
+    me: &str,
+    first: bool,
+) -> Result<(), Failure> {
     let stream = match js.get_stream(STREAM).await {
         Ok(s) => s,
         Err(e) => {
@@ -119,7 +174,12 @@ async fn session(js: &Context, o: &RunOpts, first: bool) -> Result<(), Failure> 
             });
         }
     };
-    let resume = last_stored(&stream, &o.host).await.map_err(retry)?;
+    let last = last_stored(&stream, &o.host).await.map_err(retry)?;
+    let version = client.server_info().version;
+    let chain = chain_supported(&version);
+    // The stream sequence the next publish must follow (0: none yet).
+    let mut after = last.as_ref().map_or(0, |l| l.stream_seq);
+    let resume = last.map(|l| l.resume);
     let hosts = js
         .get_key_value(HOSTS_BUCKET)
         .await
@@ -139,8 +199,10 @@ async fn session(js: &Context, o: &RunOpts, first: bool) -> Result<(), Failure> 
                 since,
             } => {
                 eprintln!(
-                    "colibri-bridge: host {} publishing journal {id} after seq {since}",
-                    o.host
+                    "colibri-bridge: host {} publishing journal {id} after seq {since} \
+                     as {me} (sequence chain {}, nats-server {version})",
+                    o.host,
+                    if chain { "on" } else { "off" },
                 );
                 journal_id = id;
                 continue;
@@ -151,14 +213,36 @@ async fn session(js: &Context, o: &RunOpts, first: bool) -> Result<(), Failure> 
         let out = Outgoing::of(&o.host, &journal_id, &ev).map_err(|m| fail(m, published))?;
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", out.msg_id.as_str());
+        headers.insert(WRITER_HEADER, me);
+        if chain {
+            headers.insert(EXPECTED_SEQ, after.to_string().as_str());
+            headers.insert(EXPECTED_SEQ_SUBJECT, host_filter(&o.host).as_str());
+        }
         let payload =
             serde_json::to_vec(&ev).map_err(|e| fail(format!("encode event: {e}"), published))?;
         let ack = js
             .publish_with_headers(out.subject, headers, payload.into())
             .await
             .map_err(|e| fail(format!("publish seq {}: {e}", out.seq), published))?;
-        ack.await
-            .map_err(|e| fail(format!("ack of seq {}: {e}", out.seq), published))?;
+        let ack = match ack.await {
+            Ok(ack) => ack,
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                return Err(Failure::Conflict(format!(
+                    "seq {} refused: the host's last stored message is not stream seq {after}",
+                    out.seq
+                )));
+            }
+            Err(e) => return Err(fail(format!("ack of seq {}: {e}", out.seq), published)),
+        };
+        // This session started after the host's last stored message, so
+        // an id the server already holds was stored by someone else.
+        if ack.duplicate {
+            return Err(Failure::Conflict(format!(
+                "seq {} was already stored (stream seq {})",
+                out.seq, ack.sequence
+            )));
+        }
+        after = ack.sequence;
         published += 1;
         // Current state is best effort: the stream is the record, and
         // the next heartbeat or pane event writes it again.
@@ -172,9 +256,21 @@ async fn session(js: &Context, o: &RunOpts, first: bool) -> Result<(), Failure> 
     Err(fail("the watch thread ended".into(), published))
 }
 
+/// Every subject of one host's events.
+fn host_filter(host: &str) -> String {
+    format!("colibri.evt.{host}.>")
+}
+
+/// The host's last stored message: where its journal left off, and its
+/// stream sequence, which the next publish is chained to.
+struct LastStored {
+    resume: Resume,
+    stream_seq: u64,
+}
+
 /// The host's last stored message: a wildcard last-by-subject read.
-async fn last_stored(stream: &stream::Stream, host: &str) -> Result<Option<Resume>, String> {
-    let subject = format!("colibri.evt.{host}.>");
+async fn last_stored(stream: &stream::Stream, host: &str) -> Result<Option<LastStored>, String> {
+    let subject = host_filter(host);
     match stream.get_last_raw_message_by_subject(&subject).await {
         Ok(msg) => {
             let id = msg
@@ -182,9 +278,13 @@ async fn last_stored(stream: &stream::Stream, host: &str) -> Result<Option<Resum
                 .get("Nats-Msg-Id")
                 .map(|v| v.as_str().to_string())
                 .unwrap_or_default();
-            parse_msg_id(host, &id).map(Some).ok_or(format!(
+            let resume = parse_msg_id(host, &id).ok_or(format!(
                 "the last message on {subject} has no colibri message id ({id:?})"
-            ))
+            ))?;
+            Ok(Some(LastStored {
+                resume,
+                stream_seq: msg.sequence,
+            }))
         }
         Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
         Err(e) => Err(format!("last message on {subject}: {e}")),
@@ -304,6 +404,21 @@ mod tests {
         let out = Outgoing::of("db1", "c41d", &odd).expect("odd");
         assert_eq!(out.subject, "colibri.evt.db1._._");
         assert!(Outgoing::of("db1", "c41d", &json!({"event": "x"})).is_err());
+    }
+
+    #[test]
+    fn the_chain_is_used_from_nats_server_2_11() {
+        for (v, want) in [
+            ("2.15.1", true),
+            ("2.11.0", true),
+            ("2.12.3-RC.1", true),
+            ("3.0.0", true),
+            ("2.10.24", false),
+            ("2.9.10", false),
+            ("", false),
+        ] {
+            assert_eq!(chain_supported(v), want, "{v}");
+        }
     }
 
     #[test]

@@ -248,6 +248,13 @@ struct Stored {
     journal_id: String,
     subject: String,
     event: Value,
+    /// Its stream sequence.
+    stream_seq: u64,
+    /// The bridge instance that stored it (`Colibri-Bridge`).
+    writer: String,
+    /// The chain it was published with
+    /// (`Nats-Expected-Last-Subject-Sequence`).
+    expected: Option<u64>,
 }
 
 struct Reader {
@@ -307,6 +314,10 @@ impl Reader {
                     .get("Nats-Msg-Id")
                     .map(|v| v.as_str().to_string())
                     .expect("a message id");
+                let header = |name: &str| msg.headers.get(name).map(|v| v.as_str().to_string());
+                let writer = header("Colibri-Bridge").expect("the writer");
+                let expected = header("Nats-Expected-Last-Subject-Sequence")
+                    .map(|v| v.parse().expect("a sequence"));
                 let event: Value = serde_json::from_slice(&msg.payload).expect("JSON");
                 let (journal_id, seq) = id
                     .strip_prefix(&format!("{HOST}:"))
@@ -318,6 +329,9 @@ impl Reader {
                     journal_id: journal_id.to_string(),
                     subject: msg.subject.to_string(),
                     event,
+                    stream_seq: n,
+                    writer,
+                    expected,
                 });
             }
             out
@@ -336,6 +350,25 @@ fn assert_exactly_once(stored: &[Stored], journal_id: &str) {
         let name = m.event["event"].as_str().expect("event");
         assert_eq!(m.subject, format!("colibri.evt.{HOST}.{pane}.{name}"));
     }
+}
+
+/// Each message published chained to the host's one before it (0 for
+/// the first), which is what makes a second writer's publish fail.
+fn assert_chained(stored: &[Stored]) {
+    let mut before = 0;
+    for m in stored {
+        assert_eq!(m.expected, Some(before), "seq {} chained", m.seq);
+        before = m.stream_seq;
+    }
+}
+
+/// The instance id a bridge names itself by in its log.
+fn instance(log: &str) -> String {
+    log.split(" as ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no instance id in {log}"))
+        .to_string()
 }
 
 fn exits(stored: &[Stored]) -> usize {
@@ -370,15 +403,22 @@ fn every_event_is_stored_once_across_server_and_bridge_restarts() {
         d.spawn_exits(PER_PHASE);
         // Down until the bridge has seen a publish fail (an ack that
         // never came), so each outage is one it must recover from.
-        wait_for(Duration::from_secs(30), "the bridge to notice", || {
-            (bridge.log().matches("resyncing").count() > noticed).then_some(())
-        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while bridge.log().matches("resyncing").count() <= noticed {
+            assert!(
+                Instant::now() < deadline,
+                "the bridge never noticed the outage: {}",
+                bridge.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         nats.launch();
     }
     let (head, journal_id) = d.head();
     reader.wait_stored(head);
     let stored = reader.all();
     assert_exactly_once(&stored, &journal_id);
+    assert_chained(&stored);
     assert_eq!(exits(&stored), 2 * ROUNDS * PER_PHASE);
 
     // The bridge keeps no cursor: a new one, after events it never saw,
@@ -397,4 +437,83 @@ fn every_event_is_stored_once_across_server_and_bridge_restarts() {
         log.contains(&format!("publishing journal {journal_id} after seq {last}")),
         "resumed at the last stored message ({last}): {log}"
     );
+}
+
+#[test]
+fn a_second_bridge_for_the_host_never_stores_while_the_first_runs() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let d = Daemon::start(&colibrid);
+    let reader = Reader::connect(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let mut first = Bridge::start(&url, &d, logs.path().join("first.log"));
+    d.spawn_exits(5);
+    reader.wait_stored(d.head().0);
+    let first_id = instance(&first.log());
+
+    let second = Bridge::start(&url, &d, logs.path().join("second.log"));
+    wait_for(Duration::from_secs(20), "the second to stand by", || {
+        second.log().contains("standing by").then_some(())
+    });
+    d.spawn_exits(10);
+    let (head, journal_id) = d.head();
+    reader.wait_stored(head);
+    let stored = reader.all();
+    assert_exactly_once(&stored, &journal_id);
+    assert_chained(&stored);
+    assert!(
+        stored.iter().all(|m| m.writer == first_id),
+        "only {first_id} stored: {:?}",
+        stored.iter().map(|m| &m.writer).collect::<Vec<_>>()
+    );
+
+    // What the chain refuses: a publish that does not follow the host's
+    // last stored message, whoever sends it.
+    let stale = stored[stored.len() - 2].stream_seq;
+    let refused = reader.rt.block_on(async {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", "h1:rogue:1");
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence",
+            stale.to_string().as_str(),
+        );
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence-Subject",
+            format!("colibri.evt.{HOST}.>").as_str(),
+        );
+        reader
+            .js
+            .publish_with_headers(format!("colibri.evt.{HOST}._.rogue"), headers, "{}".into())
+            .await
+            .expect("sent")
+            .await
+    });
+    match refused {
+        Err(e) => assert_eq!(
+            e.kind(),
+            jetstream::context::PublishErrorKind::WrongLastSequence,
+            "{e}"
+        ),
+        Ok(ack) => panic!("a stale chain was stored: {ack:?}"),
+    }
+
+    // The first gone, the second takes over where it left off.
+    kill(&mut first.child);
+    wait_for(Duration::from_secs(20), "the second to take over", || {
+        second.log().contains("taking over").then_some(())
+    });
+    d.spawn_exits(5);
+    let (head, _) = d.head();
+    reader.wait_stored(head);
+    let after = reader.all();
+    assert_exactly_once(&after, &journal_id);
+    assert_chained(&after);
+    assert_eq!(exits(&after), 20);
+    let second_id = instance(&second.log());
+    assert_ne!(first_id, second_id);
+    assert!(after[stored.len()..].iter().all(|m| m.writer == second_id));
 }
