@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::protocol::{Command, Response, WatchArgs};
+use crate::protocol::{Command, Request, Response, WatchArgs};
 
 /// The operator socket when neither `--socket` nor `COLIBRI_SOCKET` names one.
 pub const DEFAULT_SOCKET: &str = "/var/run/colibri/colibri.sock";
@@ -266,13 +266,34 @@ impl Client {
         })
     }
 
+    /// Sends `request` (its `id` too) and returns the reply line as the
+    /// daemon wrote it, without its newline: for a relay that hands the
+    /// reply on untouched (the fleet bridge's `colibri.cmd.<host>`).
+    pub fn relay(&mut self, request: &Request) -> Result<Vec<u8>, ClientError> {
+        let line = request
+            .to_line()
+            .map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
+        self.send_line(&line)?;
+        match read_line_capped(&mut self.reader, self.max_reply) {
+            Ok(Some(line)) => Ok(line),
+            Ok(None) => Err(ClientError::Protocol(
+                "the daemon closed the connection without a reply".into(),
+            )),
+            Err(e) => Err(self.read_error(e)),
+        }
+    }
+
     fn send(&mut self, cmd: &Command) -> Result<(), ClientError> {
         let line = cmd
             .to_line()
             .map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
+        self.send_line(&line)
+    }
+
+    fn send_line(&mut self, line: &[u8]) -> Result<(), ClientError> {
         let stream = self.reader.get_mut();
         stream
-            .write_all(&line)
+            .write_all(line)
             .map_err(|e| io_error(e, self.timeout))?;
         stream.flush().map_err(|e| io_error(e, self.timeout))
     }

@@ -1,11 +1,22 @@
 //! `colibri.cmd.<host>`: the subject only the host's live bridge serves.
-//! A bridge about to write asks it first (a ping): an answer means
-//! another bridge writes for this host, "no responders" that none does.
+//!
+//! - A request carrying the daemon protocol's request JSON is relayed to
+//!   colibrid over the operator socket, if its command is on the fleet's
+//!   allow-list, and colibrid's reply line goes back as it came. Anything
+//!   else is refused here and never reaches the daemon. Nothing is
+//!   queued for a host without a bridge: NATS answers "no responders".
+//! - A ping (the `Colibri-Ping` header) is answered with the bridge's
+//!   instance id: a bridge about to write asks first, and an answer means
+//!   another bridge writes for this host.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use async_nats::{Client, HeaderMap};
+use async_nats::{Client, HeaderMap, Message};
+use colibri::client::Client as Socket;
+use colibri::protocol::{err_line, Command, ErrorCode, Request, RequestError};
 use futures_util::StreamExt;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// The header that makes a request on `colibri.cmd.<host>` a ping: the
@@ -56,18 +67,174 @@ pub async fn stand_by(client: &Client, host: &str, me: &str) {
     }
 }
 
-/// The task serving `colibri.cmd.<host>`, stopped (and the subject left)
+/// The commands `colibri.cmd.<host>` carries, by wire name: answering
+/// approvals, and steering and reading panes. Nothing that starts a new
+/// process from a request's own argv (`spawn-agent`), types into a pane,
+/// or holds a connection open (`watch`, `attach`).
+pub const ALLOWED: [&str; 12] = [
+    "approve",
+    "deny",
+    "answer",
+    "pause-agent",
+    "resume-agent",
+    "start-agent",
+    "stop-agent",
+    "restart-agent",
+    "kill-agent",
+    "snapshot",
+    "approvals",
+    "status",
+];
+
+fn allowed(c: &Command) -> bool {
+    matches!(
+        c,
+        Command::Approve(_)
+            | Command::Deny(_)
+            | Command::Answer(_)
+            | Command::PauseAgent(_)
+            | Command::ResumeAgent(_)
+            | Command::StartAgent(_)
+            | Command::StopAgent(_)
+            | Command::RestartAgent(_)
+            | Command::KillAgent(_)
+            | Command::Snapshot(_)
+            | Command::Approvals(_)
+            | Command::Status
+    )
+}
+
+/// Who sent a request, as far as the server tells: the `user` of the
+/// `Nats-Request-Info` header the server adds across accounts, else
+/// `nats`. Core NATS does not name a publisher otherwise; the name is
+/// trusted because only operators may publish on `colibri.cmd.*`.
+fn requester(headers: Option<&HeaderMap>) -> String {
+    let user = headers
+        .and_then(|h| h.get("Nats-Request-Info"))
+        .and_then(|v| serde_json::from_str::<serde_json::Value>(v.as_str()).ok())
+        .and_then(|info| info["user"].as_str().map(str::to_string))
+        .filter(|u| !u.is_empty());
+    let user: String = user
+        .unwrap_or_else(|| "nats".to_string())
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(48)
+        .collect();
+    format!("fleet:{user}")
+}
+
+/// The request colibrid gets, or the refusal line to answer with.
+pub fn admit(payload: &[u8], headers: Option<&HeaderMap>, host: &str) -> Result<Request, Vec<u8>> {
+    let forbidden = |id: Option<&serde_json::Value>, name: &str| {
+        err_line(
+            id,
+            ErrorCode::Forbidden,
+            &format!(
+                "{name} is not carried by colibri.cmd.{host}: the fleet may send {}",
+                ALLOWED.join(", ")
+            ),
+        )
+    };
+    let mut req = Request::parse(payload).map_err(|(id, e)| match e {
+        // Refused by name, whatever its arguments.
+        RequestError::BadArgs { ref cmd, .. } if !ALLOWED.contains(&cmd.as_str()) => {
+            forbidden(id.as_ref(), cmd)
+        }
+        RequestError::UnknownCommand(_) => {
+            err_line(id.as_ref(), ErrorCode::UnknownCommand, &e.to_string())
+        }
+        RequestError::BadArgs { .. } => err_line(id.as_ref(), ErrorCode::Invalid, &e.to_string()),
+        _ => err_line(id.as_ref(), ErrorCode::BadRequest, &e.to_string()),
+    })?;
+    if !allowed(&req.command) {
+        return Err(forbidden(req.id.as_ref(), req.command.name()));
+    }
+    // The answer's record names the fleet path: `operator via fleet:USER`.
+    if let Command::Approve(a) | Command::Deny(a) | Command::Answer(a) = &mut req.command {
+        a.via = Some(requester(headers));
+    }
+    Ok(req)
+}
+
+/// How long colibrid has to answer a relayed request.
+const DAEMON_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests waiting for colibrid; past it a request is refused as busy
+/// rather than queued behind a slow daemon.
+const PENDING: usize = 16;
+
+/// Relays `req` to colibrid and returns its reply line as it came.
+async fn relay(socket: &Path, req: Request, host: &str) -> Vec<u8> {
+    let socket = socket.to_path_buf();
+    let id = req.id.clone();
+    let asked = tokio::task::spawn_blocking(move || {
+        Socket::connect(&socket, DAEMON_TIMEOUT).and_then(|mut s| s.relay(&req))
+    })
+    .await;
+    match asked {
+        Ok(Ok(line)) => line,
+        Ok(Err(e)) => err_line(
+            id.as_ref(),
+            ErrorCode::Os,
+            &format!("colibrid on host {host}: {e}"),
+        ),
+        Err(e) => err_line(id.as_ref(), ErrorCode::Internal, &format!("relay: {e}")),
+    }
+}
+
+/// The tasks serving `colibri.cmd.<host>`, stopped (and the subject left)
 /// when dropped.
-pub struct Server(JoinHandle<()>);
+pub struct Server(JoinHandle<()>, JoinHandle<()>);
 
 impl Drop for Server {
     fn drop(&mut self) {
         self.0.abort();
+        self.1.abort();
     }
 }
 
+/// Answers one relayed request after another: colibrid's socket is
+/// local, and order is what an operator sent.
+async fn relay_loop(
+    client: Client,
+    mut rx: mpsc::Receiver<Message>,
+    host: String,
+    socket: PathBuf,
+) {
+    while let Some(msg) = rx.recv().await {
+        let Some(reply) = msg.reply else { continue };
+        let line = match admit(&msg.payload, msg.headers.as_ref(), &host) {
+            Ok(req) => {
+                let id = req.id.clone();
+                let line = relay(&socket, req, &host).await;
+                let max = client.server_info().max_payload;
+                if max > 0 && line.len() > max {
+                    err_line(
+                        id.as_ref(),
+                        ErrorCode::Busy,
+                        &format!(
+                            "the reply is {} bytes, more than the server's max_payload {max}",
+                            line.len()
+                        ),
+                    )
+                } else {
+                    line
+                }
+            }
+            Err(refusal) => refusal,
+        };
+        let _ = client.publish(reply, trim_newline(line).into()).await;
+    }
+}
+
+fn trim_newline(mut line: Vec<u8>) -> Vec<u8> {
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    }
+    line
+}
+
 /// Subscribes to `colibri.cmd.<host>` and answers there until dropped.
-pub async fn serve(client: &Client, host: &str, me: &str) -> Result<Server, String> {
+pub async fn serve(client: &Client, host: &str, me: &str, socket: &Path) -> Result<Server, String> {
     let mut sub = client
         .subscribe(subject(host))
         .await
@@ -85,18 +252,102 @@ pub async fn serve(client: &Client, host: &str, me: &str) -> Result<Server, Stri
             ))
         }
     }
+    let (tx, rx) = mpsc::channel(PENDING);
+    let relaying = tokio::spawn(relay_loop(
+        client.clone(),
+        rx,
+        host.to_string(),
+        socket.to_path_buf(),
+    ));
     let client = client.clone();
     let me = me.to_string();
-    Ok(Server(tokio::spawn(async move {
+    let host = host.to_string();
+    // Pings are answered here, never behind a slow relayed request.
+    let serving = tokio::spawn(async move {
         while let Some(msg) = sub.next().await {
-            let Some(reply) = msg.reply else { continue };
+            let Some(reply) = msg.reply.clone() else {
+                continue;
+            };
             let is_ping = msg
                 .headers
                 .as_ref()
                 .is_some_and(|h| h.get(PING_HEADER).is_some());
             if is_ping {
                 let _ = client.publish(reply, me.clone().into()).await;
+                continue;
+            }
+            if let Err(mpsc::error::TrySendError::Full(msg)) = tx.try_send(msg) {
+                let id = Request::parse(&msg.payload).ok().and_then(|r| r.id);
+                let busy = err_line(
+                    id.as_ref(),
+                    ErrorCode::Busy,
+                    &format!("the bridge for host {host} has {PENDING} requests waiting"),
+                );
+                let _ = client.publish(reply, trim_newline(busy).into()).await;
             }
         }
-    })))
+    });
+    Ok(Server(serving, relaying))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn refusal(line: Vec<u8>) -> Value {
+        serde_json::from_slice(&line).expect("a reply envelope")
+    }
+
+    #[test]
+    fn the_allow_list_is_the_commands_it_names() {
+        for name in colibri::protocol::COMMAND_NAMES {
+            let line = format!(r#"{{"cmd":"{name}"}}"#);
+            // Arguments aside, a command is admitted exactly when listed.
+            let refused_as_forbidden = match admit(line.as_bytes(), None, "h1") {
+                Ok(_) => false,
+                Err(l) => refusal(l)["code"] == json!("forbidden"),
+            };
+            assert_eq!(!refused_as_forbidden, ALLOWED.contains(&name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_says_why_and_echoes_the_id() {
+        let r = refusal(
+            admit(br#"{"cmd":"spawn-agent","argv":["sh"],"id":7}"#, None, "h1")
+                .expect_err("refused"),
+        );
+        assert_eq!(r["ok"], json!(false));
+        assert_eq!(r["code"], json!("forbidden"));
+        assert_eq!(r["id"], json!(7));
+        let msg = r["error"].as_str().expect("a message");
+        assert!(
+            msg.contains("spawn-agent") && msg.contains("colibri.cmd.h1"),
+            "{msg}"
+        );
+        let r = refusal(admit(b"{nope", None, "h1").expect_err("refused"));
+        assert_eq!(r["code"], json!("bad_request"));
+    }
+
+    #[test]
+    fn an_answer_names_the_fleet_path() {
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Request-Info", r#"{"acc":"COLIBRI","user":"alice"}"#);
+        let req = admit(
+            br#"{"cmd":"approve","approval":"p1","via":"board"}"#,
+            Some(&h),
+            "h1",
+        )
+        .expect("admitted");
+        let Command::Approve(a) = req.command else {
+            panic!("not approve")
+        };
+        assert_eq!(a.via.as_deref(), Some("fleet:alice"));
+        let req = admit(br#"{"cmd":"deny","approval":"p1"}"#, None, "h1").expect("admitted");
+        let Command::Deny(a) = req.command else {
+            panic!("not deny")
+        };
+        assert_eq!(a.via.as_deref(), Some("fleet:nats"));
+    }
 }

@@ -103,7 +103,7 @@ pub async fn run(o: &RunOpts) -> Result<(), String> {
         // One writer per host: wait while another bridge serves it, then
         // serve it before writing, so the next one to start waits too.
         cmd::stand_by(&client, &o.host, &me).await;
-        let server = match cmd::serve(&client, &o.host, &me).await {
+        let server = match cmd::serve(&client, &o.host, &me, &o.socket).await {
             Ok(s) => s,
             Err(msg) => {
                 eprintln!("colibri-bridge: {msg}; resyncing in {backoff:?}");

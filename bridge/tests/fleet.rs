@@ -260,6 +260,7 @@ struct Stored {
 struct Reader {
     rt: tokio::runtime::Runtime,
     js: jetstream::Context,
+    client: async_nats::Client,
 }
 
 impl Reader {
@@ -268,15 +269,31 @@ impl Reader {
             .enable_all()
             .build()
             .expect("runtime");
-        let js = rt.block_on(async {
+        let (client, js) = rt.block_on(async {
             let client = async_nats::ConnectOptions::new()
                 .retry_on_initial_connect()
                 .connect(url)
                 .await
                 .expect("connect");
-            jetstream::new(client)
+            let js = jetstream::new(client.clone());
+            (client, js)
         });
-        Reader { rt, js }
+        Reader { rt, js, client }
+    }
+
+    /// A request on `colibri.cmd.<host>`: the reply envelope, or why
+    /// there was none.
+    fn command(&self, host: &str, req: &Value) -> Result<Value, async_nats::RequestErrorKind> {
+        self.rt.block_on(async {
+            let asked = self
+                .client
+                .request(format!("colibri.cmd.{host}"), req.to_string().into());
+            match tokio::time::timeout(Duration::from_secs(20), asked).await {
+                Ok(Ok(msg)) => Ok(serde_json::from_slice(&msg.payload).expect("a JSON reply")),
+                Ok(Err(e)) => Err(e.kind()),
+                Err(_) => Err(async_nats::RequestErrorKind::TimedOut),
+            }
+        })
     }
 
     /// The host's newest stored seq, once the server answers.
@@ -516,4 +533,123 @@ fn a_second_bridge_for_the_host_never_stores_while_the_first_runs() {
     let second_id = instance(&second.log());
     assert_ne!(first_id, second_id);
     assert!(after[stored.len()..].iter().all(|m| m.writer == second_id));
+}
+
+/// A pi agent that asks to confirm, writes the line it reads back to
+/// `got`, then stays alive.
+fn asking_agent(d: &Daemon, name: &str) -> (String, PathBuf) {
+    let got = d.dir.path().join(format!("{name}.got"));
+    let script = d.dir.path().join(format!("{name}.sh"));
+    let request = r#"{"type":"extension_ui_request","id":"q1","method":"confirm","title":"Delete x?","message":"rm -rf x"}"#;
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' '{request}'\nIFS= read -r line\nprintf '%s\\n' \"$line\" > {got}.tmp\nmv {got}.tmp {got}\nexec sleep 60\n",
+            got = got.display()
+        ),
+    )
+    .expect("script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let data = d.ok(json!({"cmd":"spawn-agent","argv":[script],"runtime":"pi","name":name}));
+    (
+        data["agent_id"].as_str().expect("agent_id").to_string(),
+        got,
+    )
+}
+
+#[test]
+fn commands_reach_colibrid_over_nats_and_only_the_allowed_ones() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let d = Daemon::start(&colibrid);
+    let reader = Reader::connect(&url);
+
+    // No bridge: refused at once, never queued.
+    let t = Instant::now();
+    let none = reader.command(HOST, &json!({"cmd":"status"}));
+    assert_eq!(none, Err(async_nats::RequestErrorKind::NoResponders));
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+
+    let logs = tempfile::tempdir().expect("tempdir");
+    let _bridge = Bridge::start(&url, &d, logs.path().join("bridge.log"));
+    let status = wait_for(Duration::from_secs(20), "the bridge to serve", || {
+        reader
+            .command(HOST, &json!({"cmd":"status","id":"r1"}))
+            .ok()
+    });
+    assert_eq!(status["ok"], json!(true), "{status}");
+    assert_eq!(status["id"], json!("r1"));
+    let local = d.ok(json!({"cmd":"status"}));
+    assert_eq!(status["data"]["pid"], local["pid"], "{status}");
+
+    // Outside the allow-list: refused by the bridge, colibrid never asked.
+    let marker = d.dir.path().join("spawned");
+    let before = d.ok(json!({"cmd":"snapshot"}));
+    for (req, name) in [
+        (
+            json!({"cmd":"spawn-agent","argv":["/bin/sh","-c",format!("touch {}", marker.display())],"id":2}),
+            "spawn-agent",
+        ),
+        (
+            json!({"cmd":"send-input","agent_id":"x","text":"rm -rf /","id":2}),
+            "send-input",
+        ),
+        (json!({"cmd":"watch","id":2}), "watch"),
+    ] {
+        let r = reader.command(HOST, &req).expect("a reply");
+        assert_eq!(r["ok"], json!(false), "{r}");
+        assert_eq!(r["code"], json!("forbidden"), "{r}");
+        assert_eq!(r["id"], json!(2), "{r}");
+        let msg = r["error"].as_str().expect("a message");
+        assert!(msg.contains(name) && msg.contains("approve"), "{msg}");
+    }
+    assert!(!marker.exists());
+    assert_eq!(d.ok(json!({"cmd":"snapshot"}))["panes"], before["panes"]);
+
+    // An approve over NATS reaches the pending approval like a local one.
+    let (pane, got) = asking_agent(&d, "pi1");
+    let approval = wait_for(Duration::from_secs(30), "an approval to open", || {
+        let r = reader
+            .command(HOST, &json!({"cmd":"approvals","agent_id": pane}))
+            .ok()?;
+        r["data"]["approvals"].get(0).cloned()
+    });
+    assert_eq!(approval["kind"], json!("confirm"));
+    let r = reader
+        .command(
+            HOST,
+            &json!({"cmd":"approve","approval":"pi1","via":"board"}),
+        )
+        .expect("a reply");
+    assert_eq!(r["ok"], json!(true), "{r}");
+    assert_eq!(r["data"]["decision"], json!("approve"), "{r}");
+    assert_eq!(r["data"]["approval"], approval["id"], "{r}");
+    let line = wait_for(Duration::from_secs(30), "the agent's answer", || {
+        std::fs::read_to_string(&got).ok()
+    });
+    assert_eq!(
+        line.trim_end(),
+        r#"{"type":"extension_ui_response","id":"q1","confirmed":true}"#
+    );
+    // The record names the fleet path, and the fleet's stream carries it.
+    let (head, _) = d.head();
+    reader.wait_stored(head);
+    let answered = reader
+        .all()
+        .into_iter()
+        .find(|m| m.event["event"] == json!("approval_answered"))
+        .expect("approval_answered in the stream");
+    assert_eq!(answered.event["by"], json!("operator via fleet:nats"));
+    assert_eq!(answered.event["decision"], json!("approve"));
+    // Answered: a second approve is colibrid's own refusal, relayed.
+    let again = reader
+        .command(HOST, &json!({"cmd":"approve","approval": approval["id"]}))
+        .expect("a reply");
+    assert_eq!(again["ok"], json!(false), "{again}");
+    assert_ne!(again["code"], json!("forbidden"), "{again}");
 }

@@ -820,6 +820,18 @@ pub enum RequestError {
 }
 
 impl Request {
+    /// The request line a relay sends on (the fleet bridge): the command
+    /// with its `id`, and a newline; [`Request::parse`] reads it back.
+    pub fn to_line(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut value = serde_json::to_value(&self.command)?;
+        if let (Some(id), Value::Object(map)) = (&self.id, &mut value) {
+            map.insert("id".to_string(), id.clone());
+        }
+        let mut line = serde_json::to_vec(&value)?;
+        line.push(b'\n');
+        Ok(line)
+    }
+
     /// Parses one request line. On error, the `id` (if one could be read)
     /// is returned too so the error reply can echo it.
     pub fn parse(line: &[u8]) -> Result<Request, (Option<Value>, RequestError)> {
@@ -1786,6 +1798,10 @@ mod tests {
         assert_eq!(a.session_id.as_deref(), Some("sess-1"));
         let r = Request::parse(br#"{"cmd":"kill-agent","agent_id":"x","id":7}"#).expect("parses");
         assert_eq!(r.id, Some(Value::from(7)));
+        // A relay sends it on with its id, and it reads back the same.
+        let line = r.to_line().expect("encodes");
+        assert_eq!(Request::parse(&line), Ok(r));
+        assert!(line.ends_with(b"\n"));
     }
 
     #[test]
