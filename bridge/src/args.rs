@@ -4,12 +4,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "usage:
-  colibri-bridge init [--nats URL] [--max-age-days N] [--replicas N]
-  colibri-bridge run --host ID [--nats URL] [--socket PATH]
+  colibri-bridge init [--nats URL] [--creds FILE] [--tls-ca FILE] [--max-age-days N] [--replicas N]
+  colibri-bridge run --host ID [--nats URL] [--creds FILE] [--tls-ca FILE] [--socket PATH]
+                     [--heartbeat DURATION]
 
-  --nats     the NATS server (default: $COLIBRI_NATS_URL, else nats://127.0.0.1:4222)
-  --host     this host's subject token: [a-z0-9_-]{1,63}
-  --socket   colibrid's socket (default: $COLIBRI_SOCKET, else colibri's default)";
+  --nats       the NATS server(s), comma-separated (default: $COLIBRI_NATS_URL,
+               else nats://127.0.0.1:4222)
+  --creds      a NATS credentials file (JWT and nkey seed)
+  --tls-ca     the CA that signs the server's certificate
+  --host       this host's subject token: [a-z0-9_-]{1,63}
+  --socket     colibrid's socket (default: $COLIBRI_SOCKET, else colibri's default)
+  --heartbeat  how often colibri_hosts.<host> is rewritten (default 10s)";
 
 #[derive(Debug)]
 pub enum Cmd {
@@ -18,18 +23,27 @@ pub enum Cmd {
     Run(RunOpts),
 }
 
+/// How to reach the NATS server.
+#[derive(Clone, Debug, Default)]
+pub struct Nats {
+    pub url: String,
+    pub creds: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
+}
+
 #[derive(Debug)]
 pub struct InitOpts {
-    pub url: String,
+    pub nats: Nats,
     pub max_age: Duration,
     pub replicas: usize,
 }
 
 #[derive(Debug)]
 pub struct RunOpts {
-    pub url: String,
+    pub nats: Nats,
     pub host: String,
     pub socket: PathBuf,
+    pub heartbeat: Duration,
 }
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
@@ -40,6 +54,9 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
         .unwrap_or_else(|| "nats://127.0.0.1:4222".to_string());
     let mut host = None;
     let mut socket = None;
+    let mut creds = None;
+    let mut tls_ca = None;
+    let mut heartbeat = Duration::from_secs(10);
     let mut max_age_days: u64 = 30;
     let mut replicas: usize = 1;
     while let Some(flag) = it.next() {
@@ -48,15 +65,25 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
             "--nats" => url = value()?,
             "--host" => host = Some(value()?),
             "--socket" => socket = Some(PathBuf::from(value()?)),
+            "--creds" => creds = Some(PathBuf::from(value()?)),
+            "--tls-ca" => tls_ca = Some(PathBuf::from(value()?)),
+            "--heartbeat" => {
+                let v = value()?;
+                heartbeat = humantime::parse_duration(&v)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or(format!("--heartbeat {v:?} is not a duration such as 10s"))?;
+            }
             "--max-age-days" => max_age_days = number(&flag, &value()?)?,
             "--replicas" => replicas = number(&flag, &value()?)?,
             "-h" | "--help" => return Ok(Cmd::Help),
             other => return Err(format!("unknown option {other}")),
         }
     }
+    let nats = Nats { url, creds, tls_ca };
     match verb.as_str() {
         "init" => Ok(Cmd::Init(InitOpts {
-            url,
+            nats,
             max_age: Duration::from_secs(max_age_days.max(1) * 24 * 3600),
             replicas: replicas.max(1),
         })),
@@ -69,9 +96,10 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
                 ));
             }
             Ok(Cmd::Run(RunOpts {
-                url,
+                nats,
                 host,
                 socket: colibri::client::resolve_socket(socket.as_deref()),
+                heartbeat,
             }))
         }
         "-h" | "--help" | "help" => Ok(Cmd::Help),
@@ -84,16 +112,16 @@ fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
         .map_err(|_| format!("{flag} {v:?} is not a whole number"))
 }
 
-/// A host id: one NATS subject token, the NATS Agent Protocol's rule.
+/// A host id: one NATS subject token, the NATS Agent Protocol's rule
+/// (the same check as colibri.toml's `fleet.host_id`).
 pub fn valid_token(s: &str) -> bool {
-    (1..=63).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    colibri::config::fleet::valid_host_id(s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn argv(s: &str) -> impl Iterator<Item = String> + '_ {
         s.split_whitespace().map(String::from)
@@ -110,5 +138,15 @@ mod tests {
         assert!(parse(argv("run --host db1.example")).is_err());
         assert!(parse(argv("run")).is_err());
         assert!(matches!(parse(argv("run --host db1")), Ok(Cmd::Run(o)) if o.host == "db1"));
+        let o = parse(argv(
+            "run --host db1 --creds /c --tls-ca /ca --heartbeat 3s --nats tls://hub:4222",
+        ));
+        assert!(
+            matches!(o, Ok(Cmd::Run(o)) if o.nats.creds.as_deref() == Some(Path::new("/c"))
+            && o.nats.tls_ca.as_deref() == Some(Path::new("/ca"))
+            && o.heartbeat == Duration::from_secs(3)
+            && o.nats.url == "tls://hub:4222")
+        );
+        assert!(parse(argv("run --host db1 --heartbeat 0s")).is_err());
     }
 }

@@ -7,7 +7,7 @@ use async_nats::jetstream::{self, context::PublishErrorKind, kv, stream, Context
 use async_nats::{Client, HeaderMap};
 use serde_json::{json, Value};
 
-use crate::args::{InitOpts, RunOpts};
+use crate::args::{InitOpts, Nats, RunOpts};
 use crate::cmd;
 use crate::watch::{self, Item, Resume};
 
@@ -27,7 +27,7 @@ const EXPECTED_SEQ: &str = "Nats-Expected-Last-Subject-Sequence";
 const EXPECTED_SEQ_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 pub async fn init(o: &InitOpts) -> Result<(), String> {
-    let js = jetstream::new(connect(&o.url, "colibri-bridge init").await?);
+    let js = jetstream::new(connect(&o.nats, "colibri-bridge init").await?);
     let cfg = stream::Config {
         name: STREAM.to_string(),
         subjects: vec!["colibri.evt.>".to_string()],
@@ -60,11 +60,21 @@ pub async fn init(o: &InitOpts) -> Result<(), String> {
     Ok(())
 }
 
-async fn connect(url: &str, name: &str) -> Result<Client, String> {
-    async_nats::ConnectOptions::new()
+async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
+    let url = &nats.url;
+    let mut opts = async_nats::ConnectOptions::new()
         .name(name)
-        .retry_on_initial_connect()
-        .connect(url)
+        .retry_on_initial_connect();
+    if let Some(creds) = &nats.creds {
+        opts = opts
+            .credentials_file(creds)
+            .await
+            .map_err(|e| format!("credentials {}: {e}", creds.display()))?;
+    }
+    if let Some(ca) = &nats.tls_ca {
+        opts = opts.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    opts.connect(url.as_str())
         .await
         .map_err(|e| format!("{url}: {e}"))
 }
@@ -94,7 +104,7 @@ pub fn chain_supported(version: &str) -> bool {
 /// the server stored is the truth, so a publish it took before dying is
 /// not sent again after the duplicate window closed.
 pub async fn run(o: &RunOpts) -> Result<(), String> {
-    let client = connect(&o.url, &format!("colibri-bridge {}", o.host)).await?;
+    let client = connect(&o.nats, &format!("colibri-bridge {}", o.host)).await?;
     let js = jetstream::new(client.clone());
     let me = instance_id(&o.host);
     let mut backoff = RETRY_MIN;
@@ -200,9 +210,10 @@ async fn session(
             } => {
                 eprintln!(
                     "colibri-bridge: host {} publishing journal {id} after seq {since} \
-                     as {me} (sequence chain {}, nats-server {version})",
+                     as {me} (sequence chain {}, nats-server {version}, heartbeat {:?})",
                     o.host,
                     if chain { "on" } else { "off" },
+                    o.heartbeat,
                 );
                 journal_id = id;
                 continue;

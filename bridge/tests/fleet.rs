@@ -140,8 +140,13 @@ struct Daemon {
 
 impl Daemon {
     fn start(bin: &Path) -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Daemon::start_in(bin, tempfile::tempdir().expect("tempdir"), &[])
+    }
+
+    /// In `dir`, with more arguments (`--config`).
+    fn start_in(bin: &Path, dir: tempfile::TempDir, args: &[&str]) -> Daemon {
         let child = Command::new(bin)
+            .args(args)
             .arg("--socket")
             .arg(dir.path().join("colibri.sock"))
             .arg("--state-dir")
@@ -652,4 +657,95 @@ fn commands_reach_colibrid_over_nats_and_only_the_allowed_ones() {
         .expect("a reply");
     assert_eq!(again["ok"], json!(false), "{again}");
     assert_ne!(again["code"], json!("forbidden"), "{again}");
+}
+
+/// Sends `signal` (`KILL`, `TERM`, `0`) with kill(1); true when it was
+/// delivered (for `0`: the process exists).
+fn signal(pid: u64, signal: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The supervised bridge's pane (`colibri-bridge`) once it runs: its pid.
+fn bridge_pane_pid(d: &Daemon) -> Option<u64> {
+    let snap = d
+        .try_request(&json!({"cmd":"snapshot","schema":"v2"}))
+        .ok()?;
+    let pane = snap["data"]["panes"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == json!("colibri-bridge"))?
+        .clone();
+    (pane["state"] != json!("exited"))
+        .then(|| pane["pid"].as_u64())
+        .flatten()
+}
+
+#[test]
+fn colibrid_supervises_the_bridge_when_fleet_is_configured() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let reader = Reader::connect(&url);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("colibri.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[restart]\nbackoff = [\"200ms\"]\n[fleet]\nurl = \"{url}\"\nhost_id = \"{HOST}\"\nheartbeat = \"1s\"\n"
+        ),
+    )
+    .expect("config");
+    let mut d = Daemon::start_in(
+        &colibrid,
+        dir,
+        &["--config", config.to_str().expect("utf-8 path")],
+    );
+    let first = wait_for(Duration::from_secs(30), "the bridge pane", || {
+        bridge_pane_pid(&d)
+    });
+    // It serves the host's commands, as the operator: pause is the
+    // operator's alone.
+    let sleeper = d.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"]}));
+    let sleeper = sleeper["agent_id"].as_str().expect("agent_id").to_string();
+    let paused = wait_for(Duration::from_secs(30), "the bridge to serve", || {
+        reader
+            .command(HOST, &json!({"cmd":"pause-agent","agent_id": sleeper}))
+            .ok()
+    });
+    assert_eq!(paused["ok"], json!(true), "{paused}");
+    d.spawn_exits(5);
+    let (head, journal_id) = d.head();
+    reader.wait_stored(head);
+
+    // A failure of the bridge: colibrid runs it again, and it goes on
+    // where the stream left off.
+    assert!(signal(first, "KILL"));
+    let second = wait_for(Duration::from_secs(30), "the bridge restarted", || {
+        bridge_pane_pid(&d).filter(|p| *p != first)
+    });
+    d.spawn_exits(5);
+    let (head, _) = d.head();
+    reader.wait_stored(head);
+    let stored = reader.all();
+    assert_exactly_once(&stored, &journal_id);
+    assert_eq!(exits(&stored), 10);
+
+    // Stopped with the daemon: nobody answers for the host any more.
+    assert!(signal(d.child.id().into(), "TERM"));
+    let _ = d.child.wait();
+    wait_for(Duration::from_secs(20), "the bridge to stop", || {
+        (!signal(second, "0")).then_some(())
+    });
+    assert_eq!(
+        reader.command(HOST, &json!({"cmd":"status"})),
+        Err(async_nats::RequestErrorKind::NoResponders)
+    );
 }

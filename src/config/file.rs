@@ -92,6 +92,7 @@ struct RawFile {
     hostops: BTreeMap<String, Spanned<RawHostOp>>,
     #[serde(default)]
     roles: BTreeMap<String, Spanned<RawRole>>,
+    fleet: Option<Spanned<super::fleet::RawFleet>>,
     /// `[[notify]]` sinks: read and checked by `colibri notify`
     /// (`config/notify.rs`); colibrid only passes the file on.
     #[serde(default, rename = "notify")]
@@ -252,6 +253,7 @@ impl Validator<'_> {
             providers,
             jails: self.jails(raw.jails),
             hostops: self.hostops(raw.hostops),
+            fleet: self.fleet(raw.fleet),
         }
     }
 

@@ -25,6 +25,7 @@
 mod agents;
 mod file;
 mod flags;
+pub mod fleet;
 mod governance;
 mod hostops;
 pub mod notify;
@@ -379,6 +380,9 @@ pub struct Config {
     /// with work and no agent (docs/ORCHESTRATOR.md, "Runners").
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub roles: BTreeMap<String, RoleRunner>,
+    /// `[fleet]`: colibrid then supervises the bridge (docs/FLEET.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<fleet::FleetConfig>,
     /// `[budgets.*]`, `[loops]`, `[guard]`, `[prices.*]` (docs/GOVERNANCE.md).
     #[serde(skip)]
     pub governance: crate::core::policy::Policies,
@@ -406,6 +410,8 @@ pub struct Layer {
     pub hostops: BTreeMap<String, HostOp>,
     /// `[roles.NAME]` (only a file sets them).
     pub roles: BTreeMap<String, RoleRunner>,
+    /// `[fleet]` (only a file sets it).
+    pub fleet: Option<fleet::FleetLayer>,
 }
 
 impl Layer {
@@ -437,6 +443,7 @@ impl Layer {
             governance: self.governance.or(lower.governance),
             hostops,
             roles,
+            fleet: self.fleet.or(lower.fleet),
         }
     }
 
@@ -452,9 +459,23 @@ impl Layer {
         );
         let (agents, mut errors) =
             agents::resolve_agents(self.agents, &providers, &resume, source.as_ref());
+        let daemon = self.daemon.resolve();
+        let fleet = match self.fleet.map(|f| f.resolve(&daemon.host)) {
+            None => None,
+            Some(Ok(f)) => Some(f),
+            Some(Err((key, msg))) => {
+                errors.push(ConfigError::Invalid {
+                    path: source.clone(),
+                    line: None,
+                    key,
+                    msg,
+                });
+                None
+            }
+        };
         let config = Config {
             source,
-            daemon: self.daemon.resolve(),
+            daemon,
             syslog: self.syslog.resolve(),
             sessions: self.sessions.resolve(),
             restart: self.restart.resolve(),
@@ -466,6 +487,7 @@ impl Layer {
             agents,
             hostops: self.hostops,
             roles: self.roles,
+            fleet,
             governance: self.governance.unwrap_or_default(),
         };
         errors.extend(check_listeners(&config));

@@ -1475,3 +1475,89 @@ fn a_bad_role_runner_is_refused_with_its_line() {
     );
     assert!(parse("[roles.b]\nargv = [\"x\"]\nmaximum = 2\n").is_err());
 }
+
+// [fleet]
+
+#[test]
+fn fleet_is_read_checked_and_rendered_back() {
+    let config = config_of(concat!(
+        "[daemon]\nhost = \"DB1.example.org\"\n",
+        "[fleet]\nurl = \"tls://hub-a:4222, tls://hub-b:4222\"\n",
+        "creds = \"/usr/local/etc/colibri/db1.creds\"\n",
+        "tls_ca = \"/usr/local/etc/colibri/ca.pem\"\nheartbeat = \"5s\"\n",
+    ));
+    let fleet = config.fleet.clone().expect("[fleet]");
+    assert_eq!(fleet.url, "tls://hub-a:4222,tls://hub-b:4222");
+    // The host name made one subject token.
+    assert_eq!(fleet.host_id, "db1-example-org");
+    assert_eq!(
+        fleet.creds.as_deref(),
+        Some(Path::new("/usr/local/etc/colibri/db1.creds"))
+    );
+    assert_eq!(fleet.heartbeat, Duration::from_secs(5));
+    let text = render_effective(&config);
+    assert!(text.contains("[fleet]"), "{text}");
+    let round = resolve_with(&DaemonArgs::default(), Some(&parse(&text).expect("parses")));
+    assert_eq!(render_effective(&round), text);
+    // Without the table: no fleet, nothing rendered.
+    let none = config_of("");
+    assert_eq!(none.fleet, None);
+    assert!(!render_effective(&none).contains("fleet"));
+    // Defaults.
+    let f = config_of("[fleet]\nurl = \"nats://hub:4222\"\nhost_id = \"db1\"\n")
+        .fleet
+        .expect("[fleet]");
+    assert_eq!(f.heartbeat, crate::config::fleet::DEFAULT_FLEET_HEARTBEAT);
+    assert_eq!((f.creds, f.tls_ca), (None, None));
+}
+
+#[test]
+fn a_bad_fleet_is_refused_with_its_line() {
+    expect_invalid("[fleet]\nhost_id = \"db1\"\n", 1, "fleet.url", "needs url");
+    expect_invalid(
+        "[fleet]\nurl = \"http://hub:4222\"\n",
+        2,
+        "fleet.url",
+        "not a NATS URL",
+    );
+    expect_invalid(
+        "[fleet]\nurl = \"nats://hub\"\nhost_id = \"db1.example\"\n",
+        3,
+        "fleet.host_id",
+        "split the NATS subject",
+    );
+    expect_invalid(
+        "[fleet]\nurl = \"nats://hub\"\ncreds = \"db1.creds\"\n",
+        3,
+        "fleet.creds",
+        "absolute",
+    );
+    expect_invalid(
+        "[fleet]\nurl = \"nats://hub\"\nheartbeat = \"0s\"\n",
+        3,
+        "fleet.heartbeat",
+        "",
+    );
+    assert!(matches!(
+        parse_err("[fleet]\nurl = \"nats://hub\"\nhots_id = \"x\"\n"),
+        ConfigError::Syntax { line: 3, .. }
+    ));
+    // A host name that makes no host id needs host_id.
+    let layer =
+        parse("[daemon]\nhost = \"db*1\"\n[fleet]\nurl = \"nats://hub\"\n").expect("parses");
+    let e = resolve(
+        &DaemonArgs::default(),
+        Some((Path::new("/etc/colibri.toml"), &layer)),
+    )
+    .expect_err("no host id");
+    assert!(e.to_string().contains("fleet.host_id"), "{e}");
+}
+
+#[test]
+fn a_changed_fleet_needs_a_restart() {
+    let a = config_of("[fleet]\nurl = \"nats://a:4222\"\nhost_id = \"db1\"\n");
+    let b = config_of("[fleet]\nurl = \"nats://b:4222\"\nhost_id = \"db1\"\n");
+    let p = plan(&a, &a, &b);
+    assert_eq!(p.restart_needed, ["fleet.url"]);
+    assert!(p.applied.is_empty());
+}

@@ -243,6 +243,7 @@ impl Daemon {
         let operator = d.settings.daemon.socket.clone();
         d.bind(&operator, Scope::Operator)?;
         d.start_notify_satellite(t0);
+        d.start_fleet_bridge(t0);
         for (jail, path) in d.settings.jail_sockets.clone() {
             d.bind(&path, Scope::Jail(jail))?;
         }

@@ -34,6 +34,7 @@ pub mod diag;
 mod dispatch;
 mod escalation;
 pub(crate) mod event_loop;
+mod fleet;
 mod govern;
 mod heartbeat;
 pub(crate) mod hostops;

@@ -64,9 +64,15 @@ impl Daemon {
             &self.settings.daemon.state_dir,
             &self.settings.daemon.socket,
         );
+        self.spawn_satellite("colibri notify", a, t);
+    }
+
+    /// Starts one of colibrid's own satellites (`colibri notify`, the
+    /// fleet bridge): a pane whose tree speaks as the operator.
+    pub(crate) fn spawn_satellite(&mut self, what: &str, a: SpawnArgs, t: Timestamp) {
         match self.cmd_spawn(a, t) {
             Ok(s) => {
-                log_info!("colibri notify runs as pane {}", s.agent_id);
+                log_info!("{what} runs as pane {}", s.agent_id);
                 if let Some(agent) = self
                     .panes
                     .key(&s.agent_id)
@@ -75,7 +81,7 @@ impl Daemon {
                     agent.satellite = true;
                 }
             }
-            Err(e) => log_warn!("cannot start colibri notify: {}", e.message),
+            Err(e) => log_warn!("cannot start {what}: {}", e.message),
         }
     }
 }

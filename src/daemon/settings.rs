@@ -29,6 +29,8 @@ pub struct Settings {
     /// The file with `[[notify]]` sinks, if it has any: colibrid then
     /// supervises `colibri notify` (see `daemon/notify.rs`).
     pub notify_config: Option<PathBuf>,
+    /// `[fleet]`: colibrid then supervises the bridge (`daemon/fleet.rs`).
+    pub fleet: Option<crate::config::fleet::FleetConfig>,
     /// `[agents.NAME]`, resolved (`daemon::supervise` reconciles them).
     pub agents: BTreeMap<String, crate::core::spec::AgentSpec>,
     /// The `[approvals]` section.
@@ -80,6 +82,7 @@ impl Settings {
                 .source
                 .clone()
                 .filter(|p| crate::config::notify::load_sinks(p).is_ok_and(|s| !s.is_empty())),
+            fleet: cfg.fleet.clone(),
             agents: cfg.agents.clone(),
             approvals: crate::daemon::approvals::desk::ApprovalPolicy::from_section(&cfg.approvals),
             orchestrator: cfg.orchestrator.clone(),
