@@ -11,6 +11,7 @@
 
 mod args;
 mod cmd;
+mod hosts;
 mod nats;
 mod watch;
 

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishErrorKind, kv, stream, Context};
 use async_nats::{Client, HeaderMap};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::args::{InitOpts, Nats, RunOpts};
 use crate::cmd;
+use crate::hosts::{self, HostState};
 use crate::watch::{self, Item, Resume};
 
 pub const STREAM: &str = "COLIBRI_EVENTS";
@@ -200,12 +201,42 @@ async fn session(
         .map_err(|e| retry(format!("bucket {PANES_BUCKET}: {e}")))?;
     let mut rx = watch::follow(&o.socket, resume);
     let mut journal_id = String::new();
+    let mut epoch = String::new();
+    let mut seq = 0u64;
+    let mut started = false;
+    let mut next_beat = tokio::time::Instant::now();
     let mut published = 0u64;
     let fail = |msg: String, published: u64| Failure::Retry { msg, published };
-    while let Some(item) = rx.recv().await {
+    loop {
+        // The host's row on every heartbeat, busy or quiet.
+        if started && tokio::time::Instant::now() >= next_beat {
+            let state = HostState {
+                host: &o.host,
+                bridge: me,
+                journal_id: &journal_id,
+                epoch: &epoch,
+                seq,
+                stream_seq: after,
+                heartbeat: o.heartbeat,
+            };
+            if let Err(e) = hosts::beat(&hosts, &o.socket, &state).await {
+                eprintln!("colibri-bridge: host row: {e}");
+            }
+            next_beat = tokio::time::Instant::now() + o.heartbeat;
+        }
+        let item = if started {
+            match tokio::time::timeout_at(next_beat, rx.recv()).await {
+                Err(_) => continue,
+                Ok(item) => item,
+            }
+        } else {
+            rx.recv().await
+        };
+        let Some(item) = item else { break };
         let ev = match item {
             Item::Started {
                 journal_id: id,
+                epoch: run,
                 since,
             } => {
                 eprintln!(
@@ -216,6 +247,9 @@ async fn session(
                     o.heartbeat,
                 );
                 journal_id = id;
+                epoch = run;
+                seq = since;
+                started = true;
                 continue;
             }
             Item::Failed(msg) => return Err(fail(msg, published)),
@@ -254,10 +288,11 @@ async fn session(
             )));
         }
         after = ack.sequence;
+        seq = out.seq;
         published += 1;
         // Current state is best effort: the stream is the record, and
-        // the next heartbeat or pane event writes it again.
-        if let Err(e) = current_state(&hosts, &panes, &o.host, &journal_id, &ev).await {
+        // the next pane event writes it again.
+        if let Err(e) = pane_state(&panes, &o.host, &ev).await {
             eprintln!(
                 "colibri-bridge: key-value update after seq {}: {e}",
                 out.seq
@@ -353,30 +388,10 @@ fn subject_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// `colibri_hosts.<host>` on each heartbeat; `colibri_panes.<host>.<pane>`
-/// holds the pane's last event, deleted when the pane is removed.
-async fn current_state(
-    hosts: &kv::Store,
-    panes: &kv::Store,
-    host: &str,
-    journal_id: &str,
-    ev: &Value,
-) -> Result<(), String> {
+/// `colibri_panes.<host>.<pane>` holds the pane's last event, deleted
+/// when the pane is removed.
+async fn pane_state(panes: &kv::Store, host: &str, ev: &Value) -> Result<(), String> {
     let event = ev["event"].as_str().unwrap_or_default();
-    if event == "heartbeat" {
-        let row = json!({
-            "host": host,
-            "journal_id": journal_id,
-            "epoch": ev["epoch"],
-            "seq": ev["seq"],
-            "at": ev["at"],
-            "version": env!("CARGO_PKG_VERSION"),
-        });
-        hosts
-            .put(host, row.to_string().into())
-            .await
-            .map_err(|e| e.to_string())?;
-    }
     let Some(pane) = ev["pane"].as_str().filter(|p| subject_token(p)) else {
         return Ok(());
     };
@@ -395,6 +410,7 @@ async fn current_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn an_event_goes_to_its_host_pane_and_name_with_a_lasting_id() {

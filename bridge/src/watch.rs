@@ -21,7 +21,12 @@ pub struct Resume {
 /// event line; an error ends it.
 #[derive(Debug)]
 pub enum Item {
-    Started { journal_id: String, since: u64 },
+    Started {
+        journal_id: String,
+        /// colibrid's run (`epoch` of the watch reply).
+        epoch: String,
+        since: u64,
+    },
     Event(Value),
     Failed(String),
 }
@@ -58,9 +63,13 @@ fn read_events(
     resume: Option<Resume>,
     tx: &mpsc::Sender<Item>,
 ) -> Result<(), String> {
-    let (mut client, journal_id, since) = subscribe(socket, resume)?;
+    let (mut client, head, since) = subscribe(socket, resume)?;
     if tx
-        .blocking_send(Item::Started { journal_id, since })
+        .blocking_send(Item::Started {
+            journal_id: head.journal_id,
+            epoch: head.epoch,
+            since,
+        })
         .is_err()
     {
         return Ok(());
@@ -77,9 +86,10 @@ fn read_events(
 
 /// Sends `watch since`; when the journal is not the one `resume` came
 /// from, watches again from its beginning (seq 0).
-fn subscribe(socket: &Path, resume: Option<Resume>) -> Result<(Client, String, u64), String> {
+fn subscribe(socket: &Path, resume: Option<Resume>) -> Result<(Client, Head, u64), String> {
     let since = resume.as_ref().map_or(0, |r| r.seq);
-    let (client, journal_id) = watch_since(socket, since)?;
+    let (client, head) = watch_since(socket, since)?;
+    let journal_id = head.journal_id.clone();
     match resume {
         Some(r) if r.journal_id != journal_id => {
             eprintln!(
@@ -87,14 +97,20 @@ fn subscribe(socket: &Path, resume: Option<Resume>) -> Result<(Client, String, u
                  came from {}: publishing this journal from its start",
                 r.journal_id
             );
-            let (client, journal_id) = watch_since(socket, 0)?;
-            Ok((client, journal_id, 0))
+            let (client, head) = watch_since(socket, 0)?;
+            Ok((client, head, 0))
         }
-        _ => Ok((client, journal_id, since)),
+        _ => Ok((client, head, since)),
     }
 }
 
-fn watch_since(socket: &Path, since: u64) -> Result<(Client, String), String> {
+/// What the `watch` reply says of the journal and the run.
+struct Head {
+    journal_id: String,
+    epoch: String,
+}
+
+fn watch_since(socket: &Path, since: u64) -> Result<(Client, Head), String> {
     let mut client = Client::connect(socket, CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
     let reply = client
         .watch_from(&[], Some(since))
@@ -103,5 +119,6 @@ fn watch_since(socket: &Path, since: u64) -> Result<(Client, String), String> {
         .as_str()
         .ok_or("colibrid's watch reply has no journal_id (a colibrid older than the bridge)")?
         .to_string();
-    Ok((client, journal_id))
+    let epoch = reply["epoch"].as_str().unwrap_or_default().to_string();
+    Ok((client, Head { journal_id, epoch }))
 }

@@ -322,6 +322,15 @@ impl Reader {
         );
     }
 
+    /// `colibri_hosts.<host>`, if written.
+    fn host_row(&self, host: &str) -> Option<Value> {
+        self.rt.block_on(async {
+            let kv = self.js.get_key_value("colibri_hosts").await.ok()?;
+            let bytes = kv.get(host).await.ok()??;
+            serde_json::from_slice(&bytes).ok()
+        })
+    }
+
     /// Every message of the stream, in stream order.
     fn all(&self) -> Vec<Stored> {
         self.rt.block_on(async {
@@ -724,6 +733,31 @@ fn colibrid_supervises_the_bridge_when_fleet_is_configured() {
     d.spawn_exits(5);
     let (head, journal_id) = d.head();
     reader.wait_stored(head);
+
+    // The host's row, rewritten every heartbeat (1s here), busy or quiet:
+    // where the stream is, colibrid's run, version and counts.
+    let status = d.ok(json!({"cmd":"status"}));
+    let epoch = d.ok(json!({"cmd":"watch"}))["epoch"].clone();
+    let row = wait_for(Duration::from_secs(20), "a host row at the head", || {
+        reader
+            .host_row(HOST)
+            .filter(|r| r["seq"].as_u64() >= Some(head) && r["counts"]["paused"] == json!(1))
+    });
+    assert_eq!(row["host"], json!(HOST), "{row}");
+    assert_eq!(row["journal_id"], json!(journal_id), "{row}");
+    assert_eq!(row["epoch"], epoch, "{row}");
+    assert_eq!(row["version"], status["version"], "{row}");
+    assert_eq!(row["heartbeat_ms"], json!(1000), "{row}");
+    // The sleeper, five exits and the bridge's own pane.
+    assert_eq!(row["counts"]["agents"], json!(7), "{row}");
+    assert_eq!(row["counts"]["agents"], status["agents"], "{row}");
+    let stored = reader.all();
+    let last = stored.last().expect("stored");
+    assert!(row["stream_seq"].as_u64() <= Some(last.stream_seq), "{row}");
+    let again = wait_for(Duration::from_secs(10), "the next row", || {
+        reader.host_row(HOST).filter(|r| r["at"] != row["at"])
+    });
+    assert_eq!(again["bridge"], row["bridge"], "{again}");
 
     // A failure of the bridge: colibrid runs it again, and it goes on
     // where the stream left off.
