@@ -22,8 +22,8 @@ use tokio::task::JoinHandle;
 /// The header that makes a request on `colibri.cmd.<host>` a ping: the
 /// live bridge answers it with its instance id and nothing else.
 pub const PING_HEADER: &str = "Colibri-Ping";
-/// A live bridge answers a ping from memory: a slow one is a wedged one.
-const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the server has to confirm a subscription.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a bridge standing by asks again whether the writer is gone.
 const STANDBY_POLL: Duration = Duration::from_secs(1);
 
@@ -31,28 +31,58 @@ pub fn subject(host: &str) -> String {
     format!("colibri.cmd.{host}")
 }
 
-/// Who answered a ping, if a bridge did.
-async fn ping(client: &Client, host: &str, me: &str) -> Option<String> {
+/// How long a ping waits for every live bridge's answer (an empty
+/// subject answers "no responders" at once).
+const PING_WINDOW: Duration = Duration::from_millis(250);
+
+/// The other bridges that answer a ping for `host` (none when the
+/// server cannot be asked: the sequence chain still refuses a second
+/// writer's publish).
+async fn others(client: &Client, host: &str, me: &str) -> Vec<String> {
+    let inbox = client.new_inbox();
+    let Ok(mut sub) = client.subscribe(inbox.clone()).await else {
+        return Vec::new();
+    };
     let mut headers = HeaderMap::new();
     headers.insert(PING_HEADER, me);
-    let asked = client.request_with_headers(subject(host), headers, "".into());
-    match tokio::time::timeout(PING_TIMEOUT, asked).await {
-        // Its own answer, from a subscription this bridge just left.
-        Ok(Ok(reply)) => {
-            Some(String::from_utf8_lossy(&reply.payload).into_owned()).filter(|who| who != me)
-        }
-        // No responders: nobody writes. Any other failure (the server
-        // away, a wedged peer) is not a live writer either; the sequence
-        // chain still refuses a second writer's publish.
-        Ok(Err(_)) | Err(_) => None,
+    if client
+        .publish_with_reply_and_headers(subject(host), inbox, headers, "".into())
+        .await
+        .is_err()
+    {
+        return Vec::new();
     }
+    let deadline = tokio::time::Instant::now() + PING_WINDOW;
+    let mut out = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, sub.next()).await {
+        if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+            break;
+        }
+        let who = String::from_utf8_lossy(&msg.payload).into_owned();
+        // Its own answer, from a subscription this bridge holds or just left.
+        if who != me {
+            out.push(who);
+        }
+    }
+    out
+}
+
+/// A pause of up to half a second, different for each bridge and each
+/// time: two bridges that yielded to each other do not meet again.
+fn jitter() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    Duration::from_millis(u64::from(nanos % 500))
 }
 
 /// Returns once no other bridge answers for `host`, saying once that it
 /// waits.
 pub async fn stand_by(client: &Client, host: &str, me: &str) {
     let mut told = false;
-    while let Some(other) = ping(client, host, me).await {
+    loop {
+        let others = others(client, host, me).await;
+        let Some(other) = others.first() else { break };
         if !told {
             eprintln!(
                 "colibri-bridge: another bridge ({other}) writes for host {host}: \
@@ -60,10 +90,27 @@ pub async fn stand_by(client: &Client, host: &str, me: &str) {
             );
             told = true;
         }
-        tokio::time::sleep(STANDBY_POLL).await;
+        tokio::time::sleep(STANDBY_POLL + jitter()).await;
     }
     if told {
         eprintln!("colibri-bridge: no other bridge answers for host {host}: taking over");
+    }
+}
+
+/// After subscribing: whether this bridge is the only one serving
+/// `host`. Two that asked at the same moment both found nobody; now each
+/// sees the other and both yield, then come back after a different pause.
+pub async fn alone(client: &Client, host: &str, me: &str) -> bool {
+    match others(client, host, me).await.first() {
+        None => true,
+        Some(other) => {
+            eprintln!(
+                "colibri-bridge: another bridge ({other}) began serving host {host} \
+                 with this one: standing by"
+            );
+            tokio::time::sleep(jitter()).await;
+            false
+        }
     }
 }
 
@@ -242,7 +289,7 @@ pub async fn serve(client: &Client, host: &str, me: &str, socket: &Path) -> Resu
     // The subscription must be in place before this bridge writes: a
     // second bridge's ping then finds it.
     // Bounded: a flush sent while the connection is down may never end.
-    match tokio::time::timeout(PING_TIMEOUT, client.flush()).await {
+    match tokio::time::timeout(FLUSH_TIMEOUT, client.flush()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(format!("subscribe {}: {e}", subject(host))),
         Err(_) => {

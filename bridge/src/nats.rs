@@ -123,6 +123,10 @@ pub async fn run(o: &RunOpts) -> Result<(), String> {
                 continue;
             }
         };
+        if !cmd::alone(&client, &o.host, &me).await {
+            drop(server);
+            continue;
+        }
         let pass = session(&client, &js, o, &me, first).await;
         drop(server);
         first = false;
@@ -279,13 +283,17 @@ async fn session(
             }
             Err(e) => return Err(fail(format!("ack of seq {}: {e}", out.seq), published)),
         };
-        // This session started after the host's last stored message, so
-        // an id the server already holds was stored by someone else.
         if ack.duplicate {
-            return Err(Failure::Conflict(format!(
-                "seq {} was already stored (stream seq {})",
-                out.seq, ack.sequence
-            )));
+            // Stored after the message this one is chained to: another
+            // bridge wrote it. Stored before: an old copy (a journal
+            // published again from its start), left as it is.
+            if ack.sequence > after {
+                return Err(Failure::Conflict(format!(
+                    "seq {} was already stored (stream seq {})",
+                    out.seq, ack.sequence
+                )));
+            }
+            continue;
         }
         after = ack.sequence;
         seq = out.seq;

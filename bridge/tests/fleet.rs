@@ -322,6 +322,21 @@ impl Reader {
         );
     }
 
+    /// The whole stream once it holds at least `n` exits and the
+    /// daemon's head (an agent's exit lands a moment after its spawn).
+    fn settled(&self, d: &Daemon, n: usize) -> Vec<Stored> {
+        wait_for(
+            Duration::from_secs(60),
+            &format!("{n} exits stored"),
+            || {
+                let (head, _) = d.head();
+                self.last_seq().filter(|s| *s >= head)?;
+                let all = self.all();
+                (exits(&all) >= n).then_some(all)
+            },
+        )
+    }
+
     /// `colibri_hosts.<host>`, if written.
     fn host_row(&self, host: &str) -> Option<Value> {
         self.rt.block_on(async {
@@ -445,9 +460,8 @@ fn every_event_is_stored_once_across_server_and_bridge_restarts() {
         }
         nats.launch();
     }
-    let (head, journal_id) = d.head();
-    reader.wait_stored(head);
-    let stored = reader.all();
+    let stored = reader.settled(&d, 2 * ROUNDS * PER_PHASE);
+    let (_, journal_id) = d.head();
     assert_exactly_once(&stored, &journal_id);
     assert_chained(&stored);
     assert_eq!(exits(&stored), 2 * ROUNDS * PER_PHASE);
@@ -458,9 +472,7 @@ fn every_event_is_stored_once_across_server_and_bridge_restarts() {
     let last = reader.last_seq().expect("a stored message");
     d.spawn_exits(PER_PHASE);
     let bridge = Bridge::start(&url, &d, logs.path().join("bridge-2.log"));
-    let (head, _) = d.head();
-    reader.wait_stored(head);
-    let stored = reader.all();
+    let stored = reader.settled(&d, (2 * ROUNDS + 1) * PER_PHASE);
     assert_exactly_once(&stored, &journal_id);
     assert_eq!(exits(&stored), (2 * ROUNDS + 1) * PER_PHASE);
     let log = bridge.log();
@@ -538,9 +550,7 @@ fn a_second_bridge_for_the_host_never_stores_while_the_first_runs() {
         second.log().contains("taking over").then_some(())
     });
     d.spawn_exits(5);
-    let (head, _) = d.head();
-    reader.wait_stored(head);
-    let after = reader.all();
+    let after = reader.settled(&d, 20);
     assert_exactly_once(&after, &journal_id);
     assert_chained(&after);
     assert_eq!(exits(&after), 20);
@@ -766,9 +776,7 @@ fn colibrid_supervises_the_bridge_when_fleet_is_configured() {
         bridge_pane_pid(&d).filter(|p| *p != first)
     });
     d.spawn_exits(5);
-    let (head, _) = d.head();
-    reader.wait_stored(head);
-    let stored = reader.all();
+    let stored = reader.settled(&d, 10);
     assert_exactly_once(&stored, &journal_id);
     assert_eq!(exits(&stored), 10);
 
@@ -782,4 +790,126 @@ fn colibrid_supervises_the_bridge_when_fleet_is_configured() {
         reader.command(HOST, &json!({"cmd":"status"})),
         Err(async_nats::RequestErrorKind::NoResponders)
     );
+}
+
+#[test]
+fn two_bridges_started_at_once_leave_one_writer_and_no_duplicate() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let d = Daemon::start(&colibrid);
+    d.spawn_exits(10);
+    let reader = Reader::connect(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    // Both may ask "anyone writing?" before either serves: the sequence
+    // chain and the duplicate acks then settle who writes.
+    let a = Bridge::start(&url, &d, logs.path().join("a.log"));
+    let b = Bridge::start(&url, &d, logs.path().join("b.log"));
+    let (head, journal_id) = d.head();
+    reader.wait_stored(head);
+    wait_for(Duration::from_secs(30), "one of them to stand by", || {
+        (a.log().contains("standing by") || b.log().contains("standing by")).then_some(())
+    });
+    let settled = reader.all().len();
+    d.spawn_exits(10);
+    let stored = reader.settled(&d, 20);
+    assert_exactly_once(&stored, &journal_id);
+    assert_chained(&stored);
+    assert_eq!(exits(&stored), 20);
+    // After settling, one bridge stores everything; the other stands by.
+    let (la, lb) = (a.log(), b.log());
+    let writer = stored[settled].writer.clone();
+    assert!(
+        stored[settled..].iter().all(|m| m.writer == writer),
+        "after settling only {writer} stores"
+    );
+    let other = if la.contains(&format!(" as {writer} ")) {
+        &lb
+    } else {
+        &la
+    };
+    assert!(
+        other.contains("standing by"),
+        "the other stands by:\n{la}\n{lb}"
+    );
+}
+
+#[test]
+fn a_bridge_refused_by_the_chain_rereads_the_stream_and_resumes() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let d = Daemon::start(&colibrid);
+    let reader = Reader::connect(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let bridge = Bridge::start(&url, &d, logs.path().join("bridge.log"));
+    d.spawn_exits(3);
+    let before = reader.settled(&d, 3);
+    let (head, journal_id) = d.head();
+    let last = before.last().expect("stored");
+    assert_eq!(last.seq, head);
+
+    // A writer the bridge does not know stores a message for the host,
+    // correctly chained, two seqs ahead.
+    let ahead = head + 2;
+    let ack = reader.rt.block_on(async {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(
+            "Nats-Msg-Id",
+            format!("{HOST}:{journal_id}:{ahead}").as_str(),
+        );
+        h.insert("Colibri-Bridge", "intruder");
+        h.insert(
+            "Nats-Expected-Last-Subject-Sequence",
+            last.stream_seq.to_string().as_str(),
+        );
+        h.insert(
+            "Nats-Expected-Last-Subject-Sequence-Subject",
+            format!("colibri.evt.{HOST}.>").as_str(),
+        );
+        let body = json!({"seq": ahead, "event": "intruder"}).to_string();
+        reader
+            .js
+            .publish_with_headers(format!("colibri.evt.{HOST}._.intruder"), h, body.into())
+            .await
+            .expect("sent")
+            .await
+    });
+    let intruder = ack.expect("stored").sequence;
+
+    // The bridge's next publish follows its own last message, not the
+    // intruder's: refused. It re-reads the stream and resumes after it.
+    d.spawn_exits(3);
+    wait_for(
+        Duration::from_secs(30),
+        "the refusal and the resume",
+        || {
+            let log = bridge.log();
+            (log.contains(&format!("seq {} refused", head + 1))
+                && log.contains(&format!(
+                    "publishing journal {journal_id} after seq {ahead}"
+                )))
+            .then_some(())
+        },
+    );
+    let (head, _) = d.head();
+    reader.wait_stored(head);
+    let stored = reader.all();
+    let rest: Vec<&Stored> = stored.iter().filter(|m| m.stream_seq > intruder).collect();
+    let seqs: Vec<u64> = rest.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, ((ahead + 1)..=head).collect::<Vec<_>>());
+    assert_eq!(
+        rest[0].expected,
+        Some(intruder),
+        "chained to the intruder's"
+    );
+    assert!(stored
+        .iter()
+        .all(|m| m.writer != "intruder" || m.seq == ahead));
 }
