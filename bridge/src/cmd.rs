@@ -10,6 +10,7 @@
 //!   another bridge writes for this host.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::{Client, HeaderMap, Message};
@@ -18,6 +19,8 @@ use colibri::protocol::{err_line, Command, ErrorCode, Request, RequestError};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+use crate::replies::{self, changes_something, Replies};
 
 /// The header that makes a request on `colibri.cmd.<host>` a ping: the
 /// live bridge answers it with its instance id and nothing else.
@@ -239,6 +242,16 @@ impl Drop for Server {
     }
 }
 
+/// The replies kept across sessions: a request whose reply was lost with
+/// the connection is retried after the resync.
+pub type Shared = Arc<Mutex<Replies>>;
+
+/// Never held across an await; a poisoned lock (a panic elsewhere) still
+/// holds good data.
+fn lock(r: &Shared) -> std::sync::MutexGuard<'_, Replies> {
+    r.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Answers one relayed request after another: colibrid's socket is
 /// local, and order is what an operator sent.
 async fn relay_loop(
@@ -246,13 +259,28 @@ async fn relay_loop(
     mut rx: mpsc::Receiver<Message>,
     host: String,
     socket: PathBuf,
+    replies: Shared,
 ) {
     while let Some(msg) = rx.recv().await {
         let Some(reply) = msg.reply else { continue };
         let line = match admit(&msg.payload, msg.headers.as_ref(), &host) {
             Ok(req) => {
                 let id = req.id.clone();
-                let line = relay(&socket, req, &host).await;
+                // A repeated request (same id and body) gets the first reply.
+                let kept = (id.is_some() && changes_something(&req.command))
+                    .then(|| replies::key(&msg.payload));
+                let now = std::time::Instant::now();
+                let earlier = kept.and_then(|k| lock(&replies).get(k, now));
+                let line = match earlier {
+                    Some(line) => line,
+                    None => {
+                        let line = relay(&socket, req, &host).await;
+                        if let Some(k) = kept {
+                            lock(&replies).keep(k, &line, now);
+                        }
+                        line
+                    }
+                };
                 let max = client.server_info().max_payload;
                 if max > 0 && line.len() > max {
                     err_line(
@@ -281,7 +309,13 @@ fn trim_newline(mut line: Vec<u8>) -> Vec<u8> {
 }
 
 /// Subscribes to `colibri.cmd.<host>` and answers there until dropped.
-pub async fn serve(client: &Client, host: &str, me: &str, socket: &Path) -> Result<Server, String> {
+pub async fn serve(
+    client: &Client,
+    host: &str,
+    me: &str,
+    socket: &Path,
+    replies: &Shared,
+) -> Result<Server, String> {
     let mut sub = client
         .subscribe(subject(host))
         .await
@@ -305,6 +339,7 @@ pub async fn serve(client: &Client, host: &str, me: &str, socket: &Path) -> Resu
         rx,
         host.to_string(),
         socket.to_path_buf(),
+        replies.clone(),
     ));
     let client = client.clone();
     let me = me.to_string();

@@ -13,6 +13,7 @@ mod args;
 mod cmd;
 mod hosts;
 mod nats;
+mod replies;
 mod watch;
 
 use std::process::ExitCode;

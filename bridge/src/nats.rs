@@ -108,13 +108,14 @@ pub async fn run(o: &RunOpts) -> Result<(), String> {
     let client = connect(&o.nats, &format!("colibri-bridge {}", o.host)).await?;
     let js = jetstream::new(client.clone());
     let me = instance_id(&o.host);
+    let replies = cmd::Shared::default();
     let mut backoff = RETRY_MIN;
     let mut first = true;
     loop {
         // One writer per host: wait while another bridge serves it, then
         // serve it before writing, so the next one to start waits too.
         cmd::stand_by(&client, &o.host, &me).await;
-        let server = match cmd::serve(&client, &o.host, &me, &o.socket).await {
+        let server = match cmd::serve(&client, &o.host, &me, &o.socket, &replies).await {
             Ok(s) => s,
             Err(msg) => {
                 eprintln!("colibri-bridge: {msg}; resyncing in {backoff:?}");

@@ -670,6 +670,51 @@ fn commands_reach_colibrid_over_nats_and_only_the_allowed_ones() {
         .expect("approval_answered in the stream");
     assert_eq!(answered.event["by"], json!("operator via fleet:nats"));
     assert_eq!(answered.event["decision"], json!("approve"));
+    // A request sent again (same id, same body: its reply was lost) is
+    // answered with the first reply, not run twice; a new id runs.
+    let sleeper = d.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"]}));
+    let sleeper = sleeper["agent_id"].as_str().expect("agent_id").to_string();
+    wait_for(Duration::from_secs(20), "the sleeper to run", || {
+        let snap = d.ok(json!({"cmd":"snapshot","schema":"v2"}));
+        snap["panes"]
+            .as_array()?
+            .iter()
+            .find(|p| p["id"] == json!(sleeper) && p["pid"].is_u64())
+            .map(|_| ())
+    });
+    let pause = json!({"cmd":"pause-agent","agent_id": sleeper, "id": "p-1"});
+    let first = reader.command(HOST, &pause).expect("a reply");
+    assert_eq!(first["ok"], json!(true), "{first}");
+    let resumed = reader
+        .command(
+            HOST,
+            &json!({"cmd":"resume-agent","agent_id": sleeper, "id": "r-1"}),
+        )
+        .expect("a reply");
+    assert_eq!(resumed["ok"], json!(true), "{resumed}");
+    let again = reader.command(HOST, &pause).expect("a reply");
+    assert_eq!(again, first, "the first reply, again");
+    let snap = d.ok(json!({"cmd":"snapshot","schema":"v2"}));
+    let pane = snap["panes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["id"] == json!(sleeper)).cloned())
+        .expect("the sleeper");
+    assert_eq!(pane["paused"], json!(false), "not paused again: {pane}");
+    let other = reader
+        .command(
+            HOST,
+            &json!({"cmd":"pause-agent","agent_id": sleeper, "id": "p-2"}),
+        )
+        .expect("a reply");
+    assert_eq!(other["ok"], json!(true), "{other}");
+    let snap = d.ok(json!({"cmd":"snapshot","schema":"v2"}));
+    assert!(
+        snap["panes"].as_array().is_some_and(|ps| ps
+            .iter()
+            .any(|p| p["id"] == json!(sleeper) && p["paused"] == json!(true))),
+        "{snap}"
+    );
+
     // Answered: a second approve is colibrid's own refusal, relayed.
     let again = reader
         .command(HOST, &json!({"cmd":"approve","approval": approval["id"]}))
