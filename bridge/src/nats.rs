@@ -28,7 +28,21 @@ const EXPECTED_SEQ: &str = "Nats-Expected-Last-Subject-Sequence";
 const EXPECTED_SEQ_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 pub async fn init(o: &InitOpts) -> Result<(), String> {
-    let js = jetstream::new(connect(&o.nats, "colibri-bridge init").await?);
+    let client = connect(&o.nats, "colibri-bridge init").await?;
+    // Connected for good once a round trip is done: only then does the
+    // client know the server's version.
+    client
+        .flush()
+        .await
+        .map_err(|e| format!("{}: {e}", o.nats.url))?;
+    let version = client.server_info().version;
+    if !at_least(&version, (2, 10)) {
+        return Err(format!(
+            "nats-server {version} is older than 2.10, which colibri-bridge needs \
+             (its NATS client cannot create the key-value buckets on 2.9)"
+        ));
+    }
+    let js = jetstream::new(client);
     let cfg = stream::Config {
         name: STREAM.to_string(),
         subjects: vec!["colibri.evt.>".to_string()],
@@ -92,12 +106,17 @@ fn instance_id(host: &str) -> String {
 /// against a subject filter: 2.11 and later. Older ones ignore the filter
 /// header and check the exact subject, which would refuse every publish.
 pub fn chain_supported(version: &str) -> bool {
+    at_least(version, (2, 11))
+}
+
+/// Whether a server version (`2.15.1`, `2.12.3-RC.1`) is `min` or later.
+fn at_least(version: &str, min: (u64, u64)) -> bool {
     let mut parts = version
         .split(|c: char| !c.is_ascii_digit())
         .map(|p| p.parse::<u64>().unwrap_or(0));
     let major = parts.next().unwrap_or(0);
     let minor = parts.next().unwrap_or(0);
-    (major, minor) >= (2, 11)
+    (major, minor) >= min
 }
 
 /// Publishes until stopped. A NATS error (the server gone, an ack that
@@ -455,6 +474,8 @@ mod tests {
         ] {
             assert_eq!(chain_supported(v), want, "{v}");
         }
+        assert!(at_least("2.10.0", (2, 10)));
+        assert!(!at_least("2.9.10", (2, 10)));
     }
 
     #[test]

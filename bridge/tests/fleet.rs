@@ -958,3 +958,28 @@ fn a_bridge_refused_by_the_chain_rereads_the_stream_and_resumes() {
         .iter()
         .all(|m| m.writer != "intruder" || m.seq == ahead));
 }
+
+/// Debian bookworm's nats-server 2.9.10 (`NATS_SERVER_2_9`): async-nats
+/// 0.51 cannot create key-value buckets there, so `init` refuses it up
+/// front, saying which version it needs, rather than with the client's
+/// parse error.
+#[test]
+fn init_refuses_nats_server_2_9_saying_what_it_needs() {
+    let Some(old) = std::env::var_os("NATS_SERVER_2_9").map(PathBuf::from) else {
+        eprintln!(
+            "\n*** SKIPPED: NATS_SERVER_2_9 names no nats-server 2.9 (Debian's nats-server) ***\n"
+        );
+        return;
+    };
+    let nats = Nats::start(old);
+    let out = Command::new(BRIDGE)
+        .args(["init", "--nats", &nats.url()])
+        .output()
+        .expect("run init");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nats-server 2.9.10 is older than 2.10"),
+        "{err}"
+    );
+}
