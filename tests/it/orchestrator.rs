@@ -748,7 +748,7 @@ fn an_unanswered_permission_request_climbs_the_ladder() {
         "asker.sh",
         &format!(
             r#"printf '%s\n' '{{"type":"extension_ui_request","id":"q1","method":"confirm","title":"Push?"}}'
-while IFS= read -r line; do printf '%s\n' "$line" >> '{}'; done"#,
+exec cat >> '{}'"#,
             inputs.display()
         ),
     );
