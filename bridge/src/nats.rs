@@ -76,10 +76,15 @@ pub async fn init(o: &InitOpts) -> Result<(), String> {
 }
 
 async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
-    let url = &nats.url;
+    // async-nats takes no user from the URL: pass it as options, and keep
+    // the password out of every message.
+    let (url, login) = split_login(&nats.url);
     let mut opts = async_nats::ConnectOptions::new()
         .name(name)
         .retry_on_initial_connect();
+    if let Some((user, pass)) = login {
+        opts = opts.user_and_password(user, pass);
+    }
     if let Some(creds) = &nats.creds {
         opts = opts
             .credentials_file(creds)
@@ -92,6 +97,33 @@ async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
     opts.connect(url.as_str())
         .await
         .map_err(|e| format!("{url}: {e}"))
+}
+
+/// The server URLs without their `user:password@`, and the first login
+/// found in them.
+fn split_login(urls: &str) -> (String, Option<(String, String)>) {
+    let mut login = None;
+    let bare: Vec<String> = urls
+        .split(',')
+        .map(|u| {
+            let u = u.trim();
+            let Some((scheme, rest)) = u.split_once("://") else {
+                return u.to_string();
+            };
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..authority_end].rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    if login.is_none() {
+                        let (user, pass) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+                        login = Some((user.to_string(), pass.to_string()));
+                    }
+                    format!("{scheme}://{host}{}", &rest[authority_end..])
+                }
+                None => u.to_string(),
+            }
+        })
+        .collect();
+    (bare.join(","), login)
 }
 
 /// This bridge's name on the messages it stores: unique per process.
@@ -459,6 +491,21 @@ mod tests {
         let out = Outgoing::of("db1", "c41d", &odd).expect("odd");
         assert_eq!(out.subject, "colibri.evt.db1._._");
         assert!(Outgoing::of("db1", "c41d", &json!({"event": "x"})).is_err());
+    }
+
+    #[test]
+    fn a_login_in_the_url_is_taken_out_of_it() {
+        assert_eq!(
+            split_login("nats://h1:s3cr3t@hub-a:4222, tls://hub-b:4222"),
+            (
+                "nats://hub-a:4222,tls://hub-b:4222".to_string(),
+                Some(("h1".to_string(), "s3cr3t".to_string()))
+            )
+        );
+        assert_eq!(
+            split_login("nats://127.0.0.1:4222"),
+            ("nats://127.0.0.1:4222".to_string(), None)
+        );
     }
 
     #[test]

@@ -75,6 +75,8 @@ struct Nats {
     store: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
+    /// A configuration file (users and their permissions), if any.
+    config: Option<PathBuf>,
 }
 
 impl Nats {
@@ -88,9 +90,35 @@ impl Nats {
             store: tempfile::tempdir().expect("tempdir"),
             port,
             child: None,
+            config: None,
         };
         n.launch();
         n
+    }
+
+    /// With a configuration file holding `conf`.
+    fn start_with(bin: PathBuf, conf: &str) -> Nats {
+        let store = tempfile::tempdir().expect("tempdir");
+        let config = store.path().join("nats.conf");
+        std::fs::write(&config, conf).expect("nats.conf");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut n = Nats {
+            bin,
+            store,
+            port,
+            child: None,
+            config: Some(config),
+        };
+        n.launch();
+        n
+    }
+
+    /// `url` with a user and password.
+    fn url_as(&self, user: &str) -> String {
+        format!("nats://{user}:{user}-pw@127.0.0.1:{}", self.port)
     }
 
     fn url(&self) -> String {
@@ -99,7 +127,11 @@ impl Nats {
 
     /// Starts the server on the same port and store.
     fn launch(&mut self) {
-        let child = Command::new(&self.bin)
+        let mut cmd = Command::new(&self.bin);
+        if let Some(c) = &self.config {
+            cmd.arg("-c").arg(c);
+        }
+        let child = cmd
             .args([
                 "-a",
                 "127.0.0.1",
@@ -274,12 +306,24 @@ impl Reader {
             .enable_all()
             .build()
             .expect("runtime");
+        // async-nats takes no login from a URL (`url_as` puts one there).
+        let (url, login) = match url.split_once('@') {
+            Some((front, host)) => {
+                let (scheme, userinfo) = front.split_once("://").expect("a scheme");
+                let (user, pass) = userinfo.split_once(':').expect("user:password");
+                (
+                    format!("{scheme}://{host}"),
+                    Some((user.to_string(), pass.to_string())),
+                )
+            }
+            None => (url.to_string(), None),
+        };
         let (client, js) = rt.block_on(async {
-            let client = async_nats::ConnectOptions::new()
-                .retry_on_initial_connect()
-                .connect(url)
-                .await
-                .expect("connect");
+            let mut opts = async_nats::ConnectOptions::new().retry_on_initial_connect();
+            if let Some((user, pass)) = login {
+                opts = opts.user_and_password(user, pass);
+            }
+            let client = opts.connect(url).await.expect("connect");
             let js = jetstream::new(client.clone());
             (client, js)
         });
@@ -982,4 +1026,83 @@ fn init_refuses_nats_server_2_9_saying_what_it_needs() {
         err.contains("nats-server 2.9.10 is older than 2.10"),
         "{err}"
     );
+}
+
+/// docs/FLEET.md's permissions for host `h`, as nats-server configuration.
+fn host_user(h: &str) -> String {
+    format!(
+        r#"{{user: {h}, password: {h}-pw, permissions: {{
+            publish: {{allow: ["colibri.evt.{h}.>", "colibri.cmd.{h}",
+                "$JS.API.STREAM.INFO.COLIBRI_EVENTS", "$JS.API.DIRECT.GET.COLIBRI_EVENTS.>",
+                "$JS.API.STREAM.MSG.GET.COLIBRI_EVENTS",
+                "$KV.colibri_hosts.{h}", "$KV.colibri_panes.{h}.>",
+                "$JS.API.STREAM.INFO.KV_colibri_hosts", "$JS.API.STREAM.INFO.KV_colibri_panes"]}},
+            subscribe: {{allow: ["colibri.cmd.{h}", "_INBOX.>"]}},
+            allow_responses: true}}}}"#
+    )
+}
+
+#[test]
+fn with_a_user_per_host_the_bridge_works_and_cannot_act_as_another_host() {
+    let Some(nats_bin) = nats_server() else {
+        return;
+    };
+    let Some(colibrid) = colibrid() else {
+        return;
+    };
+    let conf = format!(
+        "authorization {{ users: [\n{{user: admin, password: admin-pw}},\n{},\n{}\n] }}\n",
+        host_user("h1"),
+        host_user("h2")
+    );
+    let nats = Nats::start_with(nats_bin, &conf);
+    init(&nats.url_as("admin"));
+    let d = Daemon::start(&colibrid);
+    let admin = Reader::connect(&nats.url_as("admin"));
+    let logs = tempfile::tempdir().expect("tempdir");
+    // The bridge as h1, with h1's rights only: it stores, serves and
+    // writes its host row.
+    let _bridge = Bridge::start(&nats.url_as("h1"), &d, logs.path().join("h1.log"));
+    d.spawn_exits(3);
+    let stored = admin.settled(&d, 3);
+    let (_, journal_id) = d.head();
+    assert_exactly_once(&stored, &journal_id);
+    let status = wait_for(Duration::from_secs(20), "h1 to serve", || {
+        admin.command(HOST, &json!({"cmd":"status"})).ok()
+    });
+    assert_eq!(status["ok"], json!(true), "{status}");
+    wait_for(Duration::from_secs(20), "h1's host row", || {
+        admin.host_row(HOST)
+    });
+
+    // As h1: no event stored as h2, no command of h2's received.
+    let h1 = Reader::connect(&nats.url_as("h1"));
+    // Held while h2's command is asked: were it allowed, h1 would be a
+    // responder that never answers, and the request would time out.
+    let _sub = h1.rt.block_on(async {
+        let sub = h1
+            .client
+            .subscribe("colibri.cmd.h2")
+            .await
+            .expect("the client sends it");
+        h1.client
+            .publish("colibri.evt.h2._.forged", "{}".into())
+            .await
+            .expect("the client sends it");
+        h1.client.flush().await.expect("flush");
+        sub
+    });
+    assert_eq!(
+        admin.command("h2", &json!({"cmd":"status"})),
+        Err(async_nats::RequestErrorKind::NoResponders),
+        "h1 cannot take h2's commands"
+    );
+    let forged = admin.rt.block_on(async {
+        let stream = admin.js.get_stream("COLIBRI_EVENTS").await.expect("stream");
+        stream
+            .get_last_raw_message_by_subject("colibri.evt.h2.>")
+            .await
+            .is_ok()
+    });
+    assert!(!forged, "h1 cannot store as h2");
 }
