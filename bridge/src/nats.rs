@@ -79,9 +79,26 @@ async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
     // async-nats takes no user from the URL: pass it as options, and keep
     // the password out of every message.
     let (url, login) = split_login(&nats.url);
+    // The client retries for ever: say what happens (a refused login, the
+    // server gone), once per change, or a pane that never connects looks
+    // like one that has nothing to send.
+    let last = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let mut opts = async_nats::ConnectOptions::new()
         .name(name)
-        .retry_on_initial_connect();
+        .retry_on_initial_connect()
+        .event_callback(move |event| {
+            let last = last.clone();
+            async move {
+                let text = event.to_string();
+                let mut seen = last
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *seen != text {
+                    eprintln!("colibri-bridge: nats: {text}");
+                    *seen = text;
+                }
+            }
+        });
     if let Some((user, pass)) = login {
         opts = opts.user_and_password(user, pass);
     }
