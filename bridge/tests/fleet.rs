@@ -247,9 +247,13 @@ struct Bridge {
 
 impl Bridge {
     fn start(url: &str, d: &Daemon, log: PathBuf) -> Bridge {
+        Bridge::start_for(HOST, url, d, log)
+    }
+
+    fn start_for(host: &str, url: &str, d: &Daemon, log: PathBuf) -> Bridge {
         let file = std::fs::File::create(&log).expect("bridge log");
         let child = Command::new(BRIDGE)
-            .args(["run", "--host", HOST, "--nats", url, "--socket"])
+            .args(["run", "--host", host, "--nats", url, "--socket"])
             .arg(d.socket())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -347,10 +351,15 @@ impl Reader {
 
     /// The host's newest stored seq, once the server answers.
     fn last_seq(&self) -> Option<u64> {
+        self.last_seq_of(HOST)
+    }
+
+    /// `host`'s newest stored seq.
+    fn last_seq_of(&self, host: &str) -> Option<u64> {
         self.rt.block_on(async {
             let stream = self.js.get_stream("COLIBRI_EVENTS").await.ok()?;
             let msg = stream
-                .get_last_raw_message_by_subject(&format!("colibri.evt.{HOST}.>"))
+                .get_last_raw_message_by_subject(&format!("colibri.evt.{host}.>"))
                 .await
                 .ok()?;
             let v: Value = serde_json::from_slice(&msg.payload).ok()?;
@@ -392,6 +401,12 @@ impl Reader {
 
     /// Every message of the stream, in stream order.
     fn all(&self) -> Vec<Stored> {
+        self.all_of(HOST)
+    }
+
+    /// Every message of `host`, in stream order.
+    fn all_of(&self, host: &str) -> Vec<Stored> {
+        let prefix = format!("colibri.evt.{host}.");
         self.rt.block_on(async {
             let stream = self.js.get_stream("COLIBRI_EVENTS").await.expect("stream");
             let mut stream = stream;
@@ -399,6 +414,9 @@ impl Reader {
             let mut out = Vec::new();
             for n in 1..=last {
                 let msg = stream.get_raw_message(n).await.expect("message");
+                if !msg.subject.starts_with(prefix.as_str()) {
+                    continue;
+                }
                 let id = msg
                     .headers
                     .get("Nats-Msg-Id")
@@ -410,7 +428,7 @@ impl Reader {
                     .map(|v| v.parse().expect("a sequence"));
                 let event: Value = serde_json::from_slice(&msg.payload).expect("JSON");
                 let (journal_id, seq) = id
-                    .strip_prefix(&format!("{HOST}:"))
+                    .strip_prefix(&format!("{host}:"))
                     .and_then(|r| r.rsplit_once(':'))
                     .expect("host:journal:seq");
                 assert_eq!(seq.parse::<u64>().ok(), event["seq"].as_u64(), "{id}");
@@ -431,6 +449,10 @@ impl Reader {
 
 /// Seqs 1..=max, each once, in order, all of one journal.
 fn assert_exactly_once(stored: &[Stored], journal_id: &str) {
+    assert_exactly_once_of(HOST, stored, journal_id);
+}
+
+fn assert_exactly_once_of(host: &str, stored: &[Stored], journal_id: &str) {
     let seqs: Vec<u64> = stored.iter().map(|m| m.seq).collect();
     let want: Vec<u64> = (1..=seqs.len() as u64).collect();
     assert_eq!(seqs, want, "one message per host seq, no hole, in order");
@@ -438,7 +460,7 @@ fn assert_exactly_once(stored: &[Stored], journal_id: &str) {
     for m in stored {
         let pane = m.event["pane"].as_str().unwrap_or("_");
         let name = m.event["event"].as_str().expect("event");
-        assert_eq!(m.subject, format!("colibri.evt.{HOST}.{pane}.{name}"));
+        assert_eq!(m.subject, format!("colibri.evt.{host}.{pane}.{name}"));
     }
 }
 
@@ -1105,4 +1127,62 @@ fn with_a_user_per_host_the_bridge_works_and_cannot_act_as_another_host() {
             .is_ok()
     });
     assert!(!forged, "h1 cannot store as h2");
+}
+
+#[test]
+fn three_hosts_share_one_stream_each_exactly_once_and_each_its_own_commands() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let reader = Reader::connect(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let hosts = ["h1", "h2", "h3"];
+    let daemons: Vec<Daemon> = hosts.iter().map(|_| Daemon::start(&colibrid)).collect();
+    let mut bridges: Vec<Bridge> = hosts
+        .iter()
+        .zip(&daemons)
+        .map(|(h, d)| Bridge::start_for(h, &url, d, logs.path().join(format!("{h}.log"))))
+        .collect();
+    // Interleaved: each host's chain must skip the others' messages.
+    for _ in 0..3 {
+        for d in &daemons {
+            d.spawn_exits(4);
+        }
+    }
+    for (h, d) in hosts.iter().zip(&daemons) {
+        let stored = wait_for(Duration::from_secs(60), &format!("{h}'s exits"), || {
+            let (head, _) = d.head();
+            reader.last_seq_of(h).filter(|s| *s >= head)?;
+            let all = reader.all_of(h);
+            (exits(&all) >= 12).then_some(all)
+        });
+        let (_, journal_id) = d.head();
+        assert_exactly_once_of(h, &stored, &journal_id);
+        assert_chained(&stored);
+        assert_eq!(exits(&stored), 12, "{h}");
+        let status = wait_for(Duration::from_secs(20), "the bridge to serve", || {
+            reader.command(h, &json!({"cmd":"status"})).ok()
+        });
+        assert_eq!(
+            status["data"]["pid"],
+            d.ok(json!({"cmd":"status"}))["pid"],
+            "{h}"
+        );
+    }
+    // One bridge gone: that host is unreachable at once, the others not.
+    kill(&mut bridges[1].child);
+    wait_for(Duration::from_secs(10), "h2 to be unreachable", || {
+        (reader.command("h2", &json!({"cmd":"status"}))
+            == Err(async_nats::RequestErrorKind::NoResponders))
+        .then_some(())
+    });
+    for h in ["h1", "h3"] {
+        let r = reader
+            .command(h, &json!({"cmd":"status"}))
+            .expect("a reply");
+        assert_eq!(r["ok"], json!(true), "{h}: {r}");
+    }
 }
