@@ -1186,3 +1186,69 @@ fn three_hosts_share_one_stream_each_exactly_once_and_each_its_own_commands() {
         assert_eq!(r["ok"], json!(true), "{h}: {r}");
     }
 }
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Figures for docs/FLEET.md, not a check: `cargo test -p colibri-bridge
+/// --test fleet measure -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_command_round_trips() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let d = Daemon::start(&colibrid);
+    let reader = Reader::connect(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let _bridge = Bridge::start(&url, &d, logs.path().join("bridge.log"));
+    wait_for(Duration::from_secs(20), "the bridge to serve", || {
+        reader.command(HOST, &json!({"cmd":"status"})).ok()
+    });
+    const N: usize = 500;
+    let mut over_nats = Vec::with_capacity(N);
+    let mut local = Vec::with_capacity(N);
+    let mut refused = Vec::with_capacity(N);
+    let mut nobody = Vec::with_capacity(N);
+    for _ in 0..N {
+        let t = Instant::now();
+        reader
+            .command(HOST, &json!({"cmd":"status"}))
+            .expect("a reply");
+        over_nats.push(t.elapsed());
+        let t = Instant::now();
+        d.ok(json!({"cmd":"status"}));
+        local.push(t.elapsed());
+        let t = Instant::now();
+        reader
+            .command(HOST, &json!({"cmd":"watch"}))
+            .expect("a refusal");
+        refused.push(t.elapsed());
+        let t = Instant::now();
+        let _ = reader.command("h9", &json!({"cmd":"status"}));
+        nobody.push(t.elapsed());
+    }
+    for (name, v) in [
+        (
+            "status over NATS (bridge relays to colibrid)",
+            &mut over_nats,
+        ),
+        ("status on the local socket", &mut local),
+        ("refusal by the bridge (watch)", &mut refused),
+        ("no responders (no bridge)", &mut nobody),
+    ] {
+        v.sort();
+        eprintln!(
+            "{name}: n={} p50={:?} p99={:?} max={:?}",
+            v.len(),
+            percentile(v, 0.5),
+            percentile(v, 0.99),
+            v[v.len() - 1]
+        );
+    }
+}
