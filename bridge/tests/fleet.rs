@@ -1252,3 +1252,53 @@ fn measure_command_round_trips() {
         );
     }
 }
+
+#[test]
+fn an_operator_in_another_account_is_named_in_the_answer() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    // Hosts in one account; the operator in another, importing the
+    // commands with `share`, so the server tells the bridge who asks.
+    let conf = r#"accounts {
+  COLIBRI: {
+    jetstream: enabled
+    users: [{user: "admin", password: "admin-pw"}]
+    exports: [{service: "colibri.cmd.>"}]
+  }
+  OPS: {
+    users: [{user: "alice", password: "alice-pw"}]
+    imports: [{service: {account: COLIBRI, subject: "colibri.cmd.>"}, share: true}]
+  }
+}
+"#;
+    let nats = Nats::start_with(nats_bin, conf);
+    init(&nats.url_as("admin"));
+    let d = Daemon::start(&colibrid);
+    let admin = Reader::connect(&nats.url_as("admin"));
+    let alice = Reader::connect(&nats.url_as("alice"));
+    let logs = tempfile::tempdir().expect("tempdir");
+    let _bridge = Bridge::start(&nats.url_as("admin"), &d, logs.path().join("bridge.log"));
+    let (pane, got) = asking_agent(&d, "pi1");
+    wait_for(Duration::from_secs(30), "an approval to open", || {
+        let r = alice
+            .command(HOST, &json!({"cmd":"approvals","agent_id": pane}))
+            .ok()?;
+        r["data"]["approvals"].get(0).cloned()
+    });
+    let r = alice
+        .command(HOST, &json!({"cmd":"approve","approval":"pi1"}))
+        .expect("a reply");
+    assert_eq!(r["ok"], json!(true), "{r}");
+    wait_for(Duration::from_secs(30), "the agent's answer", || {
+        std::fs::read_to_string(&got).ok()
+    });
+    let (head, _) = d.head();
+    admin.wait_stored(head);
+    let answered = admin
+        .all()
+        .into_iter()
+        .find(|m| m.event["event"] == json!("approval_answered"))
+        .expect("approval_answered in the stream");
+    assert_eq!(answered.event["by"], json!("operator via fleet:alice"));
+}
