@@ -13,6 +13,7 @@ mod args;
 mod cmd;
 mod hosts;
 mod nats;
+mod panes;
 mod replies;
 mod watch;
 

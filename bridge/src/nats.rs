@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::args::{InitOpts, Nats, RunOpts};
 use crate::cmd;
 use crate::hosts::{self, HostState};
+use crate::panes::Panes;
 use crate::watch::{self, Item, Resume};
 
 pub const STREAM: &str = "COLIBRI_EVENTS";
@@ -278,6 +279,7 @@ async fn session(
     let mut seq = 0u64;
     let mut started = false;
     let mut next_beat = tokio::time::Instant::now();
+    let mut rows = Panes::new(next_beat);
     let mut published = 0u64;
     let fail = |msg: String, published: u64| Failure::Retry { msg, published };
     loop {
@@ -297,8 +299,15 @@ async fn session(
             }
             next_beat = tokio::time::Instant::now() + o.heartbeat;
         }
+        // Current state is best effort: the stream is the record, and
+        // the next pass writes the rows again.
+        if started && tokio::time::Instant::now() >= rows.due() {
+            if let Err(e) = rows.sync(js, &panes, &o.socket, &o.host).await {
+                eprintln!("colibri-bridge: pane rows: {e}");
+            }
+        }
         let item = if started {
-            match tokio::time::timeout_at(next_beat, rx.recv()).await {
+            match tokio::time::timeout_at(next_beat.min(rows.due()), rx.recv()).await {
                 Err(_) => continue,
                 Ok(item) => item,
             }
@@ -367,13 +376,10 @@ async fn session(
         after = ack.sequence;
         seq = out.seq;
         published += 1;
-        // Current state is best effort: the stream is the record, and
-        // the next pane event writes it again.
-        if let Err(e) = pane_state(&panes, &o.host, &ev).await {
-            eprintln!(
-                "colibri-bridge: key-value update after seq {}: {e}",
-                out.seq
-            );
+        // A pane changed, or a gap may have hidden changes: the rows are
+        // due soon.
+        if ev["pane"].is_string() || ev["event"] == "gap" {
+            rows.touch(tokio::time::Instant::now());
         }
     }
     Err(fail("the watch thread ended".into(), published))
@@ -463,25 +469,6 @@ fn subject_token(s: &str) -> bool {
         && s.len() <= 128
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-/// `colibri_panes.<host>.<pane>` holds the pane's last event, deleted
-/// when the pane is removed.
-async fn pane_state(panes: &kv::Store, host: &str, ev: &Value) -> Result<(), String> {
-    let event = ev["event"].as_str().unwrap_or_default();
-    let Some(pane) = ev["pane"].as_str().filter(|p| subject_token(p)) else {
-        return Ok(());
-    };
-    let key = format!("{host}.{pane}");
-    if event == "removed" {
-        panes.delete(&key).await.map_err(|e| e.to_string())?;
-    } else {
-        panes
-            .put(&key, ev.to_string().into())
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 const BRIDGE: &str = env!("CARGO_BIN_EXE_colibri-bridge");
@@ -390,6 +391,30 @@ impl Reader {
         )
     }
 
+    /// `colibri_panes.<host>.*`: each live row by pane id.
+    fn pane_rows(&self, host: &str) -> std::collections::BTreeMap<String, Value> {
+        self.rt.block_on(async {
+            let kv = self
+                .js
+                .get_key_value("colibri_panes")
+                .await
+                .expect("bucket");
+            let mut keys = kv.keys().await.expect("keys");
+            let mut out = std::collections::BTreeMap::new();
+            let prefix = format!("{host}.");
+            while let Some(k) = keys.next().await {
+                let k = k.expect("a key");
+                let Some(id) = k.strip_prefix(&prefix) else {
+                    continue;
+                };
+                if let Ok(Some(v)) = kv.get(&k).await {
+                    out.insert(id.to_string(), serde_json::from_slice(&v).expect("JSON"));
+                }
+            }
+            out
+        })
+    }
+
     /// `colibri_hosts.<host>`, if written.
     fn host_row(&self, host: &str) -> Option<Value> {
         self.rt.block_on(async {
@@ -612,6 +637,7 @@ fn a_second_bridge_for_the_host_never_stores_while_the_first_runs() {
 
     // The first gone, the second takes over where it left off.
     kill(&mut first.child);
+    let by_first = reader.all().len();
     wait_for(Duration::from_secs(20), "the second to take over", || {
         second.log().contains("taking over").then_some(())
     });
@@ -622,7 +648,8 @@ fn a_second_bridge_for_the_host_never_stores_while_the_first_runs() {
     assert_eq!(exits(&after), 20);
     let second_id = instance(&second.log());
     assert_ne!(first_id, second_id);
-    assert!(after[stored.len()..].iter().all(|m| m.writer == second_id));
+    assert!(after[..by_first].iter().all(|m| m.writer == first_id));
+    assert!(after[by_first..].iter().all(|m| m.writer == second_id));
 }
 
 /// A pi agent that asks to confirm, writes the line it reads back to
@@ -1096,6 +1123,9 @@ fn with_a_user_per_host_the_bridge_works_and_cannot_act_as_another_host() {
     wait_for(Duration::from_secs(20), "h1's host row", || {
         admin.host_row(HOST)
     });
+    wait_for(Duration::from_secs(20), "h1's pane rows", || {
+        (admin.pane_rows(HOST).len() == 3).then_some(())
+    });
 
     // As h1: no event stored as h2, no command of h2's received.
     let h1 = Reader::connect(&nats.url_as("h1"));
@@ -1163,9 +1193,15 @@ fn three_hosts_share_one_stream_each_exactly_once_and_each_its_own_commands() {
         assert_exactly_once_of(h, &stored, &journal_id);
         assert_chained(&stored);
         assert_eq!(exits(&stored), 12, "{h}");
-        let status = wait_for(Duration::from_secs(20), "the bridge to serve", || {
-            reader.command(h, &json!({"cmd":"status"})).ok()
-        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Ok(r) = reader.command(h, &json!({"cmd":"status"})) {
+                break r;
+            }
+            let log = std::fs::read_to_string(logs.path().join(format!("{h}.log")));
+            assert!(Instant::now() < deadline, "{h} never served: {log:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
         assert_eq!(
             status["data"]["pid"],
             d.ok(json!({"cmd":"status"}))["pid"],
@@ -1174,7 +1210,7 @@ fn three_hosts_share_one_stream_each_exactly_once_and_each_its_own_commands() {
     }
     // One bridge gone: that host is unreachable at once, the others not.
     kill(&mut bridges[1].child);
-    wait_for(Duration::from_secs(10), "h2 to be unreachable", || {
+    wait_for(Duration::from_secs(30), "h2 to be unreachable", || {
         (reader.command("h2", &json!({"cmd":"status"}))
             == Err(async_nats::RequestErrorKind::NoResponders))
         .then_some(())
@@ -1301,4 +1337,84 @@ fn an_operator_in_another_account_is_named_in_the_answer() {
         .find(|m| m.event["event"] == json!("approval_answered"))
         .expect("approval_answered in the stream");
     assert_eq!(answered.event["by"], json!("operator via fleet:alice"));
+}
+
+/// The snapshot's rows by id, reduced to what does not move by itself.
+fn pane_states(rows: impl IntoIterator<Item = Value>) -> Vec<(String, Value, Value)> {
+    let mut v: Vec<(String, Value, Value)> = rows
+        .into_iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap_or_default().to_string(),
+                r["name"].clone(),
+                r["state"].clone(),
+            )
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+#[test]
+fn pane_rows_follow_the_snapshot_and_a_removed_pane_leaves() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let d = Daemon::start(&colibrid);
+    let reader = Reader::connect(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let mut bridge = Bridge::start(&url, &d, logs.path().join("bridge-1.log"));
+    let snapshot = |d: &Daemon| -> Vec<Value> {
+        d.ok(json!({"cmd":"snapshot","schema":"v2"}))["panes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let same = |d: &Daemon| -> Option<()> {
+        let want = pane_states(snapshot(d));
+        let got = pane_states(reader.pane_rows(HOST).into_values());
+        (want == got).then_some(())
+    };
+    let spawn = |name: &str| -> String {
+        let data =
+            d.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"],"name":name}));
+        data["agent_id"].as_str().expect("agent_id").to_string()
+    };
+    let remove = |id: &str| {
+        d.ok(json!({"cmd":"kill-agent","agent_id": id}));
+        wait_for(Duration::from_secs(20), "the pane to exit", || {
+            d.try_request(&json!({"cmd":"remove-agent","agent_id": id}))
+                .ok()
+                .filter(|r| r["ok"] == json!(true))
+        });
+    };
+    let a = spawn("alpha");
+    let b = spawn("beta");
+    wait_for(
+        Duration::from_secs(20),
+        "rows equal to the snapshot",
+        || same(&d),
+    );
+    assert_eq!(reader.pane_rows(HOST).len(), 2);
+    // Removed: its key goes.
+    remove(&b);
+    wait_for(Duration::from_secs(20), "beta's row deleted", || same(&d));
+    assert!(!reader.pane_rows(HOST).contains_key(&b));
+
+    // Removed while no bridge runs: the next one finds the stale key.
+    kill(&mut bridge.child);
+    remove(&a);
+    let _c = spawn("gamma");
+    let _bridge = Bridge::start(&url, &d, logs.path().join("bridge-2.log"));
+    wait_for(
+        Duration::from_secs(20),
+        "rows equal to the snapshot",
+        || same(&d),
+    );
+    let rows = reader.pane_rows(HOST);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(!rows.contains_key(&a));
 }
