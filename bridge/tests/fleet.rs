@@ -178,7 +178,18 @@ impl Daemon {
 
     /// In `dir`, with more arguments (`--config`).
     fn start_in(bin: &Path, dir: tempfile::TempDir, args: &[&str]) -> Daemon {
+        Daemon::start_env(bin, dir, args, &[])
+    }
+
+    /// With more environment (`COLIBRID_JOURNAL_BYTES`).
+    fn start_env(
+        bin: &Path,
+        dir: tempfile::TempDir,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let child = Command::new(bin)
+            .envs(env.iter().copied())
             .args(args)
             .arg("--socket")
             .arg(dir.path().join("colibri.sock"))
@@ -1417,4 +1428,93 @@ fn pane_rows_follow_the_snapshot_and_a_removed_pane_leaves() {
     let rows = reader.pane_rows(HOST);
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert!(!rows.contains_key(&a));
+}
+
+#[test]
+fn after_an_outage_longer_than_the_journal_one_gap_is_stored_and_the_rows_are_fresh() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    // A journal of 2 KiB a segment: a few dozen events overrun it.
+    let d = Daemon::start_env(
+        &colibrid,
+        tempfile::tempdir().expect("tempdir"),
+        &[],
+        &[("COLIBRID_JOURNAL_BYTES", "2048")],
+    );
+    let reader = Reader::connect(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let spawn = |name: &str| -> String {
+        let data =
+            d.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"],"name":name}));
+        data["agent_id"].as_str().expect("agent_id").to_string()
+    };
+    let snapshot = |d: &Daemon| -> Vec<Value> {
+        d.ok(json!({"cmd":"snapshot","schema":"v2"}))["panes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let same = |d: &Daemon| -> Option<()> {
+        let want = pane_states(snapshot(d));
+        let got = pane_states(reader.pane_rows(HOST).into_values());
+        (want == got).then_some(())
+    };
+    let mut bridge = Bridge::start(&url, &d, logs.path().join("bridge-1.log"));
+    let _alpha = spawn("alpha");
+    let beta = spawn("beta");
+    wait_for(
+        Duration::from_secs(20),
+        "rows equal to the snapshot",
+        || same(&d),
+    );
+    let (head, _) = d.head();
+    reader.wait_stored(head);
+
+    // The bridge away while much happens: the journal rotates past it.
+    kill(&mut bridge.child);
+    d.ok(json!({"cmd":"kill-agent","agent_id": beta}));
+    wait_for(Duration::from_secs(20), "beta removed", || {
+        d.try_request(&json!({"cmd":"remove-agent","agent_id": beta}))
+            .ok()
+            .filter(|r| r["ok"] == json!(true))
+    });
+    d.spawn_exits(40);
+    let _bridge = Bridge::start(&url, &d, logs.path().join("bridge-2.log"));
+    let stored = wait_for(Duration::from_secs(30), "the gap and the head", || {
+        let (head, _) = d.head();
+        reader.last_seq().filter(|s| *s >= head)?;
+        let all = reader.all();
+        all.iter()
+            .any(|m| m.event["event"] == json!("gap"))
+            .then_some(all)
+    });
+    let gaps: Vec<&Stored> = stored
+        .iter()
+        .filter(|m| m.event["event"] == json!("gap"))
+        .collect();
+    assert_eq!(gaps.len(), 1, "exactly one gap");
+    assert_chained(&stored);
+    // Each seq once, in order; consecutive after the gap.
+    let seqs: Vec<u64> = stored.iter().map(|m| m.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let at = stored
+        .iter()
+        .position(|m| m.event["event"] == json!("gap"))
+        .expect("the gap");
+    assert!(
+        seqs[at..].windows(2).all(|w| w[1] == w[0] + 1),
+        "no hole after the gap: {seqs:?}"
+    );
+    // The rows equal a fresh snapshot: beta's key gone, the exits there.
+    wait_for(
+        Duration::from_secs(20),
+        "rows equal to the snapshot",
+        || same(&d),
+    );
+    assert!(!reader.pane_rows(HOST).contains_key(&beta));
+    assert_eq!(reader.pane_rows(HOST).len(), 41);
 }
