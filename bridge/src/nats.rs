@@ -112,7 +112,9 @@ async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
     if let Some(ca) = &nats.tls_ca {
         opts = opts.add_root_certificates(ca.clone()).require_tls(true);
     }
-    opts.connect(url.as_str())
+    // A list is a Vec to async-nats: as one string it is one bad URL.
+    let servers: Vec<&str> = url.split(',').collect();
+    opts.connect(servers)
         .await
         .map_err(|e| format!("{url}: {e}"))
 }

@@ -1518,3 +1518,107 @@ fn after_an_outage_longer_than_the_journal_one_gap_is_stored_and_the_rows_are_fr
     assert!(!reader.pane_rows(HOST).contains_key(&beta));
     assert_eq!(reader.pane_rows(HOST).len(), 41);
 }
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// One node of a loopback JetStream cluster.
+struct Node {
+    child: Child,
+    _store: tempfile::TempDir,
+    port: u16,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+fn cluster(bin: &Path, n: usize) -> Vec<Node> {
+    let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+    let routes: Vec<String> = ports
+        .iter()
+        .map(|(_, r)| format!("nats://127.0.0.1:{r}"))
+        .collect();
+    let nodes: Vec<Node> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (port, route))| {
+            let store = tempfile::tempdir().expect("tempdir");
+            let child = Command::new(bin)
+                .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+                .arg(store.path())
+                .args([
+                    "-n",
+                    &format!("n{i}"),
+                    "--cluster_name",
+                    "colibri",
+                    "--cluster",
+                    &format!("nats://127.0.0.1:{route}"),
+                    "--routes",
+                    &routes.join(","),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start nats-server");
+            Node {
+                child,
+                _store: store,
+                port: *port,
+            }
+        })
+        .collect();
+    for node in &nodes {
+        wait_for(Duration::from_secs(20), "a node to listen", || {
+            TcpStream::connect(("127.0.0.1", node.port)).ok()
+        });
+    }
+    nodes
+}
+
+#[test]
+fn on_a_three_node_cluster_losing_one_node_loses_nothing() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let mut nodes = cluster(&nats_bin, 3);
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("nats://127.0.0.1:{}", n.port))
+        .collect();
+    let url = urls.join(",");
+    // R3 once the cluster has a JetStream leader.
+    wait_for(
+        Duration::from_secs(60),
+        "the stream on three replicas",
+        || {
+            Command::new(BRIDGE)
+                .args(["init", "--replicas", "3", "--nats", &url])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+        },
+    );
+    let d = Daemon::start(&colibrid);
+    // The reader and the bridge on nodes that stay.
+    let reader = Reader::connect(&urls[1]);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let bridge_url = format!("{},{}", urls[0], urls[2]);
+    let _bridge = Bridge::start(&bridge_url, &d, logs.path().join("bridge.log"));
+    d.spawn_exits(10);
+    let _ = reader.settled(&d, 10);
+    // One node dies (the first the bridge knows, maybe its own).
+    drop(nodes.remove(0));
+    d.spawn_exits(10);
+    let stored = reader.settled(&d, 20);
+    let (_, journal_id) = d.head();
+    assert_exactly_once(&stored, &journal_id);
+    assert_chained(&stored);
+    assert_eq!(exits(&stored), 20);
+}
