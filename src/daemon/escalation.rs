@@ -166,6 +166,25 @@ impl Daemon {
         self.task_changed(ev, t);
     }
 
+    /// `pane`'s agent ended and will not run again: the task it held
+    /// (claimed or working) is pending again, for another agent.
+    pub(crate) fn release_task_of_ended(&mut self, pane: &str, t: Timestamp) {
+        let Some(id) = self
+            .control
+            .queue
+            .held_by(pane)
+            .filter(|task| matches!(task.status, TaskStatus::Claimed | TaskStatus::Working))
+            .map(|task| task.id)
+        else {
+            return;
+        };
+        let Ok(ev) = self.control.queue.release(id, t) else {
+            return;
+        };
+        log_info!("task {id} released: pane {pane} ended and will not run again");
+        self.task_changed(ev, t);
+    }
+
     /// Writes `bytes` to the agent's input and logs `text` as a `prompt`
     /// record by the escalation.
     fn write_to_agent(&mut self, key: PaneKey, bytes: &[u8], text: &str, t: Timestamp) {

@@ -531,13 +531,22 @@ impl Daemon {
     /// Called once a pane's process has ended and its restart was decided:
     /// a restart that waited for the stop happens now.
     pub(crate) fn after_end(&mut self, key: PaneKey, t: Timestamp) {
-        let Some(agent) = self.panes.agent_mut(key) else {
+        let Some(agent) = self.panes.agent(key) else {
             return;
         };
-        if agent.supervision.restart_after_stop && !self.is_stopping() {
+        let restart = agent.supervision.restart_after_stop;
+        let gone = !agent.actual().is_alive();
+        let pane = agent.pane_id.clone();
+        if restart && !self.is_stopping() {
             self.start_now(key, t);
-        } else {
-            self.mark_records_changed();
+            return;
+        }
+        self.mark_records_changed();
+        // A task held by an agent that will not run again would stay
+        // claimed or working for ever: it goes back to the queue. One that
+        // restarts (or comes back after colibrid's own stop) keeps it.
+        if gone && !self.is_stopping() {
+            self.release_task_of_ended(&pane, t);
         }
     }
 

@@ -579,3 +579,38 @@ fn large_tasks_come_in_pages_and_oversized_text_is_refused_at_intake() {
         .collect();
     assert_eq!(listed, ids, "every task, once, in order");
 }
+
+/// A task held by an agent that ended and will not run again goes back to
+/// the queue (before, it stayed `working` for ever); one whose agent waits
+/// to be restarted by its policy stays with it.
+#[test]
+fn a_task_held_by_an_agent_that_ends_goes_back_to_the_queue() {
+    let d = Colibrid::start(&[]);
+    let pane = d.spawn(&["/bin/sh", "-c", "exec sleep 60"], json!({}));
+    let id = d.ok(json!({"cmd":"task-add","title":"orphaned"}))["task"]["task_id"]
+        .as_u64()
+        .expect("task_id");
+    d.ok(json!({"cmd":"task-claim","pane": pane}));
+    d.ok(json!({"cmd":"task-ack","task_id": id,"pane": pane}));
+    d.ok(json!({"cmd":"stop-agent","agent_id": pane}));
+    let t = crate::support::wait_for(Duration::from_secs(30), "the task released", || {
+        let t = d.ok(json!({"cmd":"tasks","task_id": id}))["tasks"][0].clone();
+        (t["status"] == json!("pending")).then_some(t)
+    });
+    assert_eq!(t["releases"], json!(1), "{t}");
+    // An agent its policy restarts keeps what it holds.
+    let keeper = d.spawn(
+        &["/bin/sh", "-c", "sleep 1; exit 3"],
+        json!({"restart":"always","max_restarts": 5}),
+    );
+    let claimed = d.ok(json!({"cmd":"task-claim","pane": keeper}));
+    assert_eq!(claimed["task"]["task_id"], json!(id));
+    d.ok(json!({"cmd":"task-ack","task_id": id,"pane": keeper}));
+    // It exits; its restart is scheduled (a minute off): it keeps the task.
+    d.wait_pane(&keeper, "a scheduled restart", |p| {
+        !p["restart"]["next_at"].is_null()
+    });
+    let t = d.ok(json!({"cmd":"tasks","task_id": id}))["tasks"][0].clone();
+    assert_eq!(t["status"], json!("working"), "{t}");
+    assert_eq!(t["assigned_to"], json!(keeper), "{t}");
+}
