@@ -12,9 +12,10 @@ use crate::core::tasks::MAX_TITLE_BYTES;
 /// task title may be is left out.
 pub fn open_items(text: &str) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for line in text.lines() {
         if let Some(item) = open_item(line) {
-            if item.len() <= MAX_TITLE_BYTES && !out.contains(&item) {
+            if item.len() <= MAX_TITLE_BYTES && seen.insert(item) {
                 out.push(item);
             }
         }
@@ -54,20 +55,26 @@ pub fn tick(text: &str, title: &str) -> Option<String> {
     done.then_some(out)
 }
 
-/// `text` without the first checkbox item (open or ticked) whose text is
-/// `title`, or `None` when there is none (`task-remove`).
+/// `text` without the line of the item `title`: its first open one, else
+/// its first ticked one; `None` when there is neither (`task-remove`).
 pub fn remove_item(text: &str, title: &str) -> Option<String> {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let body = |l: &&str| l.trim_end_matches(['\n', '\r']).to_string();
+    let at = lines
+        .iter()
+        .position(|l| open_item(&body(l)) == Some(title))
+        .or_else(|| {
+            lines
+                .iter()
+                .position(|l| checkbox_item(&body(l)) == Some(title))
+        })?;
     let mut out = String::with_capacity(text.len());
-    let mut done = false;
-    for line in text.split_inclusive('\n') {
-        let body = line.trim_end_matches(['\n', '\r']);
-        if !done && checkbox_item(body) == Some(title) {
-            done = true;
-            continue;
+    for (i, line) in lines.iter().enumerate() {
+        if i != at {
+            out.push_str(line);
         }
-        out.push_str(line);
     }
-    done.then_some(out)
+    Some(out)
 }
 
 /// The text of `line` if it is a checkbox item, open or ticked.
@@ -97,6 +104,7 @@ pub struct InboxItem {
 /// description is cut at [`MAX_TITLE_BYTES`] on a character boundary.
 pub fn inbox_items(text: &str) -> Vec<InboxItem> {
     let mut out: Vec<InboxItem> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     // The header whose prose is being gathered, as an index into `out`.
     let mut header: Option<usize> = None;
     for line in text.lines() {
@@ -104,14 +112,14 @@ pub fn inbox_items(text: &str) -> Vec<InboxItem> {
         if let Some((level, title)) = heading(trimmed) {
             // `# text` is the document's title, not a task.
             header = if level >= 2 {
-                push_item(&mut out, title)
+                push_item(&mut out, &mut seen, title)
             } else {
                 None
             };
             continue;
         }
         if let Some(title) = list_item(trimmed) {
-            push_item(&mut out, title);
+            push_item(&mut out, &mut seen, title);
             header = None;
             continue;
         }
@@ -128,8 +136,12 @@ pub fn inbox_items(text: &str) -> Vec<InboxItem> {
 }
 
 /// Adds a task titled `title` unless one is there already; its index.
-fn push_item(out: &mut Vec<InboxItem>, title: &str) -> Option<usize> {
-    if title.len() > MAX_TITLE_BYTES || out.iter().any(|i| i.title == title) {
+fn push_item<'a>(
+    out: &mut Vec<InboxItem>,
+    seen: &mut std::collections::HashSet<&'a str>,
+    title: &'a str,
+) -> Option<usize> {
+    if title.len() > MAX_TITLE_BYTES || !seen.insert(title) {
         return None;
     }
     out.push(InboxItem {
@@ -275,6 +287,9 @@ mod tests {
         );
         let ticked = remove_item(PLAN, "set up CI").expect("a ticked one too");
         assert!(!ticked.contains("set up CI"));
+        // The open line goes before an older ticked one.
+        let both = "- [x] again\n- [ ] again\n";
+        assert_eq!(remove_item(both, "again").as_deref(), Some("- [x] again\n"));
         assert_eq!(remove_item(PLAN, "not an item"), None);
     }
 }

@@ -29,6 +29,17 @@ pub const MAX_SCAN_DEPTH: usize = 8;
 /// Plan files a project scan takes, at most.
 pub const MAX_PLAN_FILES: usize = 64;
 
+/// Tasks the sources may add in one heartbeat: a file that grows without
+/// end (an agent appending to the inbox) fills the queue no faster.
+pub const MAX_SOURCE_TASKS_PER_BEAT: usize = 256;
+
+/// One heartbeat's intake from the sources: the titles the queue holds,
+/// and how many more tasks may be added.
+struct Intake {
+    titles: std::collections::HashSet<String>,
+    left: usize,
+}
+
 /// The key of a task's context that names the plan file it came from.
 const FROM_PLAN: &str = "plan_file";
 /// The key of a task's context that names the inbox it came from.
@@ -39,14 +50,20 @@ const FROM_INBOX: &str = "inbox";
 const SKIPPED_DIRS: [&str; 3] = ["node_modules", "target", "vendor"];
 
 fn read_plan(path: &Path) -> std::io::Result<String> {
-    // A link could lead the scan (and the tick's rewrite) anywhere.
-    let meta = std::fs::symlink_metadata(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opened without following a link (one could lead root's read, and the
+    // tick's rewrite, anywhere) and without blocking (a FIFO put in the
+    // file's place would hold the loop); what was opened is then checked.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
     if !meta.is_file() || meta.len() > MAX_PLAN_BYTES {
         return Err(std::io::Error::other(format!(
             "not a regular file of at most {MAX_PLAN_BYTES} bytes"
         )));
     }
-    let file = std::fs::File::open(path)?;
     let mut text = String::new();
     file.take(MAX_PLAN_BYTES).read_to_string(&mut text)?;
     Ok(text)
@@ -171,18 +188,26 @@ impl Daemon {
         }
     }
 
-    /// Whether the queue holds a task titled `title`, whatever its status.
-    fn has_task_titled(&self, title: &str) -> bool {
-        self.control
-            .queue
-            .iter()
-            .any(|task| task.spec.title == title)
-    }
-
-    /// Adds a task from a source; whether it was added.
-    fn add_from_source(&mut self, task: NewTask, from: &Path, t: Timestamp) -> bool {
+    /// Adds a task from a source, unless the queue has one by its title or
+    /// this heartbeat's share is used up; whether it is now a task.
+    fn add_from_source(
+        &mut self,
+        task: NewTask,
+        from: &Path,
+        intake: &mut Intake,
+        t: Timestamp,
+    ) -> bool {
+        if intake.titles.contains(&task.title) {
+            return true;
+        }
+        if intake.left == 0 {
+            return false;
+        }
+        let title = task.title.clone();
         match self.control.queue.add(task, t) {
             Ok(ev) => {
+                intake.left -= 1;
+                intake.titles.insert(title);
                 log_info!("task source {}: task {} added", from.display(), ev.id());
                 self.task_changed(ev, t);
                 true
@@ -195,34 +220,48 @@ impl Daemon {
     }
 
     /// Adds the plan files' open items and the inbox's entries that are
-    /// not tasks yet, and clears the inbox.
+    /// not tasks yet (at most [`MAX_SOURCE_TASKS_PER_BEAT`] a heartbeat),
+    /// and clears the inbox.
     pub(crate) fn import_plan(&mut self, t: Timestamp) {
         if self.control.journal_behind().is_some() {
             return;
         }
+        // One set of the queue's titles per heartbeat: each item is then
+        // checked in O(1), not against the whole queue.
+        let mut intake = Intake {
+            titles: self
+                .control
+                .queue
+                .iter()
+                .map(|task| task.spec.title.clone())
+                .collect(),
+            left: MAX_SOURCE_TASKS_PER_BEAT,
+        };
         for path in self.plan_paths() {
             let Some(text) = self.read_source(&path) else {
                 continue;
             };
             for title in open_items(&text) {
-                if self.has_task_titled(title) {
-                    continue;
-                }
                 let task = NewTask {
                     title: title.to_string(),
                     context: Some(source_context(FROM_PLAN, &path)),
                     ..NewTask::default()
                 };
-                self.add_from_source(task, &path, t);
+                self.add_from_source(task, &path, &mut intake, t);
             }
         }
-        self.import_inbox(t);
+        if intake.left == 0 {
+            log_warn!(
+                "task sources: {MAX_SOURCE_TASKS_PER_BEAT} tasks added this heartbeat; the rest wait for the next"
+            );
+        }
+        self.import_inbox(&mut intake, t);
     }
 
     /// The project's `.project/inbox.md`: each header and item a task
     /// (unless one has its title), then the file emptied, unless someone
     /// wrote to it meanwhile or a task could not be added.
-    fn import_inbox(&mut self, t: Timestamp) {
+    fn import_inbox(&mut self, intake: &mut Intake, t: Timestamp) {
         let Some(root) = self.settings.orchestrator.project.clone() else {
             return;
         };
@@ -239,16 +278,13 @@ impl Daemon {
         }
         let mut all_added = true;
         for item in items {
-            if self.has_task_titled(&item.title) {
-                continue;
-            }
             let task = NewTask {
                 title: item.title,
                 description: item.description,
                 context: Some(source_context(FROM_INBOX, &path)),
                 ..NewTask::default()
             };
-            all_added &= self.add_from_source(task, &path, t);
+            all_added &= self.add_from_source(task, &path, intake, t);
         }
         if !all_added {
             return;
@@ -332,19 +368,78 @@ impl Daemon {
 }
 
 /// Writes `text` as the plan file: a new file renamed over it, so an editor
-/// or a reader never sees half of it.
+/// or a reader never sees half of it. The new file gets a name no one can
+/// guess ahead and is created, never opened (`create_new` follows no link
+/// an agent could have put there for root to write through), and it keeps
+/// the old file's owner and mode, so the agents that wrote the file still
+/// can.
 fn write_plan(path: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("md.colibri-new");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let old = std::fs::symlink_metadata(path)?;
+    if !old.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.colibri-{}", uuid::Uuid::new_v4()));
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        file.write_all(text.as_bytes())?;
+        file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o777))?;
+        // Only root may give a file away; as anyone else it is ours already.
+        let _ = std::os::unix::fs::fchown(&file, Some(old.uid()), Some(old.gid()));
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_that_is_a_link_or_a_fifo_is_refused_and_a_rewrite_keeps_the_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "- root's\n").expect("secret");
+        let link = dir.path().join("plan.md");
+        std::os::unix::fs::symlink(&secret, &link).expect("link");
+        assert!(read_plan(&link).is_err(), "a link is not followed");
+        assert!(write_plan(&link, "").is_err(), "nor written through");
+        assert_eq!(
+            std::fs::read_to_string(&secret).ok().as_deref(),
+            Some("- root's\n")
+        );
+        let fifo = dir.path().join("inbox.md");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        assert!(
+            read_plan(&fifo).is_err(),
+            "a FIFO is refused, not waited on"
+        );
+        let plan = dir.path().join("real.md");
+        std::fs::write(&plan, "- [ ] a\n").expect("plan");
+        std::fs::set_permissions(&plan, std::fs::Permissions::from_mode(0o664)).expect("mode");
+        write_plan(&plan, "- [x] a\n").expect("rewritten");
+        let meta = std::fs::metadata(&plan).expect("meta");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o664);
+        assert_eq!(read_plan(&plan).ok().as_deref(), Some("- [x] a\n"));
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains("colibri-"))
+            .collect();
+        assert!(left.is_empty(), "no temporary file left");
+    }
 
     #[test]
     fn a_project_scan_finds_the_seeds_plan_files_and_no_link_or_hidden_dir() {
