@@ -104,7 +104,6 @@ impl Ladder {
     }
 
     /// When it last climbed, if it has since it last worked.
-    #[cfg(test)]
     pub fn last_climb(&self) -> Option<Timestamp> {
         self.last
     }

@@ -559,7 +559,18 @@ impl Daemon {
                 t,
             );
         }
-        if harness_waits {
+        // One catch per wait: a harness that asks several permissions at
+        // once (parallel tool calls) must not run the whole ladder in a
+        // burst. The pane has waited since its state last changed.
+        let waiting_since = self.panes.pane(key).map(|p| p.state_since());
+        let climbed_since = self
+            .control
+            .ladders
+            .get(&pane_id)
+            .and_then(|l| l.last_climb())
+            .zip(waiting_since)
+            .is_some_and(|(climbed, since)| climbed >= since);
+        if harness_waits && !climbed_since {
             self.caught_stuck(&pane_id, Stuck::Unanswered, t);
         }
         for id in deny {

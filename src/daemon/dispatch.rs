@@ -60,6 +60,7 @@ impl Daemon {
             .map(|(_, s)| s)
             .filter(|s| {
                 s.agent.running_pid().is_some()
+                    && s.agent.supervision.wanted.is_up()
                     && !s.pane.paused
                     && s.pane.state() == AgentState::Idle
                     && !holders.contains(s.pane.id.0.as_str())

@@ -78,8 +78,11 @@ impl Daemon {
                     .name
                     .as_deref()
                     .is_some_and(|n| is_runner_name(role, n));
-                let alive = s.agent.actual().is_alive();
-                let takes = s.agent.running_pid().is_some()
+                // One it is stopping is down already: a SIGTERM it ignores
+                // must not be sent again (and its kill put off) each run.
+                let alive = s.agent.actual().is_alive() && s.agent.supervision.wanted.is_up();
+                let takes = alive
+                    && s.agent.running_pid().is_some()
                     && !s.pane.paused
                     && s.pane.state() == AgentState::Idle
                     && queue.held_by(&s.pane.id.0).is_none()
@@ -154,20 +157,45 @@ impl Daemon {
     }
 
     /// A runner's agent it stopped has ended: its pane leaves the table
-    /// (its log stays), so the names and rows do not pile up.
+    /// (its log stays), so the names and rows do not pile up. One that
+    /// ended by itself leaves too, and if it ran less than
+    /// [`START_FAILED_HOLDOFF`], its start counts as failed: the role waits
+    /// before the next, so a recipe that exits at once cannot spawn a pane
+    /// per dispatch.
     fn forget_stopped_runners(&mut self, t: Timestamp) {
-        let done: Vec<_> = self
-            .panes
-            .iter()
-            .filter(|(_, s)| {
-                let stopped_by_runner = matches!(
-                    &s.agent.supervision.wanted,
-                    Wanted::Down { reason: Some(r), .. } if r == IDLE_STOP_REASON
-                );
-                stopped_by_runner && !s.agent.actual().is_alive()
-            })
-            .map(|(k, _)| k)
-            .collect();
+        let mut done = Vec::new();
+        let mut failed: Vec<String> = Vec::new();
+        for (key, s) in self.panes.iter() {
+            let Some(role) = s.pane.role.as_deref() else {
+                continue;
+            };
+            let ours = s
+                .pane
+                .name
+                .as_deref()
+                .is_some_and(|n| is_runner_name(role, n))
+                && self.settings.roles.contains_key(role);
+            if !ours || s.agent.actual().is_alive() {
+                continue;
+            }
+            let stopped_by_runner = matches!(
+                &s.agent.supervision.wanted,
+                Wanted::Down { reason: Some(r), .. } if r == IDLE_STOP_REASON
+            );
+            if !stopped_by_runner && t.since(s.pane.started_at) < START_FAILED_HOLDOFF {
+                failed.push(role.to_string());
+            }
+            done.push(key);
+        }
+        for role in failed {
+            log_warn!(
+                "runner: role {role}: its agent ended soon after it started; next start in {}",
+                humantime::format_duration(START_FAILED_HOLDOFF)
+            );
+            self.control
+                .runner_holdoff
+                .insert(role, t.plus(START_FAILED_HOLDOFF));
+        }
         for key in done {
             self.remove_pane(key, t);
         }
