@@ -26,7 +26,7 @@ use super::agents::Launch;
 use super::file::Validator;
 use super::{check_jail_name, parse_positive_duration, Provider};
 use crate::core::runners::MAX_RUNNER_AGENTS;
-use crate::core::spec::{check_role, check_system_prompt};
+use crate::core::spec::{check_agent_name, check_role, check_system_prompt};
 use crate::core::taxonomy::Runtime;
 
 /// How long a runner's agent sits idle, with no work left for its role,
@@ -88,7 +88,13 @@ impl Validator<'_> {
         for (name, table) in raw {
             let span = table.span();
             let key = format!("roles.{name}");
-            if let Err(msg) = check_role(&name) {
+            // Its agents' names must pass as agent names too, even at a
+            // large N, or none would be recorded.
+            let named = check_role(&name).and_then(|()| {
+                check_agent_name(&crate::core::runners::runner_name(&name, 99_999))
+                    .map_err(|e| format!("its agents' names ({name}-runner-N): {e}"))
+            });
+            if let Err(msg) = named {
                 self.invalid(span, &key, msg);
                 continue;
             }

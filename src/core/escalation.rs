@@ -60,6 +60,11 @@ pub const INTERRUPT_PROMPT: &str = "colibri: you appear stuck, repeating yoursel
 progress. Stop, reassess your task from what you know, and try a different approach; \
 if you cannot make progress, say so (`colibri task fail ID REASON`).";
 
+/// How long after its last climb an agent caught stuck starts at the
+/// bottom again: its agents without tasks never do productive work to
+/// reset it.
+pub const LADDER_DECAY: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// One agent's place on the ladder.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ladder {
@@ -74,6 +79,11 @@ impl Ladder {
     /// prompt it did not act on): the rung to carry out, one above the
     /// last.
     pub fn stuck(&mut self, now: Timestamp) -> Rung {
+        // Stuck again after a long quiet spell is a new episode: the ladder
+        // does not stay at the top for an agent that was fine meanwhile.
+        if self.last.is_some_and(|last| now.since(last) >= LADDER_DECAY) {
+            *self = Ladder::default();
+        }
         let rung = Rung::at(self.next);
         self.next = self.next.saturating_add(1).min(Rung::Notify.level());
         self.last = Some(now);
@@ -173,5 +183,14 @@ mod tests {
         assert_eq!(Ladder::resumed(200, at(0)).next_level(), 3, "capped");
         assert!(back.productive());
         assert_eq!(back.next_level(), 0);
+    }
+
+    #[test]
+    fn a_catch_after_an_hour_of_quiet_starts_at_the_bottom() {
+        let mut l = Ladder::default();
+        l.stuck(at(0));
+        l.stuck(at(10));
+        assert_eq!(l.stuck(at(20)), Rung::Respawn);
+        assert_eq!(l.stuck(at(20 + 3600)), Rung::Interrupt);
     }
 }

@@ -21,7 +21,8 @@
 
 use std::time::Duration;
 
-use crate::core::tasks::{TaskQueue, TaskStatus};
+use crate::core::dispatch::Dispatcher;
+use crate::core::tasks::{Task, TaskQueue, TaskStatus};
 use crate::core::time::Timestamp;
 
 /// The most agents one runner may keep alive at once.
@@ -58,6 +59,8 @@ pub struct RoleAgent<'a> {
     /// Its process is alive or coming back (counts against `max`).
     pub alive: bool,
     pub ready: Ready,
+    /// `None`: on the host.
+    pub jail: Option<&'a str>,
 }
 
 /// One step of a plan.
@@ -86,19 +89,28 @@ pub fn plan(
     runners: &[Runner<'_>],
     queue: &TaskQueue,
     agents: &[RoleAgent<'_>],
+    dispatcher: &Dispatcher,
     now: Timestamp,
 ) -> Vec<RunnerStep> {
     let mut steps = Vec::new();
     for runner in runners {
-        let demand = queue
+        let pending: Vec<&Task> = queue
             .iter()
             .filter(|t| t.status == TaskStatus::Pending)
             .filter(|t| t.spec.role.as_deref() == Some(runner.role))
             .filter(|t| t.open_to(runner.jail))
-            .count();
+            .collect();
+        let demand = pending.len();
         let of_role = || agents.iter().filter(|a| a.role == runner.role);
+        // An idle agent is supply only if dispatch could give it one of
+        // these tasks: one held off them, or of another jail, is not.
         let supply = of_role()
             .filter(|a| matches!(a.ready, Ready::Idle { .. }))
+            .filter(|a| {
+                pending
+                    .iter()
+                    .any(|t| t.open_to(a.jail) && !dispatcher.held_off(t.id, a.pane, now))
+            })
             .count();
         let alive = of_role().filter(|a| a.runner && a.alive).count();
         let room = runner.max.min(MAX_RUNNER_AGENTS).saturating_sub(alive);
@@ -158,6 +170,7 @@ mod tests {
             runner,
             alive: ready != Ready::Down,
             ready,
+            jail: None,
         }
     }
 
@@ -177,7 +190,13 @@ mod tests {
             Some("review"),
             None,
         ]);
-        let steps = plan(&[runner("build", 2), runner("review", 3)], &q, &[], at(1));
+        let steps = plan(
+            &[runner("build", 2), runner("review", 3)],
+            &q,
+            &[],
+            &Dispatcher::default(),
+            at(1),
+        );
         assert_eq!(starts(&steps, "build"), 2, "capped at max");
         assert_eq!(starts(&steps, "review"), 1, "one task, one agent");
         assert_eq!(steps.len(), 3, "a task without a role starts nothing");
@@ -193,14 +212,26 @@ mod tests {
             agent("p1", "build", false, idle),
             agent("p2", "build", true, Ready::Busy),
         ];
-        let steps = plan(&[runner("build", 2)], &q, &agents, at(1));
+        let steps = plan(
+            &[runner("build", 2)],
+            &q,
+            &agents,
+            &Dispatcher::default(),
+            at(1),
+        );
         assert_eq!(starts(&steps, "build"), 1);
         // An ended runner agent leaves its place.
         let agents = [
             agent("p1", "build", false, idle),
             agent("p2", "build", true, Ready::Down),
         ];
-        let steps = plan(&[runner("build", 2)], &q, &agents, at(1));
+        let steps = plan(
+            &[runner("build", 2)],
+            &q,
+            &agents,
+            &Dispatcher::default(),
+            at(1),
+        );
         assert_eq!(starts(&steps, "build"), 2);
     }
 
@@ -218,7 +249,10 @@ mod tests {
         }
         let mut r = runner("build", 10);
         r.jail = Some("j1");
-        assert_eq!(starts(&plan(&[r], &q, &[], at(1)), "build"), 2);
+        assert_eq!(
+            starts(&plan(&[r], &q, &[], &Dispatcher::default(), at(1)), "build"),
+            2
+        );
     }
 
     #[test]
@@ -231,8 +265,21 @@ mod tests {
         ];
         let empty = TaskQueue::new();
         // Not yet: 59 s idle of 60.
-        assert!(plan(&[runner("build", 3)], &empty, &agents, at(59)).is_empty());
-        let steps = plan(&[runner("build", 3)], &empty, &agents, at(60));
+        assert!(plan(
+            &[runner("build", 3)],
+            &empty,
+            &agents,
+            &Dispatcher::default(),
+            at(59)
+        )
+        .is_empty());
+        let steps = plan(
+            &[runner("build", 3)],
+            &empty,
+            &agents,
+            &Dispatcher::default(),
+            at(60),
+        );
         assert_eq!(
             steps,
             [RunnerStep::Stop { pane: "own".into() }],
@@ -240,7 +287,13 @@ mod tests {
         );
         // Work left for the role keeps it, even when it cannot take it.
         let q = queue(&[Some("build")]);
-        let steps = plan(&[runner("build", 3)], &q, &agents, at(600));
+        let steps = plan(
+            &[runner("build", 3)],
+            &q,
+            &agents,
+            &Dispatcher::default(),
+            at(600),
+        );
         assert!(steps.iter().all(|s| matches!(s, RunnerStep::Start { .. })));
     }
 
@@ -251,5 +304,18 @@ mod tests {
         assert!(!is_runner_name("build", "build-runner-1x"));
         assert!(!is_runner_name("bui", "build-runner-1"));
         assert!(!is_runner_name("build", "review-runner-1"));
+    }
+
+    #[test]
+    fn an_idle_agent_held_off_the_roles_only_task_is_no_supply() {
+        let q = queue(&[Some("build")]);
+        let idle = Ready::Idle { since: at(0) };
+        let agents = [agent("a", "build", true, idle)];
+        let mut d = Dispatcher::default();
+        assert!(plan(&[runner("build", 2)], &q, &agents, &d, at(1)).is_empty());
+        let id = q.iter().next().map(|t| t.id).unwrap_or(0);
+        d.released(id, "a", at(1), Duration::from_secs(600));
+        let steps = plan(&[runner("build", 2)], &q, &agents, &d, at(2));
+        assert_eq!(starts(&steps, "build"), 1, "another agent is started");
     }
 }

@@ -226,6 +226,9 @@ impl Daemon {
         self.refresh_stall(key, t);
         if !pause {
             self.heartbeat_if_owed(key, t);
+            // An idle agent resumed can take a task now, not at the next
+            // heartbeat.
+            self.dispatch_if_idle(key, t);
         }
     }
 

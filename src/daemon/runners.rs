@@ -100,10 +100,11 @@ impl Daemon {
                     runner,
                     alive,
                     ready,
+                    jail: s.agent.jail.as_deref(),
                 })
             })
             .collect();
-        plan(&runners, queue, &agents, t)
+        plan(&runners, queue, &agents, &self.control.dispatcher, t)
     }
 
     /// Spawns the next agent for `role`, named `ROLE-runner-N` with the
