@@ -81,7 +81,10 @@ impl Ladder {
     pub fn stuck(&mut self, now: Timestamp) -> Rung {
         // Stuck again after a long quiet spell is a new episode: the ladder
         // does not stay at the top for an agent that was fine meanwhile.
-        if self.last.is_some_and(|last| now.since(last) >= LADDER_DECAY) {
+        if self
+            .last
+            .is_some_and(|last| now.since(last) >= LADDER_DECAY)
+        {
             *self = Ladder::default();
         }
         let rung = Rung::at(self.next);
