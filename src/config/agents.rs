@@ -134,18 +134,9 @@ impl Validator<'_> {
         let raw = table.into_inner();
         let launch = self.launch(key, span, raw.argv, raw.provider, raw.model, providers);
         let mut spec = AgentSpec::new(name, Vec::new());
-        spec.runtime = self.opt(raw.runtime, &format!("{key}.runtime"), |v| {
-            Runtime::parse(&v).ok_or_else(|| {
-                let names: Vec<&str> = Runtime::ALL.iter().map(|r| r.as_str()).collect();
-                format!("unknown runtime {v:?} (one of {})", names.join(", "))
-            })
-        });
+        spec.runtime = self.opt(raw.runtime, &format!("{key}.runtime"), parse_runtime);
         spec.cwd = self.opt(raw.cwd, &format!("{key}.cwd"), |v| {
-            if v.starts_with('/') {
-                Ok(PathBuf::from(v))
-            } else {
-                Err(format!("{v:?} is not an absolute directory"))
-            }
+            absolute_dir(v).map(PathBuf::from)
         });
         spec.env = self
             .opt(raw.env, &format!("{key}.env"), check_env)
@@ -320,6 +311,23 @@ fn check_scope(paths: Vec<String>) -> Result<Vec<String>, String> {
 }
 
 /// Environment names an `execve` and a shell both take.
+/// A `runtime` value: one of the harnesses colibri knows.
+pub(super) fn parse_runtime(v: String) -> Result<Runtime, String> {
+    Runtime::parse(&v).ok_or_else(|| {
+        let names: Vec<&str> = Runtime::ALL.iter().map(|r| r.as_str()).collect();
+        format!("unknown runtime {v:?} (one of {})", names.join(", "))
+    })
+}
+
+/// A `cwd` value: an absolute directory.
+pub(super) fn absolute_dir(v: String) -> Result<String, String> {
+    if v.starts_with('/') {
+        Ok(v)
+    } else {
+        Err(format!("{v:?} is not an absolute directory"))
+    }
+}
+
 pub(super) fn check_env(env: BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
     for (name, value) in &env {
         let plain = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');

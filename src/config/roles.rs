@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use super::agents::Launch;
+use super::agents::{absolute_dir, parse_runtime, Launch};
 use super::file::Validator;
 use super::{check_jail_name, parse_positive_duration, Provider};
 use crate::core::runners::MAX_RUNNER_AGENTS;
@@ -123,19 +123,8 @@ impl Validator<'_> {
                 runner.model = model;
             }
         }
-        runner.runtime = self.opt(raw.runtime, &format!("{key}.runtime"), |v| {
-            Runtime::parse(&v).ok_or_else(|| {
-                let names: Vec<&str> = Runtime::ALL.iter().map(|r| r.as_str()).collect();
-                format!("unknown runtime {v:?} (one of {})", names.join(", "))
-            })
-        });
-        runner.cwd = self.opt(raw.cwd, &format!("{key}.cwd"), |v| {
-            if v.starts_with('/') {
-                Ok(v)
-            } else {
-                Err(format!("{v:?} is not an absolute directory"))
-            }
-        });
+        runner.runtime = self.opt(raw.runtime, &format!("{key}.runtime"), parse_runtime);
+        runner.cwd = self.opt(raw.cwd, &format!("{key}.cwd"), absolute_dir);
         runner.env = self
             .opt(raw.env, &format!("{key}.env"), super::agents::check_env)
             .unwrap_or_default();
