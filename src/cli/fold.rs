@@ -168,6 +168,16 @@ impl PanePick<'_> {
     }
 }
 
+/// Whether `input` is colibrid's task journal (`<state_dir>/tasks.jsonl`)
+/// rather than an agent's stream: its first line is a task event or a
+/// dispatch plan's record.
+pub fn is_task_journal(input: &[u8]) -> bool {
+    input
+        .split(|&b| b == b'\n')
+        .find(|l| !is_blank(l))
+        .is_some_and(crate::core::dispatch_replay::is_journal_line)
+}
+
 /// Unwraps a recording; returns plain input unchanged. Of a session log
 /// with several panes, only the lines of `pane` (a pane id or its start),
 /// or of the first pane, are taken.

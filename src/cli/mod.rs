@@ -757,6 +757,9 @@ fn fold_cmd(args: FoldArgs, out: &mut impl Write) -> Result<u8, CliError> {
         None => crate::core::policy::Policies::default(),
     };
     let input = read_input(&args.file)?;
+    if fold::is_task_journal(&input) {
+        return fold_journal(&input, args.json, out);
+    }
     let report = fold::fold_input_governed(
         input,
         args.runtime,
@@ -774,6 +777,22 @@ fn fold_cmd(args: FoldArgs, out: &mut impl Write) -> Result<u8, CliError> {
     };
     print(out, &text)?;
     Ok(0)
+}
+
+/// `colibri fold tasks.jsonl`: the dispatch plans the journal recorded,
+/// each run again. Exit 1 when one comes out differently.
+fn fold_journal(input: &[u8], json: bool, out: &mut impl Write) -> Result<u8, CliError> {
+    let replay = crate::core::dispatch_replay::replay_journal(input.split(|&b| b == b'\n'));
+    let text = if json {
+        let mut s = serde_json::to_string(&replay)
+            .map_err(|e| CliError::Runtime(format!("cannot encode: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        render::journal_replay_text(&replay)
+    };
+    print(out, &text)?;
+    Ok(u8::from(!replay.all_same()))
 }
 
 fn replay_cmd(args: ReplayArgs, out: &mut impl Write) -> Result<u8, CliError> {

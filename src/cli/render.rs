@@ -623,6 +623,103 @@ pub fn watch_line(ev: &WatchEvent, names: &BTreeMap<String, String>) -> String {
     escape_controls(&format!("{time} #{} {what}", ev.seq)).into_owned()
 }
 
+/// `colibri fold tasks.jsonl` without `--json`: each recorded dispatch
+/// plan, what it gave, and whether running it again gives the same.
+pub fn journal_replay_text(r: &crate::core::dispatch_replay::JournalReplay) -> String {
+    use crate::core::dispatch::Assignment;
+    let pairs = |given: &[Assignment]| -> String {
+        if given.is_empty() {
+            return "nothing".to_string();
+        }
+        let each: Vec<String> = given
+            .iter()
+            .map(|a| format!("task {} to {}", a.task, escape_controls(&a.pane)))
+            .collect();
+        each.join(", ")
+    };
+    let mut out = String::new();
+    for p in &r.plans {
+        let at = crate::core::time::Timestamp::from_millis(p.at).to_rfc3339();
+        let _ = writeln!(
+            out,
+            "line {}: {at}: {} idle: gave {}",
+            p.line,
+            p.idle,
+            pairs(&p.given)
+        );
+        if !p.same() {
+            let _ = writeln!(out, "  DIFFERS: run again it gives {}", pairs(&p.replayed));
+        }
+        if p.handed_over.len() < p.given.len() {
+            let _ = writeln!(
+                out,
+                "  handed over: {} of {}",
+                p.handed_over.len(),
+                p.given.len()
+            );
+        }
+    }
+    let steps = |steps: &[crate::core::runners::RunnerStep]| -> String {
+        use crate::core::runners::RunnerStep;
+        let each: Vec<String> = steps
+            .iter()
+            .map(|s| match s {
+                RunnerStep::Start { role } => {
+                    format!("start an agent for {}", escape_controls(role))
+                }
+                RunnerStep::Stop { pane } => format!("stop {}", escape_controls(pane)),
+            })
+            .collect();
+        if each.is_empty() {
+            "nothing".to_string()
+        } else {
+            each.join(", ")
+        }
+    };
+    for p in &r.runners {
+        let at = crate::core::time::Timestamp::from_millis(p.at).to_rfc3339();
+        let _ = writeln!(out, "line {}: {at}: runners: {}", p.line, steps(&p.steps));
+        if !p.same() {
+            let _ = writeln!(out, "  DIFFERS: run again it gives {}", steps(&p.replayed));
+        }
+    }
+    let differing = r.differing().count();
+    let _ = writeln!(out, "---");
+    let _ = writeln!(
+        out,
+        "plans:    {} replayed, {}",
+        r.plans.len(),
+        match differing {
+            0 => "all the same".to_string(),
+            n => format!("{n} differ"),
+        }
+    );
+    if !r.runners.is_empty() {
+        let differ = r.runners.iter().filter(|p| !p.same()).count();
+        let _ = writeln!(
+            out,
+            "runners:  {} replayed, {}",
+            r.runners.len(),
+            match differ {
+                0 => "all the same".to_string(),
+                n => format!("{n} differ"),
+            }
+        );
+    }
+    let _ = writeln!(out, "events:   {} task event(s)", r.events);
+    if r.unplanned > 0 {
+        let _ = writeln!(
+            out,
+            "unplanned: {} hand-over(s) with no plan recorded (a journal from before plans were kept, or compacted)",
+            r.unplanned
+        );
+    }
+    if r.skipped > 0 {
+        let _ = writeln!(out, "skipped:  {} unreadable line(s)", r.skipped);
+    }
+    out
+}
+
 /// `colibri fold` without `--json`: the timeline, then a summary.
 pub fn fold_text(r: &FoldReport) -> String {
     let mut out = String::new();

@@ -20,6 +20,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::core::tasks::{Task, TaskQueue, TaskStatus};
 use crate::core::time::Timestamp;
 
@@ -48,7 +50,7 @@ pub struct IdleAgent<'a> {
 }
 
 /// One decision: task `task` goes to pane `pane`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assignment {
     pub task: u64,
     pub pane: String,
@@ -61,6 +63,15 @@ pub fn role_fits(task_role: Option<&str>, agent_role: Option<&str>) -> bool {
         None => true,
         Some(want) => agent_role == Some(want),
     }
+}
+
+/// `pane` is not offered `task` before `until` (milliseconds since the
+/// epoch): the dispatcher's memory as a plan record keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldOff {
+    pub task: u64,
+    pub pane: String,
+    pub until: u64,
 }
 
 /// The dispatcher's memory: which agent let which task's claim lapse, and
@@ -76,6 +87,28 @@ impl Dispatcher {
     pub fn released(&mut self, task: u64, pane: &str, now: Timestamp, retry_after: Duration) {
         self.held_off
             .insert((task, pane.to_string()), now.plus(retry_after));
+    }
+
+    /// A dispatcher remembering `held` (a plan record's hold-offs).
+    pub fn with_held_off(held: &[HeldOff]) -> Dispatcher {
+        Dispatcher {
+            held_off: held
+                .iter()
+                .map(|h| ((h.task, h.pane.clone()), Timestamp::from_millis(h.until)))
+                .collect(),
+        }
+    }
+
+    /// The hold-offs still in force at `now`.
+    pub fn held_off_at(&self, now: Timestamp) -> impl Iterator<Item = HeldOff> + '_ {
+        self.held_off
+            .iter()
+            .filter(move |(_, until)| **until > now)
+            .map(|((task, pane), until)| HeldOff {
+                task: *task,
+                pane: pane.clone(),
+                until: until.as_millis(),
+            })
     }
 
     /// Whether `pane` is held off `task` at `now`.

@@ -7,6 +7,7 @@
 
 pub mod approval;
 pub mod dispatch;
+pub mod dispatch_replay;
 pub mod escalation;
 pub mod health;
 pub mod heartbeat;

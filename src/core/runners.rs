@@ -64,7 +64,8 @@ pub struct RoleAgent<'a> {
 }
 
 /// One step of a plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RunnerStep {
     /// Start one more agent for `role`.
     Start { role: String },

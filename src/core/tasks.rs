@@ -720,15 +720,20 @@ impl TaskQueue {
         Ok(self.commit(TaskEvent::Released { id, at: ms(now) }))
     }
 
-    /// Releases every claim whose acknowledgement is overdue at `now`.
-    pub fn expire(&mut self, now: Timestamp) -> Vec<TaskEvent> {
-        let overdue: Vec<u64> = self
-            .tasks
+    /// The claims whose acknowledgement is overdue at `now`.
+    pub fn overdue(&self, now: Timestamp) -> Vec<u64> {
+        self.tasks
             .values()
             .filter(|t| t.status == TaskStatus::Claimed && t.ack_due.is_some_and(|d| d <= now))
             .map(|t| t.id)
-            .collect();
-        overdue
+            .collect()
+    }
+
+    /// Releases every claim whose acknowledgement is overdue at `now`
+    /// (the daemon releases them one at a time: `Daemon::task_ack_due`).
+    #[cfg(test)]
+    pub fn expire(&mut self, now: Timestamp) -> Vec<TaskEvent> {
+        self.overdue(now)
             .into_iter()
             .map(|id| self.commit(TaskEvent::Released { id, at: ms(now) }))
             .collect()

@@ -31,6 +31,7 @@ use std::time::Duration;
 use mio::{Registry, Token};
 
 use crate::core::dispatch::Dispatcher;
+use crate::core::dispatch_replay::{JournalLine, PlanLine, PlanRecord, RunnersRecord};
 use crate::core::tasks::{TaskEvent, TaskQueue};
 use crate::core::time::Timestamp;
 use crate::daemon::diag::{log_error, log_info, log_warn};
@@ -402,6 +403,26 @@ impl ControlPlane {
         self.send(line);
     }
 
+    /// Journals a run of the dispatch plan (`core::dispatch_replay`).
+    pub(crate) fn record_plan(&mut self, record: PlanRecord) {
+        self.record_line(&PlanLine::Planned(record));
+    }
+
+    /// Journals a run of the runners' plan.
+    pub(crate) fn record_runners(&mut self, record: RunnersRecord) {
+        self.record_line(&PlanLine::Runners(record));
+    }
+
+    fn record_line(&mut self, line: &PlanLine) {
+        match serde_json::to_vec(line) {
+            Ok(mut line) => {
+                line.push(b'\n');
+                self.send(line);
+            }
+            Err(e) => log_warn!("cannot encode an orchestrator plan: {e}"),
+        }
+    }
+
     fn send(&mut self, line: Vec<u8>) {
         let Some(j) = self.journal.as_ref() else {
             return;
@@ -474,6 +495,7 @@ impl ControlPlane {
 /// and removes the new file (a full disk would keep it otherwise).
 fn compact_journal(path: &Path, events: &[TaskEvent]) -> io::Result<()> {
     let tmp = path.with_extension("jsonl.new");
+    keep_previous(path);
     write_and_rename(&tmp, path, events).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })?;
@@ -481,6 +503,21 @@ fn compact_journal(path: &Path, events: &[TaskEvent]) -> io::Result<()> {
         File::open(dir)?.sync_all()?;
     }
     Ok(())
+}
+
+/// Keeps the journal about to be compacted as `tasks.jsonl.1`, a link to
+/// the same file, so its history (the dispatch plans `colibri fold`
+/// replays) outlives one compaction. A file system without links keeps
+/// none; the compaction goes on.
+fn keep_previous(path: &Path) {
+    let previous = path.with_extension("jsonl.1");
+    let _ = std::fs::remove_file(&previous);
+    if let Err(e) = std::fs::hard_link(path, &previous) {
+        log_warn!(
+            "task journal {}: its history is not kept before compaction: {e}",
+            path.display()
+        );
+    }
 }
 
 fn write_and_rename(tmp: &Path, path: &Path, events: &[TaskEvent]) -> io::Result<()> {
@@ -532,11 +569,14 @@ fn replay(path: &Path, queue: &mut TaskQueue) -> (usize, usize, bool) {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<TaskEvent>(&line) {
-            Ok(ev) => {
+        match serde_json::from_slice::<JournalLine>(&line) {
+            Ok(JournalLine::Task(ev)) => {
                 queue.apply(&ev);
                 applied += 1;
             }
+            // A plan's record is history for `colibri fold`; the queue is
+            // the task events'. Counted, so a journal of many is compacted.
+            Ok(JournalLine::Plan(_)) => applied += 1,
             Err(_) => skipped += 1,
         }
     }
@@ -578,6 +618,23 @@ mod tests {
         assert!(compact_journal(&path, &[ev]).is_err());
         assert!(!dir.path().join("tasks.jsonl.new").exists());
         assert!(path.join("keep").exists());
+    }
+
+    /// The journal before a compaction stays as `tasks.jsonl.1`, with the
+    /// plans `colibri fold` replays; the one before that is gone.
+    #[test]
+    fn a_compaction_keeps_the_journal_it_replaces_as_its_previous() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("tasks.jsonl");
+        let previous = dir.path().join("tasks.jsonl.1");
+        std::fs::write(&previous, b"older\n").expect("older");
+        let history = b"{\"ev\":\"planned\",\"at\":1,\"idle\":[],\"given\":[]}\n";
+        std::fs::write(&path, history).expect("journal");
+        let ev = TaskEvent::Cancelled { id: 1, at: 1 };
+        compact_journal(&path, &[ev]).expect("compacted");
+        assert_eq!(std::fs::read(&previous).expect("previous"), history);
+        let now = std::fs::read_to_string(&path).expect("journal");
+        assert!(now.starts_with("{\"ev\":\"cancelled\""), "{now}");
     }
 
     #[test]

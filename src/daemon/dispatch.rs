@@ -10,13 +10,16 @@
 //! journalled as a `dispatched` task event, logged in the agent's session
 //! log as a `prompt` record (`by: "dispatch"`, which `colibri fold` and
 //! `get-session` show), and published as the task's `claimed` watch
-//! event. The seed's handshake follows: without a `task-ack` within
+//! event. Each plan that gives anything is journalled first, with the
+//! inputs the queue does not hold (`core::dispatch_replay`), so `colibri
+//! fold tasks.jsonl` runs it again. The seed's handshake follows: without a `task-ack` within
 //! `ack_timeout` the claim lapses (`task_ack_due`), the task is pending
 //! again, and that agent is held off it for `retry_after`.
 
 use std::collections::HashSet;
 
 use crate::core::dispatch::{render, Assignment, IdleAgent};
+use crate::core::dispatch_replay::PlanRecord;
 use crate::core::state::AgentState;
 use crate::core::tasks::TaskStatus;
 use crate::core::time::Timestamp;
@@ -74,6 +77,11 @@ impl Daemon {
             })
             .collect();
         let plan = self.control.dispatcher.plan(queue, &idle, t);
+        if !plan.is_empty() {
+            // Before the hand-overs, so a replay sees the queue the plan saw.
+            let record = PlanRecord::new(t, &idle, &self.control.dispatcher, &plan);
+            self.control.record_plan(record);
+        }
         for a in plan {
             self.hand_over(a, t);
         }

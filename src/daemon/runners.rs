@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use crate::config::RoleRunner;
+use crate::core::dispatch_replay::RunnersRecord;
 use crate::core::runners::{
     is_runner_name, plan, runner_name, Ready, RoleAgent, Runner, RunnerStep,
 };
@@ -104,7 +105,14 @@ impl Daemon {
                 })
             })
             .collect();
-        plan(&runners, queue, &agents, &self.control.dispatcher, t)
+        let steps = plan(&runners, queue, &agents, &self.control.dispatcher, t);
+        if !steps.is_empty() {
+            // Before the steps, as dispatch plans are: `colibri fold
+            // tasks.jsonl` runs it again against the same queue.
+            let record = RunnersRecord::new(t, &runners, &agents, &self.control.dispatcher, &steps);
+            self.control.record_runners(record);
+        }
+        steps
     }
 
     /// Spawns the next agent for `role`, named `ROLE-runner-N` with the

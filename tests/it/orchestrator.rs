@@ -247,6 +247,52 @@ runtime = "pi"
         1,
         "mute was not offered it again"
     );
+    fold_replays_both_plans(&d, id, &mute_pane, &acker_pane);
+}
+
+/// `colibri fold tasks.jsonl` runs each recorded plan again: mute got the
+/// task alone, then acker got it because mute was held off. Without the
+/// hold-off in the record, the replay gives it to mute (idle longer) and
+/// fold says the decision differs.
+fn fold_replays_both_plans(d: &Colibrid, id: u64, mute: &str, acker: &str) {
+    let journal = d.state.join("tasks.jsonl");
+    let fold = fold_journal;
+    let (code, r) = wait_for(Duration::from_secs(10), "two plans journalled", || {
+        let (code, r) = fold(&journal);
+        (r["plans"].as_array().map(Vec::len) == Some(2)).then_some((code, r))
+    });
+    assert_eq!(code, Some(0), "{r}");
+    let given = |i: usize| r["plans"][i]["given"].clone();
+    assert_eq!(given(0), json!([{"task": id, "pane": mute}]), "{r}");
+    assert_eq!(given(1), json!([{"task": id, "pane": acker}]), "{r}");
+    for i in 0..2 {
+        assert_eq!(r["plans"][i]["replayed"], given(i), "{r}");
+        assert_eq!(r["plans"][i]["handed_over"], given(i), "{r}");
+    }
+    assert_eq!(r["plans"][1]["idle"], json!(2), "{r}");
+    assert_eq!(r["unplanned"], json!(0), "{r}");
+
+    let text = std::fs::read_to_string(&journal).expect("journal");
+    let edited: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap_or(Value::Null);
+            if v["ev"] == json!("planned") && v.get("held_off").is_some() {
+                v["held_off"] = json!([]);
+                return v.to_string();
+            }
+            l.to_string()
+        })
+        .collect();
+    let copy = d.path("edited-tasks.jsonl");
+    std::fs::write(&copy, edited.join("\n")).expect("copy");
+    let (code, r) = fold(&copy);
+    assert_eq!(code, Some(1), "{r}");
+    assert_eq!(
+        r["plans"][1]["replayed"],
+        json!([{"task": id, "pane": mute}]),
+        "{r}"
+    );
 }
 
 /// A Pi agent that reads the same file over and over (a loop the loop
@@ -735,6 +781,34 @@ idle_stop = "2s"
     wait_for(Duration::from_secs(30), "the fourth task done", || {
         (task(&d, again)["status"] == json!("done")).then_some(())
     });
+    // Every start and stop was journalled with what the plan saw, and
+    // runs again to the same steps.
+    let (code, r) = fold_journal(&d.state.join("tasks.jsonl"));
+    assert_eq!(code, Some(0), "{r}");
+    let steps: Vec<Value> = r["runners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| {
+            assert_eq!(p["replayed"], p["steps"], "{p}");
+            p["steps"].as_array().cloned().unwrap_or_default()
+        })
+        .collect();
+    let start = json!({"start": {"role": "builder"}});
+    let stop = json!({"stop": {"pane": by[0]}});
+    assert_eq!(steps.iter().filter(|s| **s == start).count(), 2, "{r}");
+    assert!(steps.contains(&stop), "{r}");
+}
+
+/// `colibri fold --json` of a task journal: its exit code and report.
+fn fold_journal(path: &std::path::Path) -> (Option<i32>, Value) {
+    let out = std::process::Command::new(COLIBRI)
+        .args(["fold", "--json"])
+        .arg(path)
+        .output()
+        .expect("colibri fold");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), v)
 }
 
 /// A permission request the harness asked and nobody answered within

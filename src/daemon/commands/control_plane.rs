@@ -553,10 +553,16 @@ impl Daemon {
             .filter_map(|task| Some((task.id, task.claimed_by.clone()?)))
             .collect();
         let retry_after = self.settings.orchestrator.retry_after;
-        for ev in self.control.queue.expire(t) {
+        // One at a time, each journalled before the next changes the
+        // queue: a dispatch run between them must see the queue its
+        // journal replays to (`colibri fold tasks.jsonl`).
+        for id in self.control.queue.overdue(t) {
+            let Ok(ev) = self.control.queue.release(id, t) else {
+                continue;
+            };
             let holder = holders
                 .iter()
-                .find(|(id, _)| *id == ev.id())
+                .find(|(held, _)| *held == id)
                 .map(|(_, pane)| pane.clone());
             if let Some(pane) = &holder {
                 self.control
