@@ -159,6 +159,17 @@ awk '
 	in_bin && /^name *= *"/ { n = $0; sub(/^name *= *"/, "", n); sub(/".*/, "", n); print "bin/" n }
 ' Cargo.toml >"$tmp_dir/cargo-bins"
 
+# An option that adds a workspace crate to CARGO_INSTALL_PATH (FLEET adds
+# bridge/) installs that crate's binaries too, listed as %%OPTION%%bin/NAME.
+sed -n 's/^\([A-Z]*\)_VARS=[[:space:]]*CARGO_INSTALL_PATH+=\([a-z/]*\)$/\1 \2/p' "$port_dir/Makefile" |
+	while read -r opt crate; do
+		awk -v opt="$opt" '
+			/^\[\[bin\]\]/ { in_bin = 1; next }
+			/^\[/ { in_bin = 0 }
+			in_bin && /^name *= *"/ { n = $0; sub(/^name *= *"/, "", n); sub(/".*/, "", n); print "%%" opt "%%bin/" n }
+		' "$crate/Cargo.toml"
+	done >>"$tmp_dir/cargo-bins"
+
 # Join continuation lines of the Makefile, then keep post-install's commands.
 awk '
 	{ line = line $0 }
