@@ -683,6 +683,26 @@ pub fn journal_replay_text(r: &crate::core::dispatch_replay::JournalReplay) -> S
             let _ = writeln!(out, "  DIFFERS: run again it gives {}", steps(&p.replayed));
         }
     }
+    for x in &r.rungs {
+        let at = crate::core::time::Timestamp::from_millis(x.at).to_rfc3339();
+        let _ = writeln!(
+            out,
+            "line {}: {at}: pane {} {}: level {} ({})",
+            x.line,
+            escape_controls(&x.pane),
+            escape_controls(&x.cause),
+            x.rung.level(),
+            x.rung.as_str()
+        );
+        if x.replayed != x.rung {
+            let _ = writeln!(
+                out,
+                "  DIFFERS: climbed again it is level {} ({})",
+                x.replayed.level(),
+                x.replayed.as_str()
+            );
+        }
+    }
     let differing = r.differing().count();
     let _ = writeln!(out, "---");
     let _ = writeln!(
@@ -700,6 +720,18 @@ pub fn journal_replay_text(r: &crate::core::dispatch_replay::JournalReplay) -> S
             out,
             "runners:  {} replayed, {}",
             r.runners.len(),
+            match differ {
+                0 => "all the same".to_string(),
+                n => format!("{n} differ"),
+            }
+        );
+    }
+    if !r.rungs.is_empty() {
+        let differ = r.rungs.iter().filter(|x| x.replayed != x.rung).count();
+        let _ = writeln!(
+            out,
+            "rungs:    {} replayed, {}",
+            r.rungs.len(),
             match differ {
                 0 => "all the same".to_string(),
                 n => format!("{n} differ"),

@@ -11,13 +11,19 @@
 //! runs the plan again on the recorded inputs and compares: `colibri fold
 //! tasks.jsonl` shows the decisions and whether the code gives them again.
 //! The runners' plan (`core::runners::plan`) is kept and replayed the same
-//! way, as a `runners` line ([`RunnersRecord`]).
+//! way, as a `runners` line ([`RunnersRecord`]). The escalation ladder's
+//! inputs are all events, so they are journalled as such (`stuck`,
+//! `productive`, `ladder_resumed`) and the replay climbs each agent's
+//! [`Ladder`] again from them, comparing each rung with the one recorded.
 
 use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use crate::core::dispatch::{Assignment, Dispatcher, HeldOff, IdleAgent};
+use crate::core::escalation::{Ladder, Rung};
 use crate::core::runners::{Ready, RoleAgent, Runner, RunnerStep};
 use crate::core::tasks::{TaskEvent, TaskQueue};
 use crate::core::time::Timestamp;
@@ -234,6 +240,24 @@ pub enum JournalLine {
 pub enum PlanLine {
     Planned(PlanRecord),
     Runners(RunnersRecord),
+    /// `pane` was caught stuck (`cause`) and climbed to `rung`.
+    Stuck {
+        pane: String,
+        at: u64,
+        cause: String,
+        rung: Rung,
+    },
+    /// `pane` did productive work: back to the ladder's bottom.
+    Productive {
+        pane: String,
+        at: u64,
+    },
+    /// colibrid started with `pane` at rung `next` (its agent records).
+    LadderResumed {
+        pane: String,
+        at: u64,
+        next: u8,
+    },
 }
 
 /// Whether `line` reads as a line of a task journal.
@@ -276,11 +300,23 @@ impl ReplayedRunners {
     }
 }
 
+/// One recorded climb of the ladder and the climb replayed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayedRung {
+    pub line: u64,
+    pub at: u64,
+    pub pane: String,
+    pub cause: String,
+    pub rung: Rung,
+    pub replayed: Rung,
+}
+
 /// What a journal's replay found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalReplay {
     pub plans: Vec<ReplayedPlan>,
     pub runners: Vec<ReplayedRunners>,
+    pub rungs: Vec<ReplayedRung>,
     /// Task events applied.
     pub events: usize,
     /// Lines that read as neither (a torn or hand-edited line).
@@ -298,7 +334,9 @@ impl JournalReplay {
 
     /// Whether every recorded decision, dispatch and runners, replays the same.
     pub fn all_same(&self) -> bool {
-        self.differing().next().is_none() && self.runners.iter().all(ReplayedRunners::same)
+        self.differing().next().is_none()
+            && self.runners.iter().all(ReplayedRunners::same)
+            && self.rungs.iter().all(|r| r.rung == r.replayed)
     }
 }
 
@@ -307,6 +345,7 @@ impl JournalReplay {
 /// when the record was written.
 pub fn replay_journal<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> JournalReplay {
     let mut queue = TaskQueue::new();
+    let mut ladders: BTreeMap<String, Ladder> = BTreeMap::new();
     let mut out = JournalReplay::default();
     for (n, line) in lines.into_iter().enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -337,6 +376,31 @@ pub fn replay_journal<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> JournalR
                     replayed: record.replan(&queue),
                     steps: record.steps,
                 });
+            }
+            Ok(JournalLine::Plan(PlanLine::Stuck {
+                pane,
+                at,
+                cause,
+                rung,
+            })) => {
+                let replayed = ladders
+                    .entry(pane.clone())
+                    .or_default()
+                    .stuck(Timestamp::from_millis(at));
+                out.rungs.push(ReplayedRung {
+                    line: n as u64 + 1,
+                    at,
+                    pane,
+                    cause,
+                    rung,
+                    replayed,
+                });
+            }
+            Ok(JournalLine::Plan(PlanLine::Productive { pane, .. })) => {
+                ladders.remove(&pane);
+            }
+            Ok(JournalLine::Plan(PlanLine::LadderResumed { pane, at, next })) => {
+                ladders.insert(pane, Ladder::resumed(next, Timestamp::from_millis(at)));
             }
             Err(_) => out.skipped += 1,
         }
@@ -506,6 +570,49 @@ mod tests {
         let r = replay_journal(lines.iter().map(Vec::as_slice));
         assert!(!r.all_same());
         assert_eq!(r.runners[1].replayed.len(), 2);
+    }
+
+    #[test]
+    fn the_ladder_is_climbed_again_from_its_journalled_events() {
+        let stuck = |pane: &str, s: u64, rung: Rung| {
+            line(&PlanLine::Stuck {
+                pane: pane.into(),
+                at: at(s).as_millis(),
+                cause: "caught looping".into(),
+                rung,
+            })
+        };
+        let mut lines = vec![
+            line(&PlanLine::LadderResumed {
+                pane: "b".into(),
+                at: at(0).as_millis(),
+                next: 2,
+            }),
+            stuck("a", 1, Rung::Interrupt),
+            stuck("a", 2, Rung::Compact),
+            stuck("b", 3, Rung::Respawn),
+            line(&PlanLine::Productive {
+                pane: "a".into(),
+                at: at(4).as_millis(),
+            }),
+            stuck("a", 5, Rung::Interrupt),
+            // An hour and more after its last climb: the bottom again.
+            stuck("b", 3 + 3600, Rung::Interrupt),
+        ];
+        let r = replay_journal(lines.iter().map(Vec::as_slice));
+        assert_eq!(r.rungs.len(), 5);
+        assert!(r.all_same(), "{r:?}");
+        // Without the productive reset, a's third catch is its third rung.
+        lines.remove(4);
+        let r = replay_journal(lines.iter().map(Vec::as_slice));
+        let a: Vec<Rung> = r
+            .rungs
+            .iter()
+            .filter(|x| x.pane == "a")
+            .map(|x| x.replayed)
+            .collect();
+        assert_eq!(a, [Rung::Interrupt, Rung::Compact, Rung::Respawn]);
+        assert!(!r.all_same());
     }
 
     #[test]

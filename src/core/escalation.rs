@@ -13,7 +13,8 @@
 use crate::core::time::Timestamp;
 
 /// What the daemon does at a rung.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Rung {
     /// Level 0: interrupt the turn and give a different prompt.
     Interrupt,

@@ -413,6 +413,12 @@ impl ControlPlane {
         self.record_line(&PlanLine::Runners(record));
     }
 
+    /// Journals what the escalation ladder saw or did (`stuck`,
+    /// `productive`, `ladder_resumed`).
+    pub(crate) fn record_ladder(&mut self, line: PlanLine) {
+        self.record_line(&line);
+    }
+
     fn record_line(&mut self, line: &PlanLine) {
         match serde_json::to_vec(line) {
             Ok(mut line) => {

@@ -16,6 +16,7 @@
 //! Productive work (the agent acknowledging or finishing a task) brings
 //! it back to the bottom.
 
+use crate::core::dispatch_replay::PlanLine;
 use crate::core::escalation::{Rung, INTERRUPT_PROMPT};
 use crate::core::policy::{Action, PolicyKind, Target, Verdict};
 use crate::core::tasks::TaskStatus;
@@ -70,8 +71,15 @@ impl Daemon {
             .entry(pane.to_string())
             .or_default()
             .stuck(t);
-        // The agent records keep each agent's rung across a restart.
+        // The agent records keep each agent's rung across a restart; the
+        // journal keeps the climb for `colibri fold tasks.jsonl`.
         self.mark_records_changed();
+        self.control.record_ladder(PlanLine::Stuck {
+            pane: pane.to_string(),
+            at: t.as_millis(),
+            cause: why.as_str().to_string(),
+            rung,
+        });
         log_info!(
             "escalation: pane {pane} {}: level {} ({})",
             why.as_str(),
@@ -126,8 +134,12 @@ impl Daemon {
     }
 
     /// `pane` did productive work: back to the ladder's bottom.
-    pub(crate) fn productive(&mut self, pane: &str) {
+    pub(crate) fn productive(&mut self, pane: &str, t: Timestamp) {
         if let Some(mut ladder) = self.control.ladders.remove(pane) {
+            self.control.record_ladder(PlanLine::Productive {
+                pane: pane.to_string(),
+                at: t.as_millis(),
+            });
             if ladder.productive() {
                 log_info!("escalation: pane {pane} works again; back to level 0");
                 self.mark_records_changed();

@@ -165,6 +165,12 @@ impl Daemon {
             if let (Some(pane), 1..) = (&record.pane_id, record.escalation) {
                 let ladder = Ladder::resumed(record.escalation, t);
                 self.control.ladders.insert(pane.clone(), ladder);
+                self.control
+                    .record_ladder(crate::core::dispatch_replay::PlanLine::LadderResumed {
+                        pane: pane.clone(),
+                        at: t.as_millis(),
+                        next: record.escalation,
+                    });
             }
         }
         for (is_declared, record) in &records {

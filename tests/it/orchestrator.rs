@@ -435,6 +435,40 @@ runtime = "pi"
     let t = task(&d, id);
     assert_eq!(t["status"], json!("pending"), "{t}");
     assert_eq!(t["releases"], json!(1), "{t}");
+    // Fold climbs the ladder again from the journal: the four rungs, the
+    // productive reset, then the bottom again. Without the reset in the
+    // journal, the fifth catch would be the top.
+    let journal = d.state.join("tasks.jsonl");
+    let (code, r) = wait_for(Duration::from_secs(10), "five climbs journalled", || {
+        let (code, r) = fold_journal(&journal);
+        (r["rungs"].as_array()?.len() >= 5).then_some((code, r))
+    });
+    assert_eq!(code, Some(0), "{r}");
+    let rungs: Vec<&str> = r["rungs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| x["replayed"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        rungs[..5],
+        ["interrupt", "compact", "respawn", "notify", "interrupt"],
+        "{r}"
+    );
+    let text = std::fs::read_to_string(&journal).expect("journal");
+    let without_reset: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"ev\":\"productive\""))
+        .collect();
+    assert!(
+        without_reset.len() < text.lines().count(),
+        "a productive line"
+    );
+    let copy = d.path("no-reset.jsonl");
+    std::fs::write(&copy, without_reset.join("\n")).expect("copy");
+    let (code, r) = fold_journal(&copy);
+    assert_eq!(code, Some(1), "{r}");
+    assert_eq!(r["rungs"][4]["replayed"], json!("notify"), "{r}");
 }
 
 /// The seed's grace: an agent that came up with colibrid is given no task
@@ -1024,4 +1058,34 @@ runtime = "pi"
     let (ev, _) = next_rung(&mut w);
     let want = format!("escalation_{}", level.min(3));
     assert_eq!(ev["verdict"]["rule"], json!(want), "{ev}");
+    // The journal holds every climb and the rung colibrid came back with:
+    // fold climbs the ladder again to the same rungs, across the restart.
+    let journal = d.state.join("tasks.jsonl");
+    let (code, r) = wait_for(Duration::from_secs(10), "the climb journalled", || {
+        let (code, r) = fold_journal(&journal);
+        let rungs = r["rungs"].as_array()?;
+        rungs
+            .iter()
+            .any(|x| x["rung"] == json!(RUNGS[level.min(3) as usize]))
+            .then_some((code, r))
+    });
+    assert_eq!(code, Some(0), "{r}");
+    let recorded: Vec<&str> = r["rungs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| {
+            assert_eq!(x["replayed"], x["rung"], "{x}");
+            assert_eq!(x["pane"], json!(pane), "{x}");
+            x["rung"].as_str().unwrap_or("")
+        })
+        .collect();
+    assert_eq!(recorded[..2], ["interrupt", "compact"], "{r}");
+    // The rung it came back with is journalled too, for a journal that
+    // was compacted at the start and so holds no climb before it.
+    let text = std::fs::read_to_string(&journal).expect("journal");
+    assert!(text.contains("\"ev\":\"ladder_resumed\""), "{text}");
 }
+
+/// The rungs by level, as the journal names them.
+const RUNGS: [&str; 4] = ["interrupt", "compact", "respawn", "notify"];

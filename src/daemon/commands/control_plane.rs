@@ -327,7 +327,7 @@ pub(super) fn act(
     d.task_changed(ev, call.t);
     // The seed's productive actions: acknowledging, completing.
     if let (Some(pane), TaskVerb::Ack | TaskVerb::Done | TaskVerb::Fail) = (&me, verb) {
-        d.productive(pane);
+        d.productive(pane, call.t);
     }
     Ok(task_reply(d, args.task_id))
 }
