@@ -258,6 +258,13 @@ pub enum PlanLine {
         at: u64,
         next: u8,
     },
+    /// The operator answered `pane`'s decide item: let it go on (back to
+    /// the ladder's bottom) or stop it.
+    Decided {
+        pane: String,
+        at: u64,
+        go_on: bool,
+    },
 }
 
 /// Whether `line` reads as a line of a task journal.
@@ -398,6 +405,11 @@ pub fn replay_journal<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> JournalR
             }
             Ok(JournalLine::Plan(PlanLine::Productive { pane, .. })) => {
                 ladders.remove(&pane);
+            }
+            Ok(JournalLine::Plan(PlanLine::Decided { pane, go_on, .. })) => {
+                if go_on {
+                    ladders.remove(&pane);
+                }
             }
             Ok(JournalLine::Plan(PlanLine::LadderResumed { pane, at, next })) => {
                 ladders.insert(pane, Ladder::resumed(next, Timestamp::from_millis(at)));
@@ -598,9 +610,17 @@ mod tests {
             stuck("a", 5, Rung::Interrupt),
             // An hour and more after its last climb: the bottom again.
             stuck("b", 3 + 3600, Rung::Interrupt),
+            stuck("b", 3 + 3601, Rung::Compact),
+            // The operator let it go on from a decide item: the bottom.
+            line(&PlanLine::Decided {
+                pane: "b".into(),
+                at: at(3 + 3602).as_millis(),
+                go_on: true,
+            }),
+            stuck("b", 3 + 3603, Rung::Interrupt),
         ];
         let r = replay_journal(lines.iter().map(Vec::as_slice));
-        assert_eq!(r.rungs.len(), 5);
+        assert_eq!(r.rungs.len(), 7);
         assert!(r.all_same(), "{r:?}");
         // Without the productive reset, a's third catch is its third rung.
         lines.remove(4);

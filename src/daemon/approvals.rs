@@ -132,6 +132,7 @@ impl Daemon {
             }
         }
         self.refresh_approval_deadlines(key, t);
+        self.carry_out_decided(t);
     }
 
     pub(crate) fn approval_closed(
@@ -143,6 +144,7 @@ impl Daemon {
     ) {
         self.approvals.escalated.remove(&a.id);
         self.approvals.defaulted.remove(&a.id);
+        let decide_item = self.control.decide_items.remove(&a.id);
         let waiter = self.approvals.waiters.remove(&a.id);
         let who = match outcome {
             ApprovalOutcome::Answered { .. } => Some(
@@ -160,6 +162,16 @@ impl Daemon {
             ),
             None => (None, None),
         };
+        // A decide item acts on the operator's answer only: a default
+        // denial (`deny_after`) or an expiry closes it, and that is all.
+        if let (Some(pane), ApprovalOutcome::Answered { decision }, Some(w)) =
+            (decide_item, outcome, &who)
+        {
+            if w.by != Answerer::policy().by {
+                let go_on = matches!(decision, Decision::Approve);
+                self.control.decided.push((pane, go_on));
+            }
+        }
         let by = who.as_ref().map(|w| w.by.as_str());
         let status = WireApprovalStatus::ended(a, pane_id, name.as_deref(), outcome, by, t);
         match (&waiter, a.channel, outcome) {

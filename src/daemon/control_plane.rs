@@ -267,6 +267,13 @@ pub struct ControlPlane {
     /// Each climbing agent's place on the escalation ladder, by pane id
     /// (`core::escalation`); dropped when it works again or is removed.
     pub ladders: std::collections::HashMap<String, crate::core::escalation::Ladder>,
+    /// The ladder's open decide items: approval id to pane id. Only the
+    /// operator answers them; the answer is carried out once the approval
+    /// has closed (`decided`).
+    pub decide_items: std::collections::HashMap<String, String>,
+    /// Decide items answered and not yet carried out: pane id, and whether
+    /// the answer was to let it go on.
+    pub decided: Vec<(String, bool)>,
     /// The agents started at colibrid's start, left alone until the time
     /// given (`orchestrator.grace`); `None` once it has passed.
     grace: Option<(Timestamp, std::collections::HashSet<String>)>,
@@ -345,6 +352,8 @@ impl ControlPlane {
             ack_from_env: from_env.is_some(),
             dispatcher: Dispatcher::default(),
             ladders: Default::default(),
+            decide_items: Default::default(),
+            decided: Vec::new(),
             grace: None,
             starting: false,
             source_errors: Default::default(),

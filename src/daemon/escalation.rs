@@ -16,9 +16,11 @@
 //! Productive work (the agent acknowledging or finishing a task) brings
 //! it back to the bottom.
 
+use crate::core::approval::AgentRequest;
 use crate::core::dispatch_replay::PlanLine;
 use crate::core::escalation::{Rung, INTERRUPT_PROMPT};
 use crate::core::policy::{Action, PolicyKind, Target, Verdict};
+use crate::core::spec::StopCause;
 use crate::core::tasks::TaskStatus;
 use crate::core::taxonomy::input::{compact_input, input_message, interrupt_input};
 use crate::core::time::Timestamp;
@@ -27,6 +29,10 @@ use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::PaneKey;
 use crate::daemon::store::PromptRecord;
 use crate::protocol::{WatchKind, WireVerdict};
+
+/// Why an agent the operator decided to stop was stopped, as its session
+/// log and `list` show it.
+const DECIDED_STOP_REASON: &str = "stopped by the operator at the top of the escalation ladder";
 
 /// Why an agent was caught stuck.
 #[derive(Copy, Clone, Debug)]
@@ -124,12 +130,72 @@ impl Daemon {
             // colibrid) cannot be started again: a human decides.
             Rung::Respawn if self.panes.agent(key).is_some_and(|a| a.recipe.is_none()) => {
                 self.carry_out(vec![verdict(Action::Escalate)], t);
+                self.open_decide_item(key, pane, why, t);
             }
             Rung::Respawn => {
                 self.publish_verdict(&verdict(Action::Kill));
                 self.restart_agent(key, t);
             }
-            Rung::Notify => self.carry_out(vec![verdict(Action::Escalate)], t),
+            Rung::Notify => {
+                self.carry_out(vec![verdict(Action::Escalate)], t);
+                self.open_decide_item(key, pane, why, t);
+            }
+        }
+    }
+
+    /// The top of the ladder asks a human: an approval-like item on the
+    /// agent's pane, on the board, in `colibri approvals` and the notify
+    /// sinks like any approval. The operator's approve lets the agent go
+    /// on (resumed, back to level 0); deny stops it. One per agent at once.
+    fn open_decide_item(&mut self, key: PaneKey, pane: &str, why: Stuck, t: Timestamp) {
+        if self.control.decide_items.values().any(|p| p == pane) {
+            return;
+        }
+        let req = AgentRequest {
+            operation: format!(
+                "colibri: {pane} {} and is at the top of the escalation ladder. \
+                 Approve to let it go on (resumed, back to level 0); deny to stop it.",
+                why.as_str()
+            ),
+            reasoning: None,
+            task_id: self.control.queue.held_by(pane).map(|task| task.id),
+            estimated_tokens: None,
+        };
+        match self.open_agent_approval(key, &req, None, t) {
+            Ok(a) => {
+                log_info!("escalation: pane {pane}: decide item {} opened", a.id);
+                self.control.decide_items.insert(a.id, pane.to_string());
+            }
+            Err(e) => log_warn!("escalation: pane {pane}: no decide item: {}", e.message),
+        }
+    }
+
+    /// Carries out the operator's answers to decide items, once their
+    /// approvals have closed.
+    pub(crate) fn carry_out_decided(&mut self, t: Timestamp) {
+        for (pane, go_on) in std::mem::take(&mut self.control.decided) {
+            self.control.record_ladder(PlanLine::Decided {
+                pane: pane.clone(),
+                at: t.as_millis(),
+                go_on,
+            });
+            let Some(key) = self.panes.key(&pane) else {
+                continue;
+            };
+            if go_on {
+                self.control.ladders.remove(&pane);
+                self.mark_records_changed();
+                match self.resume_agent(key, t) {
+                    Ok(_) => log_info!("escalation: pane {pane}: the operator lets it go on"),
+                    Err(e) => log_warn!("escalation: pane {pane}: not resumed: {}", e.message),
+                }
+            } else {
+                log_info!("escalation: pane {pane}: the operator stops it");
+                let by = StopCause::Operator {
+                    who: "escalation".to_string(),
+                };
+                self.stop_planned(key, by, Some(DECIDED_STOP_REASON), t);
+            }
         }
     }
 

@@ -19,7 +19,7 @@ use crate::daemon::event_loop::Daemon;
 use crate::daemon::panes::{PaneKey, Slot};
 use crate::daemon::timers::Deadline;
 use crate::platform::{self, ProcessState};
-use crate::protocol::{WatchKind, WireVerdict};
+use crate::protocol::{CommandError, ErrorCode, WatchKind, WireVerdict};
 
 /// The largest facts buffer kept between reads, in facts (of about 200
 /// bytes): a pass of 32 KiB of 42-byte lines makes some 780.
@@ -203,6 +203,31 @@ impl Daemon {
         for (key, _) in signalled {
             self.mark_paused(key, pause, t);
         }
+    }
+
+    /// Lifts every hold on `key` and continues its agent if it is
+    /// stopped: the operator's resume (`resume-agent`, a "go on" answer to
+    /// the ladder's decide item). Returns the pane id.
+    pub(crate) fn resume_agent(
+        &mut self,
+        key: PaneKey,
+        t: Timestamp,
+    ) -> Result<String, CommandError> {
+        let Some(slot) = self.panes.get_mut(key) else {
+            return Err(CommandError::new(ErrorCode::NotFound, "no such pane"));
+        };
+        let pane_id = slot.agent.pane_id.clone();
+        let Some(pid) = slot.agent.running_pid() else {
+            return Err(CommandError::not_running(&pane_id));
+        };
+        slot.agent.holds.lift_all();
+        if !slot.pane.paused {
+            return Ok(pane_id);
+        }
+        self.signal_pane(pid, &pane_id, libc::SIGCONT)
+            .map_err(|e| CommandError::os(format!("signal: {e}")))?;
+        self.mark_paused(key, false, t);
+        Ok(pane_id)
     }
 
     /// Records that the pane's trees were stopped (or continued): its

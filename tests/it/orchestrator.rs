@@ -1087,5 +1087,86 @@ runtime = "pi"
     assert!(text.contains("\"ev\":\"ladder_resumed\""), "{text}");
 }
 
+/// At the top of the ladder a human decides: a decide item opens on the
+/// agent's pane like an approval. The operator's approve lets it go on
+/// (its next catch is level 0 again); deny stops it, planned. Nobody else
+/// may answer it, and the journal keeps the answer for fold.
+#[test]
+fn at_the_ladders_top_the_operator_decides_to_let_it_go_on_or_stop_it() {
+    let mut d = Colibrid::start(&[]);
+    let (script, _inputs, _starts) = looping_agent(&d);
+    d.relaunch_with_config(
+        "decide.toml",
+        &format!(
+            r#"
+[orchestrator]
+grace = "0s"
+escalate = true
+
+[loops]
+backoff = ["1s"]
+
+[agents.loop]
+argv = ["{script}"]
+runtime = "pi"
+"#
+        ),
+    );
+    let mut w = watch(&d);
+    let pane = pane_named(&d, "loop");
+    let decide_item = |w: &mut Client, from: usize| -> Value {
+        for want in &[
+            "escalation_0",
+            "escalation_1",
+            "escalation_2",
+            "escalation_3",
+        ][from..]
+        {
+            let (ev, _) = next_rung(w);
+            assert_eq!(ev["verdict"]["rule"], json!(want), "{ev}");
+        }
+        wait_for(Duration::from_secs(10), "the decide item", || {
+            let list = d.ok(json!({"cmd":"approvals"}));
+            list["approvals"]
+                .as_array()?
+                .iter()
+                .find(|a| a["pane"] == json!(pane))
+                .cloned()
+        })
+    };
+    let item = decide_item(&mut w, 0);
+    let title = item["title"].as_str().unwrap_or("");
+    assert!(title.contains("top of the escalation ladder"), "{item}");
+    let id = item["approval"]
+        .as_str()
+        .or(item["id"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert!(!id.is_empty(), "{item}");
+    // Let it go on: the next catch starts at the bottom again.
+    d.ok(json!({"cmd":"approve","approval": id}));
+    let (ev, _) = next_rung(&mut w);
+    assert_eq!(ev["verdict"]["rule"], json!("escalation_0"), "{ev}");
+    // Back at the top, stop it: a planned stop, and the agent stays down.
+    let item = decide_item(&mut w, 1);
+    let id = item["approval"]
+        .as_str()
+        .or(item["id"].as_str())
+        .unwrap_or("")
+        .to_string();
+    d.ok(json!({"cmd":"deny","approval": id}));
+    wait_for(Duration::from_secs(15), "the agent stopped", || {
+        let p = d.named("loop");
+        (p["pid"].is_null() && p["state"] != json!("working")).then_some(())
+    });
+    let (code, r) = fold_journal(&d.state.join("tasks.jsonl"));
+    assert_eq!(code, Some(0), "{r}");
+    let text = std::fs::read_to_string(d.state.join("tasks.jsonl")).expect("journal");
+    assert!(
+        text.contains("\"ev\":\"decided\"") && text.contains("\"go_on\":false"),
+        "{text}"
+    );
+}
+
 /// The rungs by level, as the journal names them.
 const RUNGS: [&str; 4] = ["interrupt", "compact", "respawn", "notify"];

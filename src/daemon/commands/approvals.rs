@@ -12,6 +12,7 @@ use crate::core::approval::{AgentRequest, AnswerChannel, Decision};
 use crate::daemon::activity::bounded;
 use crate::daemon::approvals::desk::Answerer;
 use crate::daemon::approvals::ended_visible;
+use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::platform;
 use crate::protocol::{
@@ -158,6 +159,13 @@ fn decide(
     decision: Decision,
 ) -> Result<Reply, CommandError> {
     let (key, id) = d.find_approval(&call.scope, &a.approval)?;
+    // The ladder's top asks a human, not the agent (nor its jail-mates).
+    if d.control.decide_items.contains_key(&id) && !matches!(call.scope, Scope::Operator) {
+        return Err(CommandError::new(
+            ErrorCode::Forbidden,
+            format!("{id} asks the operator to decide on a stuck agent"),
+        ));
+    }
     let uid = d
         .conns
         .get(call.conn.0)

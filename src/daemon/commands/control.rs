@@ -82,6 +82,13 @@ fn set_paused(
 ) -> Result<Reply, CommandError> {
     let t = call.t;
     let key = d.resolve(&Scope::Operator, agent_id)?;
+    if !pause {
+        let agent_id = d.resume_agent(key, t)?;
+        return Ok(Reply::Pause(PauseReply {
+            agent_id,
+            paused: false,
+        }));
+    }
     let Some(Slot { pane, agent }) = d.panes.get_mut(key) else {
         return Err(CommandError::not_found(agent_id));
     };
@@ -91,18 +98,14 @@ fn set_paused(
     };
     // The operator's pause holds the agent until the operator resumes it
     // (a policy's resume does not); the operator's resume lifts every hold.
-    if pause {
-        if !agent.holds.holds(OPERATOR_HOLD) {
-            agent.holds.add(Hold {
-                key: OPERATOR_HOLD.to_string(),
-                rule: None,
-                reason: Some(format!("pause-agent on connection {}", call.conn.0)),
-                since: t,
-                until: None,
-            });
-        }
-    } else {
-        agent.holds.lift_all();
+    if !agent.holds.holds(OPERATOR_HOLD) {
+        agent.holds.add(Hold {
+            key: OPERATOR_HOLD.to_string(),
+            rule: None,
+            reason: Some(format!("pause-agent on connection {}", call.conn.0)),
+            since: t,
+            until: None,
+        });
     }
     let reply = |paused| {
         Reply::Pause(PauseReply {
@@ -110,14 +113,13 @@ fn set_paused(
             paused,
         })
     };
-    if pane.paused == pause {
-        return Ok(reply(pause));
+    if pane.paused {
+        return Ok(reply(true));
     }
-    let sig = if pause { libc::SIGSTOP } else { libc::SIGCONT };
-    d.signal_pane(pid, &pane_id, sig)
+    d.signal_pane(pid, &pane_id, libc::SIGSTOP)
         .map_err(|e| CommandError::os(format!("signal: {e}")))?;
-    d.mark_paused(key, pause, t);
-    Ok(reply(pause))
+    d.mark_paused(key, true, t);
+    Ok(reply(true))
 }
 
 pub(super) fn signal(d: &mut Daemon, _call: &Call, a: SignalArgs) -> Result<Reply, CommandError> {
