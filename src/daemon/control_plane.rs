@@ -281,6 +281,9 @@ pub struct ControlPlane {
     pub starting: bool,
     /// Each task source's last read error, said once until it changes.
     pub source_errors: std::collections::HashMap<PathBuf, String>,
+    /// The project's plan files the last scan found: only these (and the
+    /// named `plan_file`) are ever ticked or rewritten.
+    pub scanned_plans: std::collections::HashSet<PathBuf>,
     /// Roles whose runner failed to start an agent, and until when no
     /// other start is tried (`daemon::runners`).
     pub runner_holdoff: std::collections::HashMap<String, Timestamp>,
@@ -357,6 +360,7 @@ impl ControlPlane {
             grace: None,
             starting: false,
             source_errors: Default::default(),
+            scanned_plans: Default::default(),
             runner_holdoff: Default::default(),
             running_runners: false,
             journal,

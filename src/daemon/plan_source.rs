@@ -150,6 +150,7 @@ impl Daemon {
                 )
             });
             self.note_source_error(&root, said);
+            self.control.scanned_plans = found.iter().cloned().collect();
             for p in found {
                 if !paths.contains(&p) {
                     paths.push(p);
@@ -269,6 +270,11 @@ impl Daemon {
         if std::fs::symlink_metadata(&path).is_err() {
             return;
         }
+        if !no_link_above(&root, &path) {
+            let said = "its directory is reached through a link; not read".to_string();
+            self.note_source_error(&path, Some(said));
+            return;
+        }
         let Some(text) = self.read_source(&path) else {
             return;
         };
@@ -318,7 +324,10 @@ impl Daemon {
         let plain = rel
             .components()
             .all(|c| matches!(c, std::path::Component::Normal(_)));
-        plain && rel.to_str().is_some_and(is_plan_path)
+        plain
+            && rel.to_str().is_some_and(is_plan_path)
+            && self.control.scanned_plans.contains(path)
+            && no_link_above(root, path)
     }
 
     /// Task `id` is done: tick its line in the plan file it came from.
@@ -365,6 +374,20 @@ impl Daemon {
         log_info!("plan file {}: task {id}'s line removed", path.display());
         Ok(())
     }
+}
+
+/// Whether `path`'s directory is the one its place under `root` says,
+/// with no link on the way: a directory swapped for a link after the scan
+/// must not lead root's read, or the rewrite's rename, out of the project
+/// (the file itself is opened with `O_NOFOLLOW`).
+fn no_link_above(root: &Path, path: &Path) -> bool {
+    let (Some(parent), Ok(canonical_root)) = (path.parent(), std::fs::canonicalize(root)) else {
+        return false;
+    };
+    let Ok(rel) = parent.strip_prefix(root) else {
+        return false;
+    };
+    std::fs::canonicalize(parent).is_ok_and(|p| p == canonical_root.join(rel))
 }
 
 /// Writes `text` as the plan file: a new file renamed over it, so an editor
@@ -439,6 +462,20 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().contains("colibri-"))
             .collect();
         assert!(left.is_empty(), "no temporary file left");
+    }
+
+    #[test]
+    fn a_directory_reached_through_a_link_is_not_the_projects() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("project");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(root.join("docs")).expect("docs");
+        std::fs::create_dir_all(&outside).expect("outside");
+        assert!(no_link_above(&root, &root.join("docs/a.plan.md")));
+        assert!(no_link_above(&root, &root.join("top.plan.md")));
+        std::os::unix::fs::symlink(&outside, root.join(".project")).expect("link");
+        assert!(!no_link_above(&root, &root.join(".project/inbox.md")));
+        assert!(!no_link_above(&root, &outside.join("x.plan.md")));
     }
 
     #[test]

@@ -612,6 +612,12 @@ fn a_projects_plans_and_inbox_become_tasks_and_a_done_task_ticks_its_file() {
     );
     let outsider = d.path("elsewhere.md");
     std::fs::write(&outsider, "- [ ] forged\n").expect("outsider");
+    // A directory of the project that is a link to one outside it: its
+    // plan-shaped file is no source, whatever a task's context says.
+    let beyond = d.path("beyond");
+    std::fs::create_dir_all(&beyond).expect("beyond");
+    std::fs::write(beyond.join("x.plan.md"), "- [ ] linked\n").expect("linked plan");
+    std::os::unix::fs::symlink(&beyond, root.join("linked")).expect("link");
     d.relaunch_with_config(
         "project.toml",
         &format!(
@@ -697,6 +703,18 @@ project = "{}"
     assert_eq!(
         std::fs::read_to_string(&outsider).expect("outsider"),
         "- [ ] forged\n"
+    );
+    let linked = root.join("linked/x.plan.md");
+    let forged = d.ok(json!({"cmd":"task-add","title":"linked",
+        "context": {"plan_file": linked.display().to_string()}}))["task"]["task_id"]
+        .as_u64()
+        .expect("linked");
+    let claimed = d.ok(json!({"cmd":"task-claim","pane": pane}));
+    assert_eq!(claimed["task"]["task_id"], json!(forged));
+    d.ok(json!({"cmd":"task-done","task_id": forged,"pane": pane}));
+    assert_eq!(
+        std::fs::read_to_string(beyond.join("x.plan.md")).expect("linked plan"),
+        "- [ ] linked\n"
     );
 }
 
