@@ -6,6 +6,10 @@
 //! Reported per task. Before timing, one run checks that every task is
 //! given exactly once and none is lost.
 //!
+//! Also timed: a plan's journal record (`PlanRecord`, built and encoded as
+//! the daemon writes it), and `colibri fold`'s replay of the whole run's
+//! journal (`replay_journal`), after checking every plan replays the same.
+//!
 //! Run: `cargo bench -p colibri-benches --bench dispatch`.
 
 use std::collections::BTreeMap;
@@ -13,6 +17,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use colibri::core::dispatch::{Dispatcher, IdleAgent};
+use colibri::core::dispatch_replay::{replay_journal, PlanLine, PlanRecord};
 use colibri::core::tasks::{Actor, NewTask, Priority, TaskQueue, TaskStatus, ACK_TIMEOUT};
 use colibri::core::time::Timestamp;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -75,6 +80,59 @@ fn run(q: &mut TaskQueue, panes: &[String]) -> BTreeMap<u64, Vec<String>> {
     }
 }
 
+/// The task journal of a full run, as the daemon writes it: each plan's
+/// record before the task events that carry it out.
+fn journal(panes: &[String]) -> Vec<Vec<u8>> {
+    let mut lines = Vec::new();
+    let mut q = TaskQueue::new();
+    for n in 0..TASKS {
+        let task = NewTask {
+            title: format!("task {n}"),
+            priority: [Priority::Low, Priority::Medium, Priority::High][n % 3],
+            role: ROLES[n % ROLES.len()].map(str::to_string),
+            ..NewTask::default()
+        };
+        let ev = q
+            .add(task, at(0))
+            .unwrap_or_else(|_| unreachable!("a valid task"));
+        lines.push(serde_json::to_vec(&ev).unwrap_or_default());
+    }
+    let mut d = Dispatcher::default();
+    for now in 1.. {
+        let idle = idle(panes);
+        let plan = d.plan(&q, &idle, at(now));
+        if plan.is_empty() {
+            return lines;
+        }
+        let record = PlanLine::Planned(PlanRecord::new(at(now), &idle, &d, &plan));
+        lines.push(serde_json::to_vec(&record).unwrap_or_default());
+        for a in &plan {
+            let evs = [
+                q.dispatch(a.task, &a.pane, at(now), ACK_TIMEOUT),
+                q.ack(a.task, Actor::Agent(&a.pane), at(now)),
+                q.finish(a.task, Actor::Agent(&a.pane), true, None, at(now)),
+            ];
+            for ev in evs.into_iter().flatten() {
+                lines.push(serde_json::to_vec(&ev).unwrap_or_default());
+            }
+        }
+    }
+    lines
+}
+
+fn idle(panes: &[String]) -> Vec<IdleAgent<'_>> {
+    panes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| IdleAgent {
+            pane: p,
+            role: ROLES[i % ROLES.len()],
+            jail: None,
+            since: at(i as u64),
+        })
+        .collect()
+}
+
 fn benches(c: &mut Criterion) {
     let panes: Vec<String> = (0..AGENTS).map(|i| format!("pane-{i:03}")).collect();
     // No task lost or given twice.
@@ -110,6 +168,26 @@ fn benches(c: &mut Criterion) {
             .collect();
         let mut d = Dispatcher::default();
         b.iter(|| black_box(d.plan(&full, &idle, at(1))))
+    });
+    // The record the daemon journals for that plan: built and encoded.
+    g.bench_function("plan_record_100_idle", |b| {
+        let idle = idle(&panes);
+        let mut d = Dispatcher::default();
+        let plan = d.plan(&full, &idle, at(1));
+        b.iter(|| {
+            let record = PlanLine::Planned(PlanRecord::new(at(1), &idle, &d, &plan));
+            black_box(serde_json::to_vec(&record).unwrap_or_default())
+        })
+    });
+    // Fold's replay of the whole run's journal: every plan the same.
+    let lines = journal(&panes);
+    let replay = replay_journal(lines.iter().map(Vec::as_slice));
+    assert_eq!(replay.plans.len(), TASKS / AGENTS, "a plan a round");
+    assert!(replay.all_same(), "every plan replays the same");
+    assert_eq!(replay.unplanned, 0);
+    g.throughput(Throughput::Elements(TASKS as u64));
+    g.bench_function("fold_replay_1000_tasks_journal", |b| {
+        b.iter(|| black_box(replay_journal(lines.iter().map(Vec::as_slice))))
     });
     g.finish();
 }
