@@ -169,13 +169,15 @@ impl PanePick<'_> {
 }
 
 /// Whether `input` is colibrid's task journal (`<state_dir>/tasks.jsonl`)
-/// rather than an agent's stream: its first line is a task event or a
-/// dispatch plan's record.
+/// rather than an agent's stream: one of its first lines is a task event
+/// or an orchestrator record (a torn or hand-edited first line must not
+/// turn a journal into an empty agent stream).
 pub fn is_task_journal(input: &[u8]) -> bool {
     input
         .split(|&b| b == b'\n')
-        .find(|l| !is_blank(l))
-        .is_some_and(crate::core::dispatch_replay::is_journal_line)
+        .filter(|l| !is_blank(l))
+        .take(8)
+        .any(crate::core::dispatch_replay::is_journal_line)
 }
 
 /// Unwraps a recording; returns plain input unchanged. Of a session log

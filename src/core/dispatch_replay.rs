@@ -258,6 +258,11 @@ pub enum PlanLine {
         at: u64,
         next: u8,
     },
+    /// colibrid started: every ladder starts empty, but those its agent
+    /// records bring back (`ladder_resumed` lines after it).
+    Started {
+        at: u64,
+    },
     /// The operator answered `pane`'s decide item: let it go on (back to
     /// the ladder's bottom) or stop it.
     Decided {
@@ -406,6 +411,7 @@ pub fn replay_journal<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> JournalR
             Ok(JournalLine::Plan(PlanLine::Productive { pane, .. })) => {
                 ladders.remove(&pane);
             }
+            Ok(JournalLine::Plan(PlanLine::Started { .. })) => ladders.clear(),
             Ok(JournalLine::Plan(PlanLine::Decided { pane, go_on, .. })) => {
                 if go_on {
                     ladders.remove(&pane);
@@ -621,6 +627,14 @@ mod tests {
         ];
         let r = replay_journal(lines.iter().map(Vec::as_slice));
         assert_eq!(r.rungs.len(), 7);
+        assert!(r.all_same(), "{r:?}");
+        // A start of colibrid that brings no ladder back: the bottom.
+        let mut restarted = lines.clone();
+        restarted.push(line(&PlanLine::Started {
+            at: at(3 + 3604).as_millis(),
+        }));
+        restarted.push(stuck("b", 3 + 3605, Rung::Interrupt));
+        let r = replay_journal(restarted.iter().map(Vec::as_slice));
         assert!(r.all_same(), "{r:?}");
         // Without the productive reset, a's third catch is its third rung.
         lines.remove(4);

@@ -401,11 +401,35 @@ impl Pane {
         if open >= MAX_AGENT_APPROVALS {
             return Err(TooManyRequests);
         }
+        Ok(self.open_request(req, now))
+    }
+
+    /// colibrid's own question in the agent's name (the escalation
+    /// ladder's decide item, one at a time per pane): past the agent's
+    /// cap, so an agent that keeps its requests at the cap cannot keep the
+    /// question from the operator.
+    pub fn request_reserved_approval(&mut self, req: &AgentRequest, now: Timestamp) -> Approval {
+        self.open_request(req, now)
+    }
+
+    /// Closes pending approval `id` as resolved: what it asked no longer
+    /// stands (the ladder's decide item once the agent works again).
+    pub fn resolve_approval(&mut self, id: &str, now: Timestamp) -> bool {
+        let resolved = ApprovalOutcome::Expired {
+            reason: ExpiryReason::Resolved,
+        };
+        let line = self.lines;
+        !self
+            .close_approvals(|a| a.id == id, &resolved, now, line)
+            .is_empty()
+    }
+
+    fn open_request(&mut self, req: &AgentRequest, now: Timestamp) -> Approval {
         let id = self.next_approval_id();
         let approval = Approval::from_agent(id, req, now, self.lines);
         self.approvals.pending.push(approval.clone());
         self.push_approval_event(ApprovalEvent::Opened(approval.clone()));
-        Ok(approval)
+        approval
     }
 
     /// The id the next approval gets: the pane id's first 8 characters and

@@ -84,6 +84,10 @@ pub fn ended_visible(e: &Ended, scope: &Scope) -> bool {
     }
 }
 
+/// How colibrid's own questions in an agent's name begin (the ladder's
+/// decide item); an agent's `approval-request` may not.
+pub(crate) const COLIBRI_QUESTION: &str = "colibri:";
+
 impl Daemon {
     /// Publishes the approval events a pane recorded, answers waiting hooks
     /// whose approval ended, and keeps the pane's approval deadlines.
@@ -169,7 +173,7 @@ impl Daemon {
         {
             if w.by != Answerer::policy().by {
                 let go_on = matches!(decision, Decision::Approve);
-                self.control.decided.push((pane, go_on));
+                self.control.decided.push((pane, go_on, w.by.clone()));
             }
         }
         let by = who.as_ref().map(|w| w.by.as_str());
@@ -227,10 +231,28 @@ impl Daemon {
         until: Option<Timestamp>,
         t: Timestamp,
     ) -> Result<Approval, CommandError> {
+        self.open_request(key, req, until, false, t)
+    }
+
+    /// As [`Daemon::open_agent_approval`], for colibrid's own question in
+    /// the agent's name (`reserved`: past the agent's cap).
+    pub(crate) fn open_request(
+        &mut self,
+        key: PaneKey,
+        req: &AgentRequest,
+        until: Option<Timestamp>,
+        reserved: bool,
+        t: Timestamp,
+    ) -> Result<Approval, CommandError> {
         let Some(slot) = self.panes.get_mut(key) else {
             return Err(CommandError::new(ErrorCode::NotFound, "no such pane"));
         };
-        let mut a = slot.pane.request_approval(req, t).map_err(|_| {
+        let opened = if reserved {
+            Ok(slot.pane.request_reserved_approval(req, t))
+        } else {
+            slot.pane.request_approval(req, t)
+        };
+        let mut a = opened.map_err(|_| {
             CommandError::new(
                 ErrorCode::Busy,
                 format!(
@@ -269,7 +291,7 @@ impl Daemon {
     ) {
         let reason = match outcome {
             ApprovalOutcome::Expired {
-                reason: r @ ExpiryReason::TimedOut,
+                reason: r @ (ExpiryReason::TimedOut | ExpiryReason::Resolved),
             } if a.channel == AnswerChannel::Reply => r.as_str(),
             _ => return,
         };

@@ -271,9 +271,9 @@ pub struct ControlPlane {
     /// operator answers them; the answer is carried out once the approval
     /// has closed (`decided`).
     pub decide_items: std::collections::HashMap<String, String>,
-    /// Decide items answered and not yet carried out: pane id, and whether
-    /// the answer was to let it go on.
-    pub decided: Vec<(String, bool)>,
+    /// Decide items answered and not yet carried out: pane id, whether
+    /// the answer was to let it go on, and who answered.
+    pub decided: Vec<(String, bool, String)>,
     /// The agents started at colibrid's start, left alone until the time
     /// given (`orchestrator.grace`); `None` once it has passed.
     grace: Option<(Timestamp, std::collections::HashSet<String>)>,
@@ -284,6 +284,9 @@ pub struct ControlPlane {
     /// The project's plan files the last scan found: only these (and the
     /// named `plan_file`) are ever ticked or rewritten.
     pub scanned_plans: std::collections::HashSet<PathBuf>,
+    /// The last dispatch and runners plans journalled, their times zeroed.
+    last_plan: Option<PlanRecord>,
+    last_runners: Option<RunnersRecord>,
     /// Roles whose runner failed to start an agent, and until when no
     /// other start is tried (`daemon::runners`).
     pub runner_holdoff: std::collections::HashMap<String, Timestamp>,
@@ -361,6 +364,8 @@ impl ControlPlane {
             starting: false,
             source_errors: Default::default(),
             scanned_plans: Default::default(),
+            last_plan: None,
+            last_runners: None,
             runner_holdoff: Default::default(),
             running_runners: false,
             journal,
@@ -417,12 +422,33 @@ impl ControlPlane {
     }
 
     /// Journals a run of the dispatch plan (`core::dispatch_replay`).
+    /// A plan the same as the last one journalled (its hand-overs failed,
+    /// say, an agent's input full) is not journalled again: it would add
+    /// a record per heartbeat for as long as it repeats.
     pub(crate) fn record_plan(&mut self, record: PlanRecord) {
+        let again = PlanRecord {
+            at: 0,
+            ..record.clone()
+        };
+        if self.last_plan.as_ref() == Some(&again) {
+            return;
+        }
+        self.last_plan = Some(again);
         self.record_line(&PlanLine::Planned(record));
     }
 
     /// Journals a run of the runners' plan.
+    /// As [`ControlPlane::record_plan`]: a runner whose start keeps failing
+    /// plans the same start each minute, journalled once.
     pub(crate) fn record_runners(&mut self, record: RunnersRecord) {
+        let again = RunnersRecord {
+            at: 0,
+            ..record.clone()
+        };
+        if self.last_runners.as_ref() == Some(&again) {
+            return;
+        }
+        self.last_runners = Some(again);
         self.record_line(&PlanLine::Runners(record));
     }
 

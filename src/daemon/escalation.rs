@@ -24,6 +24,7 @@ use crate::core::spec::StopCause;
 use crate::core::tasks::TaskStatus;
 use crate::core::taxonomy::input::{compact_input, input_message, interrupt_input};
 use crate::core::time::Timestamp;
+use crate::daemon::approvals::COLIBRI_QUESTION;
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
 use crate::daemon::source::PaneKey;
@@ -153,7 +154,7 @@ impl Daemon {
         }
         let req = AgentRequest {
             operation: format!(
-                "colibri: {pane} {} and is at the top of the escalation ladder. \
+                "{COLIBRI_QUESTION} {pane} {} and is at the top of the escalation ladder. \
                  Approve to let it go on (resumed, back to level 0); deny to stop it.",
                 why.as_str()
             ),
@@ -161,7 +162,7 @@ impl Daemon {
             task_id: self.control.queue.held_by(pane).map(|task| task.id),
             estimated_tokens: None,
         };
-        match self.open_agent_approval(key, &req, None, t) {
+        match self.open_request(key, &req, None, true, t) {
             Ok(a) => {
                 log_info!("escalation: pane {pane}: decide item {} opened", a.id);
                 self.control.decide_items.insert(a.id, pane.to_string());
@@ -170,10 +171,33 @@ impl Daemon {
         }
     }
 
+    /// `pane` works again, or the operator resumed it: its decide item,
+    /// if open, no longer asks anything and closes as resolved (a later
+    /// deny must not stop an agent that has recovered).
+    pub(crate) fn resolve_decide_item(&mut self, pane: &str, t: Timestamp) {
+        let Some(id) = self
+            .control
+            .decide_items
+            .iter()
+            .find(|(_, p)| p.as_str() == pane)
+            .map(|(id, _)| id.clone())
+        else {
+            return;
+        };
+        let Some(key) = self.panes.key(pane) else {
+            self.control.decide_items.remove(&id);
+            return;
+        };
+        if let Some(p) = self.panes.pane_mut(key) {
+            p.resolve_approval(&id, t);
+        }
+        self.after_approvals(key, t);
+    }
+
     /// Carries out the operator's answers to decide items, once their
     /// approvals have closed.
     pub(crate) fn carry_out_decided(&mut self, t: Timestamp) {
-        for (pane, go_on) in std::mem::take(&mut self.control.decided) {
+        for (pane, go_on, by) in std::mem::take(&mut self.control.decided) {
             self.control.record_ladder(PlanLine::Decided {
                 pane: pane.clone(),
                 at: t.as_millis(),
@@ -191,9 +215,7 @@ impl Daemon {
                 }
             } else {
                 log_info!("escalation: pane {pane}: the operator stops it");
-                let by = StopCause::Operator {
-                    who: "escalation".to_string(),
-                };
+                let by = StopCause::Operator { who: by };
                 self.stop_planned(key, by, Some(DECIDED_STOP_REASON), t);
             }
         }
@@ -201,6 +223,7 @@ impl Daemon {
 
     /// `pane` did productive work: back to the ladder's bottom.
     pub(crate) fn productive(&mut self, pane: &str, t: Timestamp) {
+        self.resolve_decide_item(pane, t);
         if let Some(mut ladder) = self.control.ladders.remove(pane) {
             self.control.record_ladder(PlanLine::Productive {
                 pane: pane.to_string(),

@@ -335,10 +335,10 @@ impl Daemon {
         let Some(task) = self.control.queue.get(id) else {
             return;
         };
-        let Some(path) = plan_of(task).filter(|p| self.is_plan_source(p)) else {
+        let title = task.spec.title.clone();
+        let Some(path) = self.plan_source_of(id) else {
             return;
         };
-        let title = task.spec.title.clone();
         let ticked = read_plan(&path).map(|text| tick(&text, &title));
         let result = match ticked {
             Ok(Some(text)) => write_plan(&path, &text),
@@ -355,9 +355,17 @@ impl Daemon {
 impl Daemon {
     /// The plan file task `id` came from, if colibrid reads it as a source
     /// now.
-    pub(crate) fn plan_source_of(&self, id: u64) -> Option<PathBuf> {
+    pub(crate) fn plan_source_of(&mut self, id: u64) -> Option<PathBuf> {
         let task = self.control.queue.get(id)?;
-        plan_of(task).filter(|p| self.is_plan_source(p))
+        let path = plan_of(task)?;
+        // A file the last scan did not see (none has run since the start
+        // or a reload, or the file is new): scan again, within its bounds.
+        if !self.control.scanned_plans.contains(&path) {
+            if let Some(root) = self.settings.orchestrator.project.clone() {
+                self.control.scanned_plans = scan_project(&root).0.into_iter().collect();
+            }
+        }
+        self.is_plan_source(&path).then_some(path)
     }
 
     /// Takes task `id`'s line out of `path` (`task-remove`).

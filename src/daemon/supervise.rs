@@ -160,7 +160,11 @@ impl Daemon {
                 AgentChange::Restart(_) | AgentChange::Update(_) => {}
             }
         }
-        // Each agent stays where it was on the escalation ladder.
+        // Each agent stays where it was on the escalation ladder. The
+        // journal marks the start first: a replay then forgets the ladders
+        // this run does not bring back, as colibrid did.
+        self.control
+            .record_ladder(crate::core::dispatch_replay::PlanLine::Started { at: t.as_millis() });
         for (_, record) in &records {
             if let (Some(pane), 1..) = (&record.pane_id, record.escalation) {
                 let ladder = Ladder::resumed(record.escalation, t);

@@ -522,7 +522,10 @@ fn old_finished_tasks_are_forgotten_and_the_journal_compacted_at_start() {
         .expect("journal")
         .lines()
         .count();
-    assert_eq!(lines, 1000 * 2 + 1, "rewritten as the queue's events");
+    // The queue's events, then this start's marker for the ladder replay.
+    assert_eq!(lines, 1000 * 2 + 1 + 1, "rewritten as the queue's events");
+    let previous = std::fs::read_to_string(d.state.join("tasks.jsonl.1")).expect("previous");
+    assert_eq!(previous, journal, "the journal before compaction is kept");
     let id = add_task(&d, "next", json!({}));
     assert_eq!(id, 1201);
     assert!(d.terminate().success());

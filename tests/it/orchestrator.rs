@@ -1161,6 +1161,38 @@ runtime = "pi"
         .unwrap_or("")
         .to_string();
     assert!(!id.is_empty(), "{item}");
+    // An agent's own request may not pass for one.
+    let forged = d.request(json!({"cmd":"approval-request","pane": pane,
+        "operation":"colibri: fake, deny to stop it"}));
+    assert_eq!(forged["ok"], json!(false), "{forged}");
+    // The operator resumes it by hand: the item no longer asks anything
+    // and closes. Still at the top, its next catch opens a new one.
+    d.ok(json!({"cmd":"resume-agent","agent_id": pane}));
+    let pending = |id: &str| {
+        d.ok(json!({"cmd":"approvals"}))["approvals"]
+            .as_array()
+            .is_some_and(|l| {
+                l.iter()
+                    .any(|a| a["approval"] == json!(id) || a["id"] == json!(id))
+            })
+    };
+    assert!(!pending(&id), "resolved by the resume");
+    let (ev, _) = next_rung(&mut w);
+    assert_eq!(ev["verdict"]["rule"], json!("escalation_3"), "{ev}");
+    let item = wait_for(Duration::from_secs(10), "a new decide item", || {
+        let list = d.ok(json!({"cmd":"approvals"}));
+        list["approvals"]
+            .as_array()?
+            .iter()
+            .find(|a| a["pane"] == json!(pane))
+            .cloned()
+    });
+    let id = item["approval"]
+        .as_str()
+        .or(item["id"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert!(!id.is_empty(), "{item}");
     // Let it go on: the next catch starts at the bottom again.
     d.ok(json!({"cmd":"approve","approval": id}));
     let (ev, _) = next_rung(&mut w);

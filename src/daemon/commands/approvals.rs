@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::core::approval::{AgentRequest, AnswerChannel, Decision};
 use crate::daemon::activity::bounded;
 use crate::daemon::approvals::desk::Answerer;
-use crate::daemon::approvals::ended_visible;
+use crate::daemon::approvals::{ended_visible, COLIBRI_QUESTION};
 use crate::daemon::conn::Scope;
 use crate::daemon::event_loop::Daemon;
 use crate::platform;
@@ -79,6 +79,13 @@ pub(super) fn request(
     let (key, pane) = posting_agent(d, call, a.pane.as_deref())?;
     if a.operation.trim().is_empty() {
         return Err(CommandError::invalid("approval-request needs an operation"));
+    }
+    // The prefix of colibrid's own questions (the ladder's decide item):
+    // an agent's request must not pass for one.
+    if a.operation.trim_start().starts_with(COLIBRI_QUESTION) {
+        return Err(CommandError::invalid(format!(
+            "an operation may not start with {COLIBRI_QUESTION:?}: colibrid's own questions do"
+        )));
     }
     let req = AgentRequest {
         operation: bounded(Some(a.operation)).unwrap_or_default(),

@@ -84,6 +84,7 @@ fn set_paused(
     let key = d.resolve(&Scope::Operator, agent_id)?;
     if !pause {
         let agent_id = d.resume_agent(key, t)?;
+        d.resolve_decide_item(&agent_id, t);
         return Ok(Reply::Pause(PauseReply {
             agent_id,
             paused: false,
