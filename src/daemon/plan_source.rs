@@ -11,7 +11,9 @@
 //! files, never through a symbolic link. A file that cannot be read is
 //! skipped (said once per change of error).
 
+use std::ffi::OsStr;
 use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::core::plan_source::{inbox_items, is_plan_path, open_items, remove_item, tick};
@@ -19,6 +21,7 @@ use crate::core::tasks::{NewTask, Task};
 use crate::core::time::Timestamp;
 use crate::daemon::diag::{log_info, log_warn};
 use crate::daemon::event_loop::Daemon;
+use crate::platform;
 
 /// The largest plan or inbox file read: past it the file is left alone.
 pub const MAX_PLAN_BYTES: u64 = 1 << 20;
@@ -49,15 +52,30 @@ const FROM_INBOX: &str = "inbox";
 /// hold no plans of the project's own, and are large.
 const SKIPPED_DIRS: [&str; 3] = ["node_modules", "target", "vendor"];
 
-fn read_plan(path: &Path) -> std::io::Result<String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    // Opened without following a link (one could lead root's read, and the
-    // tick's rewrite, anywhere) and without blocking (a FIFO put in the
-    // file's place would hold the loop); what was opened is then checked.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
+/// The directory of plan file `path`, held open, and the file's name in
+/// it. A file of the project is reached from `root` one directory at a
+/// time without following a link (`platform::open_dir_beneath`): a
+/// directory swapped for a link, after any check, fails the open instead
+/// of leading root's read and rewrite out of the project. Another file
+/// (the operator's `plan_file`) is reached as named.
+fn plan_dir<'p>(root: Option<&Path>, path: &'p Path) -> std::io::Result<(OwnedFd, &'p OsStr)> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::other("not a file's path"));
+    };
+    let beneath = root.and_then(|r| parent.strip_prefix(r).ok().map(|rel| (r, rel)));
+    let dir = match beneath {
+        Some((root, rel)) => platform::open_dir_beneath(root, rel)?,
+        None => platform::open_dir_beneath(parent, Path::new(""))?,
+    };
+    Ok((dir, name))
+}
+
+fn read_plan(root: Option<&Path>, path: &Path) -> std::io::Result<String> {
+    // Opened without following a link and without blocking (a FIFO put
+    // in the file's place would hold the loop); what was opened is then
+    // checked.
+    let (dir, name) = plan_dir(root, path)?;
+    let file = platform::open_file_at(dir.as_fd(), name)?;
     let meta = file.metadata()?;
     if !meta.is_file() || meta.len() > MAX_PLAN_BYTES {
         return Err(std::io::Error::other(format!(
@@ -177,7 +195,8 @@ impl Daemon {
 
     /// Reads `path`, saying (once) why not.
     fn read_source(&mut self, path: &Path) -> Option<String> {
-        match read_plan(path) {
+        let root = self.settings.orchestrator.project.clone();
+        match read_plan(root.as_deref(), path) {
             Ok(text) => {
                 self.note_source_error(path, None);
                 Some(text)
@@ -270,11 +289,6 @@ impl Daemon {
         if std::fs::symlink_metadata(&path).is_err() {
             return;
         }
-        if !no_link_above(&root, &path) {
-            let said = "its directory is reached through a link; not read".to_string();
-            self.note_source_error(&path, Some(said));
-            return;
-        }
         let Some(text) = self.read_source(&path) else {
             return;
         };
@@ -297,11 +311,11 @@ impl Daemon {
         }
         // Cleared only as it was read: a line someone added since is read
         // at the next heartbeat instead.
-        let unchanged = read_plan(&path).is_ok_and(|now| now == text);
+        let unchanged = read_plan(Some(&root), &path).is_ok_and(|now| now == text);
         if !unchanged {
             return;
         }
-        match write_plan(&path, "") {
+        match write_plan(Some(&root), &path, "") {
             Ok(()) => log_info!("inbox {}: read and cleared", path.display()),
             Err(e) => log_warn!("inbox {}: not cleared: {e}", path.display()),
         }
@@ -324,10 +338,7 @@ impl Daemon {
         let plain = rel
             .components()
             .all(|c| matches!(c, std::path::Component::Normal(_)));
-        plain
-            && rel.to_str().is_some_and(is_plan_path)
-            && self.control.scanned_plans.contains(path)
-            && no_link_above(root, path)
+        plain && rel.to_str().is_some_and(is_plan_path) && self.control.scanned_plans.contains(path)
     }
 
     /// Task `id` is done: tick its line in the plan file it came from.
@@ -339,9 +350,11 @@ impl Daemon {
         let Some(path) = self.plan_source_of(id) else {
             return;
         };
-        let ticked = read_plan(&path).map(|text| tick(&text, &title));
+        let root = self.settings.orchestrator.project.clone();
+        let root = root.as_deref();
+        let ticked = read_plan(root, &path).map(|text| tick(&text, &title));
         let result = match ticked {
-            Ok(Some(text)) => write_plan(&path, &text),
+            Ok(Some(text)) => write_plan(root, &path, &text),
             Ok(None) => return,
             Err(e) => Err(e),
         };
@@ -374,63 +387,43 @@ impl Daemon {
             return Err(format!("no task {id}"));
         };
         let title = task.spec.title.clone();
-        let text = read_plan(path).map_err(|e| e.to_string())?;
+        let root = self.settings.orchestrator.project.clone();
+        let root = root.as_deref();
+        let text = read_plan(root, path).map_err(|e| e.to_string())?;
         let Some(text) = remove_item(&text, &title) else {
             return Err(format!("{} has no item {title:?} any more", path.display()));
         };
-        write_plan(path, &text).map_err(|e| e.to_string())?;
+        write_plan(root, path, &text).map_err(|e| e.to_string())?;
         log_info!("plan file {}: task {id}'s line removed", path.display());
         Ok(())
     }
 }
 
-/// Whether `path`'s directory is the one its place under `root` says,
-/// with no link on the way: a directory swapped for a link after the scan
-/// must not lead root's read, or the rewrite's rename, out of the project
-/// (the file itself is opened with `O_NOFOLLOW`).
-fn no_link_above(root: &Path, path: &Path) -> bool {
-    let (Some(parent), Ok(canonical_root)) = (path.parent(), std::fs::canonicalize(root)) else {
-        return false;
-    };
-    let Ok(rel) = parent.strip_prefix(root) else {
-        return false;
-    };
-    std::fs::canonicalize(parent).is_ok_and(|p| p == canonical_root.join(rel))
-}
-
 /// Writes `text` as the plan file: a new file renamed over it, so an editor
 /// or a reader never sees half of it. The new file gets a name no one can
-/// guess ahead and is created, never opened (`create_new` follows no link
-/// an agent could have put there for root to write through), and it keeps
-/// the old file's owner and mode, so the agents that wrote the file still
-/// can.
-fn write_plan(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let old = std::fs::symlink_metadata(path)?;
+/// guess ahead and is created in the file's own directory, held open
+/// (`plan_dir`), never opened through a link; it keeps the old file's
+/// owner and mode, so the agents that wrote the file still can.
+fn write_plan(root: Option<&Path>, path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let (dir, name) = plan_dir(root, path)?;
+    let old = platform::open_file_at(dir.as_fd(), name)?.metadata()?;
     if !old.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
-    let name = path
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(".{name}.colibri-{}", uuid::Uuid::new_v4()));
-    let written = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        file.write_all(text.as_bytes())?;
-        file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o777))?;
-        // Only root may give a file away; as anyone else it is ours already.
-        let _ = std::os::unix::fs::fchown(&file, Some(old.uid()), Some(old.gid()));
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    let tmp = format!(
+        ".{}.colibri-{}",
+        name.to_string_lossy(),
+        uuid::Uuid::new_v4()
+    );
+    platform::replace_file_at(
+        dir.as_fd(),
+        name,
+        OsStr::new(&tmp),
+        text.as_bytes(),
+        old.mode(),
+        (old.uid(), old.gid()),
+    )
 }
 
 #[cfg(test)]
@@ -445,8 +438,8 @@ mod tests {
         std::fs::write(&secret, "- root's\n").expect("secret");
         let link = dir.path().join("plan.md");
         std::os::unix::fs::symlink(&secret, &link).expect("link");
-        assert!(read_plan(&link).is_err(), "a link is not followed");
-        assert!(write_plan(&link, "").is_err(), "nor written through");
+        assert!(read_plan(None, &link).is_err(), "a link is not followed");
+        assert!(write_plan(None, &link, "").is_err(), "nor written through");
         assert_eq!(
             std::fs::read_to_string(&secret).ok().as_deref(),
             Some("- root's\n")
@@ -454,16 +447,16 @@ mod tests {
         let fifo = dir.path().join("inbox.md");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
         assert!(
-            read_plan(&fifo).is_err(),
+            read_plan(None, &fifo).is_err(),
             "a FIFO is refused, not waited on"
         );
         let plan = dir.path().join("real.md");
         std::fs::write(&plan, "- [ ] a\n").expect("plan");
         std::fs::set_permissions(&plan, std::fs::Permissions::from_mode(0o664)).expect("mode");
-        write_plan(&plan, "- [x] a\n").expect("rewritten");
+        write_plan(None, &plan, "- [x] a\n").expect("rewritten");
         let meta = std::fs::metadata(&plan).expect("meta");
         assert_eq!(meta.permissions().mode() & 0o777, 0o664);
-        assert_eq!(read_plan(&plan).ok().as_deref(), Some("- [x] a\n"));
+        assert_eq!(read_plan(None, &plan).ok().as_deref(), Some("- [x] a\n"));
         let left: Vec<_> = std::fs::read_dir(dir.path())
             .expect("dir")
             .filter_map(|e| e.ok())
@@ -479,11 +472,32 @@ mod tests {
         let outside = dir.path().join("outside");
         std::fs::create_dir_all(root.join("docs")).expect("docs");
         std::fs::create_dir_all(&outside).expect("outside");
-        assert!(no_link_above(&root, &root.join("docs/a.plan.md")));
-        assert!(no_link_above(&root, &root.join("top.plan.md")));
+        std::fs::write(root.join("docs/a.plan.md"), "- [ ] a\n").expect("plan");
+        std::fs::write(outside.join("inbox.md"), "- b\n").expect("outside file");
+        let root_ = Some(root.as_path());
+        assert_eq!(
+            read_plan(root_, &root.join("docs/a.plan.md"))
+                .ok()
+                .as_deref(),
+            Some("- [ ] a\n")
+        );
+        write_plan(root_, &root.join("docs/a.plan.md"), "- [x] a\n").expect("rewritten");
         std::os::unix::fs::symlink(&outside, root.join(".project")).expect("link");
-        assert!(!no_link_above(&root, &root.join(".project/inbox.md")));
-        assert!(!no_link_above(&root, &outside.join("x.plan.md")));
+        let inbox = root.join(".project/inbox.md");
+        assert!(
+            read_plan(root_, &inbox).is_err(),
+            "read through no linked directory"
+        );
+        assert!(
+            write_plan(root_, &inbox, "").is_err(),
+            "nor written through one"
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.join("inbox.md"))
+                .ok()
+                .as_deref(),
+            Some("- b\n")
+        );
     }
 
     #[test]

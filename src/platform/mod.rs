@@ -48,9 +48,9 @@ pub use os::{
     spawn_on_pty, spawn_piped, ExitWatch, KernelTimer, SignalSource,
 };
 pub use posix::{
-    effective_uid, ensure_std_fds, hostname, input_pipe, line_mode, lookup_user, peer_hung_up,
-    raise_fd_limit, read_master, reap, reap_any, session_of, set_raw, set_window_size,
-    signal_group, utc_offset_seconds, write_nonblocking,
+    effective_uid, ensure_std_fds, hostname, input_pipe, line_mode, lookup_user, open_dir_beneath,
+    open_file_at, peer_hung_up, raise_fd_limit, read_master, reap, reap_any, replace_file_at,
+    session_of, set_raw, set_window_size, signal_group, utc_offset_seconds, write_nonblocking,
 };
 
 /// Where a walk up a process's parents ended.

@@ -1263,3 +1263,72 @@ pub fn peer_hung_up(fd: BorrowedFd<'_>) -> bool {
 pub fn effective_uid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
+
+/// Opens `rel`, a directory below `root`, one component at a time with
+/// `O_NOFOLLOW`: a component that is a link (put there after any check)
+/// fails the open instead of leading out of `root`. `root` itself is
+/// the caller's and is opened as named. Only plain components are taken.
+pub fn open_dir_beneath(root: &Path, rel: &Path) -> io::Result<OwnedFd> {
+    use nix::fcntl::{open, openat};
+    let flags = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+    let mut dir = open(root, flags, Mode::empty())?;
+    for part in rel.components() {
+        let std::path::Component::Normal(name) = part else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a path below the directory has only plain components",
+            ));
+        };
+        dir = openat(&dir, name, flags | OFlag::O_NOFOLLOW, Mode::empty())?;
+    }
+    Ok(dir)
+}
+
+/// Opens file `name` of directory `dir` to read, following no link and
+/// never blocking (a FIFO put in its place would hold the caller).
+pub fn open_file_at(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> io::Result<std::fs::File> {
+    use nix::fcntl::openat;
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    Ok(std::fs::File::from(openat(
+        dir,
+        name,
+        flags,
+        Mode::empty(),
+    )?))
+}
+
+/// Replaces file `name` of directory `dir` with `bytes`: a new file `tmp`
+/// created there (never opened: `O_EXCL` follows no link), given `mode`
+/// and, where the caller may, `owner`, synced, then renamed over `name`
+/// within the same directory. On an error the new file is removed.
+pub fn replace_file_at(
+    dir: BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    tmp: &std::ffi::OsStr,
+    bytes: &[u8],
+    mode: u32,
+    owner: (u32, u32),
+) -> io::Result<()> {
+    use nix::fcntl::{openat, renameat};
+    use std::io::Write;
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC;
+    let perm = Mode::from_bits_truncate((mode & 0o777) as libc::mode_t);
+    let written = (|| -> io::Result<()> {
+        let mut file = std::fs::File::from(openat(dir, tmp, flags, perm)?);
+        file.write_all(bytes)?;
+        nix::sys::stat::fchmod(&file, perm)?;
+        // Only root may give a file away; as anyone else it is ours already.
+        let _ = nix::unistd::fchown(
+            &file,
+            Some(nix::unistd::Uid::from_raw(owner.0)),
+            Some(nix::unistd::Gid::from_raw(owner.1)),
+        );
+        file.sync_all()?;
+        renameat(dir, tmp, dir, name)?;
+        Ok(())
+    })();
+    if written.is_err() {
+        let _ = nix::unistd::unlinkat(dir, tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
+    }
+    written
+}
