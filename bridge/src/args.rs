@@ -7,6 +7,8 @@ pub const USAGE: &str = "usage:
   colibri-bridge init [--nats URL] [--creds FILE] [--tls-ca FILE] [--max-age-days N] [--replicas N]
   colibri-bridge run --host ID [--nats URL] [--creds FILE] [--tls-ca FILE] [--socket PATH]
                      [--heartbeat DURATION]
+  colibri-bridge gateway --listen SOCKET [--nats URL] [--creds FILE] [--tls-ca FILE]
+                     [--heartbeat DURATION]
 
   --nats       the NATS server(s), comma-separated (default: $COLIBRI_NATS_URL,
                else nats://127.0.0.1:4222)
@@ -14,13 +16,17 @@ pub const USAGE: &str = "usage:
   --tls-ca     the CA that signs the server's certificate
   --host       this host's subject token: [a-z0-9_-]{1,63}
   --socket     colibrid's socket (default: $COLIBRI_SOCKET, else colibri's default)
-  --heartbeat  how often colibri_hosts.<host> is rewritten (default 10s)";
+  --heartbeat  how often colibri_hosts.<host> is rewritten (default 10s); for
+               gateway, the heartbeat of a host row that does not say its own
+  --listen     the gateway's socket, created mode 0600 (colibri's protocol,
+               served from the fleet: docs/FLEET.md)";
 
 #[derive(Debug)]
 pub enum Cmd {
     Help,
     Init(InitOpts),
     Run(RunOpts),
+    Gateway(GatewayOpts),
 }
 
 /// How to reach the NATS server.
@@ -46,6 +52,13 @@ pub struct RunOpts {
     pub heartbeat: Duration,
 }
 
+#[derive(Debug)]
+pub struct GatewayOpts {
+    pub nats: Nats,
+    pub listen: PathBuf,
+    pub heartbeat: Duration,
+}
+
 pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
     let verb = it.next().ok_or("a command is needed")?;
     let mut url = std::env::var("COLIBRI_NATS_URL")
@@ -54,6 +67,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
         .unwrap_or_else(|| "nats://127.0.0.1:4222".to_string());
     let mut host = None;
     let mut socket = None;
+    let mut listen = None;
     let mut creds = None;
     let mut tls_ca = None;
     let mut heartbeat = Duration::from_secs(10);
@@ -65,6 +79,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
             "--nats" => url = value()?,
             "--host" => host = Some(value()?),
             "--socket" => socket = Some(PathBuf::from(value()?)),
+            "--listen" => listen = Some(PathBuf::from(value()?)),
             "--creds" => creds = Some(PathBuf::from(value()?)),
             "--tls-ca" => tls_ca = Some(PathBuf::from(value()?)),
             "--heartbeat" => {
@@ -102,6 +117,11 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
                 heartbeat,
             }))
         }
+        "gateway" => Ok(Cmd::Gateway(GatewayOpts {
+            nats,
+            listen: listen.ok_or("gateway needs --listen SOCKET")?,
+            heartbeat,
+        })),
         "-h" | "--help" | "help" => Ok(Cmd::Help),
         other => Err(format!("unknown command {other}")),
     }

@@ -11,6 +11,8 @@
 
 mod args;
 mod cmd;
+mod fleet;
+mod gateway;
 mod hosts;
 mod nats;
 mod panes;
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         }
         args::Cmd::Init(opts) => runtime.block_on(nats::init(&opts)),
         args::Cmd::Run(opts) => runtime.block_on(nats::run(&opts)),
+        args::Cmd::Gateway(opts) => runtime.block_on(gateway::run(&opts)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

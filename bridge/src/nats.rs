@@ -76,7 +76,7 @@ pub async fn init(o: &InitOpts) -> Result<(), String> {
     Ok(())
 }
 
-async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
+pub async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
     // async-nats takes no user from the URL: pass it as options, and keep
     // the password out of every message.
     let (url, login) = split_login(&nats.url);

@@ -1622,3 +1622,262 @@ fn on_a_three_node_cluster_losing_one_node_loses_nothing() {
     assert_chained(&stored);
     assert_eq!(exits(&stored), 20);
 }
+
+// ---------------------------------------------------------------------------
+// The gateway: colibri's socket protocol served from the fleet
+
+/// `colibri-bridge gateway` on a socket of its own.
+struct Gateway {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Gateway {
+    fn start(url: &str, dir: &Path, heartbeat: &str) -> Gateway {
+        let socket = dir.join("fleet.sock");
+        let log = dir.join("gateway.log");
+        let file = std::fs::File::create(&log).expect("gateway log");
+        let child = Command::new(BRIDGE)
+            .args([
+                "gateway",
+                "--nats",
+                url,
+                "--heartbeat",
+                heartbeat,
+                "--listen",
+            ])
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start the gateway");
+        let g = Gateway { child, socket, log };
+        wait_for(Duration::from_secs(20), "the gateway's socket", || {
+            g.try_request(&json!({"cmd":"status"})).ok()
+        });
+        g
+    }
+
+    fn try_request(&self, req: &Value) -> std::io::Result<Value> {
+        let mut s = UnixStream::connect(&self.socket)?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))?;
+        s.write_all(format!("{req}\n").as_bytes())?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line)?;
+        serde_json::from_str(&line).map_err(std::io::Error::other)
+    }
+
+    fn request(&self, req: Value) -> Value {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        self.try_request(&req)
+            .unwrap_or_else(|e| panic!("{req}: {e}; gateway log: {log}"))
+    }
+
+    fn rows(&self) -> Vec<Value> {
+        let r = self.request(json!({"cmd":"snapshot","schema":"v2"}));
+        assert_eq!(r["ok"], json!(true), "{r}");
+        r["data"]["panes"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// `watch since`: the reply's `seq`, then events until one has `until`.
+    fn watch(&self, since: u64, until: u64) -> (u64, Vec<Value>) {
+        let mut s = UnixStream::connect(&self.socket).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        s.write_all(format!("{}\n", json!({"cmd":"watch","since":since})).as_bytes())
+            .expect("send");
+        let mut lines = BufReader::new(s).lines();
+        let reply: Value =
+            serde_json::from_str(&lines.next().expect("a reply").expect("read")).expect("JSON");
+        assert_eq!(reply["ok"], json!(true), "{reply}");
+        let mut events = Vec::new();
+        while events
+            .last()
+            .is_none_or(|e: &Value| e["seq"].as_u64() < Some(until))
+        {
+            let line = lines.next().expect("an event").expect("read");
+            events.push(serde_json::from_str(&line).expect("JSON"));
+        }
+        (reply["data"]["seq"].as_u64().expect("seq"), events)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+impl Bridge {
+    /// With more arguments (`--heartbeat`).
+    fn start_args(host: &str, url: &str, d: &Daemon, log: PathBuf, args: &[&str]) -> Bridge {
+        let file = std::fs::File::create(&log).expect("bridge log");
+        let child = Command::new(BRIDGE)
+            .args(["run", "--host", host, "--nats", url, "--socket"])
+            .arg(d.socket())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start the bridge");
+        Bridge { child, log }
+    }
+}
+
+fn seqs(events: &[Value]) -> Vec<u64> {
+    events.iter().filter_map(|e| e["seq"].as_u64()).collect()
+}
+
+#[test]
+fn the_gateway_serves_every_hosts_panes_approvals_and_events() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let d1 = Daemon::start(&colibrid);
+    let d2 = Daemon::start(&colibrid);
+    let beat = ["--heartbeat", "1s"];
+    let _b1 = Bridge::start_args("h1", &url, &d1, logs.path().join("h1.log"), &beat);
+    let mut b2 = Bridge::start_args("h2", &url, &d2, logs.path().join("h2.log"), &beat);
+    let sleeper = d1.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"]}));
+    let sleeper = sleeper["agent_id"].as_str().expect("agent_id").to_string();
+    let (asker, got) = asking_agent(&d2, "pi2");
+    let g = Gateway::start(&url, logs.path(), "1s");
+
+    // Both hosts' panes, each with its host and a fleet-wide id.
+    let rows = wait_for(Duration::from_secs(30), "both hosts' rows", || {
+        let rows = g.rows();
+        let has = |id: &str| rows.iter().any(|r| r["id"] == json!(id));
+        (has(&format!("h1/{sleeper}")) && has(&format!("h2/{asker}"))).then_some(rows)
+    });
+    for r in &rows {
+        let id = r["id"].as_str().expect("id");
+        assert_eq!(
+            Some(r["host"].as_str().expect("host")),
+            id.split('/').next()
+        );
+        assert!(r.get("unreachable_since").is_none(), "{r}");
+    }
+    let v1 = g.request(json!({"cmd":"snapshot"}));
+    assert_eq!(v1["data"]["schema"], json!("clawdie.glasspane.snapshot.v1"));
+    assert_eq!(
+        v1["data"]["panes"].as_array().map(Vec::len),
+        Some(rows.len())
+    );
+    let status = g.request(json!({"cmd":"status"}));
+    assert_eq!(status["data"]["agents"], json!(rows.len()), "{status}");
+    // `colibri status` and `snapshot` read the gateway like a colibrid.
+    let colibri = Path::new(BRIDGE).with_file_name("colibri");
+    if colibri.is_file() {
+        let out = Command::new(&colibri)
+            .arg("--socket")
+            .arg(&g.socket)
+            .args(["snapshot", "--schema", "v2"])
+            .output()
+            .expect("colibri snapshot");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        let h2 = text.lines().find(|l| l.contains("pi2")).unwrap_or_default();
+        assert!(h2.starts_with("h2/"), "{text}");
+    }
+
+    // Outside the list: refused at once, never a hang.
+    let r = g.request(json!({"cmd":"spawn-agent","argv":["/bin/true"],"id":5}));
+    assert_eq!(
+        (r["code"].clone(), r["id"].clone()),
+        (json!("forbidden"), json!(5)),
+        "{r}"
+    );
+    let r = g.request(json!({"cmd":"no-such"}));
+    assert_eq!(r["code"], json!("unknown_command"), "{r}");
+    let r = g.request(json!({"cmd":"pause-agent","agent_id": sleeper}));
+    assert_eq!(r["code"], json!("invalid"), "a pane without its host: {r}");
+
+    // An approval on h2, answered through the gateway.
+    let approval = wait_for(Duration::from_secs(30), "h2's approval", || {
+        let r = g.request(json!({"cmd":"approvals"}));
+        r["data"]["approvals"].get(0).cloned()
+    });
+    let id = approval["id"].as_str().expect("id").to_string();
+    assert!(id.starts_with("h2/"), "{approval}");
+    assert_eq!(approval["pane"], json!(format!("h2/{asker}")));
+    let r = g.request(json!({"cmd":"approve","approval": id, "id": "a1"}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    assert_eq!(r["id"], json!("a1"), "{r}");
+    let line = wait_for(Duration::from_secs(30), "the agent's answer", || {
+        std::fs::read_to_string(&got).ok()
+    });
+    assert_eq!(
+        line.trim_end(),
+        r#"{"type":"extension_ui_response","id":"q1","confirmed":true}"#
+    );
+
+    // The fleet's events: from the start, then resumed mid-way, with no
+    // duplicate and no hole; the answer is there as the bridge records it.
+    let answered = wait_for(Duration::from_secs(30), "approval_answered stored", || {
+        let (head, events) = g.watch(0, 1);
+        let (_, events2) = if head > 1 {
+            g.watch(0, head)
+        } else {
+            (head, events)
+        };
+        events2
+            .iter()
+            .any(|e| e["event"] == json!("approval_answered"))
+            .then_some((head, events2))
+    });
+    let (head, all) = answered;
+    assert_eq!(seqs(&all), (1..=head).collect::<Vec<_>>());
+    let ev = all
+        .iter()
+        .find(|e| e["event"] == json!("approval_answered"))
+        .expect("answered");
+    assert_eq!(ev["by"], json!("operator via fleet:nats"), "{ev}");
+    assert_eq!(ev["host"], json!("h2"));
+    assert_eq!(ev["pane"], json!(format!("h2/{asker}")));
+    let mid = head / 2;
+    let (_, rest) = g.watch(mid, head);
+    assert_eq!(seqs(&rest), (mid + 1..=head).collect::<Vec<_>>());
+    assert_eq!(rest, all[mid as usize..].to_vec());
+
+    // h2's bridge gone: its rows stay, marked, within 3 beats and 1 s;
+    // an action for it fails at once.
+    kill(&mut b2.child);
+    let t = Instant::now();
+    wait_for(Duration::from_secs(10), "h2 marked unreachable", || {
+        let rows = g.rows();
+        let h2: Vec<&Value> = rows.iter().filter(|r| r["host"] == json!("h2")).collect();
+        let h1_fine = rows
+            .iter()
+            .filter(|r| r["host"] == json!("h1"))
+            .all(|r| r.get("unreachable_since").is_none());
+        assert!(h1_fine, "{rows:?}");
+        assert!(!h2.is_empty(), "h2's rows stay listed: {rows:?}");
+        h2.iter()
+            .all(|r| r["unreachable_since"].is_string())
+            .then_some(())
+    });
+    let marked = t.elapsed();
+    assert!(marked < Duration::from_secs(4), "{marked:?}");
+    eprintln!("h2 marked unreachable {marked:?} after its bridge stopped");
+    let t = Instant::now();
+    let r = g.request(json!({"cmd":"pause-agent","agent_id": format!("h2/{asker}")}));
+    let took = t.elapsed();
+    assert_eq!(r["ok"], json!(false), "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no responders")),
+        "{r}"
+    );
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    // h1 still answers through the gateway.
+    let r = g.request(json!({"cmd":"pause-agent","agent_id": format!("h1/{sleeper}")}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+}
