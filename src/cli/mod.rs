@@ -37,6 +37,7 @@ pub mod approval_request;
 pub mod attach;
 pub mod budget;
 pub mod demo;
+pub mod fleet;
 pub mod fold;
 #[cfg(feature = "notify-http")]
 pub mod notify;
@@ -194,7 +195,12 @@ pub enum Command {
     },
     /// A live view of every pane (a TUI): state, cost, approvals, keys to
     /// steer; updates from the watch stream.
-    Top,
+    Top {
+        /// Every host's panes, through `colibri-bridge gateway` (NATS from
+        /// [fleet] in colibri.toml, or COLIBRI_NATS_URL).
+        #[arg(long)]
+        fleet: bool,
+    },
     /// Follow state changes as they happen (all panes, or the ones named).
     Watch {
         /// Only these panes (ids or names); all when none is given.
@@ -293,8 +299,13 @@ pub enum Command {
         #[arg(long, env = "COLIBRI_CONFIG", default_value = crate::config::DEFAULT_CONFIG_PATH)]
         config: PathBuf,
         /// Where the last handled event's seq is kept.
-        #[arg(long, default_value = "/var/db/colibri/notify.cursor")]
+        #[arg(long, default_value = NOTIFY_CURSOR)]
         cursor: PathBuf,
+        /// Every host's events, through `colibri-bridge gateway` (NATS from
+        /// [fleet] in --config, or COLIBRI_NATS_URL); the cursor is then the
+        /// fleet stream's sequence (default notify-fleet.cursor beside --cursor).
+        #[arg(long)]
+        fleet: bool,
     },
     /// Show the budget ledgers, or raise a budget's cap or resume it once
     /// (docs/GOVERNANCE.md).
@@ -579,9 +590,10 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             drop(out);
             attach_cmd(socket, &id, events, read_only)
         }
-        Command::Top => {
+        Command::Top { fleet } => {
             drop(out);
-            top_cmd(socket)
+            let gateway = fleet.then(|| fleet::start(&config_path())).transpose()?;
+            top_cmd(gateway.as_ref().map(|g| g.socket.as_path()).or(socket))
         }
         Command::Sessions { json } => remote::sessions(socket, json, &mut out),
         Command::Session { id } => remote::session(socket, &id, &mut out),
@@ -602,7 +614,22 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             &mut out,
             &mut io::stderr(),
         )),
-        Command::Notify { config, cursor } => notify_cmd(socket, &config, &cursor),
+        Command::Notify {
+            config,
+            cursor,
+            fleet,
+        } => {
+            let gateway = fleet.then(|| fleet::start(&config)).transpose()?;
+            let cursor = match &gateway {
+                // Another numbering: never the one host's cursor.
+                Some(_) if cursor == std::path::Path::new(NOTIFY_CURSOR) => {
+                    cursor.with_file_name("notify-fleet.cursor")
+                }
+                _ => cursor,
+            };
+            let socket = gateway.as_ref().map(|g| g.socket.as_path()).or(socket);
+            notify_cmd(socket, &config, &cursor)
+        }
         Command::Approvals { id, history, json } => {
             remote::approvals(socket, id.as_deref(), history, json, &mut out)
         }
@@ -634,7 +661,14 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             drop(out);
             demo::run(args)
         }
-        Command::Web(args) => web_cmd(socket, args, &mut out),
+        Command::Web(args) => {
+            let gateway = args
+                .fleet
+                .then(|| fleet::start(&config_path()))
+                .transpose()?;
+            let socket = gateway.as_ref().map(|g| g.socket.as_path()).or(socket);
+            web_cmd(socket, args, &mut out)
+        }
     }
 }
 
@@ -652,6 +686,23 @@ pub struct WebArgs {
     /// (created 0600 at first start) [default: ~/.config/colibri/web-action-key].
     #[arg(long, value_name = "PATH")]
     pub action_key_file: Option<PathBuf>,
+    /// Every host's panes, through `colibri-bridge gateway` (NATS from
+    /// [fleet] in colibri.toml, or COLIBRI_NATS_URL).
+    #[arg(long)]
+    pub fleet: bool,
+}
+
+/// notify's default cursor (one host's numbering).
+const NOTIFY_CURSOR: &str = "/var/db/colibri/notify.cursor";
+
+/// colibri.toml, where `--fleet` reads `[fleet]`.
+fn config_path() -> PathBuf {
+    std::env::var_os("COLIBRI_CONFIG")
+        .filter(|p| !p.is_empty())
+        .map_or_else(
+            || PathBuf::from(crate::config::DEFAULT_CONFIG_PATH),
+            PathBuf::from,
+        )
 }
 
 #[cfg(feature = "tui")]

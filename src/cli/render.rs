@@ -891,6 +891,8 @@ pub(crate) mod tests {
             supervision: None,
             approvals: Vec::new(),
             holds: Vec::new(),
+            host: None,
+            unreachable_since: None,
         }
     }
 

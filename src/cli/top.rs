@@ -319,9 +319,16 @@ impl Default for Model {
 }
 
 fn display_name(p: &Value) -> &str {
-    p.get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| short_id(s(p, "id")))
+    p.get("name").and_then(Value::as_str).unwrap_or_else(|| {
+        // A fleet row's id is HOST/PANE; the HOST column says the host.
+        let id = s(p, "id");
+        let local = p
+            .get("host")
+            .and_then(Value::as_str)
+            .and_then(|h| id.strip_prefix(h)?.strip_prefix('/'))
+            .unwrap_or(id);
+        short_id(local)
+    })
 }
 
 fn cost(p: &Value) -> f64 {
@@ -455,6 +462,8 @@ pub fn draw(f: &mut Frame, m: &Model, now: SystemTime) {
 
 fn draw_table(f: &mut Frame, m: &Model, area: ratatui::layout::Rect, now: SystemTime) {
     let vis = m.visible();
+    // The fleet gateway's rows name their host (`top --fleet`).
+    let fleet = vis.iter().any(|p| p.get("host").is_some());
     let rows: Vec<Row> = vis
         .iter()
         .map(|p| {
@@ -467,7 +476,14 @@ fn draw_table(f: &mut Frame, m: &Model, area: ratatui::layout::Rect, now: System
                     .unwrap_or(0);
             let state = state_text(p);
             let color = state_color(&state);
-            Row::new(vec![
+            let host = fleet.then(|| Cell::from(escape_controls(s(p, "host")).into_owned()));
+            // A host three heartbeats late: its rows stay, dimmed.
+            let style = if p.get("unreachable_since").is_some_and(Value::is_string) {
+                Style::default().add_modifier(Modifier::DIM)
+            } else {
+                Style::default()
+            };
+            Row::new(host.into_iter().chain([
                 Cell::from(escape_controls(display_name(p)).into_owned()),
                 Cell::from(state).style(Style::default().fg(color)),
                 Cell::from(age(now, s(p, "state_since"))),
@@ -476,10 +492,12 @@ fn draw_table(f: &mut Frame, m: &Model, area: ratatui::layout::Rect, now: System
                 Cell::from(format_tokens(tokens)),
                 Cell::from(format_cost(cost(p))),
                 Cell::from(escape_controls(&activity(p)).into_owned()),
-            ])
+            ]))
+            .style(style)
         })
         .collect();
-    let widths = [
+    let host_width = fleet.then_some(Constraint::Length(8));
+    let widths = host_width.into_iter().chain([
         Constraint::Length(12),
         Constraint::Length(13),
         Constraint::Length(6),
@@ -488,8 +506,8 @@ fn draw_table(f: &mut Frame, m: &Model, area: ratatui::layout::Rect, now: System
         Constraint::Length(6),
         Constraint::Length(7),
         Constraint::Min(10),
-    ];
-    let header = Row::new([
+    ]);
+    let header = Row::new(fleet.then_some("HOST").into_iter().chain([
         "NAME",
         "STATE",
         "SINCE",
@@ -498,7 +516,7 @@ fn draw_table(f: &mut Frame, m: &Model, area: ratatui::layout::Rect, now: System
         "TOKENS",
         "COST",
         "TOOL / APPROVAL",
-    ])
+    ]))
     .style(Style::default().add_modifier(Modifier::UNDERLINED));
     let table = Table::new(rows, widths)
         .header(header)
@@ -879,6 +897,46 @@ mod tests {
         assert!(text.contains("$0.42") || text.contains("0.42"), "{text}");
         assert!(text.contains("a approve"), "{text}");
         assert!(text.contains("q quit"), "{text}");
+    }
+
+    #[test]
+    fn fleet_rows_show_their_host_and_an_unreachable_one_is_dimmed() {
+        let mut m = Model::new();
+        m.set_snapshot(&json!({"panes": [
+            {"id": "h1/aaaaaaaa-1", "host": "h1", "agent": "pi", "state": "working",
+             "state_since": "2026-11-22T10:00:00.000Z", "started_at": "2026-11-22T10:00:00.000Z"},
+            {"id": "h2/bbbbbbbb-2", "host": "h2", "agent": "pi", "state": "idle",
+             "unreachable_since": "2026-11-22T10:09:00.000Z",
+             "state_since": "2026-11-22T10:00:00.000Z", "started_at": "2026-11-22T10:00:00.000Z"}
+        ]}));
+        m.connected = true;
+        let mut term = Terminal::new(TestBackend::new(80, 8)).expect("terminal");
+        let now = parse_time("2026-11-22T10:10:00.000Z").expect("time");
+        term.draw(|f| draw(f, &m, now)).expect("draw");
+        let buf = term.backend().buffer();
+        let lines: Vec<String> = buf
+            .content()
+            .chunks(80)
+            .map(|row| row.iter().map(|c| c.symbol()).collect())
+            .collect();
+        let header = lines.iter().position(|l| l.contains("HOST")).expect("HOST");
+        assert!(lines[header].trim_start().starts_with("HOST"), "{lines:?}");
+        let h2 = lines
+            .iter()
+            .position(|l| l.contains("bbbbbbbb"))
+            .expect("h2 row");
+        assert!(lines[h2].trim_start().starts_with("h2"), "{lines:?}");
+        let dim = |y: usize| {
+            let x = lines[y].find("bbbbbbbb").unwrap_or(0) as u16;
+            buf[(x, y as u16)].modifier.contains(Modifier::DIM)
+        };
+        assert!(dim(h2), "{lines:?}");
+        let h1 = lines
+            .iter()
+            .position(|l| l.contains("aaaaaaaa"))
+            .expect("h1 row");
+        let x = lines[h1].find("aaaaaaaa").unwrap_or(0) as u16;
+        assert!(!buf[(x, h1 as u16)].modifier.contains(Modifier::DIM));
     }
 
     #[test]

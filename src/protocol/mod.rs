@@ -224,6 +224,14 @@ pub struct PaneV2 {
     /// Why it is paused: each hold, oldest first (none while not paused).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holds: Vec<WireHold>,
+    /// The fleet gateway's rows only (docs/FLEET.md): the host the pane
+    /// runs on; colibrid never sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The fleet gateway's rows only: the host's last heartbeat, once it
+    /// is three heartbeats old (the row is kept, the host is unreachable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreachable_since: Option<String>,
 }
 
 impl PaneV2 {
@@ -269,6 +277,8 @@ impl PaneV2 {
                 .map(|a| WireApproval::new(a, p.id.as_str(), p.name.as_deref(), false))
                 .collect(),
             holds: Vec::new(),
+            host: None,
+            unreachable_since: None,
         }
     }
 }
