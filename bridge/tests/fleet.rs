@@ -1881,3 +1881,131 @@ fn the_gateway_serves_every_hosts_panes_approvals_and_events() {
     let r = g.request(json!({"cmd":"pause-agent","agent_id": format!("h1/{sleeper}")}));
     assert_eq!(r["ok"], json!(true), "{r}");
 }
+
+/// tmux on a private socket, running one command in an 100x24 window.
+struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    fn start(socket: PathBuf, cmd: &str) -> Option<Tmux> {
+        let found = Command::new("tmux").arg("-V").output().is_ok();
+        tool(found.then(PathBuf::new), "tmux", "apt-get install tmux")?;
+        let t = Tmux { socket };
+        let ok = t.run(&["new-session", "-d", "-x", "100", "-y", "24", "-s", "v", cmd]);
+        assert!(ok.status.success(), "tmux new-session: {ok:?}");
+        Some(t)
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    /// The screen, with its SGR attributes (`-e`).
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-e", "-p", "-t", "v"]).stdout)
+            .into_owned()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// Whether a captured line sets SGR 2 (dim): `ESC[2m`, `ESC[0;2m`, ...
+fn dimmed(line: &str) -> bool {
+    line.split("\x1b[").skip(1).any(|seq| {
+        seq.split_once('m')
+            .is_some_and(|(params, _)| params.split(';').any(|p| p == "2"))
+    })
+}
+
+#[test]
+fn top_fleet_shows_every_host_and_dims_one_gone() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let colibri = Path::new(BRIDGE).with_file_name("colibri");
+    let Some(colibri) = tool(
+        colibri.is_file().then_some(colibri),
+        "colibri",
+        "cargo build --bin colibri",
+    ) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let d1 = Daemon::start(&colibrid);
+    let d2 = Daemon::start(&colibrid);
+    let beat = ["--heartbeat", "1s"];
+    let _b1 = Bridge::start_args("h1", &url, &d1, logs.path().join("h1.log"), &beat);
+    let mut b2 = Bridge::start_args("h2", &url, &d2, logs.path().join("h2.log"), &beat);
+    d1.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"],"name":"one"}));
+    d2.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"],"name":"two"}));
+    let tmp = logs.path().join("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let cmd = format!(
+        "env COLIBRI_NATS_URL={url} COLIBRI_CONFIG={} TMPDIR={} {} top --fleet 2>{}",
+        logs.path().join("none.toml").display(),
+        tmp.display(),
+        colibri.display(),
+        logs.path().join("top.err").display(),
+    );
+    let Some(t) = Tmux::start(logs.path().join("tmux.sock"), &cmd) else {
+        return;
+    };
+    let row = |screen: &str, name: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(name))
+            .map(str::to_string)
+    };
+    let screen = wait_for(Duration::from_secs(30), "both hosts in top", || {
+        let s = t.screen();
+        (s.contains("HOST") && row(&s, "one").is_some() && row(&s, "two").is_some()).then_some(s)
+    });
+    let plain = |l: String| {
+        // Without the SGR sequences: what the operator reads.
+        let mut out = String::new();
+        let mut esc = false;
+        for c in l.chars() {
+            match (esc, c) {
+                (false, '\x1b') => esc = true,
+                (true, 'm') => esc = false,
+                (false, c) => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    };
+    let one = plain(row(&screen, "one").expect("one"));
+    assert!(one.trim_start().starts_with("h1"), "{screen}");
+    let two = plain(row(&screen, "two").expect("two"));
+    assert!(two.trim_start().starts_with("h2"), "{screen}");
+    assert!(!dimmed(&row(&screen, "two").expect("two")), "{screen:?}");
+
+    // h2's bridge gone: its row stays, dimmed.
+    kill(&mut b2.child);
+    let screen = wait_for(Duration::from_secs(15), "h2's row dimmed", || {
+        let s = t.screen();
+        row(&s, "two").is_some_and(|l| dimmed(&l)).then_some(s)
+    });
+    assert!(!dimmed(&row(&screen, "one").expect("one")), "{screen:?}");
+
+    // q quits, and the gateway goes with it (its private directory too).
+    assert!(t.run(&["send-keys", "-t", "v", "q"]).status.success());
+    wait_for(Duration::from_secs(10), "top and its gateway gone", || {
+        let gone = !t.run(&["has-session", "-t", "v"]).status.success();
+        let left = std::fs::read_dir(&tmp).map_or(0, |d| d.count());
+        (gone && left == 0).then_some(())
+    });
+}

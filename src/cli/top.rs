@@ -42,6 +42,9 @@ const EVENTS_KEPT: usize = 200;
 /// After an event, wait this long for more before taking a snapshot.
 const SNAPSHOT_COALESCE: Duration = Duration::from_millis(200);
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+/// How often fleet rows are read again with no event: a host going
+/// unreachable is no event on the stream (`top --fleet`).
+const FLEET_REFRESH: Duration = Duration::from_secs(1);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const STATES: [&str; 5] = ["idle", "working", "blocked", "done", "error"];
 
@@ -705,7 +708,15 @@ pub fn run(socket: Option<&Path>) -> Result<u8, CliError> {
         if snapshot_due.is_some_and(|d| Instant::now() >= d) {
             snapshot_due = None;
             match call(&path, &request::snapshot("v2")) {
-                Ok(snap) => model.set_snapshot(&snap),
+                Ok(snap) => {
+                    model.set_snapshot(&snap);
+                    let fleet = snap["panes"]
+                        .as_array()
+                        .is_some_and(|ps| ps.iter().any(|p| p.get("host").is_some()));
+                    if fleet {
+                        snapshot_due = Some(Instant::now() + FLEET_REFRESH);
+                    }
+                }
                 Err(e) => model.message = format!("snapshot: {e}"),
             }
         }
