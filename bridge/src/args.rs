@@ -8,7 +8,7 @@ pub const USAGE: &str = "usage:
   colibri-bridge run --host ID [--nats URL] [--creds FILE] [--tls-ca FILE] [--socket PATH]
                      [--heartbeat DURATION]
   colibri-bridge gateway --listen SOCKET [--nats URL] [--creds FILE] [--tls-ca FILE]
-                     [--heartbeat DURATION]
+                     [--heartbeat DURATION] [--until-stdin-closes]
 
   --nats       the NATS server(s), comma-separated (default: $COLIBRI_NATS_URL,
                else nats://127.0.0.1:4222)
@@ -19,7 +19,9 @@ pub const USAGE: &str = "usage:
   --heartbeat  how often colibri_hosts.<host> is rewritten (default 10s); for
                gateway, the heartbeat of a host row that does not say its own
   --listen     the gateway's socket, created mode 0600 (colibri's protocol,
-               served from the fleet: docs/FLEET.md)";
+               served from the fleet: docs/FLEET.md)
+  --until-stdin-closes  the gateway ends when its standard input closes (a
+               parent that dies, even by SIGKILL, leaves no gateway behind)";
 
 #[derive(Debug)]
 pub enum Cmd {
@@ -57,6 +59,7 @@ pub struct GatewayOpts {
     pub nats: Nats,
     pub listen: PathBuf,
     pub heartbeat: Duration,
+    pub until_stdin_closes: bool,
 }
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
@@ -68,6 +71,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
     let mut host = None;
     let mut socket = None;
     let mut listen = None;
+    let mut until_stdin_closes = false;
     let mut creds = None;
     let mut tls_ca = None;
     let mut heartbeat = Duration::from_secs(10);
@@ -80,6 +84,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
             "--host" => host = Some(value()?),
             "--socket" => socket = Some(PathBuf::from(value()?)),
             "--listen" => listen = Some(PathBuf::from(value()?)),
+            "--until-stdin-closes" => until_stdin_closes = true,
             "--creds" => creds = Some(PathBuf::from(value()?)),
             "--tls-ca" => tls_ca = Some(PathBuf::from(value()?)),
             "--heartbeat" => {
@@ -121,6 +126,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Cmd, String> {
             nats,
             listen: listen.ok_or("gateway needs --listen SOCKET")?,
             heartbeat,
+            until_stdin_closes,
         })),
         "-h" | "--help" | "help" => Ok(Cmd::Help),
         other => Err(format!("unknown command {other}")),

@@ -90,6 +90,9 @@ pub async fn run(o: &GatewayOpts) -> Result<(), String> {
         tokio::spawn(fleet::follow(store, which, fleet.clone()));
     }
     let listener = bind(&o.listen)?;
+    if o.until_stdin_closes {
+        tokio::spawn(exit_when_stdin_closes(o.listen.clone()));
+    }
     eprintln!(
         "colibri-bridge gateway: serving the fleet on {}",
         o.listen.display()
@@ -111,6 +114,20 @@ pub async fn run(o: &GatewayOpts) -> Result<(), String> {
             }
         }
     }
+}
+
+/// Ends the process once standard input reaches EOF: the parent that
+/// holds the pipe's other end is gone, however it ended.
+async fn exit_when_stdin_closes(socket: std::path::PathBuf) {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = [0u8; 64];
+    while let Ok(n) = stdin.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+    }
+    let _ = std::fs::remove_file(&socket);
+    std::process::exit(0);
 }
 
 /// The socket, mode 0600: it answers as the operator on every host.
@@ -443,6 +460,20 @@ fn fleet_event(subject: &str, stream_seq: u64, mut ev: Value) -> Option<Value> {
     Some(ev)
 }
 
+/// The `gap` line for a `since` older than the stream's first message.
+fn gap(since: Option<u64>, first: u64, messages: u64) -> Option<Vec<u8>> {
+    let since = since?;
+    if messages == 0 || since.saturating_add(1) >= first {
+        return None;
+    }
+    let mut line = serde_json::to_vec(&json!({
+        "seq": first - 1, "at": now_rfc3339(), "event": "gap", "since": since, "resumes_at": first
+    }))
+    .ok()?;
+    line.push(b'\n');
+    Some(line)
+}
+
 /// The stream from after `since` (or from now), one event per line, until
 /// the client goes.
 async fn watch(
@@ -504,6 +535,13 @@ async fn watch(
     if write.write_all(&ok_line(id, &reply)).await.is_err() {
         return;
     }
+    // Aged out of the stream (`max_age`): said, as colibrid says a
+    // journal that no longer reaches back.
+    if let Some(gap) = gap(args.since, info.state.first_sequence, info.state.messages) {
+        if write.write_all(&gap).await.is_err() {
+            return;
+        }
+    }
     let panes = args.panes.unwrap_or_default();
     let mut sink = [0u8; 512];
     loop {
@@ -547,6 +585,24 @@ async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_since_older_than_the_stream_is_a_gap() {
+        assert!(gap(None, 50, 10).is_none());
+        assert!(gap(Some(49), 50, 10).is_none());
+        assert!(gap(Some(3), 1, 0).is_none());
+        let line = gap(Some(3), 50, 10).expect("a gap");
+        let v: Value = serde_json::from_slice(&line).expect("JSON");
+        assert_eq!(
+            (
+                v["seq"].clone(),
+                v["event"].clone(),
+                v["since"].clone(),
+                v["resumes_at"].clone()
+            ),
+            (json!(49), json!("gap"), json!(3), json!(50))
+        );
+    }
 
     #[test]
     fn an_event_is_named_as_the_fleet_names_it() {

@@ -2009,3 +2009,109 @@ fn top_fleet_shows_every_host_and_dims_one_gone() {
         (gone && left == 0).then_some(())
     });
 }
+
+/// `colibri notify --fleet`, its stderr in `log`.
+fn notify_fleet(colibri: &Path, config: &Path, cursor: &Path, tmp: &Path, log: &Path) -> Child {
+    let file = std::fs::File::create(log).expect("notify log");
+    Command::new(colibri)
+        .args(["notify", "--fleet", "--config"])
+        .arg(config)
+        .arg("--cursor")
+        .arg(cursor)
+        .env("TMPDIR", tmp)
+        .env_remove("COLIBRI_NATS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("start colibri notify --fleet")
+}
+
+/// The gateway sockets under `tmp` that still answer.
+fn live_gateways(tmp: &Path) -> usize {
+    std::fs::read_dir(tmp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|d| UnixStream::connect(d.path().join("fleet.sock")).is_ok())
+        .count()
+}
+
+#[test]
+fn notify_fleet_delivers_every_hosts_events_and_resumes_from_its_cursor() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let colibri = Path::new(BRIDGE).with_file_name("colibri");
+    let Some(colibri) = tool(
+        colibri.is_file().then_some(colibri),
+        "colibri",
+        "cargo build --bin colibri",
+    ) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let d1 = Daemon::start(&colibrid);
+    let d2 = Daemon::start(&colibrid);
+    let _b1 = Bridge::start_for("h1", &url, &d1, logs.path().join("h1.log"));
+    let _b2 = Bridge::start_for("h2", &url, &d2, logs.path().join("h2.log"));
+    let out = logs.path().join("out");
+    let tmp = logs.path().join("tmp");
+    std::fs::create_dir(&out).expect("out");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let config = logs.path().join("colibri.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[fleet]\nurl = \"{url}\"\nhost_id = \"ops\"\n[[notify]]\nkind = \"exec\"\ncommand = [\"/bin/sh\", \"-c\", \"cat > \\\"$0/$COLIBRI_NAME.tmp\\\" && mv \\\"$0/$COLIBRI_NAME.tmp\\\" \\\"$0/$COLIBRI_NAME.json\\\"\", \"{}\"]\n",
+            out.display()
+        ),
+    )
+    .expect("config");
+    let cursor = logs.path().join("cursor");
+    let log = logs.path().join("notify.log");
+    let mut notify = notify_fleet(&colibri, &config, &cursor, &tmp, &log);
+    let json_of = |name: &str| -> Value {
+        wait_for(Duration::from_secs(30), &format!("{name}'s notice"), || {
+            std::fs::read(out.join(format!("{name}.json")))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+        })
+    };
+    // An approval on h2 blocks its pane: one notice, named by the fleet.
+    let (asker, _) = asking_agent(&d2, "two");
+    let ev = json_of("two");
+    assert_eq!(ev["pane"], json!(format!("h2/{asker}")), "{ev}");
+    assert_eq!(ev["host"], json!("h2"), "{ev}");
+    let seq = ev["seq"].as_u64().expect("seq");
+    wait_for(
+        Duration::from_secs(20),
+        "the cursor past h2's notice",
+        || {
+            let c: u64 = std::fs::read_to_string(&cursor).ok()?.trim().parse().ok()?;
+            (c >= seq).then_some(())
+        },
+    );
+
+    // notify killed: its gateway goes too (its stdin closed).
+    kill(&mut notify);
+    wait_for(Duration::from_secs(10), "the gateway to end", || {
+        (live_gateways(&tmp) == 0).then_some(())
+    });
+    // h1 blocks while notify is down; the restarted one delivers it from
+    // the cursor, and not h2's notice again.
+    std::fs::remove_file(out.join("two.json")).expect("rm");
+    let (asker1, _) = asking_agent(&d1, "one");
+    let mut notify = notify_fleet(&colibri, &config, &cursor, &tmp, &log);
+    let ev = json_of("one");
+    assert_eq!(ev["pane"], json!(format!("h1/{asker1}")), "{ev}");
+    assert!(ev["seq"].as_u64() > Some(seq), "{ev}");
+    assert!(
+        !out.join("two.json").exists(),
+        "h2's notice delivered twice"
+    );
+    kill(&mut notify);
+}

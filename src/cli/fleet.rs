@@ -4,7 +4,7 @@
 //! "The fleet views").
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::CliError;
@@ -15,6 +15,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// The running gateway: killed, and its directory removed, when dropped.
 pub struct Gateway {
     child: Child,
+    /// The gateway ends when this closes: with this process, however it
+    /// ends (a SIGKILL runs no `Drop`).
+    _lifeline: Option<ChildStdin>,
     dir: PathBuf,
     pub socket: PathBuf,
 }
@@ -97,14 +100,15 @@ pub fn start(config: &Path) -> Result<Gateway, CliError> {
     let exe = bridge_exe();
     let spawned = Command::new(&exe)
         .arg("gateway")
+        .arg("--until-stdin-closes")
         .arg("--listen")
         .arg(&socket)
         .args(&args)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn();
-    let child = match spawned {
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
@@ -117,7 +121,13 @@ pub fn start(config: &Path) -> Result<Gateway, CliError> {
             ));
         }
     };
-    let mut g = Gateway { child, dir, socket };
+    let lifeline = child.stdin.take();
+    let mut g = Gateway {
+        child,
+        _lifeline: lifeline,
+        dir,
+        socket,
+    };
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if std::os::unix::net::UnixStream::connect(&g.socket).is_ok() {
