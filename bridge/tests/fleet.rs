@@ -2115,3 +2115,110 @@ fn notify_fleet_delivers_every_hosts_events_and_resumes_from_its_cursor() {
     );
     kill(&mut notify);
 }
+
+/// One HTTP/1.1 exchange (`Connection: close`): the status and the body.
+fn http(addr: &str, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Authorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).expect("send");
+    let mut raw = String::new();
+    std::io::Read::read_to_string(&mut s, &mut raw).expect("read");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a head");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status");
+    (status, body.to_string())
+}
+
+#[test]
+fn web_fleet_shows_every_hosts_panes_and_acts_on_any_host() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let colibri = Path::new(BRIDGE).with_file_name("colibri");
+    let Some(colibri) = tool(
+        colibri.is_file().then_some(colibri),
+        "colibri",
+        "cargo build --bin colibri",
+    ) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let d1 = Daemon::start(&colibrid);
+    let d2 = Daemon::start(&colibrid);
+    let _b1 = Bridge::start_for("h1", &url, &d1, logs.path().join("h1.log"));
+    let _b2 = Bridge::start_for("h2", &url, &d2, logs.path().join("h2.log"));
+    let one =
+        d1.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"],"name":"one"}));
+    let one = one["agent_id"].as_str().expect("agent_id").to_string();
+    d2.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"],"name":"two"}));
+    let token_file = logs.path().join("web-token");
+    let tmp = logs.path().join("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let mut web = Command::new(&colibri)
+        .args(["web", "--fleet", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&token_file)
+        .arg("--action-key-file")
+        .arg(logs.path().join("web-action-key"))
+        .env("COLIBRI_NATS_URL", &url)
+        .env("COLIBRI_CONFIG", logs.path().join("none.toml"))
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("colibri web --fleet");
+    let stdout = web.stdout.take().expect("stdout");
+    let banner = BufReader::new(stdout)
+        .lines()
+        .next()
+        .expect("a banner")
+        .expect("read");
+    let addr = banner
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .expect("an address")
+        .to_string();
+    let token = std::fs::read_to_string(&token_file)
+        .expect("token")
+        .trim()
+        .to_string();
+    let board = wait_for(Duration::from_secs(30), "both hosts on the board", || {
+        let (status, body) = http(&addr, "GET", "/api/snapshot", &token, "");
+        (status == 200
+            && body.contains(&format!("\"h1/{one}\""))
+            && body.contains("\"two\"")
+            && body.contains("\"host\":\"h2\""))
+        .then_some(body)
+    });
+    assert!(board.contains("\"host\":\"h1\""), "{board}");
+    // An action on h1's pane, by its fleet id, reaches h1's colibrid.
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/api/pause",
+        &token,
+        &json!({"pane": format!("h1/{one}")}).to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let paused = d1.ok(json!({"cmd":"snapshot","schema":"v2"}))["panes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["id"] == json!(one)).cloned())
+        .expect("one");
+    assert_eq!(paused["paused"], json!(true), "{paused}");
+    kill(&mut web);
+    wait_for(Duration::from_secs(10), "the gateway to end", || {
+        (live_gateways(&tmp) == 0).then_some(())
+    });
+}

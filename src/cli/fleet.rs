@@ -92,11 +92,28 @@ fn private_dir() -> Result<PathBuf, CliError> {
     Ok(dir)
 }
 
+/// Where the gateway's messages go: this process's stderr, or for a
+/// full-screen view, which they would garble, a file in its directory
+/// (shown if it fails to start).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Messages {
+    Stderr,
+    File,
+}
+
 /// Starts the gateway and waits until its socket answers.
-pub fn start(config: &Path) -> Result<Gateway, CliError> {
+pub fn start(config: &Path, messages: Messages) -> Result<Gateway, CliError> {
     let args = nats_args(config)?;
     let dir = private_dir()?;
     let socket = dir.join("fleet.sock");
+    let log = dir.join("gateway.log");
+    let stderr = match messages {
+        Messages::Stderr => Stdio::inherit(),
+        Messages::File => match std::fs::File::create(&log) {
+            Ok(f) => Stdio::from(f),
+            Err(_) => Stdio::null(),
+        },
+    };
     let exe = bridge_exe();
     let spawned = Command::new(&exe)
         .arg("gateway")
@@ -106,7 +123,7 @@ pub fn start(config: &Path) -> Result<Gateway, CliError> {
         .args(&args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn();
     let mut child = match spawned {
         Ok(c) => c,
@@ -134,13 +151,19 @@ pub fn start(config: &Path) -> Result<Gateway, CliError> {
             return Ok(g);
         }
         if let Ok(Some(status)) = g.child.try_wait() {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
             return Err(CliError::Runtime(format!(
-                "colibri-bridge gateway exited ({status}) before serving the fleet"
+                "colibri-bridge gateway exited ({status}) before serving the fleet{}{}",
+                if said.is_empty() { "" } else { ": " },
+                said.trim_end().replace('\n', "; ")
             )));
         }
         if Instant::now() >= deadline {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
             return Err(CliError::Runtime(format!(
-                "colibri-bridge gateway did not listen within {START_TIMEOUT:?}"
+                "colibri-bridge gateway did not listen within {START_TIMEOUT:?}{}{}",
+                if said.is_empty() { "" } else { ": " },
+                said.trim_end().replace('\n', "; ")
             )));
         }
         std::thread::sleep(Duration::from_millis(50));

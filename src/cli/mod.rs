@@ -592,7 +592,9 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Top { fleet } => {
             drop(out);
-            let gateway = fleet.then(|| fleet::start(&config_path())).transpose()?;
+            let gateway = fleet
+                .then(|| fleet::start(&config_path(), fleet::Messages::File))
+                .transpose()?;
             top_cmd(gateway.as_ref().map(|g| g.socket.as_path()).or(socket))
         }
         Command::Sessions { json } => remote::sessions(socket, json, &mut out),
@@ -619,7 +621,9 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
             cursor,
             fleet,
         } => {
-            let gateway = fleet.then(|| fleet::start(&config)).transpose()?;
+            let gateway = fleet
+                .then(|| fleet::start(&config, fleet::Messages::Stderr))
+                .transpose()?;
             let cursor = match &gateway {
                 // Another numbering: never the one host's cursor.
                 Some(_) if cursor == std::path::Path::new(NOTIFY_CURSOR) => {
@@ -664,7 +668,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Web(args) => {
             let gateway = args
                 .fleet
-                .then(|| fleet::start(&config_path()))
+                .then(|| fleet::start(&config_path(), fleet::Messages::Stderr))
                 .transpose()?;
             let socket = gateway.as_ref().map(|g| g.socket.as_path()).or(socket);
             web_cmd(socket, args, &mut out)
