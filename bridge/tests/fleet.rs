@@ -1785,6 +1785,15 @@ fn the_gateway_serves_every_hosts_panes_approvals_and_events() {
         assert!(out.status.success(), "{out:?}");
         let h2 = text.lines().find(|l| l.contains("pi2")).unwrap_or_default();
         assert!(h2.starts_with("h2/"), "{text}");
+        let out = Command::new(&colibri)
+            .arg("--socket")
+            .arg(&g.socket)
+            .arg("status")
+            .output()
+            .expect("colibri status");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        assert!(text.contains("fleet (2 hosts, 0 unreachable)"), "{text}");
     }
 
     // Outside the list: refused at once, never a hang.
