@@ -35,6 +35,8 @@ use crate::args::GatewayOpts;
 use crate::fleet::{self, fleet_id, split_id, Bucket, Fleet};
 use crate::nats::{self, HOSTS_BUCKET, PANES_BUCKET, STREAM};
 
+/// Connections at once; past it a client is told `busy` and closed.
+const MAX_CONNECTIONS: usize = 64;
 /// A request line longer than this is refused and the connection closed.
 const MAX_LINE: u64 = 1 << 20;
 /// How long a host's bridge has to answer a relayed request (its own
@@ -103,11 +105,28 @@ pub async fn run(o: &GatewayOpts) -> Result<(), String> {
         fleet,
         started: SystemTime::now(),
     });
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         match listener.accept().await {
-            Ok((conn, _)) => {
-                tokio::spawn(serve(g.clone(), conn));
-            }
+            Ok((conn, _)) => match slots.clone().try_acquire_owned() {
+                Ok(slot) => {
+                    let g = g.clone();
+                    tokio::spawn(async move {
+                        serve(g, conn).await;
+                        drop(slot);
+                    });
+                }
+                Err(_) => {
+                    let busy = err_line(
+                        None,
+                        ErrorCode::Busy,
+                        &format!("the gateway serves {MAX_CONNECTIONS} connections already"),
+                    );
+                    // Never waited on: a client that does not read is not
+                    // worth a task.
+                    let _ = conn.try_write(&busy);
+                }
+            },
             Err(e) => {
                 eprintln!("colibri-bridge gateway: accept: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -298,24 +317,39 @@ async fn approvals(g: &Gateway, id: Option<&Value>, args: ApprovalsArgs) -> Vec<
         },
         None => (fleet::lock(&g.fleet).hosts(), None),
     };
+    let req = Request {
+        id: None,
+        command: Command::Approvals(ApprovalsArgs {
+            agent_id: local.clone(),
+            after: None,
+            limit: args.limit,
+        }),
+    };
+    let line = match req.to_line() {
+        Ok(l) => l,
+        Err(e) => return err_line(id, ErrorCode::Internal, &format!("encode: {e}")),
+    };
+    // All hosts at once: a slow one costs its timeout once, not per host.
+    let mut asked = tokio::task::JoinSet::new();
+    for host in hosts {
+        let (client, line) = (g.client.clone(), line.clone());
+        asked.spawn(async move {
+            let reply = ask(&client, &host, line, APPROVALS_TIMEOUT).await;
+            (host, reply)
+        });
+    }
+    let mut replies = Vec::new();
+    while let Some(done) = asked.join_next().await {
+        if let Ok((host, Ok(reply))) = done {
+            if let Ok(reply) = serde_json::from_slice::<Value>(&reply) {
+                replies.push((host, reply));
+            }
+        }
+    }
+    replies.sort_by(|a, b| a.0.cmp(&b.0));
     let mut pending = Vec::new();
     let mut approved = Vec::new();
-    for host in hosts {
-        let req = Request {
-            id: None,
-            command: Command::Approvals(ApprovalsArgs {
-                agent_id: local.clone(),
-                after: None,
-                limit: args.limit,
-            }),
-        };
-        let Ok(line) = req.to_line() else { continue };
-        let Ok(reply) = ask(&g.client, &host, line, APPROVALS_TIMEOUT).await else {
-            continue;
-        };
-        let Ok(reply) = serde_json::from_slice::<Value>(&reply) else {
-            continue;
-        };
+    for (host, reply) in replies {
         if reply["ok"] != json!(true) {
             if local.is_some() {
                 // One pane asked for: its host's refusal is the answer.
