@@ -157,7 +157,22 @@ pub fn state_cell(p: &PaneV2) -> String {
     if p.paused {
         s.push_str(" paused");
     }
+    if p.unreachable_since.is_some() {
+        s.push_str(" unreachable");
+    }
     s
+}
+
+/// A pane's short id; a fleet row's keeps its host (`h2/0b7e5c1a`).
+fn id_cell(p: &PaneV2) -> String {
+    let local = p
+        .host
+        .as_deref()
+        .and_then(|h| p.id.strip_prefix(h)?.strip_prefix('/'));
+    match (p.host.as_deref(), local) {
+        (Some(h), Some(local)) => format!("{h}/{}", short_id(local)),
+        _ => short_id(&p.id).to_string(),
+    }
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -193,7 +208,7 @@ pub fn snapshot_table(snap: &SnapshotV2) -> String {
     ]);
     for p in &snap.panes {
         t.row(vec![
-            short_id(&p.id).to_string(),
+            id_cell(p),
             p.name.clone().unwrap_or_else(|| "-".into()),
             p.runtime
                 .map_or_else(|| p.agent.clone(), |r| r.as_str().to_string()),
@@ -894,6 +909,20 @@ pub(crate) mod tests {
             host: None,
             unreachable_since: None,
         }
+    }
+
+    #[test]
+    fn a_fleet_row_keeps_its_host_and_says_unreachable() {
+        let mut p = pane("h2/0b7e5c1a-9d2f", AgentState::Idle);
+        p.host = Some("h2".into());
+        assert_eq!(id_cell(&p), "h2/0b7e5c1a");
+        assert_eq!(state_cell(&p), "idle");
+        p.unreachable_since = Some("2026-05-27T12:00:00.000Z".into());
+        assert_eq!(state_cell(&p), "idle unreachable");
+        assert_eq!(
+            id_cell(&pane("0b7e5c1a-9d2f", AgentState::Idle)),
+            "0b7e5c1a"
+        );
     }
 
     #[test]
