@@ -2166,8 +2166,9 @@ fn web_fleet_shows_every_hosts_panes_and_acts_on_any_host() {
     let logs = tempfile::tempdir().expect("tempdir");
     let d1 = Daemon::start(&colibrid);
     let d2 = Daemon::start(&colibrid);
-    let _b1 = Bridge::start_for("h1", &url, &d1, logs.path().join("h1.log"));
-    let _b2 = Bridge::start_for("h2", &url, &d2, logs.path().join("h2.log"));
+    let beat = ["--heartbeat", "1s"];
+    let _b1 = Bridge::start_args("h1", &url, &d1, logs.path().join("h1.log"), &beat);
+    let mut b2 = Bridge::start_args("h2", &url, &d2, logs.path().join("h2.log"), &beat);
     let one =
         d1.ok(json!({"cmd":"spawn-agent","argv":["/bin/sh","-c","exec sleep 60"],"name":"one"}));
     let one = one["agent_id"].as_str().expect("agent_id").to_string();
@@ -2226,6 +2227,16 @@ fn web_fleet_shows_every_hosts_panes_and_acts_on_any_host() {
         .and_then(|ps| ps.iter().find(|p| p["id"] == json!(one)).cloned())
         .expect("one");
     assert_eq!(paused["paused"], json!(true), "{paused}");
+    // h2's bridge gone: its pane stays on the board, marked.
+    kill(&mut b2.child);
+    wait_for(
+        Duration::from_secs(15),
+        "h2 unreachable on the board",
+        || {
+            let (_, body) = http(&addr, "GET", "/api/snapshot", &token, "");
+            (body.contains("\"two\"") && body.contains("\"unreachable_since\"")).then_some(())
+        },
+    );
     kill(&mut web);
     wait_for(Duration::from_secs(10), "the gateway to end", || {
         (live_gateways(&tmp) == 0).then_some(())

@@ -247,7 +247,8 @@ function pausable(i) {
 function renderRow(id, p) {
   if (!p.row) { p.row = buildRow(id); tbody.appendChild(p.row); }
   const i = p.info, c = p.row.children;
-  c[0].textContent = i.name || i.agent || id.slice(0, 8);
+  // A fleet row (colibri web --fleet) names its host.
+  c[0].textContent = (i.host ? i.host + " · " : "") + (i.name || i.agent || id.slice(i.host ? i.host.length + 1 : 0).slice(0, 8));
   c[0].title = id;
   c[1].textContent = "";
   const shown = shownState(i);
@@ -262,6 +263,13 @@ function renderRow(id, p) {
     c[1].appendChild(flag);
   }
   if (i.stalled) c[1].appendChild(el("span", "flag", "stalled"));
+  // Its host missed three heartbeats: the row stays, dimmed.
+  if (i.unreachable_since) {
+    const flag = el("span", "flag", "unreachable");
+    flag.title = "no heartbeat from " + i.host + " since " + i.unreachable_since;
+    c[1].appendChild(flag);
+  }
+  p.row.classList.toggle("unreachable", !!i.unreachable_since);
   const health = healthOf(i);
   if (health) c[1].appendChild(el("span", "health", health));
   p.row.dataset.state = shown;
