@@ -1234,6 +1234,137 @@ fn three_hosts_share_one_stream_each_exactly_once_and_each_its_own_commands() {
     }
 }
 
+impl Reader {
+    /// Every message of `host` through one ordered consumer: a fetch per
+    /// batch rather than a request per message, so a soak's ten thousand
+    /// messages read back in a second.
+    fn read_back(&self, host: &str) -> Vec<Stored> {
+        use jetstream::consumer::pull::OrderedConfig;
+        let filter = format!("colibri.evt.{host}.>");
+        self.rt.block_on(async {
+            let stream = self.js.get_stream("COLIBRI_EVENTS").await.expect("stream");
+            let Ok(last) = stream.get_last_raw_message_by_subject(&filter).await else {
+                return Vec::new();
+            };
+            let consumer = stream
+                .create_consumer(OrderedConfig {
+                    filter_subject: filter.clone(),
+                    ..Default::default()
+                })
+                .await
+                .expect("an ordered consumer");
+            let mut messages = consumer.messages().await.expect("messages");
+            let mut out = Vec::new();
+            while let Some(msg) = messages.next().await {
+                let msg = msg.expect("a message");
+                let stream_seq = msg.info().expect("info").stream_sequence;
+                let header = |name: &str| {
+                    msg.headers
+                        .as_ref()
+                        .and_then(|h| h.get(name))
+                        .map(|v| v.as_str().to_string())
+                };
+                let id = header("Nats-Msg-Id").expect("a message id");
+                let event: Value = serde_json::from_slice(&msg.payload).expect("JSON");
+                let (journal_id, seq) = id
+                    .strip_prefix(&format!("{host}:"))
+                    .and_then(|r| r.rsplit_once(':'))
+                    .expect("host:journal:seq");
+                assert_eq!(seq.parse::<u64>().ok(), event["seq"].as_u64(), "{id}");
+                out.push(Stored {
+                    seq: event["seq"].as_u64().expect("seq"),
+                    journal_id: journal_id.to_string(),
+                    subject: msg.subject.to_string(),
+                    event,
+                    stream_seq,
+                    writer: header("Colibri-Bridge").expect("the writer"),
+                    expected: header("Nats-Expected-Last-Subject-Sequence")
+                        .map(|v| v.parse().expect("a sequence")),
+                });
+                if stream_seq >= last.sequence {
+                    break;
+                }
+            }
+            out
+        })
+    }
+}
+
+/// Acceptance 2 of the fleet design: 1,000 exits on each of three hosts
+/// while the server is killed (SIGKILL) and restarted five times, then
+/// every host's messages read back are one per seq, with no hole, each
+/// chained to the one before. The exits keep coming through each outage,
+/// so every bridge has publishes in flight when its server dies.
+#[test]
+fn soak_three_hosts_a_thousand_exits_each_across_five_server_kills() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let started = Instant::now();
+    let mut nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let reader = Reader::connect(&url);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let hosts = ["h1", "h2", "h3"];
+    let daemons: Vec<Daemon> = hosts.iter().map(|_| Daemon::start(&colibrid)).collect();
+    let bridges: Vec<Bridge> = hosts
+        .iter()
+        .zip(&daemons)
+        .map(|(h, d)| Bridge::start_for(h, &url, d, logs.path().join(format!("{h}.log"))))
+        .collect();
+    const KILLS: usize = 5;
+    const EXITS: usize = 1000;
+    // Each round: exits with the server up, then as many with it down.
+    const PER_PHASE: usize = EXITS / KILLS / 2;
+    let spawn_all = || {
+        std::thread::scope(|s| {
+            for d in &daemons {
+                s.spawn(|| d.spawn_exits(PER_PHASE));
+            }
+        });
+    };
+    for _ in 0..KILLS {
+        spawn_all();
+        let noticed: Vec<usize> = bridges
+            .iter()
+            .map(|b| b.log().matches("resyncing").count())
+            .collect();
+        nats.crash();
+        spawn_all();
+        // Down until every bridge has seen a publish fail.
+        for (b, before) in bridges.iter().zip(noticed) {
+            wait_for(
+                Duration::from_secs(30),
+                "every bridge to see the outage",
+                || (b.log().matches("resyncing").count() > before).then_some(()),
+            );
+        }
+        nats.launch();
+    }
+    let spawned = started.elapsed();
+    for (h, d) in hosts.iter().zip(&daemons) {
+        let stored = wait_for(Duration::from_secs(120), &format!("{h}'s exits"), || {
+            let (head, _) = d.head();
+            reader.last_seq_of(h).filter(|s| *s >= head)?;
+            let all = reader.read_back(h);
+            (exits(&all) >= EXITS).then_some(all)
+        });
+        let (_, journal_id) = d.head();
+        assert_exactly_once_of(h, &stored, &journal_id);
+        assert_chained(&stored);
+        assert_eq!(exits(&stored), EXITS, "{h}");
+        eprintln!("{h}: {} messages, seq 1..={}", stored.len(), stored.len());
+    }
+    eprintln!(
+        "soak: {} exits on {} hosts, {KILLS} server kills: spawned in {spawned:?}, \
+         all checked after {:?}",
+        EXITS * hosts.len(),
+        hosts.len(),
+        started.elapsed()
+    );
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
