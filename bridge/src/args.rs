@@ -12,7 +12,7 @@ pub const USAGE: &str = "usage:
 
   --nats       the NATS server(s), comma-separated (default: $COLIBRI_NATS_URL,
                else nats://127.0.0.1:4222)
-  --creds      a NATS credentials file (JWT and nkey seed)
+  --creds      a NATS credentials file (JWT and nkey seed), or a user nkey seed alone
   --tls-ca     the CA that signs the server's certificate
   --host       this host's subject token: [a-z0-9_-]{1,63}
   --socket     colibrid's socket (default: $COLIBRI_SOCKET, else colibri's default)

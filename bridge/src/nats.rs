@@ -104,10 +104,7 @@ pub async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
         opts = opts.user_and_password(user, pass);
     }
     if let Some(creds) = &nats.creds {
-        opts = opts
-            .credentials_file(creds)
-            .await
-            .map_err(|e| format!("credentials {}: {e}", creds.display()))?;
+        opts = with_credentials(opts, creds).await?;
     }
     if let Some(ca) = &nats.tls_ca {
         opts = opts.add_root_certificates(ca.clone()).require_tls(true);
@@ -117,6 +114,33 @@ pub async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
     opts.connect(servers)
         .await
         .map_err(|e| format!("{url}: {e}"))
+}
+
+/// `--creds FILE`: a JWT credentials file (`nsc`, decentralised auth) or
+/// a bare user nkey seed (`SU…`, the server configuration listing the
+/// user's public key). A seed is one token, a creds file is not, so the
+/// file's contents tell them apart; neither is ever echoed.
+async fn with_credentials(
+    opts: async_nats::ConnectOptions,
+    path: &std::path::Path,
+) -> Result<async_nats::ConnectOptions, String> {
+    let why = |e: std::io::Error| format!("credentials {}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(why)?;
+    match user_seed(&text) {
+        Some(seed) => Ok(opts.nkey(seed.to_string())),
+        None => opts.credentials_file(path).await.map_err(why),
+    }
+}
+
+/// The nkey seed a file holds, if it holds a user seed and nothing else.
+fn user_seed(text: &str) -> Option<&str> {
+    let seed = text.trim();
+    (seed.starts_with("SU")
+        && seed.len() > 2
+        && seed
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
+    .then_some(seed)
 }
 
 /// The server URLs without their `user:password@`, and the first login
@@ -477,6 +501,24 @@ fn subject_token(s: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_creds_file_holding_only_a_user_seed_is_an_nkey() {
+        let seed = "SUAMK2FG4MI6UE3ACF3FK3OIQBCEIEZV7NSWFFEW63UXMRLFM2XLAXK4GY";
+        assert_eq!(user_seed(&format!("{seed}\n")), Some(seed));
+        // A creds file (JWT, then the seed) and other keys' seeds are not.
+        let creds = format!(
+            "-----BEGIN NATS USER JWT-----\neyJ0eXAi.x.y\n------END NATS USER JWT------\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+        );
+        assert_eq!(user_seed(&creds), None);
+        assert_eq!(
+            user_seed("SAAGS3YFKQ7U5ZQ5LRW6FXOF4PQ3GLWBYKIN4ZYGNQ3RXGBVKS6I2KQQYA"),
+            None
+        );
+        assert_eq!(user_seed("SU"), None);
+        assert_eq!(user_seed(""), None);
+    }
 
     #[test]
     fn an_event_goes_to_its_host_pane_and_name_with_a_lasting_id() {

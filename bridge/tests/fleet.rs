@@ -263,10 +263,16 @@ impl Bridge {
     }
 
     fn start_for(host: &str, url: &str, d: &Daemon, log: PathBuf) -> Bridge {
+        Bridge::start_args(host, url, d, log, &[])
+    }
+
+    /// With more arguments (`--creds`).
+    fn start_args(host: &str, url: &str, d: &Daemon, log: PathBuf, args: &[&str]) -> Bridge {
         let file = std::fs::File::create(&log).expect("bridge log");
         let child = Command::new(BRIDGE)
             .args(["run", "--host", host, "--nats", url, "--socket"])
             .arg(d.socket())
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
@@ -1090,15 +1096,19 @@ fn init_refuses_nats_server_2_9_saying_what_it_needs() {
 
 /// docs/FLEET.md's permissions for host `h`, as nats-server configuration.
 fn host_user(h: &str) -> String {
+    format!("{{user: {h}, password: {h}-pw, {}}}", host_permissions(h))
+}
+
+fn host_permissions(h: &str) -> String {
     format!(
-        r#"{{user: {h}, password: {h}-pw, permissions: {{
+        r#"permissions: {{
             publish: {{allow: ["colibri.evt.{h}.>", "colibri.cmd.{h}",
                 "$JS.API.STREAM.INFO.COLIBRI_EVENTS", "$JS.API.DIRECT.GET.COLIBRI_EVENTS.>",
                 "$JS.API.STREAM.MSG.GET.COLIBRI_EVENTS",
                 "$KV.colibri_hosts.{h}", "$KV.colibri_panes.{h}.>",
                 "$JS.API.STREAM.INFO.KV_colibri_hosts", "$JS.API.STREAM.INFO.KV_colibri_panes"]}},
             subscribe: {{allow: ["colibri.cmd.{h}", "_INBOX.>"]}},
-            allow_responses: true}}}}"#
+            allow_responses: true}}"#
     )
 }
 
@@ -1168,6 +1178,179 @@ fn with_a_user_per_host_the_bridge_works_and_cannot_act_as_another_host() {
             .is_ok()
     });
     assert!(!forged, "h1 cannot store as h2");
+}
+
+/// A fleet viewer (design §6.1): reads the stream and the buckets, may
+/// not publish a command.
+const VIEWER_PERMISSIONS: &str = r#"permissions: {
+    publish: {allow: ["$JS.API.INFO", "$JS.API.STREAM.INFO.COLIBRI_EVENTS",
+        "$JS.API.DIRECT.GET.COLIBRI_EVENTS.>", "$JS.API.STREAM.MSG.GET.COLIBRI_EVENTS",
+        "$JS.API.CONSUMER.CREATE.COLIBRI_EVENTS.>", "$JS.API.CONSUMER.MSG.NEXT.COLIBRI_EVENTS.>",
+        "$JS.API.CONSUMER.INFO.COLIBRI_EVENTS.>", "$JS.API.CONSUMER.DELETE.COLIBRI_EVENTS.>",
+        "$JS.API.STREAM.INFO.KV_colibri_*", "$JS.API.DIRECT.GET.KV_colibri_*.>"]},
+    subscribe: {allow: ["colibri.evt.>", "_INBOX.>"]}}"#;
+
+/// A user nkey: its seed in a file (what `--creds` takes) and its
+/// public key (what the server configuration lists).
+fn nkey_user(dir: &Path, name: &str) -> (PathBuf, String, String) {
+    let kp = nkeys::KeyPair::new_user();
+    let seed = kp.seed().expect("a seed");
+    let file = dir.join(format!("{name}.nk"));
+    std::fs::write(&file, format!("{seed}\n")).expect("seed file");
+    (file, seed, kp.public_key())
+}
+
+/// A client logged in with `seed`, and the errors its server sent it
+/// (a permissions violation arrives as one, asynchronously).
+fn nkey_reader(url: &str, seed: &str) -> (Reader, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let seen = errors.clone();
+    let (client, js) = rt.block_on(async {
+        let client = async_nats::ConnectOptions::with_nkey(seed.to_string())
+            .event_callback(move |event| {
+                let seen = seen.clone();
+                async move {
+                    if let async_nats::Event::ServerError(e) = event {
+                        seen.lock().expect("errors").push(e.to_string());
+                    }
+                }
+            })
+            .connect(url)
+            .await
+            .expect("connect with the nkey");
+        let js = jetstream::new(client.clone());
+        (client, js)
+    });
+    (Reader { rt, js, client }, errors)
+}
+
+/// Waits for the server to deny `what` on `subject` to this client.
+fn wait_denied(client: &Reader, errors: &std::sync::Mutex<Vec<String>>, what: &str, subject: &str) {
+    wait_for(
+        Duration::from_secs(10),
+        &format!("the server to deny {what} {subject}"),
+        || {
+            // The client's runtime runs its event callback.
+            client
+                .rt
+                .block_on(async { tokio::time::sleep(Duration::from_millis(10)).await });
+            errors
+                .lock()
+                .expect("errors")
+                .iter()
+                .any(|e| {
+                    let e = e.to_lowercase();
+                    e.contains("permissions violation")
+                        && e.contains(what)
+                        && e.contains(&format!("\"{subject}\""))
+                })
+                .then_some(())
+        },
+    );
+}
+
+/// Acceptance 9 of the fleet design with nkeys: the bridge logs in with
+/// a seed file given as `--creds`; h1 cannot store as h2 nor take h2's
+/// commands, and a viewer cannot send a command, each a denial the
+/// server reports.
+#[test]
+fn with_nkeys_a_host_cannot_act_as_another_and_a_viewer_cannot_command() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let keys = tempfile::tempdir().expect("tempdir");
+    let (admin_file, admin_seed, admin_pub) = nkey_user(keys.path(), "admin");
+    let (h1_file, h1_seed, h1_pub) = nkey_user(keys.path(), "h1");
+    let (_, _, h2_pub) = nkey_user(keys.path(), "h2");
+    let (_, viewer_seed, viewer_pub) = nkey_user(keys.path(), "viewer");
+    let conf = format!(
+        "authorization {{ users: [\n{{nkey: {admin_pub}}},\n{{nkey: {h1_pub}, {}}},\n\
+         {{nkey: {h2_pub}, {}}},\n{{nkey: {viewer_pub}, {VIEWER_PERMISSIONS}}}\n] }}\n",
+        host_permissions("h1"),
+        host_permissions("h2"),
+    );
+    let nats = Nats::start_with(nats_bin, &conf);
+    let url = nats.url();
+    let init = Command::new(BRIDGE)
+        .args(["init", "--nats", &url, "--creds"])
+        .arg(&admin_file)
+        .output()
+        .expect("run init");
+    assert!(
+        init.status.success(),
+        "init with the admin's seed: {init:?}"
+    );
+    let d = Daemon::start(&colibrid);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let h1_creds = h1_file.to_str().expect("a UTF-8 path");
+    let bridge = Bridge::start_args(
+        HOST,
+        &url,
+        &d,
+        logs.path().join("h1.log"),
+        &["--creds", h1_creds],
+    );
+    let (admin, _) = nkey_reader(&url, &admin_seed);
+    d.spawn_exits(3);
+    let stored = admin.settled(&d, 3);
+    let (_, journal_id) = d.head();
+    assert_exactly_once(&stored, &journal_id);
+    let status = wait_for(Duration::from_secs(20), "h1 to serve", || {
+        admin.command(HOST, &json!({"cmd":"status"})).ok()
+    });
+    assert_eq!(status["ok"], json!(true), "{status}");
+    assert!(!bridge.log().contains(&h1_seed), "the seed is never logged");
+
+    // h1 publishes as h2 and subscribes to h2's commands: both denied.
+    let (h1, h1_errors) = nkey_reader(&url, &h1_seed);
+    let _sub = h1.rt.block_on(async {
+        let sub = h1.client.subscribe("colibri.cmd.h2").await.expect("sent");
+        h1.client
+            .publish("colibri.evt.h2._.forged", "{}".into())
+            .await
+            .expect("sent");
+        h1.client.flush().await.expect("flush");
+        sub
+    });
+    wait_denied(&h1, &h1_errors, "publish", "colibri.evt.h2._.forged");
+    wait_denied(&h1, &h1_errors, "subscription", "colibri.cmd.h2");
+    assert_eq!(
+        admin.command("h2", &json!({"cmd":"status"})),
+        Err(async_nats::RequestErrorKind::NoResponders),
+        "h1 holds no subscription to h2's commands"
+    );
+    let forged = admin.rt.block_on(async {
+        let stream = admin.js.get_stream("COLIBRI_EVENTS").await.expect("stream");
+        stream
+            .get_last_raw_message_by_subject("colibri.evt.h2.>")
+            .await
+            .is_ok()
+    });
+    assert!(!forged, "nothing stored as h2");
+
+    // The viewer reads the stream, but its command is denied and never
+    // reaches h1's bridge, which answers the admin's at once.
+    let (viewer, viewer_errors) = nkey_reader(&url, &viewer_seed);
+    assert_eq!(viewer.last_seq(), admin.last_seq(), "the viewer reads");
+    viewer.rt.block_on(async {
+        viewer
+            .client
+            .publish("colibri.cmd.h1", json!({"cmd":"status"}).to_string().into())
+            .await
+            .expect("sent");
+        viewer.client.flush().await.expect("flush");
+    });
+    wait_denied(&viewer, &viewer_errors, "publish", "colibri.cmd.h1");
+    assert!(
+        viewer_errors.lock().expect("errors").len() == 1,
+        "only the command was denied: {:?}",
+        viewer_errors.lock().expect("errors")
+    );
+    assert!(h1_errors.lock().expect("errors").len() == 2);
 }
 
 #[test]
