@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use async_nats::jetstream::kv;
+use async_nats::jetstream::{kv, Context};
+use async_nats::HeaderMap;
 use colibri::client::Client as Socket;
 use colibri::core::time::Timestamp;
 use colibri::protocol::Command;
@@ -73,15 +74,53 @@ pub fn row(s: &HostState, status: Result<Value, String>, at: Timestamp) -> Value
     row
 }
 
-/// Writes the host's row; best effort, like every key-value write.
-pub async fn beat(hosts: &kv::Store, socket: &Path, s: &HostState<'_>) -> Result<(), String> {
+/// How long a row outlives its last rewrite where the bucket allows
+/// per-message TTLs (`colibri-bridge init` on nats-server >= 2.11): the
+/// fleet view's own "unreachable" horizon, three heartbeats, in the whole
+/// seconds `Nats-TTL` counts in.
+pub fn row_ttl(heartbeat: Duration) -> Duration {
+    let ms = heartbeat.as_millis().saturating_mul(3);
+    Duration::from_secs(u64::try_from(ms.div_ceil(1000)).unwrap_or(u64::MAX).max(1))
+}
+
+/// Writes the host's row; best effort, like every key-value write. On a
+/// bucket that allows it the row carries a TTL, so a host whose bridge
+/// stopped leaves no row behind that looks current to a new view.
+pub async fn beat(
+    hosts: &kv::Store,
+    js: &Context,
+    socket: &Path,
+    s: &HostState<'_>,
+) -> Result<(), String> {
     let st = status(socket).await;
     let row = row(s, st, Timestamp::from_system(SystemTime::now()));
-    hosts
-        .put(s.host, row.to_string().into())
+    let why = |e: &dyn std::fmt::Display| format!("{}.{}: {e}", crate::nats::HOSTS_BUCKET, s.host);
+    // The bucket's configuration as the bridge found it (no request).
+    let ttl = hosts
+        .status()
         .await
-        .map(|_| ())
-        .map_err(|e| format!("{}.{}: {e}", crate::nats::HOSTS_BUCKET, s.host))
+        .is_ok_and(|st| st.info.config.allow_message_ttl);
+    if !ttl {
+        return hosts
+            .put(s.host, row.to_string().into())
+            .await
+            .map(|_| ())
+            .map_err(|e| why(&e));
+    }
+    let prefix = hosts.put_prefix.as_ref().unwrap_or(&hosts.prefix);
+    let mut headers = HeaderMap::new();
+    let ttl = row_ttl(s.heartbeat).as_secs().to_string();
+    headers.insert("Nats-TTL", ttl.as_str());
+    js.publish_with_headers(
+        format!("{prefix}{}", s.host),
+        headers,
+        row.to_string().into(),
+    )
+    .await
+    .map_err(|e| why(&e))?
+    .await
+    .map(|_| ())
+    .map_err(|e| why(&e))
 }
 
 #[cfg(test)]
@@ -98,6 +137,13 @@ mod tests {
             stream_seq: 1042,
             heartbeat: Duration::from_secs(10),
         }
+    }
+
+    #[test]
+    fn a_row_lives_three_heartbeats_in_whole_seconds() {
+        assert_eq!(row_ttl(Duration::from_secs(10)), Duration::from_secs(30));
+        assert_eq!(row_ttl(Duration::from_millis(1500)), Duration::from_secs(5));
+        assert_eq!(row_ttl(Duration::from_millis(100)), Duration::from_secs(1));
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub const HOSTS_BUCKET: &str = "colibri_hosts";
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
 const RETRY_MIN: Duration = Duration::from_millis(250);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// How long the marker an expired host row leaves stays: a KV watcher
+/// that was away this long still learns the host's row went.
+const EXPIRY_MARKER_TTL: Duration = Duration::from_secs(3600);
 /// Names the bridge instance that stored a message: how a bridge tells
 /// its own writes from another's when the stream moves under it.
 pub const WRITER_HEADER: &str = "Colibri-Bridge";
@@ -61,16 +64,30 @@ pub async fn init(o: &InitOpts) -> Result<(), String> {
     js.get_or_create_stream(cfg)
         .await
         .map_err(|e| format!("stream {STREAM}: {e}"))?;
+    // Host rows may expire (per-message TTLs, servers >= 2.11); an
+    // older bucket gains it on the next init.
+    let ttl = at_least(&version, (2, 11));
     for bucket in [PANES_BUCKET, HOSTS_BUCKET] {
-        js.create_key_value(kv::Config {
+        let cfg = kv::Config {
             bucket: bucket.to_string(),
             history: 1,
             storage: stream::StorageType::File,
             num_replicas: o.replicas,
+            limit_markers: (ttl && bucket == HOSTS_BUCKET).then_some(EXPIRY_MARKER_TTL),
             ..Default::default()
-        })
-        .await
-        .map_err(|e| format!("bucket {bucket}: {e}"))?;
+        };
+        let made = if cfg.limit_markers.is_some() {
+            js.create_or_update_key_value(cfg)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        } else {
+            js.create_key_value(cfg)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        made.map_err(|e| format!("bucket {bucket}: {e}"))?;
     }
     println!("stream {STREAM} and buckets {PANES_BUCKET}, {HOSTS_BUCKET} are ready");
     Ok(())
@@ -320,7 +337,7 @@ async fn session(
                 stream_seq: after,
                 heartbeat: o.heartbeat,
             };
-            if let Err(e) = hosts::beat(&hosts, &o.socket, &state).await {
+            if let Err(e) = hosts::beat(&hosts, js, &o.socket, &state).await {
                 eprintln!("colibri-bridge: host row: {e}");
             }
             next_beat = tokio::time::Instant::now() + o.heartbeat;

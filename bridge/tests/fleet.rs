@@ -1353,6 +1353,60 @@ fn with_nkeys_a_host_cannot_act_as_another_and_a_viewer_cannot_command() {
     assert!(h1_errors.lock().expect("errors").len() == 2);
 }
 
+/// On nats-server >= 2.11 a host's row carries a TTL of three heartbeats:
+/// rewritten, it stays; its bridge gone, it expires.
+#[test]
+fn a_host_row_expires_three_heartbeats_after_its_bridge_stops() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    init(&url);
+    let reader = Reader::connect(&url);
+    let allows_ttl = reader.rt.block_on(async {
+        let mut s = reader
+            .js
+            .get_stream("KV_colibri_hosts")
+            .await
+            .expect("bucket");
+        s.info().await.expect("info").config.allow_message_ttl
+    });
+    assert!(allows_ttl, "init gives colibri_hosts per-message TTLs");
+    let d = Daemon::start(&colibrid);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let mut bridge = Bridge::start_args(
+        HOST,
+        &url,
+        &d,
+        logs.path().join("bridge.log"),
+        &["--heartbeat", "1s"],
+    );
+    // Four rewrites, more than a TTL's worth, the row there at each look.
+    let mut seen = std::collections::BTreeSet::new();
+    wait_for(Duration::from_secs(20), "four rows", || {
+        let row = reader.host_row(HOST);
+        if !seen.is_empty() {
+            assert!(row.is_some(), "the row of a live bridge never expires");
+        }
+        if let Some(r) = row {
+            seen.insert(r["at"].as_str().expect("at").to_string());
+        }
+        (seen.len() >= 5).then_some(())
+    });
+    kill(&mut bridge.child);
+    let stopped = Instant::now();
+    wait_for(Duration::from_secs(15), "the row to expire", || {
+        reader.host_row(HOST).is_none().then_some(())
+    });
+    let gone = stopped.elapsed();
+    // Written at most a heartbeat before the kill, it lives three.
+    assert!(
+        gone >= Duration::from_millis(1500) && gone < Duration::from_secs(6),
+        "expired {gone:?} after the bridge stopped"
+    );
+}
+
 #[test]
 fn three_hosts_share_one_stream_each_exactly_once_and_each_its_own_commands() {
     let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
