@@ -1,6 +1,7 @@
 //! `colibri_panes.<host>.<pane>`: each pane's current `snapshot --schema
 //! v2` row. Rewritten 100 ms after a pane's event (coalesced) and every
-//! 2 s regardless (usage and cost are not on the watch stream); only rows
+//! 2 s regardless (usage and cost are not on the watch stream), never
+//! more than a tenth of the time (`PACE`); only rows
 //! that changed are written, and a pane gone from the snapshot (removed,
 //! or lost in a gap) has its key deleted. After a gap the keys therefore
 //! equal a fresh snapshot.
@@ -23,6 +24,12 @@ pub const COALESCE: Duration = Duration::from_millis(100);
 /// How often rows are refreshed with no event.
 pub const REFRESH: Duration = Duration::from_secs(2);
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The rows may take at most about 1 / (1 + PACE) of the bridge's time:
+/// after a sync that took `d`, the next waits at least `PACE × d`. On a
+/// host with thousands of panes a snapshot takes long enough that syncing
+/// every 100 ms through a burst (a catch-up after an outage) would starve
+/// the publishing the rows are only a view of.
+const PACE: u32 = 9;
 
 pub struct Panes {
     /// What each of the host's keys holds, as this bridge wrote or found it.
@@ -31,6 +38,8 @@ pub struct Panes {
     primed: bool,
     dirty_since: Option<Instant>,
     next_refresh: Instant,
+    /// No sync before this (`PACE`).
+    not_before: Instant,
 }
 
 impl Panes {
@@ -40,6 +49,7 @@ impl Panes {
             primed: false,
             dirty_since: None,
             next_refresh: now,
+            not_before: now,
         }
     }
 
@@ -50,10 +60,11 @@ impl Panes {
 
     /// When the rows are next due.
     pub fn due(&self) -> Instant {
-        match self.dirty_since {
+        let due = match self.dirty_since {
             Some(t) => (t + COALESCE).min(self.next_refresh),
             None => self.next_refresh,
-        }
+        };
+        due.max(self.not_before)
     }
 
     /// Brings the host's keys to colibrid's current snapshot.
@@ -67,6 +78,18 @@ impl Panes {
         let now = Instant::now();
         self.dirty_since = None;
         self.next_refresh = now + REFRESH;
+        let result = self.write(js, bucket, socket, host).await;
+        self.not_before = Instant::now() + now.elapsed() * PACE;
+        result
+    }
+
+    async fn write(
+        &mut self,
+        js: &Context,
+        bucket: &kv::Store,
+        socket: &Path,
+        host: &str,
+    ) -> Result<(), String> {
         if !self.primed {
             self.prime(js, host).await?;
             self.primed = true;
@@ -173,6 +196,9 @@ mod tests {
         p.touch(t + Duration::from_millis(10));
         p.touch(t + Duration::from_millis(50));
         assert_eq!(p.due(), t + Duration::from_millis(10) + COALESCE);
+        // After a slow sync the next one waits its pace, burst or not.
+        p.not_before = t + Duration::from_secs(1);
+        assert_eq!(p.due(), t + Duration::from_secs(1));
         assert!(token("0f9e-aa_1") && !token("a.b") && !token(""));
     }
 }
