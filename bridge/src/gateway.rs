@@ -72,7 +72,7 @@ struct Gateway {
 }
 
 pub async fn run(o: &GatewayOpts) -> Result<(), String> {
-    let client = nats::connect(&o.nats, "colibri-bridge gateway").await?;
+    let client = nats::connect(&o.nats, "colibri-bridge gateway", None).await?;
     let js = jetstream::new(client.clone());
     let init_first =
         |what: &str, e: String| format!("{what}: {e} (was `colibri-bridge init` run?)");

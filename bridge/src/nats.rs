@@ -32,7 +32,7 @@ const EXPECTED_SEQ: &str = "Nats-Expected-Last-Subject-Sequence";
 const EXPECTED_SEQ_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 pub async fn init(o: &InitOpts) -> Result<(), String> {
-    let client = connect(&o.nats, "colibri-bridge init").await?;
+    let client = connect(&o.nats, "colibri-bridge init", None).await?;
     // Connected for good once a round trip is done: only then does the
     // client know the server's version.
     client
@@ -93,7 +93,9 @@ pub async fn init(o: &InitOpts) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
+/// `inbox`: the prefix of the client's reply subjects, so that a host's
+/// user may subscribe to its own replies only (`_INBOX_<host>.>`).
+pub async fn connect(nats: &Nats, name: &str, inbox: Option<&str>) -> Result<Client, String> {
     // async-nats takes no user from the URL: pass it as options, and keep
     // the password out of every message.
     let (url, login) = split_login(&nats.url);
@@ -122,6 +124,9 @@ pub async fn connect(nats: &Nats, name: &str) -> Result<Client, String> {
     }
     if let Some(creds) = &nats.creds {
         opts = with_credentials(opts, creds).await?;
+    }
+    if let Some(prefix) = inbox {
+        opts = opts.custom_inbox_prefix(prefix);
     }
     if let Some(ca) = &nats.tls_ca {
         opts = opts.add_root_certificates(ca.clone()).require_tls(true);
@@ -187,6 +192,11 @@ fn split_login(urls: &str) -> (String, Option<(String, String)>) {
     (bare.join(","), login)
 }
 
+/// The host's own reply subjects (docs/FLEET.md's permissions).
+fn inbox_prefix(host: &str) -> String {
+    format!("_INBOX_{host}")
+}
+
 /// This bridge's name on the messages it stores: unique per process.
 fn instance_id(host: &str) -> String {
     let nanos = std::time::SystemTime::now()
@@ -217,7 +227,8 @@ fn at_least(version: &str, min: (u64, u64)) -> bool {
 /// the server stored is the truth, so a publish it took before dying is
 /// not sent again after the duplicate window closed.
 pub async fn run(o: &RunOpts) -> Result<(), String> {
-    let client = connect(&o.nats, &format!("colibri-bridge {}", o.host)).await?;
+    let name = format!("colibri-bridge {}", o.host);
+    let client = connect(&o.nats, &name, Some(&inbox_prefix(&o.host))).await?;
     let js = jetstream::new(client.clone());
     let me = instance_id(&o.host);
     let replies = cmd::Shared::default();

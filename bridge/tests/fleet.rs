@@ -1107,7 +1107,7 @@ fn host_permissions(h: &str) -> String {
                 "$JS.API.STREAM.MSG.GET.COLIBRI_EVENTS",
                 "$KV.colibri_hosts.{h}", "$KV.colibri_panes.{h}.>",
                 "$JS.API.STREAM.INFO.KV_colibri_hosts", "$JS.API.STREAM.INFO.KV_colibri_panes"]}},
-            subscribe: {{allow: ["colibri.cmd.{h}", "_INBOX.>"]}},
+            subscribe: {{allow: ["colibri.cmd.{h}", "_INBOX_{h}.>"]}},
             allow_responses: true}}"#
     )
 }
@@ -1243,9 +1243,9 @@ fn wait_denied(client: &Reader, errors: &std::sync::Mutex<Vec<String>>, what: &s
                 .expect("errors")
                 .iter()
                 .any(|e| {
-                    let e = e.to_lowercase();
-                    e.contains("permissions violation")
-                        && e.contains(what)
+                    let lower = e.to_lowercase();
+                    lower.contains("permissions violation")
+                        && lower.contains(what)
                         && e.contains(&format!("\"{subject}\""))
                 })
                 .then_some(())
@@ -1309,15 +1309,18 @@ fn with_nkeys_a_host_cannot_act_as_another_and_a_viewer_cannot_command() {
     let (h1, h1_errors) = nkey_reader(&url, &h1_seed);
     let _sub = h1.rt.block_on(async {
         let sub = h1.client.subscribe("colibri.cmd.h2").await.expect("sent");
+        // h2's bridge's replies: its inbox prefix is its own.
+        let inbox = h1.client.subscribe("_INBOX_h2.>").await.expect("sent");
         h1.client
             .publish("colibri.evt.h2._.forged", "{}".into())
             .await
             .expect("sent");
         h1.client.flush().await.expect("flush");
-        sub
+        (sub, inbox)
     });
     wait_denied(&h1, &h1_errors, "publish", "colibri.evt.h2._.forged");
     wait_denied(&h1, &h1_errors, "subscription", "colibri.cmd.h2");
+    wait_denied(&h1, &h1_errors, "subscription", "_INBOX_h2.>");
     assert_eq!(
         admin.command("h2", &json!({"cmd":"status"})),
         Err(async_nats::RequestErrorKind::NoResponders),
@@ -1350,7 +1353,7 @@ fn with_nkeys_a_host_cannot_act_as_another_and_a_viewer_cannot_command() {
         "only the command was denied: {:?}",
         viewer_errors.lock().expect("errors")
     );
-    assert!(h1_errors.lock().expect("errors").len() == 2);
+    assert!(h1_errors.lock().expect("errors").len() == 3);
 }
 
 /// On nats-server >= 2.11 a host's row carries a TTL of three heartbeats:
