@@ -92,9 +92,10 @@ impl Fleet {
                 let at = SystemTime::from(e.created);
                 self.hosts.insert(e.key.clone(), Beat { at, heartbeat });
             }
-            kv::Operation::Delete | kv::Operation::Purge => {
-                self.hosts.remove(&e.key);
-            }
+            // The row expired (its TTL, three heartbeats) or was removed:
+            // the host's last beat stands, so it reads as unreachable since
+            // then rather than as a host that never beat.
+            kv::Operation::Delete | kv::Operation::Purge => {}
         }
     }
 

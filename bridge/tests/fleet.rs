@@ -266,7 +266,7 @@ impl Bridge {
         Bridge::start_args(host, url, d, log, &[])
     }
 
-    /// With more arguments (`--creds`).
+    /// With more arguments (`--creds`, `--heartbeat`).
     fn start_args(host: &str, url: &str, d: &Daemon, log: PathBuf, args: &[&str]) -> Bridge {
         let file = std::fs::File::create(&log).expect("bridge log");
         let child = Command::new(BRIDGE)
@@ -2078,23 +2078,6 @@ impl Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         kill(&mut self.child);
-    }
-}
-
-impl Bridge {
-    /// With more arguments (`--heartbeat`).
-    fn start_args(host: &str, url: &str, d: &Daemon, log: PathBuf, args: &[&str]) -> Bridge {
-        let file = std::fs::File::create(&log).expect("bridge log");
-        let child = Command::new(BRIDGE)
-            .args(["run", "--host", host, "--nats", url, "--socket"])
-            .arg(d.socket())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("start the bridge");
-        Bridge { child, log }
     }
 }
 
