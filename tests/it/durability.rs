@@ -31,10 +31,18 @@ fn every_line_is_logged_with_its_arrival_time() {
         json!({"session_id":"log-1"}),
     );
     d.wait_state(&id, "done");
+    // `done` comes with the agent's last line, before its exit: the exit
+    // record follows once the process has been reaped.
+    let lines = wait_for(Duration::from_secs(10), "the exit record", || {
+        let lines = log_lines(&d, "log-1");
+        lines
+            .iter()
+            .any(|l| l["colibri"] == json!("exit"))
+            .then_some(lines)
+    });
     // The runtime was detected from the stream and reaches the session index.
     let sessions = d.ok(json!({"cmd":"list-sessions"}));
     assert_eq!(sessions[0]["runtime"], json!("pi"), "{sessions}");
-    let lines = log_lines(&d, "log-1");
     let evs: Vec<&Value> = lines.iter().filter(|l| l.get("ev").is_some()).collect();
     assert_eq!(evs.len(), 2, "{lines:?}");
     assert_eq!(evs[0]["ev"], json!({"type":"agent_start"}));
