@@ -314,6 +314,9 @@ struct Stored {
     /// The chain it was published with
     /// (`Nats-Expected-Last-Subject-Sequence`).
     expected: Option<u64>,
+    /// The atomic batch it was stored in and its place there
+    /// (`Nats-Batch-Id`, `Nats-Batch-Sequence`), if any.
+    batch: Option<(String, u64)>,
 }
 
 struct Reader {
@@ -468,6 +471,10 @@ impl Reader {
                 let writer = header("Colibri-Bridge").expect("the writer");
                 let expected = header("Nats-Expected-Last-Subject-Sequence")
                     .map(|v| v.parse().expect("a sequence"));
+                let batch = header("Nats-Batch-Id").map(|b| {
+                    let n = header("Nats-Batch-Sequence").expect("a batch sequence");
+                    (b, n.parse().expect("a batch sequence"))
+                });
                 let event: Value = serde_json::from_slice(&msg.payload).expect("JSON");
                 let (journal_id, seq) = id
                     .strip_prefix(&format!("{host}:"))
@@ -482,6 +489,7 @@ impl Reader {
                     stream_seq: n,
                     writer,
                     expected,
+                    batch,
                 });
             }
             out
@@ -507,13 +515,29 @@ fn assert_exactly_once_of(host: &str, stored: &[Stored], journal_id: &str) {
 }
 
 /// Each message published chained to the host's one before it (0 for
-/// the first), which is what makes a second writer's publish fail.
-fn assert_chained(stored: &[Stored]) {
-    let mut before = 0;
+/// the first), which is what makes a second writer's publish fail; or,
+/// inside an atomic batch, the next of the batch its predecessor opened
+/// (the server stores a batch whole, right after its chained first).
+fn assert_chained(stored: &[Stored]) -> usize {
+    let mut before: Option<&Stored> = None;
+    let mut batched = 0;
     for m in stored {
-        assert_eq!(m.expected, Some(before), "seq {} chained", m.seq);
-        before = m.stream_seq;
+        match &m.batch {
+            Some((id, n)) if *n > 1 => {
+                let prev = before.and_then(|p| p.batch.as_ref());
+                assert_eq!(prev, Some(&(id.clone(), n - 1)), "seq {} batched", m.seq);
+                assert_eq!(m.expected, None, "seq {} chained inside a batch", m.seq);
+                assert_eq!(Some(m.stream_seq - 1), before.map(|p| p.stream_seq));
+                batched += 1;
+            }
+            _ => {
+                let want = before.map_or(0, |p| p.stream_seq);
+                assert_eq!(m.expected, Some(want), "seq {} chained", m.seq);
+            }
+        }
+        before = Some(m);
     }
+    batched
 }
 
 /// The instance id a bridge names itself by in its log.
@@ -1069,6 +1093,73 @@ fn a_bridge_refused_by_the_chain_rereads_the_stream_and_resumes() {
         .all(|m| m.writer != "intruder" || m.seq == ahead));
 }
 
+/// On nats-server >= 2.12 `init` allows atomic batches, on a stream an
+/// older init made too, and a bridge with a backlog stores it in batches:
+/// each whole, its first message chained to the host's last one.
+#[test]
+fn a_backlog_is_stored_in_atomic_batches_each_chained_to_the_last() {
+    let (Some(nats_bin), Some(colibrid)) = (nats_server(), colibrid()) else {
+        return;
+    };
+    let nats = Nats::start(nats_bin);
+    let url = nats.url();
+    let reader = Reader::connect(&url);
+    let atomic = || {
+        reader.rt.block_on(async {
+            let mut s = reader
+                .js
+                .get_stream("COLIBRI_EVENTS")
+                .await
+                .expect("stream");
+            s.info().await.expect("info").config.allow_atomic_publish
+        })
+    };
+    // The stream as an init before atomic batches made it.
+    reader.rt.block_on(async {
+        reader
+            .js
+            .create_stream(jetstream::stream::Config {
+                name: "COLIBRI_EVENTS".into(),
+                subjects: vec!["colibri.evt.>".into()],
+                duplicate_window: Duration::from_secs(600),
+                deny_delete: true,
+                deny_purge: true,
+                allow_direct: true,
+                ..Default::default()
+            })
+            .await
+            .expect("an old stream")
+    });
+    assert!(!atomic());
+    init(&url);
+    assert!(
+        atomic(),
+        "init allows atomic batches on the existing stream"
+    );
+
+    // Events made while no bridge runs are a backlog for the first one.
+    let d = Daemon::start(&colibrid);
+    d.spawn_exits(60);
+    let logs = tempfile::tempdir().expect("tempdir");
+    let bridge = Bridge::start(&url, &d, logs.path().join("bridge.log"));
+    let stored = reader.settled(&d, 60);
+    let (_, journal_id) = d.head();
+    assert_exactly_once(&stored, &journal_id);
+    let batched = assert_chained(&stored);
+    assert!(batched > 0, "no batch stored: {}", bridge.log());
+    assert!(
+        bridge.log().contains("atomic batches on"),
+        "{}",
+        bridge.log()
+    );
+
+    // Live events after it go one at a time, chained as before.
+    d.spawn_exits(3);
+    let stored = reader.settled(&d, 63);
+    assert_exactly_once(&stored, &journal_id);
+    assert_eq!(assert_chained(&stored), batched);
+}
+
 /// Debian bookworm's nats-server 2.9.10 (`NATS_SERVER_2_9`): async-nats
 /// 0.51 cannot create key-value buckets there, so `init` refuses it up
 /// front, saying which version it needs, rather than with the client's
@@ -1505,6 +1596,10 @@ impl Reader {
                         .map(|v| v.as_str().to_string())
                 };
                 let id = header("Nats-Msg-Id").expect("a message id");
+                let batch = header("Nats-Batch-Id").map(|b| {
+                    let n = header("Nats-Batch-Sequence").expect("a batch sequence");
+                    (b, n.parse().expect("a batch sequence"))
+                });
                 let event: Value = serde_json::from_slice(&msg.payload).expect("JSON");
                 let (journal_id, seq) = id
                     .strip_prefix(&format!("{host}:"))
@@ -1520,6 +1615,7 @@ impl Reader {
                     writer: header("Colibri-Bridge").expect("the writer"),
                     expected: header("Nats-Expected-Last-Subject-Sequence")
                         .map(|v| v.parse().expect("a sequence")),
+                    batch,
                 });
                 if stream_seq >= last.sequence {
                     break;
