@@ -31,20 +31,27 @@ fn at(ms: u64) -> Timestamp {
 }
 
 fn queue() -> TaskQueue {
+    queue_and_journal().0
+}
+
+/// The 1,000 tasks added to a fresh queue, and the journal lines of
+/// their `added` events.
+fn queue_and_journal() -> (TaskQueue, Vec<Vec<u8>>) {
     let mut q = TaskQueue::new();
+    let mut lines = Vec::with_capacity(TASKS);
     for n in 0..TASKS {
-        let priority = [Priority::Low, Priority::Medium, Priority::High][n % 3];
         let task = NewTask {
             title: format!("task {n}"),
-            priority,
+            priority: [Priority::Low, Priority::Medium, Priority::High][n % 3],
             role: ROLES[n % ROLES.len()].map(str::to_string),
             ..NewTask::default()
         };
-        if q.add(task, at(0)).is_err() {
-            unreachable!("a valid task");
-        }
+        let ev = q
+            .add(task, at(0))
+            .unwrap_or_else(|_| unreachable!("a valid task"));
+        lines.push(serde_json::to_vec(&ev).unwrap_or_default());
     }
-    q
+    (q, lines)
 }
 
 /// Dispatches every task of `q` to `panes` round after round; returns who
@@ -54,16 +61,7 @@ fn run(q: &mut TaskQueue, panes: &[String]) -> BTreeMap<u64, Vec<String>> {
     let mut given: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     let mut now = 1;
     loop {
-        let idle: Vec<IdleAgent<'_>> = panes
-            .iter()
-            .enumerate()
-            .map(|(i, p)| IdleAgent {
-                pane: p,
-                role: ROLES[i % ROLES.len()],
-                jail: None,
-                since: at(i as u64),
-            })
-            .collect();
+        let idle = idle(panes);
         let plan = d.plan(q, &idle, at(now));
         if plan.is_empty() {
             return given;
@@ -83,20 +81,7 @@ fn run(q: &mut TaskQueue, panes: &[String]) -> BTreeMap<u64, Vec<String>> {
 /// The task journal of a full run, as the daemon writes it: each plan's
 /// record before the task events that carry it out.
 fn journal(panes: &[String]) -> Vec<Vec<u8>> {
-    let mut lines = Vec::new();
-    let mut q = TaskQueue::new();
-    for n in 0..TASKS {
-        let task = NewTask {
-            title: format!("task {n}"),
-            priority: [Priority::Low, Priority::Medium, Priority::High][n % 3],
-            role: ROLES[n % ROLES.len()].map(str::to_string),
-            ..NewTask::default()
-        };
-        let ev = q
-            .add(task, at(0))
-            .unwrap_or_else(|_| unreachable!("a valid task"));
-        lines.push(serde_json::to_vec(&ev).unwrap_or_default());
-    }
+    let (mut q, mut lines) = queue_and_journal();
     let mut d = Dispatcher::default();
     for now in 1.. {
         let idle = idle(panes);
@@ -156,16 +141,7 @@ fn benches(c: &mut Criterion) {
     let full = queue();
     g.throughput(Throughput::Elements(AGENTS as u64));
     g.bench_function("one_plan_1000_pending_100_idle", |b| {
-        let idle: Vec<IdleAgent<'_>> = panes
-            .iter()
-            .enumerate()
-            .map(|(i, p)| IdleAgent {
-                pane: p,
-                role: ROLES[i % ROLES.len()],
-                jail: None,
-                since: at(i as u64),
-            })
-            .collect();
+        let idle = idle(&panes);
         let mut d = Dispatcher::default();
         b.iter(|| black_box(d.plan(&full, &idle, at(1))))
     });

@@ -718,40 +718,23 @@ pub fn journal_replay_text(r: &crate::core::dispatch_replay::JournalReplay) -> S
             );
         }
     }
-    let differing = r.differing().count();
-    let _ = writeln!(out, "---");
-    let _ = writeln!(
-        out,
-        "plans:    {} replayed, {}",
-        r.plans.len(),
-        match differing {
+    // "N replayed, all the same" or "N replayed, M differ".
+    let tally = |kind: &str, total: usize, differ: usize| {
+        let verdict = match differ {
             0 => "all the same".to_string(),
             n => format!("{n} differ"),
-        }
-    );
+        };
+        format!("{kind:<9} {total} replayed, {verdict}\n")
+    };
+    out.push_str("---\n");
+    out.push_str(&tally("plans:", r.plans.len(), r.differing().count()));
     if !r.runners.is_empty() {
         let differ = r.runners.iter().filter(|p| !p.same()).count();
-        let _ = writeln!(
-            out,
-            "runners:  {} replayed, {}",
-            r.runners.len(),
-            match differ {
-                0 => "all the same".to_string(),
-                n => format!("{n} differ"),
-            }
-        );
+        out.push_str(&tally("runners:", r.runners.len(), differ));
     }
     if !r.rungs.is_empty() {
         let differ = r.rungs.iter().filter(|x| x.replayed != x.rung).count();
-        let _ = writeln!(
-            out,
-            "rungs:    {} replayed, {}",
-            r.rungs.len(),
-            match differ {
-                0 => "all the same".to_string(),
-                n => format!("{n} differ"),
-            }
-        );
+        out.push_str(&tally("rungs:", r.rungs.len(), differ));
     }
     let _ = writeln!(out, "events:   {} task event(s)", r.events);
     if r.unplanned > 0 {

@@ -249,27 +249,29 @@ impl Daemon {
     /// The seed's "check relevance": a looping agent's task goes back to
     /// the queue for another, and it is held off that task for a while.
     fn release_held_task(&mut self, pane: &str, t: Timestamp) {
-        let Some(id) = self
-            .control
-            .queue
-            .held_by(pane)
-            .filter(|task| matches!(task.status, TaskStatus::Claimed | TaskStatus::Working))
-            .map(|task| task.id)
-        else {
-            return;
-        };
-        let Ok(ev) = self.control.queue.release(id, t) else {
-            return;
-        };
-        log_info!("escalation: task {id} released from looping pane {pane}");
         let retry_after = self.settings.orchestrator.retry_after;
-        self.control.dispatcher.released(id, pane, t, retry_after);
-        self.task_changed(ev, t);
+        self.release_task_held_by(pane, t, |d, id| {
+            log_info!("escalation: task {id} released from looping pane {pane}");
+            d.control.dispatcher.released(id, pane, t, retry_after);
+        });
     }
 
     /// `pane`'s agent ended and will not run again: the task it held
     /// (claimed or working) is pending again, for another agent.
     pub(crate) fn release_task_of_ended(&mut self, pane: &str, t: Timestamp) {
+        self.release_task_held_by(pane, t, |_, id| {
+            log_info!("task {id} released: pane {pane} ended and will not run again");
+        });
+    }
+
+    /// Releases the task `pane` holds (claimed or working), running `also`
+    /// before the change is recorded (so a dispatch it starts sees it).
+    fn release_task_held_by(
+        &mut self,
+        pane: &str,
+        t: Timestamp,
+        also: impl FnOnce(&mut Daemon, u64),
+    ) {
         let Some(id) = self
             .control
             .queue
@@ -282,7 +284,7 @@ impl Daemon {
         let Ok(ev) = self.control.queue.release(id, t) else {
             return;
         };
-        log_info!("task {id} released: pane {pane} ended and will not run again");
+        also(self, id);
         self.task_changed(ev, t);
     }
 

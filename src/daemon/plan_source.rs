@@ -325,11 +325,14 @@ impl Daemon {
     /// or one of the project's. A task's context is anyone's to write, so
     /// a tick never rewrites a file colibrid did not take the task from.
     fn is_plan_source(&self, path: &Path) -> bool {
-        let o = &self.settings.orchestrator;
-        if o.plan_file.as_deref() == Some(path) {
-            return true;
-        }
-        let Some(root) = o.project.as_deref() else {
+        self.settings.orchestrator.plan_file.as_deref() == Some(path)
+            || (self.project_plan_path(path) && self.control.scanned_plans.contains(path))
+    }
+
+    /// Whether `path` names, as text, a plan file of the project: a
+    /// plan-shaped path of plain components under it.
+    fn project_plan_path(&self, path: &Path) -> bool {
+        let Some(root) = self.settings.orchestrator.project.as_deref() else {
             return false;
         };
         let Ok(rel) = path.strip_prefix(root) else {
@@ -338,7 +341,7 @@ impl Daemon {
         let plain = rel
             .components()
             .all(|c| matches!(c, std::path::Component::Normal(_)));
-        plain && rel.to_str().is_some_and(is_plan_path) && self.control.scanned_plans.contains(path)
+        plain && rel.to_str().is_some_and(is_plan_path)
     }
 
     /// Task `id` is done: tick its line in the plan file it came from.
@@ -371,9 +374,11 @@ impl Daemon {
     pub(crate) fn plan_source_of(&mut self, id: u64) -> Option<PathBuf> {
         let task = self.control.queue.get(id)?;
         let path = plan_of(task)?;
-        // A file the last scan did not see (none has run since the start
-        // or a reload, or the file is new): scan again, within its bounds.
-        if !self.control.scanned_plans.contains(&path) {
+        // A project plan file the last scan did not see (none has run
+        // since the start or a reload, or the file is new): scan again,
+        // within its bounds. A path that is no plan file's by its text
+        // costs no scan.
+        if self.project_plan_path(&path) && !self.control.scanned_plans.contains(&path) {
             if let Some(root) = self.settings.orchestrator.project.clone() {
                 self.control.scanned_plans = scan_project(&root).0.into_iter().collect();
             }

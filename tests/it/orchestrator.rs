@@ -336,8 +336,16 @@ fn next_rung(w: &mut Client) -> (Value, Vec<Value>) {
     (ev, tasks)
 }
 
-#[test]
-fn a_looping_agent_climbs_the_ladder_in_order_and_productive_work_resets_it() {
+/// A daemon with the ladder on (`escalate`, a 1 s loop backoff) and the
+/// looping agent declared as `loop`: the daemon, a watch, the pane, and
+/// the agent's inputs and starts files.
+fn on_the_ladder() -> (
+    Colibrid,
+    Client,
+    String,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
     let mut d = Colibrid::start(&[]);
     let (script, inputs, starts) = looping_agent(&d);
     d.relaunch_with_config(
@@ -357,8 +365,14 @@ runtime = "pi"
 "#
         ),
     );
-    let mut w = watch(&d);
+    let w = watch(&d);
     let pane = pane_named(&d, "loop");
+    (d, w, pane, inputs, starts)
+}
+
+#[test]
+fn a_looping_agent_climbs_the_ladder_in_order_and_productive_work_resets_it() {
+    let (d, mut w, pane, inputs, starts) = on_the_ladder();
     let mut rungs = Vec::new();
     for n in 0..4 {
         let (ev, _) = next_rung(&mut w);
@@ -1025,27 +1039,7 @@ plan_file = "{}"
 /// twice (interrupt, compact) before, its next catch after is the respawn.
 #[test]
 fn a_stuck_agents_rung_outlives_a_restart_of_colibrid() {
-    let mut d = Colibrid::start(&[]);
-    let (script, _inputs, _starts) = looping_agent(&d);
-    d.relaunch_with_config(
-        "ladder-restart.toml",
-        &format!(
-            r#"
-[orchestrator]
-grace = "0s"
-escalate = true
-
-[loops]
-backoff = ["1s"]
-
-[agents.loop]
-argv = ["{script}"]
-runtime = "pi"
-"#
-        ),
-    );
-    let mut w = watch(&d);
-    let pane = pane_named(&d, "loop");
+    let (mut d, mut w, pane, _inputs, _starts) = on_the_ladder();
     for want in ["escalation_0", "escalation_1"] {
         let (ev, _) = next_rung(&mut w);
         assert_eq!(ev["verdict"]["rule"], json!(want), "{ev}");
@@ -1111,27 +1105,7 @@ runtime = "pi"
 /// may answer it, and the journal keeps the answer for fold.
 #[test]
 fn at_the_ladders_top_the_operator_decides_to_let_it_go_on_or_stop_it() {
-    let mut d = Colibrid::start(&[]);
-    let (script, _inputs, _starts) = looping_agent(&d);
-    d.relaunch_with_config(
-        "decide.toml",
-        &format!(
-            r#"
-[orchestrator]
-grace = "0s"
-escalate = true
-
-[loops]
-backoff = ["1s"]
-
-[agents.loop]
-argv = ["{script}"]
-runtime = "pi"
-"#
-        ),
-    );
-    let mut w = watch(&d);
-    let pane = pane_named(&d, "loop");
+    let (d, mut w, pane, _inputs, _starts) = on_the_ladder();
     let decide_item = |w: &mut Client, from: usize| -> Value {
         for want in &[
             "escalation_0",
